@@ -1,0 +1,382 @@
+"""YAML recipes for pretraining and fine-tuning, as dataclasses with command-line overrides.
+
+A recipe file is a mapping of sections (``model``, ``data``, ``training`` ...) to mappings of keys. Every key is
+checked against the dataclass of its section: an unknown section or key is an error that names it and lists the
+allowed ones. Any key can be overridden on the command line as ``--section.key value`` (or ``--section.key=value``);
+values are parsed as YAML (``8``, ``true``, ``null``, ``[a, b]``) and converted to the field's type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
+
+
+def _field_types(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    """Convert a YAML-parsed value to the annotated type (``Optional[X]``, ``list[X]``, ``dict``, scalars)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(errors[0] if errors else f"{where}: cannot convert {value!r}")
+    if annotation is Any:
+        return value
+    if origin is list:
+        if value is None:
+            return []
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return [_coerce(v, args[0] if args else Any, where) for v in value]
+    if origin is dict or annotation is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(float(value)) if float(value).is_integer() else int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if annotation is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)  # also accepts "5e-4", which YAML 1.1 reads as a string
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if annotation is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def build_section(cls, values: dict[str, Any] | None, section: str):
+    values = values or {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"Section '{section}' must be a mapping of keys to values, got {values!r}.")
+    types = _field_types(cls)
+    unknown = sorted(set(values) - set(types))
+    if unknown:
+        raise ConfigError(
+            f"Unknown key(s) {', '.join(repr(f'{section}.{k}') for k in unknown)} in the config. "
+            f"Allowed keys in '{section}': {', '.join(sorted(types))}."
+        )
+    kwargs = {k: _coerce(v, types[k], f"{section}.{k}") for k, v in values.items()}
+    return cls(**kwargs)
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise ConfigError(f"Config file not found: {path}. Pass an existing YAML file with --config.")
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {path} must contain a mapping of sections, got {type(data).__name__}.")
+    return data
+
+
+def parse_overrides(argv: list[str]) -> dict[str, Any]:
+    """Parse ``--section.key value`` / ``--section.key=value`` pairs into a flat ``{"section.key": value}``."""
+    overrides: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+            raise ConfigError(
+                f"Unrecognised argument {arg!r}. Overrides have the form --section.key value "
+                f"(for example --training.learning_rate 1e-4)."
+            )
+        if "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"Override {arg} needs a value.")
+            key, raw = arg[2:], argv[i + 1]
+            i += 2
+        overrides[key] = yaml.safe_load(raw) if raw != "" else ""
+    return overrides
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node = data
+        for part in parts[:-1]:
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                raise ConfigError(f"Cannot override {dotted}: '{part}' is not a section.")
+            node[part] = dict(node[part])
+            node = node[part]
+        node[parts[-1]] = value
+    return data
+
+
+def build_recipe(cls, data: dict[str, Any]):
+    """Build a top-level recipe dataclass whose fields are section dataclasses."""
+    sections = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(sections))
+    if unknown:
+        raise ConfigError(
+            f"Unknown section(s) {', '.join(map(repr, unknown))} in the config. "
+            f"Allowed sections: {', '.join(sorted(sections))}."
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs = {name: build_section(hints[name], data.get(name), name) for name in sections}
+    return cls(**kwargs)
+
+
+def load_recipe(cls, path: str | None, argv: list[str] | None = None, extra: dict[str, Any] | None = None):
+    data = load_yaml(path) if path else {}
+    overrides = parse_overrides(list(argv or []))
+    overrides.update(extra or {})
+    recipe = build_recipe(cls, apply_overrides(data, overrides))
+    if hasattr(recipe, "validate"):
+        recipe.validate()
+    return recipe
+
+
+def recipe_to_dict(recipe) -> dict[str, Any]:
+    return dataclasses.asdict(recipe)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Recipe sections
+# --------------------------------------------------------------------------------------------------------------------
+
+MODEL_TYPES = ("linformer", "roberta")
+
+
+@dataclasses.dataclass
+class ModelSection:
+    """Which model to build: from a model YAML (``config_file``) plus inline ``config`` fields, or a pretrained dir."""
+
+    model_type: str = "linformer"  # linformer | roberta (the baseline, same recipe)
+    config_file: str | None = None  # configs/model/*.yaml: fields of LinformerConfig / RobertaConfig
+    config: dict = dataclasses.field(default_factory=dict)  # inline fields, override config_file
+    pretrained: str | None = None  # continue from a saved model dir instead of a fresh init
+
+    def validate(self):
+        if self.model_type not in MODEL_TYPES:
+            raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
+        if self.config_file is not None and not os.path.isfile(self.config_file):
+            raise ConfigError(f"model.config_file not found: {self.config_file}. Use a file from configs/model/.")
+        if self.pretrained is not None and not os.path.isdir(self.pretrained) and os.path.exists(self.pretrained):
+            raise ConfigError(f"model.pretrained must be a model directory, got the file {self.pretrained}.")
+
+
+@dataclasses.dataclass
+class TokenizerSection:
+    name_or_path: str = "outputs/tokenizer"  # a local dir written by scripts/train_tokenizer.py, or a Hub name
+
+
+@dataclasses.dataclass
+class PretrainDataSection:
+    # Hub datasets, each {path: ..., name: ..., split: ..., text_column: ...}; concatenated (paper: BookCorpus + Wikipedia)
+    datasets: list = dataclasses.field(default_factory=list)
+    train_files: list[str] = dataclasses.field(default_factory=list)  # local text files, one document a line
+    validation_files: list[str] = dataclasses.field(default_factory=list)
+    text_column: str = "text"
+    validation_split_percentage: float = 1.0  # held out of train when no validation files are given
+    validation_examples_streaming: int = 1000  # documents held out from the stream's head when streaming
+    streaming: bool = False
+    shuffle_buffer_size: int = 10000  # streaming only
+    block_size: int = 512  # tokens per packed block; must be <= the model's max_sequence_length (n)
+    mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
+    max_train_blocks: int | None = None
+    max_eval_blocks: int | None = None
+    preprocessing_num_workers: int | None = None
+    cache_dir: str | None = None  # datasets cache dir (tokenised/packed data is cached there)
+
+    def validate(self):
+        if not self.datasets and not self.train_files:
+            raise ConfigError("data: give Hub datasets in data.datasets or local text files in data.train_files.")
+        for f in list(self.train_files) + list(self.validation_files):
+            if not os.path.isfile(f):
+                raise ConfigError(f"Data file not found: {f}. Check data.train_files / data.validation_files.")
+        for entry in self.datasets:
+            if not isinstance(entry, dict) or "path" not in entry:
+                raise ConfigError(f"Each entry of data.datasets needs at least a 'path' key, got {entry!r}.")
+            bad = sorted(set(entry) - {"path", "name", "split", "text_column", "revision"})
+            if bad:
+                raise ConfigError(
+                    f"Unknown key(s) {bad} in a data.datasets entry; allowed: path, name, split, text_column, revision."
+                )
+        if not 0 < self.mlm_probability < 1:
+            raise ConfigError(f"data.mlm_probability must be in (0, 1), got {self.mlm_probability}.")
+        if self.block_size < 8:
+            raise ConfigError(f"data.block_size must be at least 8, got {self.block_size}.")
+
+
+@dataclasses.dataclass
+class PretrainTrainingSection:
+    output_dir: str = "outputs/pretrain"
+    seed: int = 42
+    per_device_train_batch_size: int = 16
+    per_device_eval_batch_size: int = 16
+    gradient_accumulation_steps: int = 1
+    max_steps: int = 125000  # optimizer updates
+    learning_rate: float = 5e-4
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-6
+    weight_decay: float = 0.01
+    lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
+    warmup_steps: int = 10000
+    max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
+    mixed_precision: str | None = None  # null: take it from the Accelerate config (no | fp16 | bf16)
+    checkpointing_steps: int | None = None  # accelerator.save_state every N updates
+    checkpoints_total_limit: int | None = None
+    resume_from_checkpoint: str | None = None  # a checkpoint dir, or "latest"
+    eval_steps: int | None = None  # evaluate every N updates (and always at the end)
+    logging_steps: int = 10
+    report_to: list[str] = dataclasses.field(default_factory=list)  # e.g. [tensorboard]
+    stop_after_steps: int | None = None  # stop early (as if interrupted) after N updates, for tests / time slices
+    save_final_model: bool = True
+
+    def validate(self):
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                     "max_steps", "logging_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
+            raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
+
+
+@dataclasses.dataclass
+class PretrainRecipe:
+    model: ModelSection
+    tokenizer: TokenizerSection
+    data: PretrainDataSection
+    training: PretrainTrainingSection
+
+    def validate(self):
+        self.model.validate()
+        self.data.validate()
+        self.training.validate()
+
+
+@dataclasses.dataclass
+class FinetuneDataSection:
+    task: str = "sst2"  # sst2 | qnli | qqp | imdb
+    # Hub source (used when no local files are given): {path: glue, name: sst2}; null = the task's default
+    dataset: dict | None = None
+    train_file: str | None = None  # local csv / tsv / json(l) with the task's columns
+    validation_file: str | None = None
+    test_file: str | None = None
+    validation_split_percentage: float = 10.0  # held out of train when there is no validation file
+    max_seq_length: int | None = None  # null: the model's n (longest input it takes)
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    preprocessing_num_workers: int | None = None
+
+    def validate(self):
+        from .finetuning import TASKS
+
+        if self.task not in TASKS:
+            raise ConfigError(f"data.task must be one of {sorted(TASKS)}, got {self.task!r}.")
+        for name in ("train_file", "validation_file", "test_file"):
+            f = getattr(self, name)
+            if f is not None and not os.path.isfile(f):
+                raise ConfigError(f"data.{name} not found: {f}.")
+        if self.train_file is None and self.dataset is None and TASKS[self.task].hub is None:
+            raise ConfigError(f"data: task {self.task} needs data.train_file or data.dataset.")
+
+
+@dataclasses.dataclass
+class FinetuneTrainingSection:
+    output_dir: str = "outputs/finetune"
+    seed: int = 42
+    per_device_train_batch_size: int = 32
+    per_device_eval_batch_size: int = 64
+    gradient_accumulation_steps: int = 1
+    num_train_epochs: float = 3.0
+    max_steps: int | None = None  # overrides num_train_epochs
+    learning_rate: float = 2e-5
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-6
+    weight_decay: float = 0.1
+    lr_scheduler_type: str = "linear"
+    warmup_ratio: float = 0.06
+    max_grad_norm: float | None = None
+    mixed_precision: str | None = None
+    eval_steps: int | None = None  # null: evaluate at the end of every epoch
+    logging_steps: int = 10
+    report_to: list[str] = dataclasses.field(default_factory=list)
+    save_best: bool = True
+
+    def validate(self):
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+
+
+@dataclasses.dataclass
+class FinetuneModelSection:
+    pretrained: str = "outputs/pretrain/final"  # a saved Linformer (or RoBERTa) dir
+    tokenizer: str | None = None  # null: the tokenizer saved in the model dir
+    config: dict = dataclasses.field(default_factory=dict)  # config fields to change, e.g. {hidden_dropout_prob: 0.1}
+
+    def validate(self):
+        if not os.path.isdir(self.pretrained):
+            raise ConfigError(
+                f"model.pretrained is not a directory: {self.pretrained}. Pretrain first "
+                f"(scripts/pretrain.py writes <output_dir>/final) or point it at a saved model dir."
+            )
+        if not os.path.isfile(os.path.join(self.pretrained, "config.json")):
+            raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; it is not a saved model dir.")
+
+
+@dataclasses.dataclass
+class FinetuneRecipe:
+    model: FinetuneModelSection
+    data: FinetuneDataSection
+    training: FinetuneTrainingSection
+
+    def validate(self):
+        self.model.validate()
+        self.data.validate()
+        self.training.validate()

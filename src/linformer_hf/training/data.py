@@ -1,0 +1,179 @@
+"""Pretraining data: load a corpus (Hub names or local text files), tokenise once (cached by ``datasets``), pack into
+blocks of ``block_size`` tokens (RoBERTa's full-sentences packing: documents are concatenated across boundaries,
+each keeping its ``<s> ... </s>``), shard per process, and mask dynamically with transformers' collator.
+
+Masking is made reproducible per example: each block is masked with a generator seeded by (seed, epoch, block index),
+so a resumed run and an uninterrupted one mask identically, and one process or several mask the same block the same
+way (fairseq seeds its masking the same way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from itertools import chain
+from typing import Any
+
+import torch
+from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, interleave_datasets, load_dataset
+from datasets.distributed import split_dataset_by_node
+
+from .config import ConfigError, PretrainDataSection
+
+INDEX_COLUMN = "block_index"
+
+
+def _select_text(ds, text_column: str, source: str):
+    columns = ds.column_names
+    if columns is not None and text_column not in columns:
+        raise ConfigError(f"Column {text_column!r} not found in {source}; it has columns {columns}. "
+                          f"Set data.text_column (or text_column in the data.datasets entry).")
+    if columns is not None:
+        ds = ds.remove_columns([c for c in columns if c != text_column])
+    if text_column != "text":
+        ds = ds.rename_column(text_column, "text")
+    return ds
+
+
+def load_raw_corpus(cfg: PretrainDataSection, seed: int):
+    """Return {"train": ds, "validation": ds} of a single "text" column (Dataset, or IterableDataset if streaming)."""
+    if cfg.train_files:
+        files = {"train": list(cfg.train_files)}
+        if cfg.validation_files:
+            files["validation"] = list(cfg.validation_files)
+        raw = load_dataset("text", data_files=files, streaming=cfg.streaming, cache_dir=cfg.cache_dir)
+        train = raw["train"]
+        validation = raw["validation"] if "validation" in raw else None
+    else:
+        parts = []
+        for entry in cfg.datasets:
+            ds = load_dataset(entry["path"], entry.get("name"), split=entry.get("split", "train"),
+                              revision=entry.get("revision"), streaming=cfg.streaming, cache_dir=cfg.cache_dir)
+            parts.append(_select_text(ds, entry.get("text_column", cfg.text_column), entry["path"]))
+        if cfg.streaming:
+            train = parts[0] if len(parts) == 1 else interleave_datasets(parts, seed=seed,
+                                                                         stopping_strategy="all_exhausted")
+        else:
+            train = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
+        validation = None
+    if validation is None:
+        if cfg.streaming:
+            validation = train.take(cfg.validation_examples_streaming)
+            train = train.skip(cfg.validation_examples_streaming)
+        else:
+            split = train.train_test_split(test_size=cfg.validation_split_percentage / 100.0, seed=seed)
+            train, validation = split["train"], split["test"]
+    return {"train": train, "validation": validation}
+
+
+def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = None):
+    """Tokenise documents (with special tokens) and pack them into blocks of exactly ``block_size`` tokens."""
+
+    def tokenize(batch):
+        texts = [t for t in batch["text"] if t and not t.isspace()]
+        return {"input_ids": tokenizer(texts, add_special_tokens=True)["input_ids"]}
+
+    def pack(batch):
+        ids = list(chain.from_iterable(batch["input_ids"]))
+        total = (len(ids) // block_size) * block_size
+        return {"input_ids": [ids[i:i + block_size] for i in range(0, total, block_size)]}
+
+    streaming = isinstance(ds, IterableDataset)
+    kwargs: dict[str, Any] = {} if streaming else {"num_proc": num_proc, "desc": "Tokenising"}
+    ds = ds.map(tokenize, batched=True, remove_columns=["text"], **kwargs)
+    if not streaming:
+        kwargs["desc"] = f"Packing into blocks of {block_size}"
+    ds = ds.map(pack, batched=True, batch_size=1000, **kwargs)
+    if not streaming:
+        ds = ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True,
+                    desc="Indexing blocks")
+    return ds
+
+
+def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, accelerator=None):
+    """Load, tokenise and pack the corpus. Map-style data is cached by ``datasets``; the main process builds it first."""
+    from contextlib import nullcontext
+
+    ctx = accelerator.main_process_first() if accelerator is not None else nullcontext()
+    with ctx:
+        raw = load_raw_corpus(cfg, seed)
+        out = {}
+        for split, ds in raw.items():
+            out[split] = tokenize_and_pack(ds, tokenizer, cfg.block_size, cfg.preprocessing_num_workers)
+    if not cfg.streaming:
+        if len(out["train"]) == 0:
+            raise ConfigError(f"The training corpus gives no block of {cfg.block_size} tokens; "
+                              f"use more text or a smaller data.block_size.")
+        if len(out["validation"]) == 0:
+            raise ConfigError(f"The validation split gives no block of {cfg.block_size} tokens; "
+                              f"raise data.validation_split_percentage or give data.validation_files.")
+        if cfg.max_train_blocks is not None:
+            out["train"] = out["train"].select(range(min(cfg.max_train_blocks, len(out["train"]))))
+        if cfg.max_eval_blocks is not None:
+            out["validation"] = out["validation"].select(range(min(cfg.max_eval_blocks, len(out["validation"]))))
+    return out
+
+
+def shard_stream(ds: IterableDataset, rank: int, world_size: int, seed: int, buffer_size: int):
+    """Each process reads its own shard of a streamed corpus (shuffled with a buffer)."""
+    ds = ds.shuffle(seed=seed, buffer_size=buffer_size)
+    return split_dataset_by_node(ds, rank=rank, world_size=world_size)
+
+
+def _example_seed(*parts: int) -> int:
+    digest = hashlib.sha256(",".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+class SeededMaskingCollator:
+    """Wraps ``DataCollatorForLanguageModeling`` so that each block is masked by its own seeded generator.
+
+    The masking itself (15%, 80/10/10, special tokens never masked) is transformers' collator; this wrapper only chooses
+    the generator per example: seeded by (seed, epoch, block index) when blocks carry an index, else by
+    (seed, epoch, process, batch counter) for streamed data.
+    """
+
+    def __init__(self, mlm_collator, seed: int, process_index: int = 0):
+        self.collator = mlm_collator
+        self.seed = seed
+        self.process_index = process_index
+        self.epoch = 0
+        self.batches_seen = 0
+
+    def set_epoch(self, epoch: int):
+        self.epoch = epoch
+
+    def __call__(self, examples):
+        outs = []
+        for position, example in enumerate(examples):
+            example = dict(example)
+            index = example.pop(INDEX_COLUMN, None)
+            if index is None:
+                key = (self.seed, self.epoch, self.process_index, self.batches_seen, position)
+            else:
+                key = (self.seed, self.epoch, int(index))
+            self.collator.generator = torch.Generator().manual_seed(_example_seed(*key))
+            outs.append(self.collator([example]))
+        self.batches_seen += 1
+        return {k: torch.cat([o[k] for o in outs], dim=0) for k in outs[0]}
+
+
+def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_index: int = 0):
+    from transformers import DataCollatorForLanguageModeling
+
+    if tokenizer.mask_token is None:
+        raise ConfigError("The tokenizer has no mask token; masked LM pretraining needs one (e.g. <mask>).")
+    base = DataCollatorForLanguageModeling(
+        tokenizer=tokenizer,
+        mlm=True,
+        mlm_probability=cfg.mlm_probability,
+        mask_replace_prob=cfg.mask_replace_prob,
+        random_replace_prob=cfg.random_replace_prob,
+        return_tensors="pt",
+    )
+    return SeededMaskingCollator(base, seed=seed, process_index=process_index)
+
+
+__all__ = [
+    "Dataset", "DatasetDict", "INDEX_COLUMN", "SeededMaskingCollator", "build_mlm_collator", "load_raw_corpus",
+    "prepare_pretraining_data", "shard_stream", "tokenize_and_pack",
+]

@@ -1,0 +1,77 @@
+"""The one place the training code builds models: Linformer, or RoBERTa as the same-recipe baseline."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, ModelSection
+
+
+def _classes(model_type: str):
+    if model_type == "roberta":
+        from transformers import RobertaConfig, RobertaForMaskedLM
+
+        return RobertaConfig, RobertaForMaskedLM
+    if model_type == "linformer":
+        try:
+            from linformer_hf import LinformerConfig, LinformerForMaskedLM
+        except ImportError as err:  # pragma: no cover - only before the core package exists
+            raise ConfigError(f"model_type linformer needs the linformer_hf core package: {err}") from err
+        return LinformerConfig, LinformerForMaskedLM
+    raise ConfigError(f"model.model_type must be linformer or roberta, got {model_type!r}.")
+
+
+def max_input_length(config) -> int:
+    """Longest input the model takes: Linformer's n, or RoBERTa's positions minus the padding offset."""
+    n = getattr(config, "max_sequence_length", None)
+    if n is not None:
+        return int(n)
+    return int(config.max_position_embeddings) - 2
+
+
+def build_model_config(section: ModelSection, tokenizer) -> Any:
+    fields: dict[str, Any] = {}
+    model_type = section.model_type
+    if section.config_file:
+        with open(section.config_file, encoding="utf-8") as fh:
+            fields.update(yaml.safe_load(fh) or {})
+        file_type = fields.pop("model_type", model_type)
+        if file_type != model_type:
+            raise ConfigError(
+                f"model.config_file {section.config_file} is for model_type {file_type!r} but "
+                f"model.model_type is {model_type!r}; make them agree."
+            )
+    fields.update(section.config or {})
+    fields.pop("model_type", None)
+    config_cls, _ = _classes(model_type)
+    allowed = set(config_cls().to_dict())
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"Unknown {config_cls.__name__} field(s) {unknown} in model.config / model.config_file. "
+            f"Allowed fields: {', '.join(sorted(allowed))}."
+        )
+    # Token ids come from the tokenizer so the embeddings match it.
+    fields.update(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    if model_type == "roberta" and "max_sequence_length" in fields:
+        fields.pop("max_sequence_length")
+    return config_cls(**fields)
+
+
+def build_mlm_model(section: ModelSection, tokenizer):
+    """A fresh masked-LM model from the recipe, or the saved one in ``section.pretrained``."""
+    config_cls, model_cls = _classes(section.model_type)
+    if section.pretrained:
+        if not os.path.isfile(os.path.join(section.pretrained, "config.json")):
+            raise ConfigError(f"model.pretrained={section.pretrained} has no config.json; not a saved model dir.")
+        return model_cls.from_pretrained(section.pretrained)
+    config = build_model_config(section, tokenizer)
+    return model_cls(config)

@@ -1,0 +1,59 @@
+"""Train a RoBERTa-style byte-level BPE tokenizer with ``tokenizers`` and save it for ``AutoTokenizer``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+
+from .config import ConfigError
+
+SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..3, then <mask>
+
+
+def iter_text_files(files: list[str]) -> Iterator[str]:
+    for path in files:
+        if not os.path.isfile(path):
+            raise ConfigError(f"Tokenizer training file not found: {path}.")
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    yield line
+
+
+def train_bpe_tokenizer(texts: Iterable[str], output_dir: str, vocab_size: int = 8192, min_frequency: int = 2,
+                        model_max_length: int = 512):
+    """Train byte-level BPE on ``texts`` and save a ``RobertaTokenizer`` to ``output_dir``; returns the tokenizer."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaTokenizer
+
+    if vocab_size < 300:
+        raise ConfigError(f"vocab_size must be at least 300 (256 bytes + special tokens), got {vocab_size}.")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,
+                            special_tokens=SPECIAL_TOKENS, show_progress=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab_file, merges_file = bpe.save_model(tmp)
+        tokenizer = RobertaTokenizer(vocab=vocab_file, merges=merges_file, model_max_length=model_max_length)
+    os.makedirs(output_dir, exist_ok=True)
+    tokenizer.save_pretrained(output_dir)
+    return tokenizer
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    if os.path.isdir(name_or_path) or os.path.exists(name_or_path):
+        if not os.path.isdir(name_or_path):
+            raise ConfigError(f"tokenizer {name_or_path} is a file; give the directory that holds it.")
+        return AutoTokenizer.from_pretrained(name_or_path)
+    if name_or_path.startswith((".", "/")) or name_or_path.startswith("outputs"):
+        raise ConfigError(
+            f"Tokenizer directory not found: {name_or_path}. Train one first with "
+            f"`python scripts/train_tokenizer.py --files <text files> --output_dir {name_or_path}` "
+            f"or set tokenizer.name_or_path to an existing dir (or a Hub name such as roberta-base when online)."
+        )
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as err:
+        raise ConfigError(f"Could not load tokenizer {name_or_path!r} (not a local dir, and the Hub failed): {err}") from err
