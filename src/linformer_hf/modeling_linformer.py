@@ -1,0 +1,545 @@
+"""PyTorch Linformer: RoBERTa with low-rank self-attention (Wang et al., 2020).
+
+Everything except the self-attention (embeddings, feed-forward and output blocks, pooler, task heads and their
+forwards) is RoBERTa's, imported from `transformers`. Parameter names match RoBERTa's, so a RoBERTa checkpoint
+loads into a Linformer with only the projections E, F missing.
+
+Notation (the paper's): n = `config.max_sequence_length`, k = projected length of a layer, L <= n the length of
+the current batch, d = hidden size, d_h = head size, H = number of heads.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput
+from transformers.models.roberta.modeling_roberta import (
+    RobertaEmbeddings,
+    RobertaForMaskedLM,
+    RobertaForMultipleChoice,
+    RobertaForQuestionAnswering,
+    RobertaForSequenceClassification,
+    RobertaForTokenClassification,
+    RobertaIntermediate,
+    RobertaOutput,
+    RobertaPooler,
+    RobertaPreTrainedModel,
+    RobertaSelfOutput,
+    RobertaClassificationHead,
+    RobertaLMHead,
+)
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_linformer import LinformerConfig
+
+
+class LinformerProjection(nn.Module):
+    """One sequence-axis projection of the paper, E (or F): compresses L <= n rows to at most k rows.
+
+    - `"linear"`: a learned matrix E of shape (k, n); an input of length L uses its first L columns.
+    - `"mean"` / `"max"`: pooling over consecutive bins of s = n / k positions (no parameters).
+    - `"conv"`: a learned kernel of width s applied with stride s, i.e. E with one kernel repeated on its diagonal.
+
+    `num_heads` is H when every head has its own projection (`sharing="none"`), else 1 (broadcast over heads).
+    Padded positions never contribute: their rows are zeroed (or excluded from the max) before compressing, so the
+    compressed rows of real tokens are the same whatever padding follows them.
+    """
+
+    def __init__(self, kind: str, n: int, k: int, num_heads: int, frozen: bool = False):
+        super().__init__()
+        self.kind = kind
+        self.n = n
+        self.k = k
+        self.num_heads = num_heads
+        self.bin_size = n // k  # s, for pooling and conv
+        if kind == "linear":
+            self.weight = nn.Parameter(torch.empty(num_heads, k, n))  # E: (heads, k, n)
+        elif kind == "conv":
+            self.weight = nn.Parameter(torch.empty(num_heads, self.bin_size))  # kernel: (heads, s)
+        else:
+            self.weight = None
+        if self.weight is not None:
+            self.weight.requires_grad_(not frozen)
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind}, n={self.n}, k={self.k}, num_heads={self.num_heads}"
+
+    @property
+    def is_linear_map(self) -> bool:
+        """Whether the projection is a linear map of its input (all kinds but max pooling)."""
+        return self.kind != "max"
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Compress `x` along the sequence axis.
+
+        Args:
+            x: (batch, heads or 1, L, features).
+            mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in x's dtype.
+        Returns:
+            (batch, heads, k', features) with k' = k for "linear" and ceil(L / s) <= k for the pooled kinds.
+        """
+        seq_len = x.shape[-2]
+        x = x * mask[:, None, :, None]  # padded rows contribute nothing, to any kind of projection
+        if self.kind == "linear":
+            # (heads, k, L) @ (batch, heads, L, features) -> (batch, heads, k, features)
+            return torch.matmul(self.weight[:, :, :seq_len], x)
+
+        bins, x_bins, mask_bins = self._split_into_bins(x, mask)  # (b, h, bins, s, f), (b, 1, bins, s, 1)
+        if self.kind == "mean":
+            count = mask_bins.sum(dim=3)  # (batch, 1, bins, 1)
+            return x_bins.sum(dim=3) / count.clamp(min=1)
+        if self.kind == "max":
+            x_bins = x_bins.masked_fill(mask_bins == 0, torch.finfo(x.dtype).min)
+            pooled = x_bins.amax(dim=3)
+            # A bin of padding only has no maximum: zero it (the slot is masked out of the softmax anyway).
+            return pooled.masked_fill(mask_bins.sum(dim=3) == 0, 0.0)
+        # conv: (batch, h, bins, s, f) * (h, 1, s, 1) summed over s
+        return (x_bins * self.weight[:, None, :, None]).sum(dim=3)
+
+    def _split_into_bins(self, x: torch.Tensor, mask: torch.Tensor):
+        s = self.bin_size
+        seq_len = x.shape[-2]
+        bins = math.ceil(seq_len / s)
+        pad = bins * s - seq_len
+        if pad:
+            x = F.pad(x, (0, 0, 0, pad))
+            mask = F.pad(mask, (0, pad))
+        x_bins = x.unflatten(-2, (bins, s))  # (batch, heads, bins, s, features)
+        mask_bins = mask[:, None, :, None].unflatten(-2, (bins, s))  # (batch, 1, bins, s, 1)
+        return bins, x_bins, mask_bins
+
+    def reached_slots(self, mask: torch.Tensor) -> torch.Tensor:
+        """Which compressed rows receive at least one real token.
+
+        A row that no real token reaches (identity E past the end of a short input, a pooling bin of padding only)
+        must be masked out of the softmax rather than left as a zero key that still takes attention weight.
+
+        Args:
+            mask: (batch, L) of 0.0 / 1.0.
+        Returns:
+            bool tensor (batch, heads or 1, k').
+        """
+        seq_len = mask.shape[-1]
+        if self.kind == "linear":
+            nonzero = (self.weight[:, :, :seq_len] != 0).to(mask.dtype)  # (heads, k, L)
+            return torch.einsum("hkl,bl->bhk", nonzero, mask) > 0
+        bins = math.ceil(seq_len / self.bin_size)
+        padded = F.pad(mask, (0, bins * self.bin_size - seq_len))
+        return (padded.view(mask.shape[0], 1, bins, self.bin_size).sum(-1)) > 0
+
+
+def eager_attention(query, key, value, slot_mask, dropout, training, scaling):
+    """softmax(Q K'^T / sqrt(d_h) + mask) V', returning the contextual mapping P (batch, heads, L, k) too."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, L, k)
+    scores = scores + slot_mask
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    output = torch.matmul(F.dropout(probs, p=dropout, training=training), value)  # (batch, heads, L, d_h)
+    return output, probs
+
+
+class LinformerSelfAttention(nn.Module):
+    """Multi-head self-attention over keys and values compressed from n to k rows.
+
+    head_i = softmax(Q W_i^Q (E_i X W_i^K)^T / sqrt(d_h)) (F_i X W_i^V)
+
+    When one projection serves all heads and is linear (sharing other than "none"; all kinds but max pooling),
+    the layer input is compressed first and the key/value maps run on k rows instead of L:
+    E (X W + 1 b^T) = (E X) W + (E 1) b^T, with the padding mask folded into E. This is exact and saves most of
+    the key/value projection cost at long n.
+    """
+
+    is_causal = False  # bidirectional: a causal mask is meaningless after projecting along the sequence
+
+    def __init__(self, config: LinformerConfig, layer_idx: int):
+        super().__init__()
+        if config.hidden_size % config.num_attention_heads != 0:
+            raise ValueError(
+                f"The hidden size ({config.hidden_size}) is not a multiple of the number of attention "
+                f"heads ({config.num_attention_heads})"
+            )
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_attention_heads = config.num_attention_heads
+        self.attention_head_size = config.hidden_size // config.num_attention_heads
+        self.scaling = self.attention_head_size**-0.5
+
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+        k = config.projected_length_of_layer(layer_idx)
+        heads = config.num_attention_heads if config.sharing == "none" else 1
+
+        def make_projection():
+            return LinformerProjection(
+                config.projection, config.max_sequence_length, k, heads, frozen=config.freeze_projections
+            )
+
+        # Which projection modules a layer owns; "layerwise" owns none, the encoder passes its shared one.
+        if config.sharing in ("none", "headwise"):
+            self.key_projection = make_projection()  # E
+            self.value_projection = make_projection()  # F
+        elif config.sharing == "key_value":
+            self.key_value_projection = make_projection()  # E = F
+
+    def projections(self, shared_projection: LinformerProjection | None):
+        """(E, F) for this layer."""
+        if self.config.sharing == "layerwise":
+            return shared_projection, shared_projection
+        if self.config.sharing == "key_value":
+            return self.key_value_projection, self.key_value_projection
+        return self.key_projection, self.value_projection
+
+    def compress_keys_values(self, hidden_states, mask, key_projection, value_projection, use_fast_path=True):
+        """E K and F V as (batch, heads, k', d_h) each.
+
+        The fast path compresses X once (or twice when E != F) and applies W^K, W^V to k' rows; the plain path
+        applies W^K, W^V to all L rows, then compresses per head. Both give the same result.
+        """
+        batch, seq_len, _ = hidden_states.shape
+        heads, d_h = self.num_attention_heads, self.attention_head_size
+        fast = use_fast_path and key_projection.num_heads == 1 and key_projection.is_linear_map
+        if fast:
+            x = hidden_states[:, None]  # (batch, 1, L, d)
+            ones = mask.new_ones(batch, 1, seq_len, 1)
+            compressed_x = key_projection(x, mask)[:, 0]  # (batch, k', d): E X
+            row_sums = key_projection(ones, mask)[:, 0]  # (batch, k', 1): E 1, which multiplies the bias
+            key = F.linear(compressed_x, self.key.weight) + row_sums * self.key.bias
+            if value_projection is not key_projection:
+                compressed_x = value_projection(x, mask)[:, 0]
+                row_sums = value_projection(ones, mask)[:, 0]
+            value = F.linear(compressed_x, self.value.weight) + row_sums * self.value.bias
+            # (batch, k', d) -> (batch, heads, k', d_h)
+            return key.unflatten(-1, (heads, d_h)).transpose(1, 2), value.unflatten(-1, (heads, d_h)).transpose(1, 2)
+
+        hidden_shape = (batch, seq_len, heads, d_h)
+        key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)  # (batch, heads, L, d_h)
+        value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
+        return key_projection(key, mask), value_projection(value, mask)  # (batch, heads, k', d_h)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+        shared_projection: LinformerProjection | None = None,
+        output_attentions: bool = False,
+        use_fast_path: bool = True,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """
+        Args:
+            hidden_states: (batch, L, d).
+            attention_mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in hidden_states' dtype.
+        Returns:
+            the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
+        """
+        batch, seq_len, _ = hidden_states.shape
+        key_projection, value_projection = self.projections(shared_projection)
+
+        query = self.query(hidden_states).view(batch, seq_len, -1, self.attention_head_size).transpose(1, 2)
+        key, value = self.compress_keys_values(
+            hidden_states, attention_mask, key_projection, value_projection, use_fast_path
+        )  # (batch, heads, k', d_h) each
+
+        # Additive mask over compressed slots that no real token reaches: (batch, heads or 1, 1, k').
+        reached = key_projection.reached_slots(attention_mask)
+        if value_projection is not key_projection:
+            reached = reached & value_projection.reached_slots(attention_mask)
+        slot_mask = torch.zeros(reached.shape, dtype=query.dtype, device=query.device)
+        slot_mask = slot_mask.masked_fill(~reached, torch.finfo(query.dtype).min)[:, :, None, :]
+
+        dropout = self.dropout.p if self.training else 0.0
+        if output_attentions or self.config._attn_implementation == "eager":
+            attn_output, attn_probs = eager_attention(
+                query, key, value, slot_mask, dropout, self.training, self.scaling
+            )
+        else:
+            attn_output = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=slot_mask, dropout_p=dropout, is_causal=False, scale=self.scaling
+            )
+            attn_probs = None
+        attn_output = attn_output.transpose(1, 2).reshape(batch, seq_len, -1)  # (batch, L, d)
+        return attn_output, (attn_probs if output_attentions else None)
+
+
+class LinformerAttention(nn.Module):
+    """Linformer self-attention followed by RoBERTa's output block (dense, dropout, residual, LayerNorm)."""
+
+    def __init__(self, config: LinformerConfig, layer_idx: int):
+        super().__init__()
+        self.self = LinformerSelfAttention(config, layer_idx)
+        self.output = RobertaSelfOutput(config)
+
+    def forward(self, hidden_states, attention_mask, shared_projection=None, **kwargs):
+        attention_output, attn_probs = self.self(hidden_states, attention_mask, shared_projection, **kwargs)
+        return self.output(attention_output, hidden_states), attn_probs
+
+
+class LinformerLayer(GradientCheckpointingLayer):
+    """A RoBERTa layer whose self-attention is Linformer's."""
+
+    def __init__(self, config: LinformerConfig, layer_idx: int):
+        super().__init__()
+        self.attention = LinformerAttention(config, layer_idx)
+        self.intermediate = RobertaIntermediate(config)
+        self.output = RobertaOutput(config)
+
+    def forward(self, hidden_states, attention_mask, shared_projection=None, **kwargs):
+        attention_output, _ = self.attention(hidden_states, attention_mask, shared_projection, **kwargs)
+        return self.output(self.intermediate(attention_output), attention_output)
+
+
+class LinformerEncoder(nn.Module):
+    def __init__(self, config: LinformerConfig):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList([LinformerLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        if config.sharing == "layerwise":
+            # One E for every layer, keys and values; owned here, passed to each layer at call time.
+            self.shared_projection = LinformerProjection(
+                config.projection,
+                config.max_sequence_length,
+                config.projected_length,
+                1,
+                frozen=config.freeze_projections,
+            )
+        else:
+            self.shared_projection = None
+
+    def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
+        for layer_module in self.layer:
+            hidden_states = layer_module(hidden_states, attention_mask, self.shared_projection, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+# What `trust_remote_code=True` needs to load every head from a saved folder; file names are those copied there.
+AUTO_MAP = {
+    "AutoConfig": "configuration_linformer.LinformerConfig",
+    "AutoModel": "modeling_linformer.LinformerModel",
+    "AutoModelForMaskedLM": "modeling_linformer.LinformerForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_linformer.LinformerForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_linformer.LinformerForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_linformer.LinformerForQuestionAnswering",
+    "AutoModelForMultipleChoice": "modeling_linformer.LinformerForMultipleChoice",
+}
+
+
+class LinformerPreTrainedModel(RobertaPreTrainedModel):
+    config_class = LinformerConfig
+    config: LinformerConfig
+    base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+    _no_split_modules = ["RobertaEmbeddings", "LinformerLayer"]
+    _can_record_outputs = {
+        "hidden_states": LinformerLayer,
+        "attentions": LinformerSelfAttention,
+    }
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers records only the saved class in `auto_map`; a shared model must load as any head.
+        self.config.auto_map = dict(AUTO_MAP)
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, LinformerProjection) and module.weight is not None:
+            if module.kind == "linear":
+                # std 1/sqrt(n) keeps the scale of a compressed row equal to that of one input row for a full-length
+                # input (sum of n terms).
+                init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
+            else:
+                # conv starts as mean pooling of its bin
+                init.constant_(module.weight, 1.0 / module.bin_size)
+
+
+class LinformerModel(LinformerPreTrainedModel):
+    """The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers."""
+
+    def __init__(self, config: LinformerConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = RobertaEmbeddings(config)
+        self.encoder = LinformerEncoder(config)
+        self.pooler = RobertaPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 for real tokens, 0 for padding. Only this 2-D padding mask is accepted: Linformer attends to k
+            compressed rows, so there is no (L x L) mask to give.
+        """
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if encoder_hidden_states is not None or encoder_attention_mask is not None:
+            raise ValueError("Linformer is an encoder only: it has no cross-attention (`encoder_hidden_states`).")
+        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        batch, seq_len = input_shape
+        n = self.config.max_sequence_length
+        if seq_len > n:
+            raise ValueError(
+                f"Input length {seq_len} exceeds the model's max_sequence_length n={n} (the width of its "
+                f"projections E and F). Truncate the input, e.g. tokenizer(..., truncation=True, max_length={n}), "
+                "or use a model built with a larger `max_sequence_length`."
+            )
+
+        embedding_output = self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        if attention_mask is None:
+            if input_ids is not None:
+                self.warn_if_padding_and_no_attention_mask(input_ids, None)
+            attention_mask = torch.ones(input_shape, device=embedding_output.device)
+        elif attention_mask.shape != input_shape:
+            raise ValueError(
+                f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
+                f"got shape {tuple(attention_mask.shape)}. Linformer takes the 2-D mask of 1 (token) / 0 (padding) "
+                "that tokenizers return."
+            )
+        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L)
+
+        encoder_outputs = self.encoder(embedding_output, mask, **kwargs)
+        sequence_output = encoder_outputs.last_hidden_state
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+
+
+# Task heads: RoBERTa's modules and forwards, built around a LinformerModel. Their losses do not take
+# `num_items_in_batch`, so Trainer must scale them for gradient accumulation itself (`accepts_loss_kwargs = False`).
+
+
+class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaForMaskedLM):
+    _tied_weights_keys = {
+        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+        "lm_head.decoder.bias": "lm_head.bias",
+    }
+
+    def __init__(self, config: LinformerConfig):
+        LinformerPreTrainedModel.__init__(self, config)
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Token ids to predict at masked positions, -100 elsewhere. The loss is the mean over labelled tokens, or
+            their sum divided by `num_items_in_batch` when given (as `Trainer` does under gradient accumulation).
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (batch, L, vocab)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class LinformerForSequenceClassification(LinformerPreTrainedModel, RobertaForSequenceClassification):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        LinformerPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        self.classifier = RobertaClassificationHead(config)
+        self.post_init()
+
+
+class LinformerForMultipleChoice(LinformerPreTrainedModel, RobertaForMultipleChoice):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        LinformerPreTrainedModel.__init__(self, config)
+        self.roberta = LinformerModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+
+class LinformerForTokenClassification(LinformerPreTrainedModel, RobertaForTokenClassification):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        LinformerPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        classifier_dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+class LinformerForQuestionAnswering(LinformerPreTrainedModel, RobertaForQuestionAnswering):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        LinformerPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+__all__ = [
+    "AUTO_MAP",
+    "LinformerProjection",
+    "LinformerSelfAttention",
+    "LinformerPreTrainedModel",
+    "LinformerModel",
+    "LinformerForMaskedLM",
+    "LinformerForSequenceClassification",
+    "LinformerForMultipleChoice",
+    "LinformerForTokenClassification",
+    "LinformerForQuestionAnswering",
+]

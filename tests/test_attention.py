@@ -1,0 +1,205 @@
+"""Properties of Linformer's attention: exact padding, reduction to RoBERTa, eager == SDPA, fast == plain path."""
+
+import itertools
+
+import pytest
+import torch
+from conftest import random_batch, randomize_projections, tiny_config
+from transformers import RobertaConfig, RobertaModel
+
+from linformer_hf import PROJECTION_KINDS, SHARING_MODES, LinformerModel
+
+ALL_VARIANTS = list(itertools.product(SHARING_MODES, PROJECTION_KINDS))
+
+
+def build(sharing="headwise", projection="linear", seed=0, **overrides):
+    model = LinformerModel(tiny_config(sharing=sharing, projection=projection, **overrides)).eval()
+    randomize_projections(model, seed)
+    return model
+
+
+def identity_projections(model):
+    """E = F = I (k = n): a Linformer that must compute exactly what RoBERTa computes."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "projection" in name:
+                if param.dim() == 3:  # linear E: (heads, k, n) with k = n
+                    param.copy_(torch.eye(param.shape[-1]).expand_as(param))
+                else:  # conv kernel of width n / k = 1
+                    param.fill_(1.0)
+
+
+@pytest.mark.parametrize("sharing,projection", ALL_VARIANTS)
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_outputs_at_real_positions_do_not_depend_on_right_padding(sharing, projection, attn_implementation):
+    model = build(sharing, projection, attn_implementation=attn_implementation)
+    n = model.config.max_sequence_length
+    lengths = [9, 4]
+    reference = []
+    for i, length in enumerate(lengths):
+        ids = random_batch(1, length, seed=i)
+        out = model(ids, attention_mask=torch.ones_like(ids), output_hidden_states=True)
+        reference.append(out.hidden_states)
+
+    # The same sequences right-padded to n in one batch; the padded slots hold random real-looking tokens, so only
+    # the attention mask can keep them out.
+    ids = random_batch(len(lengths), n, seed=99)
+    mask = torch.zeros_like(ids)
+    for i, length in enumerate(lengths):
+        ids[i, :length] = random_batch(1, length, seed=i)[0]
+        mask[i, :length] = 1
+    padded = model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+
+    assert len(padded) == model.config.num_hidden_layers + 1
+    for layer, states in enumerate(padded):
+        for i, length in enumerate(lengths):
+            torch.testing.assert_close(
+                states[i, :length], reference[i][layer][0], rtol=1e-5, atol=1e-5, msg=f"layer {layer}, row {i}"
+            )
+
+
+def test_padding_invariance_is_not_vacuous():
+    """Without the attention mask the padded tokens do leak into real positions (so the test above can fail)."""
+    model = build()
+    ids = random_batch(1, 16)
+    short = model(ids[:, :9]).last_hidden_state
+    unmasked = model(ids).last_hidden_state[:, :9]
+    assert not torch.allclose(short, unmasked, atol=1e-3)
+
+
+@pytest.mark.parametrize("sharing,projection", ALL_VARIANTS)
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_identity_projections_reduce_to_roberta(sharing, projection, attn_implementation):
+    config = tiny_config(
+        sharing=sharing, projection=projection, projected_length=16, attn_implementation=attn_implementation
+    )
+    linformer = LinformerModel(config).eval()
+    identity_projections(linformer)
+
+    roberta_fields = {k: v for k, v in config.to_dict().items() if k in RobertaConfig.__dataclass_fields__}
+    roberta = RobertaModel(RobertaConfig(**roberta_fields, attn_implementation=attn_implementation)).eval()
+    missing, unexpected = roberta.load_state_dict(linformer.state_dict(), strict=False)
+    assert missing == []
+    assert all("projection" in key for key in unexpected)  # pooling has no parameters at all
+
+    # Rows of full length, shorter, and much shorter than n, right-padded.
+    ids = random_batch(3, 16, seed=1)
+    mask = torch.ones_like(ids)
+    for row, length in [(1, 11), (2, 5)]:
+        ids[row, length:] = config.pad_token_id
+        mask[row, length:] = 0
+    expected = roberta(ids, attention_mask=mask)
+    actual = linformer(ids, attention_mask=mask)
+    torch.testing.assert_close(actual.last_hidden_state, expected.last_hidden_state, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(actual.pooler_output, expected.pooler_output, rtol=1e-5, atol=1e-5)
+
+    # A short unpadded input (L < n) leaves identity rows past its end empty: they must be masked too.
+    expected = roberta(ids[2:, :5]).last_hidden_state
+    torch.testing.assert_close(linformer(ids[2:, :5]).last_hidden_state, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sharing,projection", ALL_VARIANTS)
+def test_eager_and_sdpa_agree(sharing, projection):
+    eager = build(sharing, projection, attn_implementation="eager")
+    sdpa = build(sharing, projection, attn_implementation="sdpa")
+    sdpa.load_state_dict(eager.state_dict())
+    assert eager.config._attn_implementation == "eager" and sdpa.config._attn_implementation == "sdpa"
+    ids = random_batch(2, 13)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    torch.testing.assert_close(
+        sdpa(ids, attention_mask=mask).last_hidden_state,
+        eager(ids, attention_mask=mask).last_hidden_state,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_sdpa_is_the_default():
+    assert LinformerModel(tiny_config()).config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("projection", PROJECTION_KINDS)
+def test_output_attentions_is_the_contextual_mapping(projection):
+    model = build("none", projection, projected_length=[8, 4, 2])
+    ids = random_batch(2, 16)
+    mask = torch.ones_like(ids)
+    mask[1, 3:] = 0
+    attentions = model(ids, attention_mask=mask, output_attentions=True).attentions
+    assert len(attentions) == 3
+    for layer, k in enumerate([8, 4, 2]):
+        probs = attentions[layer]
+        assert probs.shape == (2, 4, 16, k)  # (batch, heads, seq, k)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 16))
+    if projection != "linear":
+        # Row 1 has 3 real tokens: with 8 bins of 2 positions only the first 2 bins are reached.
+        assert torch.all(attentions[0][1, :, :, 2:] == 0)
+        assert torch.all(attentions[0][1, :, :, :2] > 0)
+
+
+@pytest.mark.parametrize("sharing", ["headwise", "key_value", "layerwise"])
+@pytest.mark.parametrize("projection", ["linear", "mean", "conv"])
+def test_fast_path_matches_plain_path_with_gradients(sharing, projection):
+    model = build(sharing, projection)
+    attention = model.encoder.layer[1].attention.self
+    with torch.no_grad():  # non-zero biases, so the (E 1) b term is exercised
+        attention.key.bias.normal_()
+        attention.value.bias.normal_()
+    hidden = torch.randn(3, 14, 32)
+    mask = torch.ones(3, 14)
+    mask[1, 9:] = 0
+    mask[2, 2:] = 0
+    shared = model.encoder.shared_projection
+
+    results = {}
+    for fast in (True, False):
+        model.zero_grad()
+        x = hidden.clone().requires_grad_()
+        output, _ = attention(x, mask, shared, use_fast_path=fast)
+        # only real positions: padded queries are free to differ in nothing, but we test what users consume
+        loss = (output * mask[..., None]).square().sum()
+        loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results[fast] = (output, x.grad, grads)
+
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(results[True][1], results[False][1], rtol=1e-5, atol=1e-5)
+    assert results[True][2].keys() == results[False][2].keys()
+    for name in results[True][2]:
+        torch.testing.assert_close(results[True][2][name], results[False][2][name], rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_short_inputs_use_only_the_first_columns_of_e():
+    model = build("headwise", "linear")
+    ids = random_batch(1, 6)
+    before = model(ids).last_hidden_state
+    with torch.no_grad():
+        for layer in model.encoder.layer:
+            layer.attention.self.key_projection.weight[:, :, 6:] += 1.0
+    torch.testing.assert_close(model(ids).last_hidden_state, before)
+    with torch.no_grad():
+        # one entry, not a whole column: a column shift moves every compressed key alike, which softmax ignores
+        model.encoder.layer[0].attention.self.key_projection.weight[:, 0, 5] += 1.0
+    assert not torch.allclose(model(ids).last_hidden_state, before)
+
+
+def test_input_longer_than_n_is_an_error_naming_n():
+    model = build()
+    with pytest.raises(ValueError, match=r"max_sequence_length n=16.*truncation=True"):
+        model(random_batch(1, 17))
+
+
+@pytest.mark.parametrize("bad_mask_shape", [(2, 10), (2, 1, 12, 12), (2, 1, 1, 12)])
+def test_mask_of_the_wrong_shape_is_an_error_not_dropped(bad_mask_shape):
+    model = build()
+    with pytest.raises(ValueError, match="attention_mask must be a \\(batch, sequence_length\\) padding mask"):
+        model(random_batch(2, 12), attention_mask=torch.ones(bad_mask_shape))
+
+
+def test_fully_padded_row_stays_finite():
+    model = build()
+    ids = random_batch(2, 8)
+    mask = torch.ones_like(ids)
+    mask[1] = 0
+    out = model(ids, attention_mask=mask).last_hidden_state
+    assert torch.isfinite(out).all()
