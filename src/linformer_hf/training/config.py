@@ -132,7 +132,10 @@ def parse_overrides(argv: list[str]) -> dict[str, Any]:
                 raise ConfigError(f"Override {arg} needs a value.")
             key, raw = arg[2:], argv[i + 1]
             i += 2
-        overrides[key] = yaml.safe_load(raw) if raw != "" else ""
+        try:
+            overrides[key] = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as err:
+            raise ConfigError(f"Override --{key}: cannot parse the value {raw!r} as YAML ({err}).") from None
     return overrides
 
 

@@ -168,7 +168,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=tcfg.seed),
     )
     set_seed(tcfg.seed)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
 
     data = prepare_pretraining_data(dcfg, tokenizer, tcfg.seed, accelerator)
     collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed, accelerator.process_index)
