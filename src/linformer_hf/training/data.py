@@ -70,7 +70,7 @@ def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = Non
 
     def tokenize(batch):
         texts = [t for t in batch["text"] if t and not t.isspace()]
-        return {"input_ids": tokenizer(texts, add_special_tokens=True)["input_ids"]}
+        return {"input_ids": tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]}
 
     def pack(batch):
         ids = list(chain.from_iterable(batch["input_ids"]))

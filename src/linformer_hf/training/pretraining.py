@@ -245,6 +245,11 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             _prune_checkpoints(tcfg.output_dir, tcfg.checkpoints_total_limit)
         accelerator.wait_for_everyone()
 
+    if tcfg.eval_steps and completed_steps == 0:  # the starting point of the validation curve
+        metrics = evaluate_mlm(model, eval_dl, accelerator)
+        summary["evals"][0] = metrics
+        accelerator.print(f"step 0: eval_loss {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
+
     while completed_steps < stop_at:
         collator.set_epoch(epoch)
         if streaming:

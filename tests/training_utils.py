@@ -1,0 +1,69 @@
+"""Shared helpers for the training tests: tiny recipes on the real data in ../shared/data."""
+
+import os
+import socket
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "..", "shared", "data")
+WIKITEXT = os.path.join(DATA, "wikitext-2", "valid.txt")
+SST2_TRAIN = os.path.join(DATA, "sst2", "train.tsv")
+SST2_DEV = os.path.join(DATA, "sst2", "dev.tsv")
+IMDB = os.path.join(DATA, "imdb", "train.csv")
+TINY_MODEL = os.path.join(REPO, "configs", "model", "tiny_test.yaml")
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+for key, value in OFFLINE_ENV.items():
+    os.environ.setdefault(key, value)
+
+
+def script_env(**extra):
+    env = dict(os.environ)
+    env.update(OFFLINE_ENV)
+    src = os.path.join(REPO, "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def run_script(args, timeout=300, **env):
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=script_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tiny_pretrain_overrides(tokenizer_dir, output_dir, **training):
+    """Overrides (as a flat dict) for a tiny pretraining run on WikiText-2 validation text."""
+    out = {
+        "model.model_type": "linformer",
+        "model.config_file": TINY_MODEL,
+        "tokenizer.name_or_path": str(tokenizer_dir),
+        "data.train_files": [WIKITEXT],
+        "data.block_size": 64,
+        "data.validation_split_percentage": 5,
+        "data.max_eval_blocks": 48,
+        "training.output_dir": str(output_dir),
+        "training.per_device_train_batch_size": 8,
+        "training.per_device_eval_batch_size": 16,
+        "training.warmup_steps": 2,
+        "training.logging_steps": 1,
+        "training.learning_rate": 2e-3,
+        "training.max_grad_norm": 1.0,
+    }
+    out.update({f"training.{k}": v for k, v in training.items()})
+    return out
+
+
+def as_argv(overrides):
+    import json
+
+    argv = []
+    for key, value in overrides.items():
+        argv += [f"--{key}", json.dumps(value) if not isinstance(value, str) else value]
+    return argv
