@@ -1,0 +1,125 @@
+"""Fine-tuning on real SST-2 and IMDB files and on a pair-input (QQP layout) file; offline metrics; 2 processes."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from training_utils import IMDB, REPO, SST2_DEV, SST2_TRAIN, WIKITEXT, free_port, run_script, script_env
+
+from linformer_hf.training.config import FinetuneRecipe, load_recipe
+from linformer_hf.training.finetuning import run_finetuning
+from linformer_hf.training.metrics import classification_metrics
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory):
+    """A tiny Linformer (n = 256 for long documents) with a tokenizer trained on real text, saved like pretrain.py does."""
+    import torch
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("pretrained")
+    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=256)
+    torch.manual_seed(0)
+    config = LinformerConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=64, max_sequence_length=256, projected_length=32,
+                             pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    LinformerForMaskedLM(config).save_pretrained(out)
+    return str(out)
+
+
+def read_predictions(path):
+    with open(path, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    return np.array([int(r["prediction"]) for r in rows]), np.array([int(r["label"]) for r in rows])
+
+
+def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrained_dir, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    out = tmp_path / "sst2"
+    res = run_script(["scripts/finetune.py", "--config", "configs/finetune/sst2.yaml", "--no_progress",
+                      "--model.pretrained", pretrained_dir, "--data.train_file", SST2_TRAIN,
+                      "--data.validation_file", SST2_DEV, "--data.test_file", SST2_DEV,
+                      "--data.max_train_samples", "384", "--data.max_seq_length", "64",
+                      "--training.output_dir", str(out), "--training.num_train_epochs", "2",
+                      "--training.learning_rate", "1e-3", "--training.per_device_train_batch_size", "32"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(out / "results.json") as fh:
+        result = json.load(fh)
+    assert [h["step"] for h in result["history"]] == [12, 24]  # one evaluation per epoch
+    best = max(result["history"], key=lambda h: h["accuracy"])
+    assert result["best"]["accuracy"] == best["accuracy"]
+    # The reported metric is the one of the written predictions (all 872 dev rows, in order).
+    preds, labels = read_predictions(out / "predictions_validation.tsv")
+    assert len(preds) == 872
+    with open(SST2_DEV, encoding="utf-8") as fh:
+        dev_labels = [int(line.rstrip("\n").split("\t")[1]) for line in list(fh)[1:]]
+    assert labels.tolist() == dev_labels
+    assert (preds == labels).mean() == pytest.approx(best["accuracy"])
+    # The best checkpoint reloads and predicts the test file as reported.
+    model = AutoModelForSequenceClassification.from_pretrained(out / "best")
+    assert type(model).__name__ == "LinformerForSequenceClassification"
+    test_preds, _ = read_predictions(out / "predictions_test.tsv")
+    assert (test_preds == preds).all()
+    assert result["test"]["accuracy"] == pytest.approx(best["accuracy"])
+
+
+def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
+    recipe = load_recipe(FinetuneRecipe, None, extra={
+        "model.pretrained": pretrained_dir, "data.task": "imdb", "data.train_file": IMDB,
+        "data.max_train_samples": 96, "data.max_eval_samples": 64, "data.validation_split_percentage": 10,
+        "training.output_dir": str(tmp_path / "imdb"), "training.num_train_epochs": 1,
+        "training.per_device_train_batch_size": 16, "training.learning_rate": 1e-3})
+    result = run_finetuning(recipe, show_progress=False)
+    assert result["steps"] == 6 and 0.0 <= result["best"]["accuracy"] <= 1.0
+    preds, labels = read_predictions(tmp_path / "imdb" / "predictions_validation.tsv")
+    assert len(preds) == 64
+    assert (preds == labels).mean() == pytest.approx(result["best"]["accuracy"])
+
+
+def write_pair_file(path, rows):
+    """A QQP-layout file made from SST-2 sentences: label 1 when both sentences have the same sentiment."""
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        lines = [line.rstrip("\n").split("\t") for line in list(fh)[1:2 * rows + 1]]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("question1\tquestion2\tlabel\n")
+        for (s1, l1), (s2, l2) in zip(lines[0::2], lines[1::2]):
+            fh.write(f"{s1}\t{s2}\t{int(l1 == l2)}\n")
+
+
+def test_pairs_qqp_layout_report_accuracy_and_f1_with_two_processes(pretrained_dir, tmp_path):
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    write_pair_file(train, 128)
+    write_pair_file(dev, 150)  # 150 rows: not a multiple of the 2 x 16 eval batch, so padding must be dropped
+    out = tmp_path / "qqp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "scripts/finetune.py", "--config", "configs/finetune/qqp.yaml", "--no_progress",
+           "--model.pretrained", pretrained_dir, "--data.train_file", str(train), "--data.validation_file", str(dev),
+           "--data.max_seq_length", "96", "--training.output_dir", str(out), "--training.num_train_epochs", "1",
+           "--training.per_device_train_batch_size", "8", "--training.per_device_eval_batch_size", "16",
+           "--training.learning_rate", "1e-3"]
+    res = subprocess.run(cmd, cwd=REPO, env=script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1"),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(out / "results.json") as fh:
+        result = json.load(fh)
+    assert result["steps"] == 8  # 128 rows / (2 processes x 8)
+    assert set(result["best"]) >= {"accuracy", "f1"}
+    preds, labels = read_predictions(out / "predictions_validation.tsv")
+    assert len(preds) == 150
+    expected = classification_metrics(preds, labels, with_f1=True)
+    assert result["best"]["accuracy"] == pytest.approx(expected["accuracy"])
+    assert result["best"]["f1"] == pytest.approx(expected["f1"])
+
+
+def test_metrics_match_definitions():
+    m = classification_metrics([1, 0, 1, 1], [1, 0, 0, 1], with_f1=True)
+    assert m["accuracy"] == 0.75
+    assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 0))  # tp 2, fp 1, fn 0
