@@ -67,3 +67,13 @@ def as_argv(overrides):
     for key, value in overrides.items():
         argv += [f"--{key}", json.dumps(value) if not isinstance(value, str) else value]
     return argv
+
+
+def load_script(name):
+    """Import scripts/<name>.py as a module, to call its main(argv) in-process (faster than a subprocess)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"script_{name}", os.path.join(REPO, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

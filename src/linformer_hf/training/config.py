@@ -380,6 +380,6 @@ class FinetuneRecipe:
     training: FinetuneTrainingSection
 
     def validate(self):
-        self.model.validate()
         self.data.validate()
+        self.model.validate()
         self.training.validate()

@@ -1,0 +1,125 @@
+"""Bad input fails clearly, before any training: unknown keys, missing files/columns, block size > n, bad checkpoints."""
+
+import os
+
+import pytest
+
+from training_utils import SST2_DEV, SST2_TRAIN, TINY_MODEL, WIKITEXT, run_script, tiny_pretrain_overrides
+
+from linformer_hf.training.config import (ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe, parse_overrides)
+from linformer_hf.training.pretraining import run_pretraining
+from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tok")
+    lines = []
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        for _, line in zip(range(300), fh):
+            lines.append(line)
+    train_bpe_tokenizer(lines, str(out), vocab_size=400, model_max_length=64)
+    return str(out)
+
+
+def pretrain_recipe(tokenizer_dir, out, **extra):
+    overrides = tiny_pretrain_overrides(tokenizer_dir, out, max_steps=2)
+    overrides.update(extra)
+    return load_recipe(PretrainRecipe, None, extra=overrides)
+
+
+def test_unknown_key_is_named_and_allowed_keys_listed(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("training:\n  learning_rat: 1.0e-4\n")
+    with pytest.raises(ConfigError) as err:
+        load_recipe(PretrainRecipe, str(cfg), extra={"data.train_files": [WIKITEXT]})
+    msg = str(err.value)
+    assert "training.learning_rat" in msg and "learning_rate" in msg and "warmup_steps" in msg
+    with pytest.raises(ConfigError, match="Unknown section.*'optimiser'.*Allowed sections: data, model"):
+        load_recipe(PretrainRecipe, None, extra={"optimiser.lr": 1, "data.train_files": [WIKITEXT]})
+
+
+def test_overrides_are_typed():
+    extra = parse_overrides(["--training.learning_rate", "5e-4", "--training.max_steps=10", "--data.train_files",
+                             f"[{WIKITEXT}]", "--training.max_grad_norm", "null", "--training.report_to", "tensorboard"])
+    recipe = load_recipe(PretrainRecipe, None, extra=extra)
+    assert recipe.training.learning_rate == 5e-4 and isinstance(recipe.training.learning_rate, float)
+    assert recipe.training.max_steps == 10 and recipe.training.max_grad_norm is None
+    assert recipe.training.report_to == ["tensorboard"]
+    # The defaults are the paper's (fairseq RoBERTa) recipe.
+    t = recipe.training
+    assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay, t.learning_rate) == (0.9, 0.98, 1e-6, 0.01, 5e-4)
+    with pytest.raises(ConfigError, match="training.max_steps: expected an integer"):
+        load_recipe(PretrainRecipe, None, extra={"training.max_steps": "many", "data.train_files": [WIKITEXT]})
+
+
+def test_unknown_model_config_field(tokenizer_dir, tmp_path):
+    recipe = pretrain_recipe(tokenizer_dir, tmp_path / "o", **{"model.config.projected_lenght": 8})
+    with pytest.raises(ConfigError, match=r"projected_lenght.*Allowed fields:.*projected_length"):
+        run_pretraining(recipe, show_progress=False)
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(ConfigError, match="Data file not found: .*nope.txt"):
+        load_recipe(PretrainRecipe, None, extra={"data.train_files": [str(tmp_path / "nope.txt")]})
+    with pytest.raises(ConfigError, match="Config file not found"):
+        load_recipe(PretrainRecipe, str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="data.train_file not found"):
+        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path), "data.train_file": "x.tsv"})
+
+
+def test_block_size_larger_than_n_fails_before_training(tokenizer_dir, tmp_path):
+    recipe = pretrain_recipe(tokenizer_dir, tmp_path / "o", **{"data.block_size": 128})  # tiny model: n = 64
+    with pytest.raises(ConfigError, match=r"block_size=128 is larger than the model's longest input n=64"):
+        run_pretraining(recipe, show_progress=False)
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_bad_checkpoint_dirs(tokenizer_dir, tmp_path):
+    not_ckpt = tmp_path / "not_a_checkpoint"
+    not_ckpt.mkdir()
+    recipe = pretrain_recipe(tokenizer_dir, tmp_path / "o", **{"training.resume_from_checkpoint": str(not_ckpt)})
+    with pytest.raises(ConfigError, match="is not a checkpoint of this script"):
+        run_pretraining(recipe, show_progress=False)
+    recipe = pretrain_recipe(tokenizer_dir, tmp_path / "o", **{"training.resume_from_checkpoint": "latest"})
+    with pytest.raises(ConfigError, match="no checkpoint under"):
+        run_pretraining(recipe, show_progress=False)
+    recipe = pretrain_recipe(tokenizer_dir, tmp_path / "o", **{"training.resume_from_checkpoint": str(tmp_path / "x")})
+    with pytest.raises(ConfigError, match="Checkpoint dir not found"):
+        run_pretraining(recipe, show_progress=False)
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_missing_tokenizer_dir_says_how_to_make_one(tmp_path):
+    recipe = load_recipe(PretrainRecipe, None, extra={"data.train_files": [WIKITEXT],
+                                                      "tokenizer.name_or_path": str(tmp_path / "tok")})
+    with pytest.raises(ConfigError, match="train_tokenizer.py"):
+        run_pretraining(recipe, show_progress=False)
+
+
+def test_finetune_missing_column_and_not_a_model_dir(tmp_path):
+    from linformer_hf import LinformerConfig
+
+    with pytest.raises(ConfigError, match="has no config.json"):
+        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path), "data.train_file": SST2_TRAIN})
+    LinformerConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=32, max_sequence_length=32, projected_length=8).save_pretrained(tmp_path)
+    recipe = load_recipe(FinetuneRecipe, None, extra={
+        "model.pretrained": str(tmp_path), "data.task": "qnli", "data.train_file": SST2_TRAIN,
+        "data.validation_file": SST2_DEV, "training.output_dir": str(tmp_path / "o")})
+    from linformer_hf.training.finetuning import run_finetuning
+
+    with pytest.raises(ConfigError, match=r"lacks column\(s\) \['question'\].*has \['sentence', 'label'\]"):
+        run_finetuning(recipe, show_progress=False)
+    assert not os.path.exists(tmp_path / "o")
+    with pytest.raises(ConfigError, match="data.task must be one of"):
+        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path), "data.task": "mnli",
+                                                 "data.train_file": SST2_TRAIN})
+
+
+def test_script_exits_with_a_clear_message(tmp_path):
+    res = run_script(["scripts/pretrain.py", "--config", "configs/pretrain/demo.yaml", "--training.warmup_step", "3"])
+    assert res.returncode == 2
+    assert "error: Unknown key(s) 'training.warmup_step'" in res.stderr and "warmup_steps" in res.stderr
+    assert "Traceback" not in res.stderr

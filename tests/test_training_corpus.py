@@ -1,0 +1,43 @@
+"""The offline default corpus is deterministic, cached, English prose, and trains a loadable tokenizer."""
+
+import json
+import os
+
+from training_utils import load_script
+
+from linformer_hf.training.corpus import build_docs_corpus
+
+
+def test_docs_corpus_is_deterministic_cached_and_prose(tmp_path):
+    a = build_docs_corpus(str(tmp_path / "a.txt"), max_chars=120_000, max_chars_per_package=20_000)
+    b = build_docs_corpus(str(tmp_path / "b.txt"), max_chars=120_000, max_chars_per_package=20_000)
+    assert a["sha256"] == b["sha256"] and a["chars"] >= 100_000
+    assert len(a["packages"]) >= 5 and all(p["version"] for p in a["packages"])
+    again = build_docs_corpus(str(tmp_path / "a.txt"), max_chars=120_000, max_chars_per_package=20_000)
+    assert again["cached"] and again["sha256"] == a["sha256"]
+    lines = (tmp_path / "a.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(set(lines))  # de-duplicated
+    words = " ".join(lines).lower().split()
+    for common in ("the", "of", "to", "and", "is"):
+        assert words.count(common) > 100
+    assert all("](http" not in line for line in lines)
+
+
+def test_corpus_and_tokenizer_scripts(tmp_path, capsys):
+    corpus = tmp_path / "docs.txt"
+    load_script("build_corpus").main(["--output", str(corpus), "--max_chars", "60000",
+                                      "--max_chars_per_package", "15000"])
+    train, valid = tmp_path / "docs.train.txt", tmp_path / "docs.valid.txt"
+    n_train, n_valid = (len(p.read_text().splitlines()) for p in (train, valid))
+    assert n_train + n_valid == len(corpus.read_text().splitlines()) and n_valid > 0
+    train_tokenizer = load_script("train_tokenizer")
+    assert train_tokenizer.main(["--files", str(train), "--vocab_size", "600", "--output_dir", str(tmp_path / "tok")]) == 0
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    assert len(tok) == 600 and tok.mask_token == "<mask>" and tok.pad_token_id == 1
+    ids = tok("The function returns a list.")["input_ids"]
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+    assert tok.decode(ids, skip_special_tokens=True) == "The function returns a list."
+    assert train_tokenizer.main(["--files", str(tmp_path / "missing.txt"), "--output_dir", str(tmp_path / "t2")]) == 2
+    assert "not found" in capsys.readouterr().err and not os.path.exists(tmp_path / "t2")
