@@ -63,7 +63,10 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
     )
     if model_type == "roberta" and "max_sequence_length" in fields:
         fields.pop("max_sequence_length")
-    return config_cls(**fields)
+    try:
+        return config_cls(**fields)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"Invalid {config_cls.__name__} in model.config / model.config_file: {err}") from err
 
 
 def build_mlm_model(section: ModelSection, tokenizer):
