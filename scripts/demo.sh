@@ -27,7 +27,7 @@ fi
 
 echo "== 3/4 pretraining a small Linformer (n = 128, k = 32) with masked LM"
 rm -rf outputs/demo/pretrain
-"$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml scripts/pretrain.py \
+"$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" scripts/pretrain.py \
   --config configs/pretrain/demo.yaml "$@"
 
 echo "== 4/4 reload with AutoModelForMaskedLM and fill-mask"

@@ -129,3 +129,10 @@ def test_streaming_local_files_train_and_resume(tokenizer_dir, small_corpus, tmp
     for step in range(4, 7):
         assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6)
     assert resumed["final_eval"]["eval_loss"] == pytest.approx(full["final_eval"]["eval_loss"], abs=1e-6)
+
+
+def test_time_budget_stops_then_evaluates_and_saves(tokenizer_dir, small_corpus, tmp_path):
+    summary = run_pretraining(recipe(tokenizer_dir, tmp_path / "t", training=dict(max_steps=50, max_train_minutes=0.0),
+                                     **{"data.train_files": [small_corpus]}), show_progress=False)
+    assert summary["stopped_by_time_budget"] and summary["completed_steps"] == 1
+    assert os.path.isfile(os.path.join(summary["final_dir"], "eval_results.json"))

@@ -277,6 +277,7 @@ class PretrainTrainingSection:
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)  # e.g. [tensorboard]
     stop_after_steps: int | None = None  # stop early (as if interrupted) after N updates, for tests / time slices
+    max_train_minutes: float | None = None  # time budget: stop updating after it, then evaluate and save as at the end
     save_final_model: bool = True
 
     def validate(self):

@@ -235,6 +235,12 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     update_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     t_last, steps_since_log = time.perf_counter(), 0
     micro = 0
+    t_start = time.perf_counter()
+
+    def out_of_time() -> bool:
+        # All processes must agree: stop everywhere as soon as one process is out of time.
+        flag = torch.tensor(float(time.perf_counter() - t_start > 60 * tcfg.max_train_minutes), device=accelerator.device)
+        return bool(accelerator.reduce(flag, reduction="sum").item() > 0) if accelerator.num_processes > 1 else bool(flag)
 
     def save_checkpoint():
         path = os.path.join(checkpoint_root(tcfg.output_dir), f"{CHECKPOINT_PREFIX}{completed_steps}")
@@ -313,13 +319,19 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                 save_checkpoint()
             if completed_steps >= stop_at:
                 break
+            if tcfg.max_train_minutes is not None and out_of_time():
+                accelerator.print(f"time budget of {tcfg.max_train_minutes} min reached after {completed_steps} "
+                                  f"updates (of {tcfg.max_steps}); evaluating and saving now")
+                summary["stopped_by_time_budget"] = True
+                stop_at = completed_steps
+                break
         if not got_batch:
             raise ConfigError("The training data gave no batch (empty stream or corpus).")
         if completed_steps < stop_at:
             epoch += 1
     progress.close()
 
-    if completed_steps >= tcfg.max_steps:
+    if completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
         metrics = evaluate_mlm(model, eval_dl, accelerator)
         summary["evals"][completed_steps] = metrics
         summary["final_eval"] = metrics

@@ -1,0 +1,56 @@
+"""Every shipped config parses: model variants build a config, recipes have only known keys, Accelerate configs load."""
+
+import glob
+import os
+
+import pytest
+import yaml
+
+from training_utils import REPO
+
+from linformer_hf.training.config import FinetuneRecipe, PretrainRecipe, build_recipe
+from linformer_hf.training.config import ModelSection
+from linformer_hf.training.models import build_model_config, max_input_length
+
+
+class _Tok:  # what build_model_config reads from a tokenizer
+    pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
+
+    def __len__(self):
+        return 50265
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "model", "*.yaml"))),
+                         ids=os.path.basename)
+def test_model_configs_build(path):
+    with open(path) as fh:
+        model_type = yaml.safe_load(fh)["model_type"]
+    config = build_model_config(ModelSection(model_type=model_type, config_file=path), _Tok())
+    assert config.vocab_size == 50265 and config.model_type == model_type
+    if model_type == "linformer":
+        name = os.path.basename(path)
+        if name.startswith("linformer_n"):
+            n, k = name[len("linformer_n"):].split(".")[0].split("_")[:2]
+            assert config.max_sequence_length == int(n) and config.projected_length == int(k[1:])
+            assert config.sharing == ("layerwise" if "kv_layer" in name else "key_value" if "_kv" in name else "headwise")
+    else:
+        assert max_input_length(config) == 512
+
+
+@pytest.mark.parametrize("kind,cls", [("pretrain", PretrainRecipe), ("finetune", FinetuneRecipe)])
+def test_recipes_have_known_keys(kind, cls):
+    paths = sorted(glob.glob(os.path.join(REPO, "configs", kind, "*.yaml")))
+    assert paths
+    for path in paths:
+        with open(path) as fh:
+            build_recipe(cls, yaml.safe_load(fh))  # raises on any unknown section or key
+
+
+def test_accelerate_configs_load():
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    paths = sorted(glob.glob(os.path.join(REPO, "configs", "accelerate", "*.yaml")))
+    assert len(paths) >= 5
+    for path in paths:
+        config = load_config_from_file(path)
+        assert config.num_processes >= 1
