@@ -42,7 +42,7 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
 
     out = tmp_path / "run"
     summary = run_pretraining(recipe(tokenizer_dir, out, training=dict(max_steps=60, eval_steps=30, learning_rate=4e-3,
-                                                                  warmup_steps=5),
+                                                                  warmup_steps=5, report_to=["tensorboard"]),
                                      **{"data.max_train_blocks": 1200}), show_progress=False)
     evals = summary["evals"]
     start, end = evals[0]["eval_loss"], evals[60]["eval_loss"]
@@ -51,6 +51,9 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
     assert end < start - 0.75, evals
     assert evals[30]["eval_loss"] < start - 0.3
     assert summary["final_eval"]["perplexity"] == pytest.approx(torch.exp(torch.tensor(end)).item(), rel=1e-4)
+
+    logs = [f for _, _, files in os.walk(out / "logs") for f in files]
+    assert any(f.startswith("events.out.tfevents") for f in logs)
 
     final = summary["final_dir"]
     model = AutoModelForMaskedLM.from_pretrained(final)
@@ -136,3 +139,19 @@ def test_time_budget_stops_then_evaluates_and_saves(tokenizer_dir, small_corpus,
                                      **{"data.train_files": [small_corpus]}), show_progress=False)
     assert summary["stopped_by_time_budget"] and summary["completed_steps"] == 1
     assert os.path.isfile(os.path.join(summary["final_dir"], "eval_results.json"))
+
+
+def test_roberta_baseline_same_recipe(tokenizer_dir, small_corpus, tmp_path):
+    from linformer_hf.training.config import ConfigError
+
+    extra = {"data.train_files": [small_corpus], "model.model_type": "roberta", "model.config_file": None,
+             "model.config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                              "intermediate_size": 64, "max_position_embeddings": 66}}
+    summary = run_pretraining(recipe(tokenizer_dir, tmp_path / "r", training=dict(max_steps=3), **extra),
+                              show_progress=False)
+    from transformers import AutoModelForMaskedLM
+
+    assert type(AutoModelForMaskedLM.from_pretrained(summary["final_dir"])).__name__ == "RobertaForMaskedLM"
+    extra["model.config"] = dict(extra["model.config"], max_position_embeddings=50)  # n = 48 < block 64
+    with pytest.raises(ConfigError, match="larger than the model's longest input n=48"):
+        run_pretraining(recipe(tokenizer_dir, tmp_path / "r2", training=dict(max_steps=3), **extra), show_progress=False)
