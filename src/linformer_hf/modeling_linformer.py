@@ -57,13 +57,19 @@ class LinformerProjection(nn.Module):
         self.num_heads = num_heads
         self.bin_size = n // k  # s, for pooling and conv
         if kind == "linear":
-            self.weight = nn.Parameter(torch.empty(num_heads, k, n))  # E: (heads, k, n)
+            shape = (num_heads, k, n)  # E
         elif kind == "conv":
-            self.weight = nn.Parameter(torch.empty(num_heads, self.bin_size))  # kernel: (heads, s)
+            shape = (num_heads, self.bin_size)  # kernel
         else:
+            shape = None
+        if shape is None:
             self.weight = None
-        if self.weight is not None:
-            self.weight.requires_grad_(not frozen)
+        elif frozen:
+            # A persistent buffer: saved under the same key as the trainable version, never handed to an optimizer,
+            # and it stays frozen after from_pretrained (which re-creates parameters, losing requires_grad=False).
+            self.register_buffer("weight", torch.empty(shape), persistent=True)
+        else:
+            self.weight = nn.Parameter(torch.empty(shape))
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, n={self.n}, k={self.k}, num_heads={self.num_heads}"
