@@ -233,7 +233,7 @@ class LinformerSelfAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor,
         shared_projection: LinformerProjection | None = None,
-        output_attentions: bool = False,
+        output_attentions: bool | None = None,
         use_fast_path: bool = True,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -245,6 +245,8 @@ class LinformerSelfAttention(nn.Module):
             the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
         """
         batch, seq_len, _ = hidden_states.shape
+        if output_attentions is None:  # as transformers' output capturing: the call's flag, else the config's
+            output_attentions = self.config.output_attentions
         key_projection, value_projection = self.projections(shared_projection)
 
         query = self.query(hidden_states).view(batch, seq_len, -1, self.attention_head_size).transpose(1, 2)
