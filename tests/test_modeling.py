@@ -354,3 +354,28 @@ def test_torch_compile_gives_the_same_outputs():
     expected = model(ids, attention_mask=mask).logits
     compiled = torch.compile(model)
     torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_logits_for_labels_only_gives_the_same_loss_gradients_and_logits():
+    model = LinformerForMaskedLM(tiny_config()).train()
+    ids = random_batch(3, 12)
+    mask = torch.ones_like(ids)
+    mask[2, 5:] = 0
+    labels = torch.full_like(ids, -100)
+    labels[0, 3], labels[1, [1, 7, 8]], labels[2, 4] = 5, torch.tensor([6, 7, 8]), 9
+
+    def run(**kwargs):
+        model.zero_grad()
+        out = model(ids, attention_mask=mask, labels=labels, **kwargs)
+        out.loss.backward()
+        return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    full, full_grads = run()
+    sparse, sparse_grads = run(logits_for_labels_only=True)
+    torch.testing.assert_close(sparse.loss, full.loss)
+    torch.testing.assert_close(sparse.logits, full.logits[labels != -100])
+    assert sparse.logits.shape == (5, model.config.vocab_size)
+    for name in full_grads:
+        torch.testing.assert_close(sparse_grads[name], full_grads[name], msg=name)
+    with pytest.raises(ValueError, match="needs `labels`"):
+        model(ids, logits_for_labels_only=True)

@@ -466,12 +466,17 @@ class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaForMaskedLM):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        logits_for_labels_only: bool = False,
         **kwargs,
     ) -> MaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             Token ids to predict at masked positions, -100 elsewhere. The loss is the mean over labelled tokens, or
             their sum divided by `num_items_in_batch` when given (as `Trainer` does under gradient accumulation).
+        logits_for_labels_only (`bool`, defaults to `False`):
+            A pretraining speed-up: run the LM head only where `labels != -100` (about 15% of positions under MLM)
+            and return logits of shape `(num_labelled, vocab_size)` in that order. The loss is unchanged. By default
+            logits cover every position, as RoBERTa's.
         """
         outputs = self.roberta(
             input_ids,
@@ -482,7 +487,13 @@ class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaForMaskedLM):
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (batch, L, vocab)
+        sequence_output = outputs.last_hidden_state  # (batch, L, d)
+        if logits_for_labels_only:
+            if labels is None:
+                raise ValueError("`logits_for_labels_only=True` needs `labels` to say which positions to score.")
+            labelled = labels != -100
+            sequence_output, labels = sequence_output[labelled], labels[labelled]  # (num_labelled, d), (num_labelled,)
+        logits = self.lm_head(sequence_output)  # (batch, L, vocab) or (num_labelled, vocab)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
