@@ -179,6 +179,9 @@ def write_csv(spectrum: Spectrum, index: int, output_dir: str) -> dict[str, str]
             "index": index,
             "mean_at_index_per_layer": [round(v, 6) for v in values.mean(-1).tolist()],
             "mean_at_index": round(values.mean().item(), 6),
+            # c_1 near 1 means P is close to rank one, e.g. near-uniform attention in an untrained model: low rank
+            # for a trivial reason, which the paper's claim is not about.
+            "mean_first_singular_share_per_layer": [round(v, 6) for v in spectrum.curves[..., 0].mean(-1).tolist()],
         }, handle, indent=2)
     return paths
 
@@ -218,7 +221,7 @@ def plot(spectrum: Spectrum, index: int, output_dir: str, title: str | None = No
     if layers * heads <= 256:  # numbers stay legible
         for layer in range(layers):
             for head in range(heads):
-                axes.text(head, layer, f"{values[layer, head]:.2f}", ha="center", va="center", fontsize=6,
+                axes.text(head, layer, f"{values[layer, head]:.3f}", ha="center", va="center", fontsize=6,
                           color="white" if values[layer, head] < values.mean() else "black")
     axes.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
     axes.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)], fontsize=7)
