@@ -194,3 +194,14 @@ def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokeniz
     reloaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "linformer"))
     assert reloaded.model_max_length == 32
     assert reloaded("a cat")["input_ids"] == tokenizer("a cat")["input_ids"]
+
+
+def test_fine_tuned_classifier_keeps_its_labels():
+    config = tiny_roberta_config(id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+                                 problem_type="single_label_classification")
+    roberta = transformers.RobertaForSequenceClassification(config).eval()
+    linformer, _ = convert_model(roberta, projected_length=4)
+    assert linformer.config.id2label == {0: "negative", 1: "positive"}
+    assert linformer.config.label2id == {"negative": 0, "positive": 1}
+    assert linformer.config.problem_type == "single_label_classification"
+    assert (linformer.config.max_sequence_length, linformer.config.max_position_embeddings) == (16, 18)
