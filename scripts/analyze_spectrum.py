@@ -25,12 +25,13 @@ def main(argv=None):
                         help="singular value index of the heatmap, from 1 (default: r / 4; the paper uses 128)")
     parser.add_argument("--text-column", help="column of a .tsv/.csv (default: sentence, text or review)")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--title", help="plot title (default: the model name)")
     parser.add_argument("--trust-remote-code", action="store_true", help="for a Linformer folder without the package")
     args = parser.parse_args(argv)
 
     spectrum, paths = analyze(
         args.model, args.text, args.output_dir, seq_len=args.seq_len, max_inputs=args.max_inputs, index=args.index,
-        text_column=args.text_column, batch_size=args.batch_size, trust_remote_code=args.trust_remote_code,
+        text_column=args.text_column, batch_size=args.batch_size, trust_remote_code=args.trust_remote_code, title=args.title,
     )
     index = args.index or max(1, spectrum.rank // 4)
     values = spectrum.at_index(index)

@@ -246,6 +246,7 @@ def analyze(
     text_column: str | None = None,
     batch_size: int = 8,
     trust_remote_code: bool = False,
+    title: str | None = None,
 ) -> tuple[Spectrum, dict[str, str]]:
     """Load, pack text, compute, and write CSV + plots; `index` defaults to r / 4 (the paper's 128 of 512)."""
     model, tokenizer = load_encoder(name_or_path, trust_remote_code)
@@ -257,7 +258,7 @@ def analyze(
     spectrum = compute_spectrum(model, input_ids, batch_size, model_name=name_or_path)
     index = index or max(1, spectrum.rank // 4)
     paths = write_csv(spectrum, index, output_dir)
-    paths.update(plot(spectrum, index, output_dir))
+    paths.update(plot(spectrum, index, output_dir, title))
     return spectrum, paths
 
 
