@@ -63,8 +63,8 @@ def test_linformer_spectrum_has_k_singular_values():
     assert torch.all(spectrum.curves[1, :, 3:] == 1.0) and torch.all(spectrum.curves[0, :, :7] < 1.0)
 
 
-def test_packed_inputs_are_full_length_without_padding():
-    tokenizer = build_tokenizer(os.path.join(os.path.dirname(__file__), "..", ".pytest_cache", "spectrum_tok"))
+def test_packed_inputs_are_full_length_without_padding(tmp_path):
+    tokenizer = build_tokenizer(str(tmp_path))
     texts = read_texts(SST2_DEV, limit=50)
     ids = pack_inputs(tokenizer, texts, seq_len=20, max_inputs=5)
     assert ids.shape == (5, 20)
