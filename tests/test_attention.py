@@ -203,3 +203,9 @@ def test_fully_padded_row_stays_finite():
     mask[1] = 0
     out = model(ids, attention_mask=mask).last_hidden_state
     assert torch.isfinite(out).all()
+
+
+def test_output_attentions_from_the_config():
+    model = build(attn_implementation="eager", output_attentions=True)
+    attentions = model(random_batch(1, 5)).attentions
+    assert len(attentions) == 3 and attentions[0].shape == (1, 4, 5, 8)

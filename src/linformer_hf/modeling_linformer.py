@@ -57,13 +57,19 @@ class LinformerProjection(nn.Module):
         self.num_heads = num_heads
         self.bin_size = n // k  # s, for pooling and conv
         if kind == "linear":
-            self.weight = nn.Parameter(torch.empty(num_heads, k, n))  # E: (heads, k, n)
+            shape = (num_heads, k, n)  # E
         elif kind == "conv":
-            self.weight = nn.Parameter(torch.empty(num_heads, self.bin_size))  # kernel: (heads, s)
+            shape = (num_heads, self.bin_size)  # kernel
         else:
+            shape = None
+        if shape is None:
             self.weight = None
-        if self.weight is not None:
-            self.weight.requires_grad_(not frozen)
+        elif frozen:
+            # A persistent buffer: saved under the same key as the trainable version, never handed to an optimizer,
+            # and it stays frozen after from_pretrained (which re-creates parameters, losing requires_grad=False).
+            self.register_buffer("weight", torch.empty(shape), persistent=True)
+        else:
+            self.weight = nn.Parameter(torch.empty(shape))
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, n={self.n}, k={self.k}, num_heads={self.num_heads}"
@@ -227,7 +233,7 @@ class LinformerSelfAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor,
         shared_projection: LinformerProjection | None = None,
-        output_attentions: bool = False,
+        output_attentions: bool | None = None,
         use_fast_path: bool = True,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -239,6 +245,8 @@ class LinformerSelfAttention(nn.Module):
             the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
         """
         batch, seq_len, _ = hidden_states.shape
+        if output_attentions is None:  # as transformers' output capturing: the call's flag, else the config's
+            output_attentions = self.config.output_attentions
         key_projection, value_projection = self.projections(shared_projection)
 
         query = self.query(hidden_states).view(batch, seq_len, -1, self.attention_head_size).transpose(1, 2)
@@ -458,12 +466,17 @@ class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaForMaskedLM):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        logits_for_labels_only: bool = False,
         **kwargs,
     ) -> MaskedLMOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             Token ids to predict at masked positions, -100 elsewhere. The loss is the mean over labelled tokens, or
             their sum divided by `num_items_in_batch` when given (as `Trainer` does under gradient accumulation).
+        logits_for_labels_only (`bool`, defaults to `False`):
+            A pretraining speed-up: run the LM head only where `labels != -100` (about 15% of positions under MLM)
+            and return logits of shape `(num_labelled, vocab_size)` in that order. The loss is unchanged. By default
+            logits cover every position, as RoBERTa's.
         """
         outputs = self.roberta(
             input_ids,
@@ -474,7 +487,13 @@ class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaForMaskedLM):
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (batch, L, vocab)
+        sequence_output = outputs.last_hidden_state  # (batch, L, d)
+        if logits_for_labels_only:
+            if labels is None:
+                raise ValueError("`logits_for_labels_only=True` needs `labels` to say which positions to score.")
+            labelled = labels != -100
+            sequence_output, labels = sequence_output[labelled], labels[labelled]  # (num_labelled, d), (num_labelled,)
+        logits = self.lm_head(sequence_output)  # (batch, L, vocab) or (num_labelled, vocab)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)

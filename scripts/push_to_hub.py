@@ -1,0 +1,59 @@
+#!/usr/bin/env python
+"""Prepare a Linformer model folder exactly as it would be pushed to the Hub, check it loads, and push it.
+
+The folder gets safetensors weights, the config with the full auto_map, the modeling files, the tokenizer and a
+README.md model card rendered from model_cards/ with the model's config and the result files given (see
+linformer_hf.hub for the --card-info format). Before pushing, the folder is loaded in a fresh process with
+trust_remote_code=True and without the package (skip with --skip-remote-check).
+
+Examples:
+    python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --dry-run --output-dir hub/linformer-sst2
+    python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --card-info card.json
+"""
+
+import argparse
+import os
+import tempfile
+
+from linformer_hf.hub import TEMPLATE_PATH, check_remote_loading, prepare_model_folder, push_folder
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", help="a saved Linformer (save_pretrained output, e.g. from the conversion)")
+    parser.add_argument("repo_id", help="Hub repository, e.g. user/linformer-base-n1024-k256")
+    parser.add_argument("--output-dir", help="where to write the folder (default: a temporary directory)")
+    parser.add_argument("--dry-run", action="store_true", help="write and check the folder, do not push")
+    parser.add_argument("--card-info", help="JSON with license, datasets, training text and eval_results")
+    parser.add_argument("--efficiency", help="efficiency figures: CSV or JSON list of rows")
+    parser.add_argument("--recipe", help="training recipe (YAML or JSON), shown in the card")
+    parser.add_argument("--tokenizer", help="tokenizer directory, if not beside the model")
+    parser.add_argument("--template", default=TEMPLATE_PATH, help="model card template (Jinja2)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
+    parser.add_argument("--skip-remote-check", action="store_true")
+    parser.add_argument("--private", action="store_true")
+    parser.add_argument("--token", help="Hub token (default: the saved login or HF_TOKEN)")
+    args = parser.parse_args(argv)
+
+    if args.dry_run and not args.output_dir:
+        parser.error("--dry-run needs --output-dir (the folder is the dry run's result)")
+    output_dir = args.output_dir or tempfile.mkdtemp(prefix="linformer-hub-")
+    prepare_model_folder(
+        args.model_dir, output_dir, args.repo_id, card_info_path=args.card_info, efficiency_path=args.efficiency,
+        recipe_path=args.recipe, tokenizer_path=args.tokenizer, overwrite=args.overwrite,
+        template_path=args.template,
+    )
+    print(f"wrote {output_dir}: {', '.join(sorted(os.listdir(output_dir)))}")
+    if not args.skip_remote_check:
+        result = check_remote_loading(output_dir, ["Linformer attends in linear time.", "A second, longer input."])[0]
+        if result["linformer_hf_imported"]:
+            raise RuntimeError("The fresh process imported linformer_hf: the folder is not self-contained.")
+        print(f"loads in a fresh process without linformer_hf as {result['model_class']}")
+    if args.dry_run:
+        print("dry run: nothing pushed")
+        return
+    print(f"pushed: {push_folder(output_dir, args.repo_id, token=args.token, private=args.private)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Hub packaging: a model folder exactly as it would be pushed, its model card, a clean-process load check, the push.
+
+The folder holds the config with the full `auto_map`, `modeling_linformer.py` and `configuration_linformer.py`,
+safetensors weights, the tokenizer, the provenance files found beside the model (`conversion_report.json`,
+`eval_results.json`) and a `README.md` model card rendered from `model_cards/linformer_template.md` with the
+model's own config and the result files given; nothing in the card is typed by hand.
+
+Card inputs (`card_info` JSON, every key optional; an unknown key is an error, not ignored):
+
+    {"model_name": "...", "license": "apache-2.0", "language": "en", "datasets": ["wikitext"], "tags": ["..."],
+     "training_data": "one line on the data", "training_description": "free text",
+     "eval_results": [{"task_type": "text-classification", "dataset_type": "glue", "dataset_name": "SST-2",
+                       "dataset_config": "sst2", "dataset_split": "validation", "metric_type": "accuracy",
+                       "metric_value": 0.91, "task_name": "Sentiment"}]}
+
+`eval_results` entries take the fields of `huggingface_hub.EvalResult` and become the card's `model-index`.
+Efficiency figures come from a CSV or a JSON list of rows (rendered as a table as given); the training recipe from
+a YAML or JSON file (rendered verbatim).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from . import modeling_linformer
+from .configuration_linformer import LinformerConfig
+
+TEMPLATE_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "model_cards", "linformer_template.md")
+
+PIPELINE_TAGS = {
+    "LinformerModel": "feature-extraction",
+    "LinformerForMaskedLM": "fill-mask",
+    "LinformerForSequenceClassification": "text-classification",
+    "LinformerForTokenClassification": "token-classification",
+    "LinformerForQuestionAnswering": "question-answering",
+    "LinformerForMultipleChoice": "multiple-choice",
+}
+
+# Auto class name for each Linformer class, from the auto_map the folder ships with.
+AUTO_CLASS_OF = {target.split(".")[-1]: auto for auto, target in modeling_linformer.AUTO_MAP.items()}
+
+SHARING_MEANING = {
+    "none": "own E_i, F_i per head",
+    "headwise": "one E and one F per layer, shared by its heads",
+    "key_value": "one E = F per layer",
+    "layerwise": "one E for all layers, keys and values",
+}
+
+CARD_INFO_KEYS = {
+    "model_name", "license", "language", "datasets", "tags", "training_data", "training_description", "eval_results",
+}
+PROVENANCE_FILES = ("conversion_report.json", "eval_results.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
+
+
+def load_linformer(model_dir: str):
+    """The saved Linformer head of `model_dir` (the class named in its config's `architectures`)."""
+    config = LinformerConfig.from_pretrained(model_dir)
+    if config.model_type != "linformer":
+        raise ValueError(f"{model_dir} holds a {config.model_type!r} model, not a Linformer; convert a RoBERTa first "
+                         "with scripts/convert_roberta_to_linformer.py.")
+    architecture = (config.architectures or ["LinformerModel"])[0]
+    if architecture not in PIPELINE_TAGS:
+        raise ValueError(f"{model_dir}: unknown architecture {architecture!r}; expected one of {sorted(PIPELINE_TAGS)}.")
+    return getattr(modeling_linformer, architecture).from_pretrained(model_dir).eval()
+
+
+def _read_json(path: str):
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _read_rows(path: str) -> list[dict]:
+    """Efficiency rows from a CSV, or a JSON list of objects (or an object holding one under "rows")."""
+    if path.endswith(".csv"):
+        with open(path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+    data = _read_json(path)
+    rows = data.get("rows") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise ValueError(f"{path}: efficiency figures must be a CSV, a JSON list of objects, or {{'rows': [...]}}.")
+    return rows
+
+
+def _read_recipe(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle) if path.endswith(".json") else yaml.safe_load(handle)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def render_model_card(
+    model,
+    repo_id: str,
+    model_dir: str | None = None,
+    card_info: dict | None = None,
+    efficiency_path: str | None = None,
+    recipe_path: str | None = None,
+    template_path: str = TEMPLATE_PATH,
+) -> str:
+    """The model card (YAML metadata + markdown) for `model`, validated before it is returned."""
+    from . import __version__
+
+    if not os.path.exists(template_path):
+        raise FileNotFoundError(
+            f"Model card template {template_path} not found; it lives in the repository's model_cards/ folder: "
+            "pass its path (--template)."
+        )
+    card_info = dict(card_info or {})
+    unknown = set(card_info) - CARD_INFO_KEYS
+    if unknown:
+        raise ValueError(f"Unknown card_info key(s) {sorted(unknown)}; allowed: {sorted(CARD_INFO_KEYS)}.")
+    config = model.config
+    architecture = type(model).__name__
+    model_name = card_info.get("model_name") or repo_id.split("/")[-1]
+
+    conversion = mlm_eval = None
+    if model_dir and os.path.exists(os.path.join(model_dir, "conversion_report.json")):
+        conversion = _read_json(os.path.join(model_dir, "conversion_report.json"))
+    if model_dir and os.path.exists(os.path.join(model_dir, "eval_results.json")):
+        mlm_eval = _read_json(os.path.join(model_dir, "eval_results.json"))
+
+    eval_results = [EvalResult(**entry) for entry in card_info.get("eval_results", [])]
+    eval_rows = [
+        {"task": r.task_name or r.task_type, "dataset": r.dataset_name + (f" ({r.dataset_config})" if r.dataset_config else ""),
+         "split": r.dataset_split or "", "metric": r.metric_name or r.metric_type, "value": r.metric_value}
+        for r in eval_results
+    ]
+    base_model = None
+    if conversion and not os.path.exists(conversion["source"]):
+        base_model = conversion["source"]  # a Hub name; a local path means nothing on the Hub
+
+    card_data = ModelCardData(
+        model_name=model_name,
+        license=card_info.get("license", "apache-2.0"),
+        language=card_info.get("language"),
+        library_name="transformers",
+        pipeline_tag=PIPELINE_TAGS[architecture],
+        tags=["linformer", "roberta", "efficient-attention", "custom_code"] + list(card_info.get("tags", [])),
+        datasets=card_info.get("datasets"),
+        metrics=sorted({r.metric_type for r in eval_results}) or None,
+        base_model=base_model,
+        eval_results=eval_results or None,
+    )
+
+    k = config.projected_length
+    num_projection_parameters = sum(p.numel() for name, p in model.named_parameters() if "projection" in name)
+    efficiency_rows = _read_rows(efficiency_path) if efficiency_path else []
+    from .conversion import ConversionReport  # for its `problems` wording
+
+    card = ModelCard.from_template(
+        card_data,
+        template_path=template_path,
+        model_name=model_name,
+        repo_id=repo_id,
+        package_version=__version__,
+        architecture=architecture,
+        auto_class=AUTO_CLASS_OF[architecture],
+        n=config.max_sequence_length,
+        k_text=str(k) if isinstance(k, int) else f"{k} (per layer)",
+        sharing=config.sharing,
+        sharing_meaning=SHARING_MEANING[config.sharing],
+        projection=config.projection,
+        freeze_projections=config.freeze_projections,
+        layers=config.num_hidden_layers,
+        hidden=config.hidden_size,
+        heads=config.num_attention_heads,
+        intermediate=config.intermediate_size,
+        vocab_size=config.vocab_size,
+        num_parameters=f"{model.num_parameters():,}",
+        num_projection_parameters=f"{num_projection_parameters:,}",
+        conversion=conversion,
+        conversion_inits="; ".join(sorted(set(conversion["initialised"].values()))) or "none (parameter-free pooling)"
+        if conversion else None,
+        conversion_problems=ConversionReport(**conversion).problems() if conversion else [],
+        conversion_extended=bool(conversion and conversion["extended"]),
+        training_data=card_info.get("training_data"),
+        training_description=card_info.get("training_description"),
+        recipe_yaml=_read_recipe(recipe_path) if recipe_path else None,
+        recipe_source=os.path.basename(recipe_path) if recipe_path else None,
+        eval_rows=eval_rows,
+        mlm_eval=mlm_eval,
+        efficiency_rows=efficiency_rows,
+        efficiency_columns=list(efficiency_rows[0]) if efficiency_rows else [],
+        efficiency_source=os.path.basename(efficiency_path) if efficiency_path else None,
+    )
+    content = str(card)
+    validate_model_card(content)
+    return content
+
+
+def validate_model_card(content: str) -> dict:
+    """The card's metadata as a dict; raises ValueError when the YAML front matter is missing or invalid."""
+    if not content.startswith("---\n"):
+        raise ValueError("A model card must start with YAML metadata between '---' lines.")
+    front_matter = content.split("---\n", 2)[1]
+    metadata = yaml.safe_load(front_matter)
+    if not isinstance(metadata, dict):
+        raise ValueError(f"The model card's metadata is not a YAML mapping: {front_matter!r}")
+    for required in ("license", "library_name", "tags"):
+        if required not in metadata:
+            raise ValueError(f"The model card's metadata lacks {required!r}.")
+    ModelCard(content, ignore_metadata_errors=False).data  # noqa: B018  (huggingface_hub's own parse, incl. model-index)
+    return metadata
+
+
+def prepare_model_folder(
+    model_dir: str,
+    output_dir: str,
+    repo_id: str,
+    card_info_path: str | None = None,
+    efficiency_path: str | None = None,
+    recipe_path: str | None = None,
+    tokenizer_path: str | None = None,
+    overwrite: bool = False,
+    template_path: str = TEMPLATE_PATH,
+) -> str:
+    """Write the folder that would be pushed to `repo_id` and return its path."""
+    if os.path.abspath(model_dir) == os.path.abspath(output_dir):
+        raise ValueError("output_dir must differ from model_dir: the folder is written fresh.")
+    if os.path.isdir(output_dir) and os.listdir(output_dir):
+        if not overwrite:
+            raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True (--overwrite) to replace it.")
+        shutil.rmtree(output_dir)
+
+    from transformers import AutoTokenizer
+
+    tokenizer_source = tokenizer_path or model_dir
+    if os.path.isdir(tokenizer_source) and not any(
+        os.path.exists(os.path.join(tokenizer_source, name)) for name in TOKENIZER_FILES
+    ):
+        raise FileNotFoundError(
+            f"No tokenizer in {tokenizer_source} (none of {TOKENIZER_FILES}); a pushed model must carry one: "
+            "pass tokenizer_path (--tokenizer)."
+        )
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    model = load_linformer(model_dir)
+    card_info = _read_json(card_info_path) if card_info_path else None
+    card = render_model_card(model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path)
+
+    model.save_pretrained(output_dir)  # safetensors + config with the full auto_map + the modeling files
+    tokenizer.save_pretrained(output_dir)
+    for name in PROVENANCE_FILES:
+        if os.path.exists(os.path.join(model_dir, name)):
+            shutil.copy(os.path.join(model_dir, name), os.path.join(output_dir, name))
+    with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
+        handle.write(card)
+
+    expected = ["config.json", "model.safetensors", "modeling_linformer.py", "configuration_linformer.py", "README.md"]
+    absent = [name for name in expected if not os.path.exists(os.path.join(output_dir, name))]
+    if absent:
+        raise RuntimeError(f"The prepared folder {output_dir} lacks {absent}.")
+    return output_dir
+
+
+# Runs in a fresh interpreter: loads each (folder, Auto class) job through transformers' remote-code path only.
+_REMOTE_LOAD_SCRIPT = r"""
+import json, sys
+import torch
+import transformers
+jobs, texts, result_path = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+results = []
+for folder, auto_name in jobs:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+    n = model.config.max_sequence_length
+    inputs = dict(tokenizer(texts, padding=True, truncation=True, max_length=n, return_tensors="pt"))
+    if auto_name == "AutoModelForMultipleChoice":
+        inputs = {key: value[None] for key, value in inputs.items()}
+    with torch.no_grad():
+        outputs = model(**inputs)
+    output = outputs.logits if getattr(outputs, "logits", None) is not None else outputs[0]
+    results.append({"folder": folder, "auto_class": auto_name, "output": output, "inputs": inputs,
+                    "model_class": type(model).__module__ + "." + type(model).__name__})
+imported = any(name == "linformer_hf" or name.startswith("linformer_hf.") for name in sys.modules)
+for result in results:
+    result["linformer_hf_imported"] = imported
+torch.save(results, result_path)
+"""
+
+
+def check_remote_loading(folders, texts: list[str], auto_classes: list[str] | None = None,
+                         timeout: int = 600) -> list[dict]:
+    """Load folders in one fresh Python process as a user without the package would, and run them on `texts`.
+
+    `folders` is one path or a list; `auto_classes` the Auto class to use for each (default: the one matching the
+    saved architecture). The child has no PYTHONPATH, runs outside the repository, is offline and uses an empty
+    modules cache, so the only Linformer code it can use is the folders' own. Returns, per job, the output, the
+    inputs, the class built and whether `linformer_hf` ended up imported (it must not).
+    """
+    folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
+    folders = [os.path.abspath(folder) for folder in folders]
+    if auto_classes is None:
+        auto_classes = [AUTO_CLASS_OF[LinformerConfig.from_pretrained(f).architectures[0]] for f in folders]
+    if len(auto_classes) != len(folders):
+        raise ValueError(f"{len(folders)} folder(s) but {len(auto_classes)} Auto class(es): give one per folder.")
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONSTARTUP")}
+        env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=os.path.join(scratch, "modules"), PYTHONNOUSERSITE="1")
+        result_path = os.path.join(scratch, "result.pt")
+        jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes)])
+        completed = subprocess.run(
+            [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path],
+            cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout,
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(f"Loading {jobs} with trust_remote_code=True in a fresh process failed:\n"
+                               f"{completed.stderr[-4000:]}")
+        return torch.load(result_path, weights_only=False)
+
+
+def push_folder(folder: str, repo_id: str, token: str | None = None, private: bool = False,
+                commit_message: str = "Upload Linformer model") -> str:
+    """Create `repo_id` if needed and upload `folder`; returns the commit URL."""
+    from huggingface_hub import HfApi, get_token
+
+    token = token or get_token()
+    if not token:
+        raise RuntimeError(
+            "No Hugging Face credentials: run `hf auth login`, set HF_TOKEN, or pass --token. "
+            "Use --dry-run to only write the folder."
+        )
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    commit = api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
+    return commit.commit_url
+
+
+__all__ = [
+    "AUTO_CLASS_OF",
+    "PIPELINE_TAGS",
+    "TEMPLATE_PATH",
+    "check_remote_loading",
+    "load_linformer",
+    "prepare_model_folder",
+    "push_folder",
+    "render_model_card",
+    "validate_model_card",
+]

@@ -1,0 +1,60 @@
+"""LinformerConfig: defaults, derived fields, serialisation and the errors for impossible settings."""
+
+import pytest
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig
+
+from linformer_hf import LinformerConfig
+
+
+def test_defaults_follow_the_paper_and_fairseq():
+    config = LinformerConfig()
+    assert (config.max_sequence_length, config.projected_length) == (512, 128)
+    assert config.sharing == "headwise" and config.projection == "linear"
+    assert config.max_position_embeddings == 514  # n + RoBERTa's offset of 2
+    assert not config.is_decoder
+
+
+def test_max_position_embeddings_follows_n_unless_given():
+    assert LinformerConfig(max_sequence_length=4096, projected_length=256).max_position_embeddings == 4098
+    assert LinformerConfig(max_sequence_length=128, max_position_embeddings=600).max_position_embeddings == 600
+
+
+def test_round_trip_through_json_and_auto_config(tmp_path):
+    config = LinformerConfig(
+        num_hidden_layers=3, max_sequence_length=64, projected_length=[32, 16, 8], sharing="key_value"
+    )
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert type(loaded) is LinformerConfig
+    for field in ("max_sequence_length", "projected_length", "sharing", "projection", "max_position_embeddings"):
+        assert getattr(loaded, field) == getattr(config, field)
+    assert [loaded.projected_length_of_layer(i) for i in range(3)] == [32, 16, 8]
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        (dict(projected_length=600), "`projected_length` k=600 is larger than `max_sequence_length` n=512"),
+        (dict(projected_length=0), "`projected_length` \\(k\\) must be a positive integer"),
+        (dict(projected_length=[64, 0]), "must be a positive integer"),
+        (dict(max_sequence_length=0), "`max_sequence_length` \\(n\\) must be a positive integer"),
+        (dict(sharing="heads"), "`sharing` must be one of \\('none', 'headwise', 'key_value', 'layerwise'\\)"),
+        (dict(projection="avg"), "`projection` must be one of \\('linear', 'mean', 'max', 'conv'\\)"),
+        (dict(projected_length=[64, 64, 64]), "has 3 entries but `num_hidden_layers` is 2"),
+        (dict(projected_length=[64, 32], sharing="layerwise"), "per-layer list, but `sharing='layerwise'`"),
+        (dict(projection="mean", projected_length=100), "must be a multiple of `projected_length` k=100"),
+        (dict(max_position_embeddings=100), "`max_position_embeddings`=100 is too small"),
+        (dict(is_decoder=True), "Linformer cannot be a decoder"),
+        (dict(add_cross_attention=True), "Linformer cannot be a decoder"),
+    ],
+)
+def test_impossible_settings_fail_at_construction_naming_the_field(settings, message):
+    settings = dict(dict(num_hidden_layers=2), **settings)
+    with pytest.raises(StrictDataclassError, match=message):
+        LinformerConfig(**settings)
+
+
+def test_wrong_types_are_rejected_by_the_strict_dataclass():
+    with pytest.raises(StrictDataclassError, match="sharing"):
+        LinformerConfig(sharing=3)

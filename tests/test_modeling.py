@@ -1,0 +1,381 @@
+"""The transformers contract: Auto classes, save/load, remote code, tied and shared weights, checkpointing,
+pipelines, Trainer, dtypes and torch.compile."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import SHARED_DATA, random_batch, randomize_projections, tiny_config
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    RobertaTokenizer,
+    Trainer,
+    TrainingArguments,
+    pipeline,
+)
+
+import linformer_hf
+from linformer_hf import (
+    LinformerConfig,
+    LinformerForMaskedLM,
+    LinformerForMultipleChoice,
+    LinformerForSequenceClassification,
+    LinformerModel,
+)
+
+HEADS = {name: (auto_class, model_class) for name, (auto_class, model_class) in linformer_hf.AUTO_CLASSES.items()}
+
+
+def example_inputs(model_class, batch_size=2, seq_len=12):
+    ids = random_batch(batch_size, seq_len)
+    mask = torch.ones_like(ids)
+    mask[-1, seq_len // 2 :] = 0
+    if model_class is LinformerForMultipleChoice:  # (batch, choices, seq)
+        return {"input_ids": ids[:, None].repeat(1, 3, 1), "attention_mask": mask[:, None].repeat(1, 3, 1)}
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def first_output(outputs):
+    return outputs.logits if hasattr(outputs, "logits") and outputs.logits is not None else outputs[0]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A byte-level BPE tokenizer trained offline on real text (WikiText-2), as RoBERTa's."""
+    with open(os.path.join(SHARED_DATA, "wikitext-2", "valid.txt"), encoding="utf-8") as f:
+        lines = [line for line in f.read().splitlines() if line.strip()][:3000]
+    return RobertaTokenizer().train_new_from_iterator(lines, vocab_size=400)
+
+
+def config_for(tokenizer, **overrides):
+    ids = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    ids.update(overrides)
+    return tiny_config(**ids)
+
+
+def test_import_registers_every_auto_class():
+    config = tiny_config()
+    for auto_name, (auto_class, model_class) in HEADS.items():
+        assert type(auto_class.from_config(config)) is model_class, auto_name
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
+
+    assert TOKENIZER_MAPPING[LinformerConfig] in (RobertaTokenizer, (RobertaTokenizer, None), (None, RobertaTokenizer))
+
+
+@pytest.mark.parametrize("auto_name", list(HEADS))
+def test_save_and_load_round_trip_for_every_head(auto_name, tmp_path):
+    auto_class, model_class = HEADS[auto_name]
+    model = model_class(tiny_config(sharing="key_value")).eval()
+    randomize_projections(model)
+    inputs = example_inputs(model_class)
+    expected = first_output(model(**inputs))
+    model.save_pretrained(tmp_path)
+
+    assert (tmp_path / "model.safetensors").exists()
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["auto_map"] == linformer_hf.modeling_linformer.AUTO_MAP
+    assert (tmp_path / "modeling_linformer.py").exists() and (tmp_path / "configuration_linformer.py").exists()
+
+    loaded = auto_class.from_pretrained(tmp_path).eval()
+    assert type(loaded) is model_class
+    torch.testing.assert_close(first_output(loaded(**inputs)), expected, rtol=0, atol=0)
+
+
+def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_package(tmp_path):
+    """What a Hub user gets: `trust_remote_code=True` on a folder, no linformer_hf installed or imported."""
+    references = {}
+    for auto_name, (_, model_class) in HEADS.items():
+        model = model_class(tiny_config(sharing="layerwise", projection="conv")).eval()
+        randomize_projections(model)
+        model.save_pretrained(tmp_path / auto_name)
+        inputs = example_inputs(model_class)
+        references[auto_name] = (inputs, first_output(model(**inputs)).detach())
+    torch.save(references, tmp_path / "references.pt")
+
+    script = textwrap.dedent(
+        f"""
+        import sys, torch, transformers
+        references = torch.load({str(tmp_path / "references.pt")!r})
+        for auto_name, (inputs, expected) in references.items():
+            auto_class = getattr(transformers, auto_name)
+            model = auto_class.from_pretrained({str(tmp_path)!r} + "/" + auto_name, trust_remote_code=True).eval()
+            assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+            out = model(**inputs)
+            got = out.logits if getattr(out, "logits", None) is not None else out[0]
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)  # another process: thread-order rounding
+            print("loaded", auto_name, type(model).__name__)
+        assert not any(m.startswith("linformer_hf") for m in sys.modules), "the package was imported"
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("loaded") == len(HEADS)
+
+
+def test_lm_head_is_tied_through_save_load_and_resize(tmp_path):
+    model = LinformerForMaskedLM(tiny_config())
+    assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path)
+    assert loaded.lm_head.decoder.weight is loaded.roberta.embeddings.word_embeddings.weight
+    loaded.resize_token_embeddings(120)
+    assert loaded.lm_head.decoder.weight is loaded.roberta.embeddings.word_embeddings.weight
+    assert loaded.lm_head.decoder.weight.shape == (120, 32)
+    assert loaded(random_batch(1, 5, vocab_size=120)).logits.shape == (1, 5, 120)
+    # Training the embedding moves the output layer too
+    with torch.no_grad():
+        loaded.roberta.embeddings.word_embeddings.weight[7] += 1.0
+    torch.testing.assert_close(loaded.lm_head.decoder.weight[7], loaded.roberta.embeddings.word_embeddings.weight[7])
+
+
+@pytest.mark.parametrize("sharing", ["layerwise", "key_value"])
+def test_shared_projections_survive_save_load_and_stay_shared(sharing, tmp_path):
+    model = LinformerModel(tiny_config(sharing=sharing)).eval()
+    randomize_projections(model)
+    projection_keys = [key for key in model.state_dict() if "projection" in key]
+    expected_count = 1 if sharing == "layerwise" else model.config.num_hidden_layers
+    assert len(projection_keys) == expected_count  # one tensor per sharing group, not per use
+    model.save_pretrained(tmp_path)
+    loaded = AutoModel.from_pretrained(tmp_path).eval()
+    ids = random_batch(2, 10)
+    torch.testing.assert_close(loaded(ids).last_hidden_state, model(ids).last_hidden_state, rtol=0, atol=0)
+
+    # Still one parameter: changing it changes every layer's keys and values.
+    layer0 = loaded.encoder.layer[0].attention.self
+    key_projection, value_projection = layer0.projections(loaded.encoder.shared_projection)
+    assert key_projection is value_projection
+    if sharing == "layerwise":
+        for layer in loaded.encoder.layer:
+            assert layer.attention.self.projections(loaded.encoder.shared_projection)[0] is key_projection
+
+
+def test_frozen_projections_do_not_train_but_are_saved(tmp_path):
+    model = LinformerForMaskedLM(tiny_config(freeze_projections=True))
+    frozen = {name: t.clone() for name, t in model.state_dict().items() if "projection" in name}
+    assert len(frozen) == 2 * model.config.num_hidden_layers  # E and F of every layer, in the state dict
+    assert not any("projection" in name for name, _ in model.named_parameters())  # nothing an optimizer can see
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = random_batch(2, 12)
+    model(ids, labels=ids).loss.backward()
+    optimizer.step()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path)
+    assert not any("projection" in name for name, _ in loaded.named_parameters())
+    for trained in (model, loaded):
+        state = trained.state_dict()
+        for name, value in frozen.items():
+            torch.testing.assert_close(state[name], value, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("sharing", ["none", "layerwise"])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing):
+    model = LinformerForMaskedLM(tiny_config(sharing=sharing)).train()  # dropout is 0 in tiny_config
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = model(ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    loss, grads = loss_and_grads()
+    model.activation_checkpointing_enable()  # transformers 5's name for gradient checkpointing
+    assert model.is_activation_checkpointing
+    loss_ckpt, grads_ckpt = loss_and_grads()
+    torch.testing.assert_close(loss_ckpt, loss)
+    assert grads_ckpt.keys() == grads.keys()
+    assert any("projection" in name for name in grads)
+    for name in grads:
+        torch.testing.assert_close(grads_ckpt[name], grads[name], msg=name)
+
+
+def test_return_dict_false_and_hidden_states():
+    model = LinformerForSequenceClassification(tiny_config(num_labels=3)).eval()
+    ids = random_batch(2, 9)
+    labels = torch.tensor([0, 2])
+    as_dict = model(ids, labels=labels, output_hidden_states=True, output_attentions=True)
+    as_tuple = model(ids, labels=labels, output_hidden_states=True, output_attentions=True, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    torch.testing.assert_close(as_tuple[0], as_dict.loss)
+    torch.testing.assert_close(as_tuple[1], as_dict.logits)
+    assert len(as_dict.hidden_states) == model.config.num_hidden_layers + 1
+    torch.testing.assert_close(as_tuple[2][-1], as_dict.hidden_states[-1])
+    assert as_dict.attentions[0].shape == (2, 4, 9, 8)  # (batch, heads, seq, k)
+
+
+def test_cross_attention_inputs_are_refused():
+    model = LinformerModel(tiny_config())
+    with pytest.raises(ValueError, match="encoder only"):
+        model(random_batch(1, 5), encoder_hidden_states=torch.randn(1, 5, 32))
+
+
+def test_fill_mask_and_text_classification_pipelines(tokenizer, tmp_path):
+    model = LinformerForMaskedLM(config_for(tokenizer, max_sequence_length=64, projected_length=16))
+    model.save_pretrained(tmp_path / "mlm")
+    tokenizer.save_pretrained(tmp_path / "mlm")
+    fill = pipeline("fill-mask", model=str(tmp_path / "mlm"), device="cpu")
+    predictions = fill(f"The team won the {tokenizer.mask_token} in 1998.", top_k=3)
+    assert len(predictions) == 3 and all(p["token"] < len(tokenizer) for p in predictions)
+    scores = [p["score"] for p in predictions]
+    assert scores == sorted(scores, reverse=True)
+
+    classifier_model = LinformerForSequenceClassification(
+        config_for(tokenizer, max_sequence_length=64, projected_length=16, num_labels=2)
+    )
+    classify = pipeline("text-classification", model=classifier_model, tokenizer=tokenizer, device="cpu")
+    long_and_short = ["A fine film.", "It was long and dull and nothing happened for two hours at all, sadly."]
+    results = classify(long_and_short, batch_size=2)  # padded batch
+    singles = [classify(text)[0] for text in long_and_short]
+    for batched, single in zip(results, singles):
+        assert batched["label"] == single["label"]
+        assert batched["score"] == pytest.approx(single["score"], abs=1e-5)
+
+
+def test_auto_tokenizer_loads_from_a_linformer_model_folder(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    LinformerForMaskedLM(config_for(tokenizer)).save_pretrained(tmp_path)
+    assert isinstance(AutoTokenizer.from_pretrained(tmp_path), RobertaTokenizer)
+
+
+def _train_one_step(model, dataset, collator, per_device_batch, accumulation, tmp_path):
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=per_device_batch,
+        gradient_accumulation_steps=accumulation,
+        max_steps=1,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        data_seed=0,
+        dataloader_drop_last=True,
+        save_strategy="no",
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=collator)
+    trainer.train()
+    logs = next(entry for entry in trainer.state.log_history if "loss" in entry)
+    return logs["loss"], logs["grad_norm"]
+
+
+class _ListDataset(torch.utils.data.Dataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+def test_trainer_gradient_accumulation_matches_the_larger_batch_for_mlm(tokenizer, tmp_path):
+    """MLM micro-batches hold different numbers of masked tokens: the loss must be normalised over the whole
+    accumulated batch (num_items_in_batch), not averaged per micro-batch."""
+    texts = [line for line in open(os.path.join(SHARED_DATA, "wikitext-2", "valid.txt")) if len(line) > 80][:8]
+    rows = [tokenizer(text, truncation=True, max_length=32) for text in texts]
+    # Labels fixed once (no random masking) so both runs see the same targets; uneven counts per micro-batch.
+    dataset = []
+    for i, row in enumerate(rows):
+        labels = [-100] * len(row["input_ids"])
+        for position in range(1, 2 + 3 * (i % 4)):
+            labels[position] = row["input_ids"][position]
+        dataset.append(dict(row, labels=labels))
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # pads; we override its labels below
+
+    def collate(features):
+        batch = collator([{k: v for k, v in f.items() if k != "labels"} for f in features])
+        width = batch["input_ids"].shape[1]
+        batch["labels"] = torch.tensor([f["labels"] + [-100] * (width - len(f["labels"])) for f in features])
+        return batch
+
+    config = config_for(tokenizer, max_sequence_length=32, projected_length=8)
+    results = []
+    for batch_size, accumulation in [(8, 1), (4, 2), (2, 4)]:
+        torch.manual_seed(0)
+        model = LinformerForMaskedLM(config)
+        results.append(_train_one_step(model, _ListDataset(dataset), collate, batch_size, accumulation, tmp_path))
+    (loss, grad_norm), *accumulated = results
+    for acc_loss, acc_grad_norm in accumulated:
+        assert acc_loss == pytest.approx(loss, rel=1e-4)
+        assert acc_grad_norm == pytest.approx(grad_norm, rel=1e-4)
+
+
+def test_trainer_gradient_accumulation_matches_the_larger_batch_for_classification(tmp_path):
+    ids = random_batch(8, 10)
+    dataset = [{"input_ids": ids[i], "attention_mask": torch.ones(10, dtype=torch.long), "labels": i % 2} for i in range(8)]
+    results = []
+    for batch_size, accumulation in [(8, 1), (2, 4)]:
+        torch.manual_seed(0)
+        model = LinformerForSequenceClassification(tiny_config(num_labels=2))
+        results.append(_train_one_step(model, _ListDataset(dataset), None, batch_size, accumulation, tmp_path))
+    assert results[1][0] == pytest.approx(results[0][0], rel=1e-4)
+    assert results[1][1] == pytest.approx(results[0][1], rel=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_weights(dtype, tmp_path):
+    model = LinformerForMaskedLM(tiny_config(projection="max")).eval()
+    model.save_pretrained(tmp_path)
+    half = AutoModelForMaskedLM.from_pretrained(tmp_path, dtype=dtype).eval()
+    assert all(p.dtype == dtype for p in half.parameters())
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    logits = half(ids, attention_mask=mask).logits
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+    expected = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(logits.float(), expected, rtol=0.05, atol=0.05)
+
+
+def test_torch_compile_gives_the_same_outputs():
+    model = LinformerForSequenceClassification(tiny_config(num_labels=2)).eval()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    expected = model(ids, attention_mask=mask).logits
+    compiled = torch.compile(model)
+    torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_logits_for_labels_only_gives_the_same_loss_gradients_and_logits():
+    model = LinformerForMaskedLM(tiny_config()).train()
+    ids = random_batch(3, 12)
+    mask = torch.ones_like(ids)
+    mask[2, 5:] = 0
+    labels = torch.full_like(ids, -100)
+    labels[0, 3], labels[1, [1, 7, 8]], labels[2, 4] = 5, torch.tensor([6, 7, 8]), 9
+
+    def run(**kwargs):
+        model.zero_grad()
+        out = model(ids, attention_mask=mask, labels=labels, **kwargs)
+        out.loss.backward()
+        return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    full, full_grads = run()
+    sparse, sparse_grads = run(logits_for_labels_only=True)
+    torch.testing.assert_close(sparse.loss, full.loss)
+    torch.testing.assert_close(sparse.logits, full.logits[labels != -100])
+    assert sparse.logits.shape == (5, model.config.vocab_size)
+    for name in full_grads:
+        torch.testing.assert_close(sparse_grads[name], full_grads[name], msg=name)
+    with pytest.raises(ValueError, match="needs `labels`"):
+        model(ids, logits_for_labels_only=True)
