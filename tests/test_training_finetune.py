@@ -123,3 +123,26 @@ def test_metrics_match_definitions():
     m = classification_metrics([1, 0, 1, 1], [1, 0, 0, 1], with_f1=True)
     assert m["accuracy"] == 0.75
     assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 0))  # tp 2, fp 1, fn 0
+
+
+def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
+    import torch
+    from transformers import AutoConfig, RobertaConfig, RobertaForMaskedLM
+
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    roberta_dir = tmp_path / "roberta"
+    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(roberta_dir), vocab_size=500, model_max_length=64)
+    torch.manual_seed(0)
+    RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=66, pad_token_id=1)
+                       ).save_pretrained(roberta_dir)
+    recipe = load_recipe(FinetuneRecipe, None, extra={
+        "model.pretrained": str(roberta_dir), "model.convert_from_roberta": {"projected_length": 16},
+        "data.task": "sst2", "data.train_file": SST2_TRAIN, "data.validation_file": SST2_DEV,
+        "data.max_train_samples": 64, "data.max_eval_samples": 64, "training.output_dir": str(tmp_path / "out"),
+        "training.num_train_epochs": 1, "training.per_device_train_batch_size": 16})
+    result = run_finetuning(recipe, show_progress=False)
+    assert result["steps"] == 4
+    config = AutoConfig.from_pretrained(tmp_path / "out" / "best")
+    assert config.model_type == "linformer" and config.projected_length == 16 and config.max_sequence_length == 64

@@ -363,8 +363,22 @@ class FinetuneModelSection:
     pretrained: str = "outputs/pretrain/final"  # a saved Linformer (or RoBERTa) dir
     tokenizer: str | None = None  # null: the tokenizer saved in the model dir
     config: dict = dataclasses.field(default_factory=dict)  # config fields to change, e.g. {hidden_dropout_prob: 0.1}
+    # Start from a RoBERTa checkpoint (model.pretrained: a dir, or a Hub name when online) converted on the fly with
+    # linformer_hf.conversion; the options go to convert_model, e.g. {max_sequence_length: 512, projected_length: 128}.
+    convert_from_roberta: dict | None = None
+
+    CONVERSION_KEYS = ("max_sequence_length", "projected_length", "sharing", "projection", "projection_init",
+                       "projection_noise_std", "freeze_projections", "seed")
 
     def validate(self):
+        if self.convert_from_roberta is not None:
+            unknown = sorted(set(self.convert_from_roberta) - set(self.CONVERSION_KEYS))
+            if unknown:
+                raise ConfigError(f"Unknown key(s) {unknown} in model.convert_from_roberta; allowed: "
+                                  f"{', '.join(self.CONVERSION_KEYS)}.")
+            if os.path.exists(self.pretrained) and not os.path.isfile(os.path.join(self.pretrained, "config.json")):
+                raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; not a RoBERTa checkpoint dir.")
+            return
         if not os.path.isdir(self.pretrained):
             raise ConfigError(
                 f"model.pretrained is not a directory: {self.pretrained}. Pretrain first "

@@ -140,6 +140,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     task = TASKS[dcfg.task]
     # Checks on inputs first (files, columns, config fields), before any model or training.
     splits = load_task_data(recipe)
+    if mcfg.convert_from_roberta is not None:
+        mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)
     tok_dir = mcfg.tokenizer or mcfg.pretrained
     try:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
@@ -265,6 +267,28 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     accelerator.print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
     accelerator.end_training()
     return result
+
+
+def convert_roberta_for_finetuning(mcfg, output_dir: str):
+    """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to a Linformer in ``<output_dir>/converted`` (once)."""
+    import dataclasses
+
+    from accelerate import PartialState
+
+    from ..conversion import convert_checkpoint
+
+    target = os.path.join(output_dir, "converted")
+    state = PartialState()
+    with state.main_process_first():
+        if state.is_main_process:
+            try:
+                convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
+            except (OSError, ValueError) as err:
+                raise ConfigError(f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {err}") from err
+    tokenizer = mcfg.tokenizer
+    if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
+        tokenizer = mcfg.pretrained
+    return dataclasses.replace(mcfg, pretrained=target, tokenizer=tokenizer, convert_from_roberta=None)
 
 
 def _write_predictions(path: str, preds, labels):
