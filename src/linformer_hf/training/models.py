@@ -6,20 +6,28 @@ import os
 from typing import Any
 
 import yaml
+from transformers import RobertaConfig, RobertaForMaskedLM
 
+from ..configuration_linformer import LinformerConfig
+from ..modeling_linformer import LinformerForMaskedLM
 from .config import ConfigError, ModelSection
+
+
+class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
+    """RoBERTa's masked LM with LinformerForMaskedLM's forward: the baseline under the identical recipe.
+
+    The two forwards compute the same thing (RoBERTa's encoder and LM head, mean cross-entropy); Linformer's also
+    takes `logits_for_labels_only`, which pretraining uses, so the baseline's cost per step stays comparable to
+    Linformer's. Saved folders are plain RoBERTa (`model_type: roberta`, loaded as `RobertaForMaskedLM`).
+    """
+
+    forward = LinformerForMaskedLM.forward
 
 
 def _classes(model_type: str):
     if model_type == "roberta":
-        from transformers import RobertaConfig, RobertaForMaskedLM
-
-        return RobertaConfig, RobertaForMaskedLM
+        return RobertaConfig, RobertaForMaskedLMBaseline
     if model_type == "linformer":
-        try:
-            from linformer_hf import LinformerConfig, LinformerForMaskedLM
-        except ImportError as err:  # pragma: no cover - only before the core package exists
-            raise ConfigError(f"model_type linformer needs the linformer_hf core package: {err}") from err
         return LinformerConfig, LinformerForMaskedLM
     raise ConfigError(f"model.model_type must be linformer or roberta, got {model_type!r}.")
 
