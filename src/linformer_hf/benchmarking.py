@@ -535,6 +535,10 @@ def _points_of(cfg: BenchmarkConfig, n: int):
     return points
 
 
+def _significant(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
 def _base_row(cfg: BenchmarkConfig, mode: str, model: str, n: int, k: int | None, peak: float) -> dict:
     row = {column: "" for column in CSV_COLUMNS}
     flops = forward_flops(
@@ -544,7 +548,7 @@ def _base_row(cfg: BenchmarkConfig, mode: str, model: str, n: int, k: int | None
     if mode == "train":
         flops *= 3  # backward costs about twice the forward
     row.update(
-        mode=mode, model=model, n=n, k="" if k is None else k, status="ok", gflop=round(flops / 1e9, 3),
+        mode=mode, model=model, n=n, k="" if k is None else k, status="ok", gflop=_significant(flops / 1e9),
         matmul_peak_gflops=round(peak, 1), device=cfg.device, dtype=cfg.dtype, layers=cfg.layers, batch=cfg.batch,
         hidden_size=cfg.hidden_size, heads=cfg.heads,
         sharing=cfg.sharing if model == "linformer" else "", projection=cfg.projection if model == "linformer" else "",
@@ -577,7 +581,7 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[dict], dict]:
                 estimate = estimate_activation_bytes(model, n, k, cfg, mode)
                 row["estimated_activation_mb"] = round(estimate / 2**20, 1)
                 if estimate > budget:
-                    row["status"] = f"skipped: would not fit (est. {estimate / 2**30:.1f} GiB > {budget / 2**30:.1f})"
+                    row["status"] = f"skipped: would not fit (est. {estimate / 2**30:.3g} GiB > {budget / 2**30:.3g})"
                 else:
                     measured.append([_label(model, k), model, k])
                 point_rows[_label(model, k)] = row
@@ -596,8 +600,8 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[dict], dict]:
                 row.update(
                     time_s=round(median, 5), time_s_min=round(min(times), 5), reps=len(times),
                     tokens_per_s=round(cfg.batch * n / median, 1),
-                    achieved_gflops=round(row["gflop"] / median, 1),
-                    fraction_of_peak=round(row["gflop"] / median / peak, 3),
+                    achieved_gflops=_significant(row["gflop"] / median),
+                    fraction_of_peak=_significant(row["gflop"] / median / peak, 3),
                 )
             if mode != "inference" or not cfg.measure_memory:
                 continue
