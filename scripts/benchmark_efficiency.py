@@ -27,6 +27,7 @@ def parse_args(argv=None):
     parser.add_argument("--n", type=int, nargs="+", help="sequence lengths for inference (overrides the preset)")
     parser.add_argument("--k", type=int, nargs="+", help="Linformer projected lengths (overrides the preset)")
     parser.add_argument("--train-n", type=int, nargs="*", help="sequence lengths for training throughput")
+    parser.add_argument("--scaling-n", type=int, nargs="*", help="n of the side-by-side linear-cost check")
     parser.add_argument("--models", nargs="+", choices=MODELS, help="models to measure (default: all)")
     parser.add_argument("--layers", type=int, help="encoder depth, the same for every model")
     parser.add_argument("--batch", type=int)
@@ -47,7 +48,7 @@ def parse_args(argv=None):
 def config_from_args(args) -> BenchmarkConfig:
     settings = dict(PRESETS[args.preset])
     overrides = {
-        "ns": args.n, "ks": args.k, "train_ns": args.train_n, "models": args.models, "layers": args.layers,
+        "ns": args.n, "ks": args.k, "train_ns": args.train_n, "scaling_ns": args.scaling_n, "models": args.models, "layers": args.layers,
         "batch": args.batch, "reps": args.reps, "warmup": args.warmup, "threads": args.threads,
         "sharing": args.sharing, "projection": args.projection, "memory_budget_gb": args.memory_budget_gb,
     }

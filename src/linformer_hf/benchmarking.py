@@ -95,6 +95,7 @@ class BenchmarkConfig:
     measure_memory: bool = True
     peer: bool = False
     peer_points: list[tuple[int, int]] = field(default_factory=lambda: [(4096, 256)])
+    scaling_ns: list[int] = field(default_factory=list)  # Linformer timed at these n in one process (linear cost)
     timeout_s: float = 1800.0
 
     def validate(self):
@@ -114,14 +115,20 @@ class BenchmarkConfig:
 
 PRESETS = {
     # < 2 minutes on 2 CPU cores: a smoke test of every part of the pipeline.
-    "quick": dict(ns=[256, 1024], ks=[64, 128], train_ns=[256], layers=1, reps=2, vocab_size=1000),
+    "quick": dict(ns=[256, 1024], ks=[64, 128], train_ns=[256], scaling_ns=[256, 1024], layers=1, reps=2, vocab_size=1000),
     # The default: Table 3's k = 128, 256 up to n = 16384 (about 15 minutes on 2 CPU cores, see docs/efficiency.md).
-    "default": dict(ns=[512, 1024, 2048, 4096, 8192, 16384], ks=[128, 256], train_ns=[512, 2048, 4096], layers=2),
+    "default": dict(
+        ns=[512, 1024, 2048, 4096, 8192, 16384], ks=[128, 256], train_ns=[512, 2048, 4096], scaling_ns=[4096, 16384],
+        layers=2,
+    ),
+    # Only the points of the issue's targets (n = 512, 4096, 16384), with the linear-cost check; about 10 minutes.
+    "targets": dict(ns=[512, 4096, 16384], ks=[128, 256], train_ns=[], scaling_ns=[4096, 16384], layers=2),
     # Table 3's whole grid (hours on a CPU; meant for a GPU).
     "paper": dict(
         ns=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
         ks=[128, 256, 512, 1024, 2048],
         train_ns=[512, 2048, 4096, 16384],
+        scaling_ns=[4096, 16384, 65536],
         layers=2,
     ),
 }
@@ -284,30 +291,44 @@ def _run_step(step, model, ids, mask, mode):
     return step(model, ids, mask)
 
 
+REFERENCE_MATMUL = "dense matmul"
+
+
 def timing_worker(task: dict) -> dict:
-    """Time every model of one n, alternating models repetition by repetition. Returns per-model time lists."""
-    _setup_worker(task)
+    """Time every point (label, model, n, k) of the task, alternating them repetition by repetition.
+
+    A dense matmul of the feed-forward's shape, (4096, d) @ (d, d_ff), is timed in every round too, so each point's
+    achieved FLOP/s can be set against the matmul throughput the machine gave at the same time.
+    Returns per-label time lists and that matmul's GFLOP/s (median).
+    """
+    torch = _setup_worker(task)
     cfg = BenchmarkConfig(**task["config"])
-    n, mode = task["n"], task["mode"]
+    mode = task["mode"]
     step = _inference_step if mode == "inference" else _training_step
-    ids, mask = _make_inputs(cfg, n, cfg.device)
-    models = {}
-    for name, model_name, k in task["points"]:
-        models[name] = _prepare(build_model(model_name, n, k, cfg), cfg, mode)
-    for model in models.values():
+    inputs = {n: _make_inputs(cfg, n, cfg.device) for n in sorted({point[2] for point in task["points"]})}
+    runs = {}
+    for label, model_name, n, k in task["points"]:
+        model = _prepare(build_model(model_name, n, k, cfg), cfg, mode)
+        runs[label] = (lambda model=model, n=n: _run_step(step, model, *inputs[n], mode))
+    dtype = getattr(torch, DTYPES[cfg.dtype])
+    a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
+    b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
+    runs[REFERENCE_MATMUL] = lambda: a @ b
+    for run in runs.values():
         for _ in range(cfg.warmup):
-            _run_step(step, model, ids, mask, mode)
-    times = {name: [] for name in models}
-    names = list(models)
+            run()
+    times = {label: [] for label in runs}
+    labels = list(runs)
     for rep in range(cfg.reps):
-        order = names[rep % len(names) :] + names[: rep % len(names)]  # rotate, so no model always goes first
-        for name in order:
+        order = labels[rep % len(labels) :] + labels[: rep % len(labels)]  # rotate, so none always goes first
+        for label in order:
             _synchronize(cfg.device)
             start = time.perf_counter()
-            _run_step(step, models[name], ids, mask, mode)
+            runs[label]()
             _synchronize(cfg.device)
-            times[name].append(time.perf_counter() - start)
-    return {"times": times}
+            times[label].append(time.perf_counter() - start)
+    matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
+    return {"times": times, "matmul_gflops": matmul_flops / statistics.median(times.pop(REFERENCE_MATMUL)) / 1e9}
 
 
 def _read_status_kb(field_name: str) -> int:
@@ -573,6 +594,23 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[dict], dict]:
     log(f"dense matmul peak: {peak:.1f} GFLOP/s; memory budget {budget / 2**30:.1f} GiB")
 
     rows = []
+
+    def fill_times(timing, measured, point_rows):
+        for label, model, n, k in measured:
+            row = point_rows[label]
+            if "error" in timing:
+                row["status"] = f"failed: {timing['error']}"
+                continue
+            times = timing["times"][label]
+            median = statistics.median(times)
+            row.update(
+                time_s=round(median, 5), time_s_min=round(min(times), 5), reps=len(times),
+                tokens_per_s=round(cfg.batch * n / median, 1),
+                achieved_gflops=_significant(row["gflop"] / median),
+                matmul_peak_gflops=_significant(timing["matmul_gflops"]),
+                fraction_of_peak=_significant(row["gflop"] / median / timing["matmul_gflops"], 3),
+            )
+
     for mode, ns in (("inference", cfg.ns), ("train", cfg.train_ns)):
         for n in ns:
             measured, point_rows = [], {}
@@ -583,29 +621,17 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[dict], dict]:
                 if estimate > budget:
                     row["status"] = f"skipped: would not fit (est. {estimate / 2**30:.3g} GiB > {budget / 2**30:.3g})"
                 else:
-                    measured.append([_label(model, k), model, k])
+                    measured.append([_label(model, k), model, n, k])
                 point_rows[_label(model, k)] = row
                 rows.append(row)
             if not measured:
                 continue
             log(f"[{time.time() - started:6.0f} s] {mode} n={n}: timing {', '.join(p[0] for p in measured)}")
-            timing = run_in_fresh_process(task("timing", n=n, mode=mode, points=measured), cfg.timeout_s)
-            for label, model, k in measured:
-                row = point_rows[label]
-                if "error" in timing:
-                    row["status"] = f"failed: {timing['error']}"
-                    continue
-                times = timing["times"][label]
-                median = statistics.median(times)
-                row.update(
-                    time_s=round(median, 5), time_s_min=round(min(times), 5), reps=len(times),
-                    tokens_per_s=round(cfg.batch * n / median, 1),
-                    achieved_gflops=_significant(row["gflop"] / median),
-                    fraction_of_peak=_significant(row["gflop"] / median / peak, 3),
-                )
+            timing = run_in_fresh_process(task("timing", mode=mode, points=measured), cfg.timeout_s)
+            fill_times(timing, measured, point_rows)
             if mode != "inference" or not cfg.measure_memory:
                 continue
-            for label, model, k in measured:
+            for label, model, _, k in measured:
                 row = point_rows[label]
                 memory = run_in_fresh_process(task("memory", n=n, k=k, model=model, mode=mode), cfg.timeout_s)
                 if "error" in memory:
@@ -617,6 +643,20 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[dict], dict]:
                     memory_method=memory["method"],
                 )
             log(f"[{time.time() - started:6.0f} s] {mode} n={n}: memory done")
+
+    if cfg.scaling_ns and "linformer" in cfg.models:
+        # Linear cost: the Linformer at several n in one process, side by side, so load drift cannot fake a trend.
+        measured, point_rows = [], {}
+        for n in cfg.scaling_ns:
+            for k in (k for k in cfg.ks if k <= n):
+                label = f"linformer n={n} k={k}"
+                row = _base_row(cfg, "scaling", "linformer", n, k, peak)
+                measured.append([label, "linformer", n, k])
+                point_rows[label] = row
+                rows.append(row)
+        log(f"[{time.time() - started:6.0f} s] linear-cost check: {', '.join(p[0] for p in measured)}")
+        fill_times(run_in_fresh_process(task("timing", mode="inference", points=measured), cfg.timeout_s),
+                   measured, point_rows)
 
     info = {"matmul_peak_gflops": peak, "memory_budget_gib": budget / 2**30, "peer": []}
     if cfg.peer:
@@ -713,6 +753,24 @@ def absolute_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def scaling_table(rows: list[dict]) -> str:
+    """Markdown: Linformer time at each n against the smallest n, with the FLOP ratio (measured in one process)."""
+    scaling = [r for r in rows if r["mode"] == "scaling" and r["status"] == "ok"]
+    if not scaling:
+        return ""
+    out = ["| k | n | time (s) | time / time at smallest n | FLOP ratio | of matmul peak |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for k in sorted({r["k"] for r in scaling}):
+        points = sorted((r for r in scaling if r["k"] == k), key=lambda r: r["n"])
+        first = points[0]
+        for r in points:
+            out.append(
+                f"| {k} | {r['n']} | {r['time_s']} | {r['time_s'] / first['time_s']:.2f} | "
+                f"{r['gflop'] / first['gflop']:.2f} | {float(r['fraction_of_peak']):.0%} |"
+            )
+    return "\n".join(out)
+
+
 def peer_table(info: dict) -> str:
     if not info.get("peer"):
         return ""
@@ -802,6 +860,9 @@ def report_markdown(rows: list[dict], info: dict, cfg: BenchmarkConfig, command:
         absolute_table(rows),
         "",
     ]
+    scaling = scaling_table(rows)
+    if scaling:
+        parts += ["## Linear cost (Linformer at several n, timed side by side in one process)\n", scaling, ""]
     peer = peer_table(info)
     if peer:
         parts += ["## Attention module against the `linformer` package (no mask)\n", peer, ""]
