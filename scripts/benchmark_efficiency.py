@@ -48,9 +48,11 @@ def parse_args(argv=None):
 def config_from_args(args) -> BenchmarkConfig:
     settings = dict(PRESETS[args.preset])
     overrides = {
-        "ns": args.n, "ks": args.k, "train_ns": args.train_n, "scaling_ns": args.scaling_n, "models": args.models, "layers": args.layers,
+        "ns": args.n, "ks": args.k, "train_ns": args.train_n, "scaling_ns": args.scaling_n, "models": args.models,
+        "layers": args.layers,
         "batch": args.batch, "reps": args.reps, "warmup": args.warmup, "threads": args.threads,
-        "sharing": args.sharing, "projection": args.projection, "memory_budget_gb": args.memory_budget_gb,
+        "sharing": args.sharing, "projection": args.projection,
+        "memory_budget_gb": args.memory_budget_gb,
     }
     settings.update({key: value for key, value in overrides.items() if value is not None})
     settings["device"] = args.device

@@ -115,7 +115,9 @@ class BenchmarkConfig:
 
 PRESETS = {
     # < 2 minutes on 2 CPU cores: a smoke test of every part of the pipeline.
-    "quick": dict(ns=[256, 1024], ks=[64, 128], train_ns=[256], scaling_ns=[256, 1024], layers=1, reps=2, vocab_size=1000),
+    "quick": dict(
+        ns=[256, 1024], ks=[64, 128], train_ns=[256], scaling_ns=[256, 1024], layers=1, reps=2, vocab_size=1000
+    ),
     # The default: Table 3's k = 128, 256 up to n = 16384 (about 15 minutes on 2 CPU cores, see docs/efficiency.md).
     "default": dict(
         ns=[512, 1024, 2048, 4096, 8192, 16384], ks=[128, 256], train_ns=[512, 2048, 4096], scaling_ns=[4096, 16384],
@@ -428,7 +430,10 @@ def peer_worker(task: dict) -> dict:
     (the `linformer` layer ends with it). No mask (that layer has none): ours gets a mask of ones.
     """
     torch = _setup_worker(task)
-    from linformer import LinformerSelfAttention as PeerSelfAttention
+    try:
+        from linformer import LinformerSelfAttention as PeerSelfAttention
+    except ImportError as error:
+        raise ImportError("--peer needs the `linformer` package: pip install linformer --no-deps") from error
 
     from .configuration_linformer import LinformerConfig
     from .modeling_linformer import LinformerSelfAttention
