@@ -146,8 +146,10 @@ class LinformerProjection(nn.Module):
         """
         seq_len = mask.shape[-1]
         if self.kind == "linear":
-            # |E| (heads, k, L) times the 0/1 mask: a sum of non-negative terms, > 0 iff a real token has E != 0
-            return torch.einsum("hkl,bl->bhk", self.weight[:, :, :seq_len].abs(), mask) > 0
+            # |E| (heads, k, L) times the 0/1 mask: a sum of non-negative terms, > 0 iff a real token has E != 0.
+            # Detached: a boolean needs no gradient, so autograd need not record the product.
+            magnitude = self.weight[:, :, :seq_len].detach().abs()
+            return torch.einsum("hkl,bl->bhk", magnitude, mask) > 0
         bins = math.ceil(seq_len / self.bin_size)
         padded = F.pad(mask, (0, bins * self.bin_size - seq_len))
         return (padded.view(mask.shape[0], 1, bins, self.bin_size).sum(-1)) > 0
