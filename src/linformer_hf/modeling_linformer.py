@@ -106,6 +106,27 @@ class LinformerProjection(nn.Module):
         # conv: (batch, h, bins, s, f) * (h, 1, s, 1) summed over s
         return (x_bins * self.weight[:, None, :, None]).sum(dim=3)
 
+    def compress_input(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """E X and E 1 for a projection shared by all heads (`num_heads == 1`, not max pooling): the fast path.
+
+        The padding mask is folded into E (its columns at padded positions are zeroed), which for the linear kind
+        costs k L per sequence instead of masking X (L d).
+
+        Args:
+            x: (batch, L, d), the layer input.
+            mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in x's dtype.
+        Returns:
+            E X (batch, k', d) and E 1 (batch, k', 1), the row sums of the masked E that multiply a bias.
+        """
+        if self.kind == "linear":
+            seq_len = x.shape[-2]
+            masked_e = self.weight[0, :, :seq_len] * mask[:, None, :]  # (k, L) * (batch, 1, L) -> (batch, k, L)
+            return torch.bmm(masked_e, x), masked_e.sum(dim=-1, keepdim=True)
+        # Pooling and conv: each row of E is one bin; compressing the mask itself gives E 1.
+        compressed = self(x[:, None], mask)[:, 0]  # (batch, k', d)
+        row_sums = self(mask[:, None, :, None], mask)[:, 0]  # (batch, k', 1)
+        return compressed, row_sums
+
     def _split_into_bins(self, x: torch.Tensor, mask: torch.Tensor):
         s = self.bin_size
         seq_len = x.shape[-2]
@@ -131,8 +152,10 @@ class LinformerProjection(nn.Module):
         """
         seq_len = mask.shape[-1]
         if self.kind == "linear":
-            nonzero = (self.weight[:, :, :seq_len] != 0).to(mask.dtype)  # (heads, k, L)
-            return torch.einsum("hkl,bl->bhk", nonzero, mask) > 0
+            # |E| (heads, k, L) times the 0/1 mask: a sum of non-negative terms, > 0 iff a real token has E != 0.
+            # Detached: a boolean needs no gradient, so autograd need not record the product.
+            magnitude = self.weight[:, :, :seq_len].detach().abs()
+            return torch.einsum("hkl,bl->bhk", magnitude, mask) > 0
         bins = math.ceil(seq_len / self.bin_size)
         padded = F.pad(mask, (0, bins * self.bin_size - seq_len))
         return (padded.view(mask.shape[0], 1, bins, self.bin_size).sum(-1)) > 0
@@ -211,15 +234,11 @@ class LinformerSelfAttention(nn.Module):
         heads, d_h = self.num_attention_heads, self.attention_head_size
         fast = use_fast_path and key_projection.num_heads == 1 and key_projection.is_linear_map
         if fast:
-            x = hidden_states[:, None]  # (batch, 1, L, d)
-            ones = mask.new_ones(batch, 1, seq_len, 1)
-            compressed_x = key_projection(x, mask)[:, 0]  # (batch, k', d): E X
-            row_sums = key_projection(ones, mask)[:, 0]  # (batch, k', 1): E 1, which multiplies the bias
-            key = F.linear(compressed_x, self.key.weight) + row_sums * self.key.bias
+            compressed_x, row_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
+            key = torch.addcmul(F.linear(compressed_x, self.key.weight), row_sums, self.key.bias)  # (E X) W + (E 1) b
             if value_projection is not key_projection:
-                compressed_x = value_projection(x, mask)[:, 0]
-                row_sums = value_projection(ones, mask)[:, 0]
-            value = F.linear(compressed_x, self.value.weight) + row_sums * self.value.bias
+                compressed_x, row_sums = value_projection.compress_input(hidden_states, mask)  # F X, F 1
+            value = torch.addcmul(F.linear(compressed_x, self.value.weight), row_sums, self.value.bias)
             # (batch, k', d) -> (batch, heads, k', d_h)
             return key.unflatten(-1, (heads, d_h)).transpose(1, 2), value.unflatten(-1, (heads, d_h)).transpose(1, 2)
 
@@ -258,8 +277,7 @@ class LinformerSelfAttention(nn.Module):
         reached = key_projection.reached_slots(attention_mask)
         if value_projection is not key_projection:
             reached = reached & value_projection.reached_slots(attention_mask)
-        slot_mask = torch.zeros(reached.shape, dtype=query.dtype, device=query.device)
-        slot_mask = slot_mask.masked_fill(~reached, torch.finfo(query.dtype).min)[:, :, None, :]
+        slot_mask = torch.where(reached, 0.0, torch.finfo(query.dtype).min).to(query.dtype)[:, :, None, :]
 
         dropout = self.dropout.p if self.training else 0.0
         if output_attentions or self.config._attn_implementation == "eager":
