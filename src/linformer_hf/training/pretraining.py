@@ -262,6 +262,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
         summary["evals"][0] = metrics
         accelerator.print(f"step 0: eval_loss {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
 
+    loop_start, paused_seconds = time.perf_counter(), 0.0  # paused: evaluation and checkpointing
     while completed_steps < stop_at:
         collator.set_epoch(epoch)
         if streaming:
@@ -314,7 +315,9 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                     accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tok_s},
                                     step=completed_steps)
             if tcfg.eval_steps and completed_steps % tcfg.eval_steps == 0 and completed_steps < tcfg.max_steps:
+                pause_start = time.perf_counter()
                 metrics = evaluate_mlm(model, eval_dl, accelerator)
+                paused_seconds += time.perf_counter() - pause_start
                 summary["evals"][completed_steps] = metrics
                 accelerator.print(f"step {completed_steps}: eval_loss {metrics['eval_loss']:.4f} "
                                   f"perplexity {metrics['perplexity']:.2f}")
@@ -322,7 +325,9 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                     accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]},
                                     step=completed_steps)
             if tcfg.checkpointing_steps and completed_steps % tcfg.checkpointing_steps == 0:
+                pause_start = time.perf_counter()
                 save_checkpoint()
+                paused_seconds += time.perf_counter() - pause_start
             if completed_steps >= stop_at:
                 break
             if tcfg.max_train_minutes is not None and out_of_time():
@@ -336,6 +341,8 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
         if completed_steps < stop_at:
             epoch += 1
     progress.close()
+    # Time spent on updates alone (seconds per update = train_seconds / updates run in this process).
+    summary["train_seconds"] = time.perf_counter() - loop_start - paused_seconds
 
     if completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
         metrics = evaluate_mlm(model, eval_dl, accelerator)
