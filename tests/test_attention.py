@@ -209,3 +209,15 @@ def test_output_attentions_from_the_config():
     model = build(attn_implementation="eager", output_attentions=True)
     attentions = model(random_batch(1, 5)).attentions
     assert len(attentions) == 3 and attentions[0].shape == (1, 4, 5, 8)
+
+
+def test_chunked_feed_forward_gives_the_same_outputs():
+    """RoBERTa's `chunk_size_feed_forward` is honoured, not ignored."""
+    model = build()
+    ids = random_batch(2, 12)
+    expected = model(ids).last_hidden_state
+    model.config.chunk_size_feed_forward = 4
+    chunked = LinformerModel(model.config).eval()
+    chunked.load_state_dict(model.state_dict())
+    assert chunked.encoder.layer[0].chunk_size_feed_forward == 4
+    torch.testing.assert_close(chunked(ids).last_hidden_state, expected)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput
 from transformers.models.roberta.modeling_roberta import (
     RobertaEmbeddings,
@@ -311,12 +312,19 @@ class LinformerLayer(GradientCheckpointingLayer):
 
     def __init__(self, config: LinformerConfig, layer_idx: int):
         super().__init__()
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward  # as RoBERTa: 0 = the whole sequence at once
         self.attention = LinformerAttention(config, layer_idx)
         self.intermediate = RobertaIntermediate(config)
         self.output = RobertaOutput(config)
 
     def forward(self, hidden_states, attention_mask, shared_projection=None, **kwargs):
         attention_output, _ = self.attention(hidden_states, attention_mask, shared_projection, **kwargs)
+        # (batch, L, d); the feed-forward may run in chunks along the sequence to bound its (L x d_ff) activations
+        return apply_chunking_to_forward(
+            self.feed_forward_chunk, self.chunk_size_feed_forward, 1, attention_output
+        )
+
+    def feed_forward_chunk(self, attention_output):
         return self.output(self.intermediate(attention_output), attention_output)
 
 
