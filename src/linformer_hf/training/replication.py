@@ -41,6 +41,9 @@ class Variant:
     name: str
     model_type: str = "linformer"  # linformer | roberta
     config: dict = dataclasses.field(default_factory=dict)  # LinformerConfig / RobertaConfig fields on top of model
+    # Longer-input variants (n = 1024) pretrain on longer blocks; halve the batch to keep the tokens per update equal.
+    block_size: int | None = None
+    per_device_train_batch_size: int | None = None
 
 
 @dataclasses.dataclass
@@ -53,6 +56,7 @@ class FinetuneTask:
     num_train_epochs: float = 2.0
     learning_rate: float = 1e-4
     per_device_train_batch_size: int = 16
+    variants: list[str] | None = None  # which variants to fine-tune (default: all whose n fits max_seq_length)
 
 
 @dataclasses.dataclass
@@ -80,6 +84,9 @@ class ReplicationPlan:
         for t in self.finetune:
             if t.task not in ("sst2", "imdb"):
                 raise ConfigError(f"finetune task {t.name!r}: task must be sst2 or imdb, got {t.task!r}.")
+            unknown = sorted(set(t.variants or []) - set(names))
+            if unknown:
+                raise ConfigError(f"finetune task {t.name!r} names unknown variants {unknown}; variants are {names}.")
         for name in ("wikitext-2/valid.txt", "imdb/train.csv", "sst2/train.tsv", "sst2/dev.tsv"):
             if not os.path.isfile(os.path.join(self.data_dir, name)):
                 raise ConfigError(f"{name} not found under data_dir={self.data_dir} (see shared/data/README.md).")
@@ -94,10 +101,20 @@ def load_plan(path: str, overrides: dict[str, Any] | None = None) -> Replication
 
 
 def variant_n(plan: ReplicationPlan, variant: Variant) -> int:
+    """The longest input the variant takes: Linformer's n, or RoBERTa's positions minus its offset of 2."""
     fields = {**plan.model, **variant.config}
     if variant.model_type == "roberta":
-        return int(fields.get("max_position_embeddings", plan.block_size + 2)) - 2
+        return int(fields.get("max_position_embeddings", block_size_of(plan, variant) + 2)) - 2
     return int(fields.get("max_sequence_length", 512))
+
+
+def block_size_of(plan: ReplicationPlan, variant: Variant) -> int:
+    return variant.block_size or plan.block_size
+
+
+def tokens_per_update(plan: ReplicationPlan, variant: Variant) -> int:
+    batch = variant.per_device_train_batch_size or int(plan.pretrain.get("per_device_train_batch_size", 16))
+    return batch * int(plan.pretrain.get("gradient_accumulation_steps", 1)) * block_size_of(plan, variant)
 
 
 # ----------------------------------------------------------------------------------------------------------- data
@@ -183,20 +200,25 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         with open(result_path, encoding="utf-8") as fh:
             return json.load(fh)
     run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
+    block_size = block_size_of(plan, variant)
+    training = {**plan.pretrain, "output_dir": run_dir, "report_to": []}
+    if variant.per_device_train_batch_size:
+        training["per_device_train_batch_size"] = variant.per_device_train_batch_size
     recipe = {
         "model": {"model_type": variant.model_type, "config": {**plan.model, **variant.config}},
         "tokenizer": {"name_or_path": tokenizer_dir},
         "data": {
             "train_files": [paths["pretrain_text"]],
             "validation_split_percentage": 5,
-            "block_size": plan.block_size,
-            "max_eval_blocks": plan.max_eval_blocks,
+            "block_size": block_size,
+            # the same held-out text for every variant: longer blocks are fewer
+            "max_eval_blocks": plan.max_eval_blocks * plan.block_size // block_size if plan.max_eval_blocks else None,
         },
-        "training": {**plan.pretrain, "output_dir": run_dir, "report_to": []},
+        "training": training,
     }
     if variant.model_type == "roberta":
         recipe["model"]["config"].pop("max_sequence_length", None)
-        recipe["model"]["config"].setdefault("max_position_embeddings", plan.block_size + 2)
+        recipe["model"]["config"].setdefault("max_position_embeddings", block_size + 2)
     recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
     command = [sys.executable, "scripts/pretrain.py", "--config", recipe_path, "--no_progress"]
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
@@ -213,8 +235,7 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         "train_seconds": summary.get("train_seconds"),
         "wall_seconds": seconds,
         "steps": steps,
-        "tokens": steps * int(plan.pretrain.get("per_device_train_batch_size", 16))
-        * int(plan.pretrain.get("gradient_accumulation_steps", 1)) * plan.block_size,
+        "tokens": steps * tokens_per_update(plan, variant),
         "model_dir": summary["final_dir"],
     }
     _write_json(result_path, result)
@@ -292,6 +313,8 @@ def run_plan(plan: ReplicationPlan, log=print) -> dict:
         for task in plan.finetune:
             if task.max_seq_length > variant_n(plan, variant):
                 continue  # the model cannot take inputs of this length
+            if task.variants is not None and variant.name not in task.variants:
+                continue
             for seed in plan.seeds:
                 log(f"[finetune] {variant.name} {task.name} seed {seed}")
                 result = finetune_variant(plan, variant, task, seed, paths, pretrained[variant.name]["model_dir"])
