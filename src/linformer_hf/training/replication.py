@@ -1,0 +1,400 @@
+"""Small-scale replication of the paper's quality claims (Figure 3 and Table 2) under one identical recipe.
+
+A plan (configs/replication/*.yaml) names the shared model shape, the variants (RoBERTa and Linformers that differ
+only in their attention settings), one pretraining recipe and the fine-tuning tasks. `run_plan` then
+
+1. prepares the data once: the pretraining text (WikiText-2 plus the IMDB reviews of the fine-tuning *training*
+   split, so the held-out reviews are never seen), the IMDB train / held-out files and the SST-2 files;
+2. trains one byte-level BPE tokenizer on the pretraining text, shared by every variant;
+3. pretrains every variant with `scripts/pretrain.py` (same data order, masking, seed, steps and tokens);
+4. fine-tunes every pretrained model with `scripts/finetune.py` on each task that fits its n, for each seed,
+   choosing the checkpoint on a validation split carved out of the training data and reporting the held-out split;
+5. writes `results.json`, a Markdown report and a perplexity plot.
+
+Each run's command is recorded, and a run whose result file exists is not repeated, so an interrupted plan resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import html
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, build_section, load_yaml
+
+REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+
+@dataclasses.dataclass
+class Variant:
+    name: str
+    model_type: str = "linformer"  # linformer | roberta
+    config: dict = dataclasses.field(default_factory=dict)  # LinformerConfig / RobertaConfig fields on top of model
+    # Longer-input variants (n = 1024) pretrain on longer blocks; halve the batch to keep the tokens per update equal.
+    block_size: int | None = None
+    per_device_train_batch_size: int | None = None
+
+
+@dataclasses.dataclass
+class FinetuneTask:
+    name: str  # a label for the report, e.g. imdb_n512
+    task: str  # sst2 | imdb
+    max_seq_length: int
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = 1000  # of the validation split that picks the checkpoint (the test set is whole)
+    num_train_epochs: float = 2.0
+    learning_rate: float = 1e-4
+    per_device_train_batch_size: int = 16
+    variants: list[str] | None = None  # which variants to fine-tune (default: all whose n fits max_seq_length)
+
+
+@dataclasses.dataclass
+class ReplicationPlan:
+    output_dir: str = "outputs/replication/quick"
+    data_dir: str = "../shared/data"  # WikiText-2, IMDB and SST-2 in the layout of shared/data/README.md
+    imdb_heldout: int = 500  # reviews kept out of pretraining and fine-tuning training, for the IMDB table
+    vocab_size: int = 4096
+    model: dict = dataclasses.field(default_factory=dict)  # fields shared by every variant
+    variants: list = dataclasses.field(default_factory=list)  # [{name, model_type, config}]
+    pretrain: dict = dataclasses.field(default_factory=dict)  # `training` section of the pretraining recipe
+    block_size: int = 512
+    max_eval_blocks: int | None = 128  # held-out blocks for the perplexity curve (same blocks for every variant)
+    finetune: list = dataclasses.field(default_factory=list)  # [FinetuneTask fields]
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [1])
+
+    def validate(self):
+        self.variants = [v if isinstance(v, Variant) else build_section(Variant, v, "variants[]") for v in self.variants]
+        self.finetune = [
+            t if isinstance(t, FinetuneTask) else build_section(FinetuneTask, t, "finetune[]") for t in self.finetune
+        ]
+        names = [v.name for v in self.variants]
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(f"variants need unique names, got {names}.")
+        for t in self.finetune:
+            if t.task not in ("sst2", "imdb"):
+                raise ConfigError(f"finetune task {t.name!r}: task must be sst2 or imdb, got {t.task!r}.")
+            unknown = sorted(set(t.variants or []) - set(names))
+            if unknown:
+                raise ConfigError(f"finetune task {t.name!r} names unknown variants {unknown}; variants are {names}.")
+        for name in ("wikitext-2/valid.txt", "imdb/train.csv", "sst2/train.tsv", "sst2/dev.tsv"):
+            if not os.path.isfile(os.path.join(self.data_dir, name)):
+                raise ConfigError(f"{name} not found under data_dir={self.data_dir} (see shared/data/README.md).")
+
+
+def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ReplicationPlan:
+    data = load_yaml(path)
+    data.update(overrides or {})
+    plan = build_section(ReplicationPlan, data, "plan")
+    plan.validate()
+    return plan
+
+
+def variant_n(plan: ReplicationPlan, variant: Variant) -> int:
+    """The longest input the variant takes: Linformer's n, or RoBERTa's positions minus its offset of 2."""
+    fields = {**plan.model, **variant.config}
+    if variant.model_type == "roberta":
+        return int(fields.get("max_position_embeddings", block_size_of(plan, variant) + 2)) - 2
+    return int(fields.get("max_sequence_length", 512))
+
+
+def block_size_of(plan: ReplicationPlan, variant: Variant) -> int:
+    return variant.block_size or plan.block_size
+
+
+def tokens_per_update(plan: ReplicationPlan, variant: Variant) -> int:
+    batch = variant.per_device_train_batch_size or int(plan.pretrain.get("per_device_train_batch_size", 16))
+    return batch * int(plan.pretrain.get("gradient_accumulation_steps", 1)) * block_size_of(plan, variant)
+
+
+# ----------------------------------------------------------------------------------------------------------- data
+
+
+def _clean_review(text: str) -> str:
+    return " ".join(html.unescape(text).replace("<br />", " ").split())
+
+
+def prepare_data(plan: ReplicationPlan) -> dict[str, str]:
+    """Write the shared inputs under <output_dir>/data once; returns their paths."""
+    out = os.path.join(plan.output_dir, "data")
+    paths = {
+        "pretrain_text": os.path.join(out, "pretrain.txt"),
+        "imdb_train": os.path.join(out, "imdb_train.csv"),
+        "imdb_heldout": os.path.join(out, "imdb_heldout.csv"),
+        "sst2_train": os.path.join(plan.data_dir, "sst2", "train.tsv"),
+        "sst2_dev": os.path.join(plan.data_dir, "sst2", "dev.tsv"),
+    }
+    if all(os.path.isfile(p) for p in paths.values()):
+        return paths
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(plan.data_dir, "imdb", "train.csv"), encoding="utf-8", newline="") as fh:
+        reviews = list(csv.DictReader(fh))  # already shuffled (shared/data/README.md)
+    if len(reviews) <= plan.imdb_heldout:
+        raise ConfigError(f"imdb_heldout={plan.imdb_heldout} leaves no IMDB reviews to train on ({len(reviews)}).")
+    train, heldout = reviews[: -plan.imdb_heldout], reviews[-plan.imdb_heldout :]
+    for path, rows in ((paths["imdb_train"], train), (paths["imdb_heldout"], heldout)):
+        with open(path, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=["text", "label"])
+            writer.writeheader()
+            writer.writerows({"text": _clean_review(r["text"]), "label": int(r["label"])} for r in rows)
+    with open(paths["pretrain_text"], "w", encoding="utf-8") as fh:
+        with open(os.path.join(plan.data_dir, "wikitext-2", "valid.txt"), encoding="utf-8") as wiki:
+            for line in wiki:
+                if line.strip() and not line.strip().startswith("="):  # paragraphs, not headings
+                    fh.write(line.strip() + "\n")
+        for row in train:  # the held-out reviews never reach pretraining
+            fh.write(_clean_review(row["text"]) + "\n")
+    return paths
+
+
+# ------------------------------------------------------------------------------------------------------------ runs
+
+
+def _run(command: list[str], log_path: str) -> float:
+    """Run a script to completion with its output in log_path; returns the wall-clock seconds."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    start = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("$ " + shlex.join(command) + "\n")
+        log.flush()
+        result = subprocess.run(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        with open(log_path, encoding="utf-8") as log:
+            tail = log.read()[-3000:]
+        raise RuntimeError(f"{shlex.join(command)} failed (exit {result.returncode}); log {log_path}:\n{tail}")
+    return time.perf_counter() - start
+
+
+def _write_yaml(path: str, data: dict) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(data, fh, sort_keys=False)
+    return path
+
+
+def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
+    tokenizer_dir = os.path.join(plan.output_dir, "tokenizer")
+    if not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
+        _run(
+            [sys.executable, "scripts/train_tokenizer.py", "--files", paths["pretrain_text"], "--output_dir",
+             tokenizer_dir, "--vocab_size", str(plan.vocab_size), "--model_max_length",
+             str(max(variant_n(plan, v) for v in plan.variants))],
+            os.path.join(plan.output_dir, "logs", "tokenizer.log"),
+        )
+    return tokenizer_dir
+
+
+def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, tokenizer_dir: str) -> dict:
+    result_path = os.path.join(plan.output_dir, "results", f"pretrain_{variant.name}.json")
+    if os.path.isfile(result_path):
+        with open(result_path, encoding="utf-8") as fh:
+            return json.load(fh)
+    run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
+    block_size = block_size_of(plan, variant)
+    training = {**plan.pretrain, "output_dir": run_dir, "report_to": []}
+    if variant.per_device_train_batch_size:
+        training["per_device_train_batch_size"] = variant.per_device_train_batch_size
+    recipe = {
+        "model": {"model_type": variant.model_type, "config": {**plan.model, **variant.config}},
+        "tokenizer": {"name_or_path": tokenizer_dir},
+        "data": {
+            "train_files": [paths["pretrain_text"]],
+            "validation_split_percentage": 5,
+            "block_size": block_size,
+            # the same held-out text for every variant: longer blocks are fewer
+            "max_eval_blocks": plan.max_eval_blocks * plan.block_size // block_size if plan.max_eval_blocks else None,
+        },
+        "training": training,
+    }
+    if variant.model_type == "roberta":
+        recipe["model"]["config"].pop("max_sequence_length", None)
+        recipe["model"]["config"].setdefault("max_position_embeddings", block_size + 2)
+    recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
+    command = [sys.executable, "scripts/pretrain.py", "--config", recipe_path, "--no_progress"]
+    seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
+    steps = int(plan.pretrain["max_steps"])
+    with open(os.path.join(run_dir, f"summary_step{steps}.json"), encoding="utf-8") as fh:
+        summary = json.load(fh)
+    result = {
+        "variant": dataclasses.asdict(variant),
+        "command": shlex.join(command),
+        "recipe": recipe,
+        "evals": {int(step): metrics for step, metrics in summary["evals"].items()},
+        "final_perplexity": summary["final_eval"]["perplexity"],
+        "final_eval_loss": summary["final_eval"]["eval_loss"],
+        "train_seconds": summary.get("train_seconds"),
+        "wall_seconds": seconds,
+        "steps": steps,
+        "tokens": steps * tokens_per_update(plan, variant),
+        "model_dir": summary["final_dir"],
+    }
+    _write_json(result_path, result)
+    return result
+
+
+def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int, paths: dict,
+                     model_dir: str) -> dict:
+    result_path = os.path.join(plan.output_dir, "results", f"finetune_{variant.name}_{task.name}_seed{seed}.json")
+    if os.path.isfile(result_path):
+        with open(result_path, encoding="utf-8") as fh:
+            return json.load(fh)
+    run_dir = os.path.join(plan.output_dir, "finetune", variant.name, task.name, f"seed{seed}")
+    if task.task == "sst2":  # checkpoint chosen on 10% of train; the GLUE dev set is the held-out test
+        files = {"train_file": paths["sst2_train"], "test_file": paths["sst2_dev"]}
+    else:
+        files = {"train_file": paths["imdb_train"], "test_file": paths["imdb_heldout"]}
+    recipe = {
+        "model": {"pretrained": model_dir},
+        "data": {
+            "task": task.task,
+            **files,
+            "validation_split_percentage": 10,
+            "max_seq_length": task.max_seq_length,
+            "max_train_samples": task.max_train_samples,
+            "max_eval_samples": task.max_eval_samples,
+        },
+        "training": {
+            "output_dir": run_dir,
+            "seed": seed,
+            "per_device_train_batch_size": task.per_device_train_batch_size,
+            "per_device_eval_batch_size": 64,
+            "num_train_epochs": task.num_train_epochs,
+            "learning_rate": task.learning_rate,
+            "report_to": [],
+        },
+    }
+    recipe_path = _write_yaml(
+        os.path.join(plan.output_dir, "recipes", f"finetune_{variant.name}_{task.name}_seed{seed}.yaml"), recipe
+    )
+    command = [sys.executable, "scripts/finetune.py", "--config", recipe_path, "--no_progress"]
+    seconds = _run(command, os.path.join(plan.output_dir, "logs", f"finetune_{variant.name}_{task.name}_{seed}.log"))
+    with open(os.path.join(run_dir, "results.json"), encoding="utf-8") as fh:
+        finetuned = json.load(fh)
+    shutil.rmtree(os.path.join(run_dir, "best"), ignore_errors=True)  # the report needs numbers, not checkpoints
+    result = {
+        "variant": variant.name,
+        "task": task.name,
+        "seed": seed,
+        "command": shlex.join(command),
+        "test_accuracy": finetuned["test"]["accuracy"],
+        "validation_accuracy": finetuned["best"]["accuracy"],
+        "wall_seconds": seconds,
+    }
+    _write_json(result_path, result)
+    return result
+
+
+def _write_json(path: str, data: Any) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+
+
+def run_plan(plan: ReplicationPlan, log=print) -> dict:
+    start = time.perf_counter()
+    paths = prepare_data(plan)
+    tokenizer_dir = train_tokenizer(plan, paths)
+    pretrained, finetuned = {}, []
+    for variant in plan.variants:
+        log(f"[pretrain] {variant.name}")
+        pretrained[variant.name] = result = pretrain_variant(plan, variant, paths, tokenizer_dir)
+        log(f"[pretrain] {variant.name}: validation perplexity {result['final_perplexity']:.2f}")
+    for variant in plan.variants:
+        for task in plan.finetune:
+            if task.max_seq_length > variant_n(plan, variant):
+                continue  # the model cannot take inputs of this length
+            if task.variants is not None and variant.name not in task.variants:
+                continue
+            for seed in plan.seeds:
+                log(f"[finetune] {variant.name} {task.name} seed {seed}")
+                result = finetune_variant(plan, variant, task, seed, paths, pretrained[variant.name]["model_dir"])
+                log(f"[finetune] {variant.name} {task.name} seed {seed}: accuracy {result['test_accuracy']:.4f}")
+                finetuned.append(result)
+    results = {
+        "plan": dataclasses.asdict(plan),
+        "pretrain": pretrained,
+        "finetune": finetuned,
+        "total_seconds": time.perf_counter() - start,
+    }
+    _write_json(os.path.join(plan.output_dir, "results.json"), results)
+    write_report(results, plan.output_dir)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------- report
+
+
+def summarize(results: dict) -> list[dict]:
+    """One row per variant: final perplexity, its ratio to the RoBERTa baseline, mean/std accuracy per task."""
+    baseline = next((r for r in results["pretrain"].values() if r["variant"]["model_type"] == "roberta"), None)
+    tasks = [t["name"] for t in results["plan"]["finetune"]]
+    rows = []
+    for name, pre in results["pretrain"].items():
+        row = {
+            "variant": name,
+            "perplexity": pre["final_perplexity"],
+            "perplexity_vs_roberta": pre["final_perplexity"] / baseline["final_perplexity"] if baseline else None,
+            "seconds_per_step": (pre["train_seconds"] or pre["wall_seconds"]) / pre["steps"],
+        }
+        for task in tasks:
+            accs = [f["test_accuracy"] for f in results["finetune"] if f["variant"] == name and f["task"] == task]
+            row[task] = (statistics.mean(accs), statistics.stdev(accs) if len(accs) > 1 else 0.0, len(accs)) if accs else None
+        rows.append(row)
+    return rows
+
+
+def write_report(results: dict, output_dir: str) -> str:
+    rows = summarize(results)
+    tasks = [t["name"] for t in results["plan"]["finetune"]]
+    lines = [
+        "| variant | val. perplexity | vs RoBERTa | s / step | " + " | ".join(tasks) + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in tasks) + " |",
+    ]
+    for row in rows:
+        cells = [
+            row["variant"],
+            f"{row['perplexity']:.2f}",
+            f"{row['perplexity_vs_roberta']:.3f}" if row["perplexity_vs_roberta"] else "-",
+            f"{row['seconds_per_step']:.2f}",
+        ]
+        for task in tasks:
+            value = row[task]
+            cells.append("-" if value is None else f"{100 * value[0]:.1f} ± {100 * value[1]:.1f} (n={value[2]})")
+        lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(output_dir, "results.md"), "w", encoding="utf-8") as fh:
+        fh.write(table)
+    plot_perplexity(results, os.path.join(output_dir, "perplexity.png"))
+    return table
+
+
+def plot_perplexity(results: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for name, pre in results["pretrain"].items():
+        steps = sorted(pre["evals"], key=int)
+        ax.plot([int(s) for s in steps], [pre["evals"][s]["perplexity"] for s in steps], marker="o", ms=3, label=name,
+                linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-")
+    ax.set_yscale("log")
+    ax.set_xlabel("update")
+    ax.set_ylabel("validation MLM perplexity")
+    ax.set_title("Pretraining under one recipe (cf. the paper's Figure 3)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,111 @@
+"""The replication experiment (issue 6): data separation, plan validation, and one tiny end-to-end plan."""
+
+import csv
+import json
+import os
+
+import pytest
+from conftest import SHARED_DATA
+
+from linformer_hf.training.config import ConfigError
+from linformer_hf.training.replication import load_plan, prepare_data, run_plan, summarize
+
+REPO = os.path.join(os.path.dirname(__file__), "..")
+QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")
+
+
+def tiny_overrides(tmp_path, **extra):
+    overrides = dict(
+        output_dir=str(tmp_path / "run"),
+        data_dir=SHARED_DATA,
+        vocab_size=512,
+        block_size=64,
+        max_eval_blocks=8,
+        model=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                   max_sequence_length=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+        variants=[
+            dict(name="roberta", model_type="roberta"),
+            dict(name="linformer_k16", config=dict(projected_length=16)),
+            dict(name="linformer_n128", config=dict(max_sequence_length=128, projected_length=32), block_size=128,
+                 per_device_train_batch_size=2),
+        ],
+        pretrain=dict(seed=3, per_device_train_batch_size=4, max_steps=6, learning_rate=1e-3, warmup_steps=1,
+                      eval_steps=3, logging_steps=3),
+        finetune=[
+            dict(name="sst2", task="sst2", max_seq_length=32, max_train_samples=64, max_eval_samples=32,
+                 num_train_epochs=1, variants=["roberta", "linformer_k16"]),
+            dict(name="imdb_n128", task="imdb", max_seq_length=128, max_train_samples=32, max_eval_samples=16,
+                 num_train_epochs=1),
+        ],
+        seeds=[1],
+    )
+    overrides.update(extra)
+    return overrides
+
+
+def test_heldout_reviews_never_reach_pretraining(tmp_path):
+    plan = load_plan(QUICK, dict(output_dir=str(tmp_path), data_dir=SHARED_DATA, imdb_heldout=300))
+    paths = prepare_data(plan)
+    with open(paths["imdb_train"], encoding="utf-8") as fh:
+        train = [row["text"] for row in csv.DictReader(fh)]
+    with open(paths["imdb_heldout"], encoding="utf-8") as fh:
+        heldout = [row["text"] for row in csv.DictReader(fh)]
+    with open(paths["pretrain_text"], encoding="utf-8") as fh:
+        pretrain_lines = set(fh.read().splitlines())
+    assert len(heldout) == 300 and len(train) == 2000 - 300
+    assert not set(heldout) & set(train)
+    assert not any(review in pretrain_lines for review in heldout)
+    assert all(review in pretrain_lines for review in train[:50])  # the training reviews are pretraining text
+    assert all("<br />" not in review for review in heldout)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (dict(variants=[dict(name="a"), dict(name="a")]), "unique names"),
+        (dict(finetune=[dict(name="x", task="qnli", max_seq_length=64)]), "task must be sst2 or imdb"),
+        (dict(finetune=[dict(name="x", task="sst2", max_seq_length=64, variants=["nope"])]), "unknown variants"),
+        (dict(variants=[dict(name="a", sharing="none")]), "Unknown key"),
+        (dict(data_dir="/nonexistent"), "not found under data_dir"),
+        (dict(learning_rate=1.0), "Unknown key"),
+    ],
+)
+def test_bad_plans_fail_before_anything_runs(overrides, message, tmp_path):
+    overrides.setdefault("output_dir", str(tmp_path))
+    overrides.setdefault("data_dir", SHARED_DATA)
+    with pytest.raises(ConfigError, match=message):
+        load_plan(QUICK, overrides)
+    assert not os.path.exists(tmp_path / "data")
+
+
+def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
+    plan = load_plan(QUICK, tiny_overrides(tmp_path))
+    results = run_plan(plan, log=lambda *_: None)
+
+    pretrained = results["pretrain"]
+    assert set(pretrained) == {"roberta", "linformer_k16", "linformer_n128"}
+    # identical recipe: same updates and tokens for every variant, including the one on longer blocks
+    assert {r["steps"] for r in pretrained.values()} == {6}
+    assert {r["tokens"] for r in pretrained.values()} == {6 * 4 * 64}
+    for r in pretrained.values():
+        assert sorted(int(s) for s in r["evals"]) == [0, 3, 6]
+        assert r["evals"]["6"]["perplexity"] < r["evals"]["0"]["perplexity"]
+        assert r["train_seconds"] > 0
+
+    ran = {(f["variant"], f["task"]) for f in results["finetune"]}
+    # sst2 only for the variants it names; imdb_n128 only where n >= 128
+    assert ran == {("roberta", "sst2"), ("linformer_k16", "sst2"), ("linformer_n128", "imdb_n128")}
+    assert all(0.0 <= f["test_accuracy"] <= 1.0 for f in results["finetune"])
+
+    rows = {row["variant"]: row for row in summarize(results)}
+    assert rows["roberta"]["perplexity_vs_roberta"] == pytest.approx(1.0)
+    assert rows["linformer_k16"]["perplexity"] == pretrained["linformer_k16"]["final_perplexity"]
+    report = (tmp_path / "run" / "results.md").read_text()
+    assert f"{pretrained['linformer_k16']['final_perplexity']:.2f}" in report
+    assert (tmp_path / "run" / "perplexity.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["pretrain"]["roberta"]["command"].endswith("--no_progress")
+
+    # A rerun resumes: every result is already there, nothing is trained again.
+    again = run_plan(plan, log=lambda *_: None)
+    assert again["pretrain"]["roberta"]["wall_seconds"] == pretrained["roberta"]["wall_seconds"]
