@@ -229,7 +229,7 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         "variant": dataclasses.asdict(variant),
         "command": shlex.join(command),
         "recipe": recipe,
-        "evals": {int(step): metrics for step, metrics in summary["evals"].items()},
+        "evals": sorted(({"step": int(step), **m} for step, m in summary["evals"].items()), key=lambda e: e["step"]),
         "final_perplexity": summary["final_eval"]["perplexity"],
         "final_eval_loss": summary["final_eval"]["eval_loss"],
         "train_seconds": summary.get("train_seconds"),
@@ -386,8 +386,7 @@ def plot_perplexity(results: dict, path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, pre in results["pretrain"].items():
-        steps = sorted(pre["evals"], key=int)
-        ax.plot([int(s) for s in steps], [pre["evals"][s]["perplexity"] for s in steps], marker="o", ms=3, label=name,
+        ax.plot([e["step"] for e in pre["evals"]], [e["perplexity"] for e in pre["evals"]], marker="o", ms=3, label=name,
                 linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-")
     ax.set_yscale("log")
     ax.set_xlabel("update")
