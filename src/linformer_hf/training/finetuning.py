@@ -134,7 +134,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     from transformers import get_scheduler
 
     from .models import max_input_length
-    from .pretraining import build_optimizer
+    from .pretraining import build_optimizer, optimizer_step
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
     task = TASKS[dcfg.task]
@@ -223,12 +223,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             with accelerator.accumulate(model):
                 loss = model(**batch).loss
                 accelerator.backward(loss)
-                if accelerator.sync_gradients and tcfg.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
-                optimizer.step()
-                if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
-                    scheduler.step()
-                optimizer.zero_grad()
+                optimizer_step(accelerator, model, optimizer, scheduler, tcfg.max_grad_norm)
             if not accelerator.sync_gradients:
                 continue
             completed += 1

@@ -132,6 +132,16 @@ def check_block_size(recipe: PretrainRecipe, model_config) -> None:
         )
 
 
+def optimizer_step(accelerator, model, optimizer, scheduler, max_grad_norm) -> None:
+    """The update inside `accelerator.accumulate`: clip and advance the schedule only when gradients are synced."""
+    if accelerator.sync_gradients and max_grad_norm:
+        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
+        scheduler.step()
+    optimizer.zero_grad()
+
+
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "layernorm.weight")
     params = [
@@ -291,12 +301,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                 loss = local_sum * accelerator.num_processes / global_count
                 accelerator.backward(loss)
                 update_loss += accelerator.reduce(local_sum.detach().double(), reduction="sum") / global_count / accum
-                if accelerator.sync_gradients and tcfg.max_grad_norm:
-                    accelerator.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
-                optimizer.step()
-                if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
-                    scheduler.step()
-                optimizer.zero_grad()
+                optimizer_step(accelerator, model, optimizer, scheduler, tcfg.max_grad_norm)
             if not accelerator.sync_gradients:
                 continue
             completed_steps += 1
