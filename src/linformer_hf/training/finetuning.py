@@ -134,7 +134,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     from transformers import get_scheduler
 
     from .models import max_input_length
-    from .pretraining import build_optimizer, optimizer_step
+    from .pretraining import build_optimizer, finish, optimizer_step
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
     task = TASKS[dcfg.task]
@@ -260,7 +260,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         with open(os.path.join(tcfg.output_dir, "results.json"), "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
     accelerator.print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
-    accelerator.end_training()
+    finish(accelerator)
     return result
 
 

@@ -142,6 +142,18 @@ def optimizer_step(accelerator, model, optimizer, scheduler, max_grad_norm) -> N
     optimizer.zero_grad()
 
 
+def finish(accelerator) -> None:
+    """End the trackers and tear the process group down while every process is still alive.
+
+    A gloo group left to garbage collection can block forever in its destructor once the other processes have
+    exited (seen in the 2-process fine-tuning test), so all processes meet at a barrier and destroy it together.
+    """
+    accelerator.end_training()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        accelerator.wait_for_everyone()
+        torch.distributed.destroy_process_group()
+
+
 def build_optimizer(model, cfg) -> torch.optim.Optimizer:
     no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "layernorm.weight")
     params = [
@@ -374,5 +386,5 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
         os.makedirs(tcfg.output_dir, exist_ok=True)
         with open(os.path.join(tcfg.output_dir, f"summary_step{completed_steps}.json"), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
-    accelerator.end_training()
+    finish(accelerator)
     return summary
