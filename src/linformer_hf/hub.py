@@ -153,7 +153,8 @@ def render_model_card(
     )
 
     k = config.projected_length
-    num_projection_parameters = sum(p.numel() for name, p in model.named_parameters() if "projection" in name)
+    # from the state dict: frozen projections are buffers, not parameters, but are part of the model all the same
+    num_projection_parameters = sum(t.numel() for name, t in model.state_dict().items() if "projection" in name)
     efficiency_rows = _read_rows(efficiency_path) if efficiency_path else []
     from .conversion import ConversionReport  # for its `problems` wording
 

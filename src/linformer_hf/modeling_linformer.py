@@ -95,7 +95,7 @@ class LinformerProjection(nn.Module):
             # (heads, k, L) @ (batch, heads, L, features) -> (batch, heads, k, features)
             return torch.matmul(self.weight[:, :, :seq_len], x)
 
-        bins, x_bins, mask_bins = self._split_into_bins(x, mask)  # (b, h, bins, s, f), (b, 1, bins, s, 1)
+        x_bins, mask_bins = self._split_into_bins(x, mask)  # (b, h, bins, s, f), (b, 1, bins, s, 1)
         if self.kind == "mean":
             count = mask_bins.sum(dim=3)  # (batch, 1, bins, 1)
             return x_bins.sum(dim=3) / count.clamp(min=1)
@@ -138,7 +138,7 @@ class LinformerProjection(nn.Module):
             mask = F.pad(mask, (0, pad))
         x_bins = x.unflatten(-2, (bins, s))  # (batch, heads, bins, s, features)
         mask_bins = mask[:, None, :, None].unflatten(-2, (bins, s))  # (batch, 1, bins, s, 1)
-        return bins, x_bins, mask_bins
+        return x_bins, mask_bins
 
     def reached_slots(self, mask: torch.Tensor) -> torch.Tensor:
         """Which compressed rows receive at least one real token.
