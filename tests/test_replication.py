@@ -35,7 +35,7 @@ def tiny_overrides(tmp_path, **extra):
             dict(name="sst2", task="sst2", max_seq_length=32, max_train_samples=64, max_eval_samples=32,
                  num_train_epochs=1, variants=["roberta", "linformer_k16"]),
             dict(name="imdb_n128", task="imdb", max_seq_length=128, max_train_samples=32, max_eval_samples=16,
-                 num_train_epochs=1),
+                 num_train_epochs=1, seeds=[2]),
         ],
         seeds=[1],
     )
@@ -78,9 +78,30 @@ def test_bad_plans_fail_before_anything_runs(overrides, message, tmp_path):
     assert not os.path.exists(tmp_path / "data")
 
 
+class Stop(Exception):
+    pass
+
+
 def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
     plan = load_plan(QUICK, tiny_overrides(tmp_path))
-    results = run_plan(plan, log=lambda *_: None)
+
+    # Stopped at the start of the second fine-tuning run: what finished is saved, marked incomplete.
+    started = []
+
+    def stop_at_second_finetune(message):
+        if message.startswith("[finetune]") and "accuracy" not in message:
+            started.append(message)
+            if len(started) == 2:
+                raise Stop
+    with pytest.raises(Stop):
+        run_plan(plan, log=stop_at_second_finetune)
+    partial = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert partial["complete"] is False and len(partial["pretrain"]) == 3 and len(partial["finetune"]) == 1
+    assert "roberta" in (tmp_path / "run" / "results.md").read_text()
+
+    messages = []
+    results = run_plan(plan, log=messages.append)
+    assert results["complete"] is True
 
     pretrained = results["pretrain"]
     assert set(pretrained) == {"roberta", "linformer_k16", "linformer_n128"}
@@ -92,9 +113,16 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
         assert r["evals"][-1]["perplexity"] < r["evals"][0]["perplexity"]
         assert r["train_seconds"] > 0
 
-    ran = {(f["variant"], f["task"]) for f in results["finetune"]}
-    # sst2 only for the variants it names; imdb_n128 only where n >= 128
-    assert ran == {("roberta", "sst2"), ("linformer_k16", "sst2"), ("linformer_n128", "imdb_n128")}
+    ran = [(f["variant"], f["task"], f["seed"]) for f in results["finetune"]]
+    # sst2 only for the variants it names (plan seeds); imdb_n128 only where n >= 128, with its own seeds;
+    # seed by seed
+    assert ran == [("roberta", "sst2", 1), ("linformer_k16", "sst2", 1), ("linformer_n128", "imdb_n128", 2)]
+    assert all(f"[finetune] {v} {t} seed {s}" in messages for v, t, s in ran)
+
+    # The short-input check: first-layer attention RMS at each length the model takes (16, 64; 512 is too long).
+    for r in pretrained.values():
+        assert sorted(r["attention_rms"], key=int) == ["16", "64"]
+        assert all(value > 0 for value in r["attention_rms"].values())
     assert all(0.0 <= f["test_accuracy"] <= 1.0 for f in results["finetune"])
 
     rows = {row["variant"]: row for row in summarize(results)}

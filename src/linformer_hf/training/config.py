@@ -225,6 +225,10 @@ class PretrainDataSection:
     streaming: bool = False
     shuffle_buffer_size: int = 10000  # streaming only
     block_size: int = 512  # tokens per packed block; must be <= the model's max_sequence_length (n)
+    # Share of training blocks cut shorter, to a length uniform in [short_block_min_length, block_size] (BERT's
+    # short_seq_prob). A Linformer pretrained on full blocks only barely attends on short inputs (docs/results.md).
+    short_block_probability: float = 0.0
+    short_block_min_length: int = 8
     mlm_probability: float = 0.15
     mask_replace_prob: float = 0.8
     random_replace_prob: float = 0.1
@@ -251,6 +255,11 @@ class PretrainDataSection:
             raise ConfigError(f"data.mlm_probability must be in (0, 1), got {self.mlm_probability}.")
         if self.block_size < 8:
             raise ConfigError(f"data.block_size must be at least 8, got {self.block_size}.")
+        if not 0 <= self.short_block_probability <= 1:
+            raise ConfigError(f"data.short_block_probability must be in [0, 1], got {self.short_block_probability}.")
+        if not 2 <= self.short_block_min_length <= self.block_size:
+            raise ConfigError(f"data.short_block_min_length must be in [2, block_size={self.block_size}], "
+                              f"got {self.short_block_min_length}.")
 
 
 @dataclasses.dataclass

@@ -14,6 +14,7 @@ from itertools import chain
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, interleave_datasets, load_dataset
 from datasets.distributed import split_dataset_by_node
 
@@ -65,24 +66,56 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
     return {"train": train, "validation": validation}
 
 
-def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = None):
-    """Tokenise documents (with special tokens) and pack them into blocks of exactly ``block_size`` tokens."""
+def block_lengths(total: int, block_size: int, short_block_probability: float = 0.0, short_block_min_length: int = 8,
+                  seed: int = 0) -> list[int]:
+    """Lengths of the consecutive blocks cut from ``total`` packed tokens (the tail that fills no block is dropped).
+
+    Each block is ``block_size`` long, except that with probability ``short_block_probability`` it is cut to a length
+    drawn uniformly from [short_block_min_length, block_size] (BERT's ``short_seq_prob``). No token is dropped by the
+    cut: the next block starts where the short one ends. Deterministic in ``seed``.
+    """
+    rng = torch.Generator().manual_seed(seed)
+    lengths, used = [], 0
+    while True:
+        length = block_size
+        if short_block_probability > 0 and torch.rand((), generator=rng).item() < short_block_probability:
+            length = int(torch.randint(short_block_min_length, block_size + 1, (), generator=rng))
+        if used + length > total:
+            return lengths
+        lengths.append(length)
+        used += length
+
+
+def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = None,
+                      short_block_probability: float = 0.0, short_block_min_length: int = 8, seed: int = 0):
+    """Tokenise documents (with special tokens) and pack them into blocks of ``block_size`` tokens.
+
+    With ``short_block_probability`` > 0 a share of the blocks is shorter (see `block_lengths`), so that the model
+    also sees inputs shorter than n in pretraining; a Linformer uses only the first L columns of E and F for an input
+    of L tokens, and those columns are otherwise trained only as part of full-length inputs.
+    """
 
     def tokenize(batch):
         texts = [t for t in batch["text"] if t and not t.isspace()]
         return {"input_ids": tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]}
 
-    def pack(batch):
+    def pack(batch, indices):
         ids = list(chain.from_iterable(batch["input_ids"]))
-        total = (len(ids) // block_size) * block_size
-        return {"input_ids": [ids[i:i + block_size] for i in range(0, total, block_size)]}
+        # Seeded by the batch's first document, so the cut is the same on every run and in every process.
+        lengths = block_lengths(len(ids), block_size, short_block_probability, short_block_min_length,
+                                seed=_example_seed(seed, indices[0] if indices else 0))
+        blocks, start = [], 0
+        for length in lengths:
+            blocks.append(ids[start:start + length])
+            start += length
+        return {"input_ids": blocks}
 
     streaming = isinstance(ds, IterableDataset)
     kwargs: dict[str, Any] = {} if streaming else {"num_proc": num_proc, "desc": "Tokenising"}
     ds = ds.map(tokenize, batched=True, remove_columns=["text"], **kwargs)
     if not streaming:
         kwargs["desc"] = f"Packing into blocks of {block_size}"
-    ds = ds.map(pack, batched=True, batch_size=1000, **kwargs)
+    ds = ds.map(pack, batched=True, batch_size=1000, with_indices=True, **kwargs)
     if not streaming:
         ds = ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True,
                     desc="Indexing blocks")
@@ -98,7 +131,10 @@ def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, acc
         raw = load_raw_corpus(cfg, seed)
         out = {}
         for split, ds in raw.items():
-            out[split] = tokenize_and_pack(ds, tokenizer, cfg.block_size, cfg.preprocessing_num_workers)
+            # Validation keeps full blocks, so that perplexity is measured at length n whatever the training mix.
+            short = cfg.short_block_probability if split == "train" else 0.0
+            out[split] = tokenize_and_pack(ds, tokenizer, cfg.block_size, cfg.preprocessing_num_workers,
+                                           short, cfg.short_block_min_length, seed)
     if not cfg.streaming:
         if len(out["train"]) == 0:
             raise ConfigError(f"The training corpus gives no block of {cfg.block_size} tokens; "
@@ -154,7 +190,19 @@ class SeededMaskingCollator:
             self.collator.generator = torch.Generator().manual_seed(_example_seed(*key))
             outs.append(self.collator([example]))
         self.batches_seen += 1
-        return {k: torch.cat([o[k] for o in outs], dim=0) for k in outs[0]}
+        return self._pad_and_stack(outs)
+
+    def _pad_and_stack(self, outs):
+        """Stack per-example outputs, right-padding shorter blocks (padding is masked out and never a label)."""
+        longest = max(o["input_ids"].shape[1] for o in outs)
+        pad_values = {"input_ids": self.collator.tokenizer.pad_token_id, "labels": -100, "attention_mask": 0}
+        batch = {}
+        for key in outs[0]:
+            if key not in pad_values and any(o[key].shape[1] != longest for o in outs):
+                raise ValueError(f"Cannot pad collator output {key!r} of blocks with different lengths.")
+            batch[key] = torch.cat([F.pad(o[key], (0, longest - o[key].shape[1]), value=pad_values.get(key, 0))
+                                    for o in outs], dim=0)
+        return batch
 
 
 def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_index: int = 0):
@@ -174,6 +222,6 @@ def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_i
 
 
 __all__ = [
-    "Dataset", "DatasetDict", "INDEX_COLUMN", "SeededMaskingCollator", "build_mlm_collator", "load_raw_corpus",
+    "Dataset", "DatasetDict", "INDEX_COLUMN", "SeededMaskingCollator", "block_lengths", "build_mlm_collator", "load_raw_corpus",
     "prepare_pretraining_data", "shard_stream", "tokenize_and_pack",
 ]

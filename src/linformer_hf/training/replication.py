@@ -57,6 +57,7 @@ class FinetuneTask:
     learning_rate: float = 1e-4
     per_device_train_batch_size: int = 16
     variants: list[str] | None = None  # which variants to fine-tune (default: all whose n fits max_seq_length)
+    seeds: list[int] | None = None  # fine-tuning seeds for this task (default: the plan's seeds)
 
 
 @dataclasses.dataclass
@@ -68,6 +69,9 @@ class ReplicationPlan:
     model: dict = dataclasses.field(default_factory=dict)  # fields shared by every variant
     variants: list = dataclasses.field(default_factory=list)  # [{name, model_type, config}]
     pretrain: dict = dataclasses.field(default_factory=dict)  # `training` section of the pretraining recipe
+    # extra `data` settings of the pretraining recipe, e.g. short_block_probability
+    pretrain_data: dict = dataclasses.field(default_factory=dict)
+    rms_lengths: list[int] = dataclasses.field(default_factory=lambda: [16, 64, 512])  # see attention_rms_of
     block_size: int = 512
     max_eval_blocks: int | None = 128  # held-out blocks for the perplexity curve (same blocks for every variant)
     finetune: list = dataclasses.field(default_factory=list)  # [FinetuneTask fields]
@@ -213,6 +217,7 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
             "block_size": block_size,
             # the same held-out text for every variant: longer blocks are fewer
             "max_eval_blocks": plan.max_eval_blocks * plan.block_size // block_size if plan.max_eval_blocks else None,
+            **plan.pretrain_data,
         },
         "training": training,
     }
@@ -237,9 +242,44 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         "steps": steps,
         "tokens": steps * tokens_per_update(plan, variant),
         "model_dir": summary["final_dir"],
+        "attention_rms": attention_rms_of(summary["final_dir"], tokenizer_dir, paths["imdb_heldout"],
+                                          [length for length in plan.rms_lengths if length <= block_size]),
     }
     _write_json(result_path, result)
     return result
+
+
+def attention_rms_of(model_dir: str, tokenizer_dir: str, text_csv: str, lengths: list[int],
+                     num_sequences: int = 16) -> dict[str, float]:
+    """First-layer attention output RMS of a pretrained model at each input length, on held-out reviews.
+
+    The check for the short-input failure (`linformer_hf.diagnostics`): a model whose attention output shrinks with L
+    passes little between tokens on SST-2's short sentences.
+    """
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from ..diagnostics import attention_output_rms
+
+    if not lengths:
+        return {}
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    with open(text_csv, encoding="utf-8", newline="") as fh:
+        reviews = [row["text"] for row in csv.DictReader(fh)]
+    longest = max(lengths)
+    stream = []  # reviews back to back, each <s> ... </s>, cut into windows that each start with <s>
+    for review in reviews:
+        stream.extend(tokenizer(review, verbose=False)["input_ids"])
+        if len(stream) >= num_sequences * longest:
+            break
+    count = min(num_sequences, len(stream) // longest)
+    if count == 0:
+        raise ConfigError(f"{text_csv} has fewer than {longest} tokens; lower rms_lengths.")
+    sequences = torch.tensor(stream[: count * longest]).view(count, longest)
+    sequences[:, 0] = tokenizer.bos_token_id
+    model = AutoModelForMaskedLM.from_pretrained(model_dir)
+    rms = attention_output_rms(model, sequences, lengths, layers=[0])
+    return {str(length): values[0] for length, values in rms.items()}
 
 
 def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int, paths: dict,
@@ -304,30 +344,38 @@ def run_plan(plan: ReplicationPlan, log=print) -> dict:
     start = time.perf_counter()
     paths = prepare_data(plan)
     tokenizer_dir = train_tokenizer(plan, paths)
-    pretrained, finetuned = {}, []
+    results = {"plan": dataclasses.asdict(plan), "pretrain": {}, "finetune": [], "complete": False}
+
+    def save():
+        # After every run, so that a plan stopped early still has its results and report so far.
+        results["total_seconds"] = time.perf_counter() - start
+        _write_json(os.path.join(plan.output_dir, "results.json"), results)
+        write_report(results, plan.output_dir)
+
     for variant in plan.variants:
         log(f"[pretrain] {variant.name}")
-        pretrained[variant.name] = result = pretrain_variant(plan, variant, paths, tokenizer_dir)
+        results["pretrain"][variant.name] = result = pretrain_variant(plan, variant, paths, tokenizer_dir)
         log(f"[pretrain] {variant.name}: validation perplexity {result['final_perplexity']:.2f}")
-    for variant in plan.variants:
+        save()
+    # Seed by seed, so that a plan stopped early still has one complete column per task.
+    all_seeds = sorted({seed for task in plan.finetune for seed in (task.seeds or plan.seeds)})
+    for seed in all_seeds:
         for task in plan.finetune:
-            if task.max_seq_length > variant_n(plan, variant):
-                continue  # the model cannot take inputs of this length
-            if task.variants is not None and variant.name not in task.variants:
+            if seed not in (task.seeds or plan.seeds):
                 continue
-            for seed in plan.seeds:
+            for variant in plan.variants:
+                if task.max_seq_length > variant_n(plan, variant):
+                    continue  # the model cannot take inputs of this length
+                if task.variants is not None and variant.name not in task.variants:
+                    continue
                 log(f"[finetune] {variant.name} {task.name} seed {seed}")
-                result = finetune_variant(plan, variant, task, seed, paths, pretrained[variant.name]["model_dir"])
+                model_dir = results["pretrain"][variant.name]["model_dir"]
+                result = finetune_variant(plan, variant, task, seed, paths, model_dir)
                 log(f"[finetune] {variant.name} {task.name} seed {seed}: accuracy {result['test_accuracy']:.4f}")
-                finetuned.append(result)
-    results = {
-        "plan": dataclasses.asdict(plan),
-        "pretrain": pretrained,
-        "finetune": finetuned,
-        "total_seconds": time.perf_counter() - start,
-    }
-    _write_json(os.path.join(plan.output_dir, "results.json"), results)
-    write_report(results, plan.output_dir)
+                results["finetune"].append(result)
+                save()
+    results["complete"] = True
+    save()
     return results
 
 
@@ -345,6 +393,7 @@ def summarize(results: dict) -> list[dict]:
             "perplexity": pre["final_perplexity"],
             "perplexity_vs_roberta": pre["final_perplexity"] / baseline["final_perplexity"] if baseline else None,
             "seconds_per_step": (pre["train_seconds"] or pre["wall_seconds"]) / pre["steps"],
+            "attention_rms": pre.get("attention_rms") or {},
         }
         for task in tasks:
             accs = [f["test_accuracy"] for f in results["finetune"] if f["variant"] == name and f["task"] == task]
@@ -357,8 +406,8 @@ def write_report(results: dict, output_dir: str) -> str:
     rows = summarize(results)
     tasks = [t["name"] for t in results["plan"]["finetune"]]
     lines = [
-        "| variant | val. perplexity | vs RoBERTa | s / step | " + " | ".join(tasks) + " |",
-        "| --- | --- | --- | --- | " + " | ".join("---" for _ in tasks) + " |",
+        "| variant | val. perplexity | vs RoBERTa | s / step | attn. RMS by L | " + " | ".join(tasks) + " |",
+        "| --- | --- | --- | --- | --- | " + " | ".join("---" for _ in tasks) + " |",
     ]
     for row in rows:
         cells = [
@@ -366,6 +415,8 @@ def write_report(results: dict, output_dir: str) -> str:
             f"{row['perplexity']:.2f}",
             f"{row['perplexity_vs_roberta']:.3f}" if row["perplexity_vs_roberta"] else "-",
             f"{row['seconds_per_step']:.2f}",
+            " / ".join(f"{value:.2f}" for _, value in sorted(row["attention_rms"].items(), key=lambda kv: int(kv[0])))
+            or "-",
         ]
         for task in tasks:
             value = row[task]
