@@ -221,3 +221,25 @@ def test_chunked_feed_forward_gives_the_same_outputs():
     chunked.load_state_dict(model.state_dict())
     assert chunked.encoder.layer[0].chunk_size_feed_forward == 4
     torch.testing.assert_close(chunked(ids).last_hidden_state, expected)
+
+
+@pytest.mark.parametrize("sharing", SHARING_MODES)
+def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sharing):
+    from linformer_hf.modeling_linformer import LinformerProjection, neighbour_average_projection
+
+    model = LinformerModel(tiny_config(sharing=sharing, projection_init="neighbour_average")).eval()
+    expected = neighbour_average_projection(16, 8)
+    assert torch.equal(expected[0], torch.tensor([0.5, 0.5] + [0.0] * 14))
+    projections = [m for m in model.modules() if isinstance(m, LinformerProjection)]
+    assert projections and all(torch.equal(p.weight, expected.expand_as(p.weight)) for p in projections)
+
+    config = tiny_config(sharing=sharing, projected_length=16, projection_init="neighbour_average")
+    linformer = LinformerModel(config).eval()
+    roberta_fields = {k: v for k, v in config.to_dict().items() if k in RobertaConfig.__dataclass_fields__}
+    roberta = RobertaModel(RobertaConfig(**roberta_fields)).eval()
+    roberta.load_state_dict(linformer.state_dict(), strict=False)
+    ids = random_batch(2, 16, seed=4)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    torch.testing.assert_close(linformer(ids, attention_mask=mask).last_hidden_state,
+                               roberta(ids, attention_mask=mask).last_hidden_state, rtol=1e-5, atol=1e-5)

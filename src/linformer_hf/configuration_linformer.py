@@ -5,6 +5,7 @@ from transformers import RobertaConfig
 
 SHARING_MODES = ("none", "headwise", "key_value", "layerwise")
 PROJECTION_KINDS = ("linear", "mean", "max", "conv")
+PROJECTION_INITS = ("random", "neighbour_average")
 
 
 @strict
@@ -30,6 +31,10 @@ class LinformerConfig(RobertaConfig):
             kernel of width n / k applied with stride n / k along the sequence.
         freeze_projections (`bool`, defaults to `False`):
             Keep E and F at their initial values (they are still saved with the weights).
+        projection_init (`str`, defaults to `"random"`):
+            How a new model's learned E, F start: `"random"`, N(0, 1/n) entries (dense, like the paper's);
+            `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
+            learnable; the identity when k = n). Weights loaded from a checkpoint are not re-initialised.
 
     Example:
 
@@ -46,6 +51,7 @@ class LinformerConfig(RobertaConfig):
     sharing: str = "headwise"
     projection: str = "linear"
     freeze_projections: bool = False
+    projection_init: str = "random"
     # None means "n + 2", derived in __post_init__.
     max_position_embeddings: int | None = None
 
@@ -69,6 +75,8 @@ class LinformerConfig(RobertaConfig):
             raise ValueError(f"`max_sequence_length` (n) must be a positive integer, got {n!r}.")
         if self.sharing not in SHARING_MODES:
             raise ValueError(f"`sharing` must be one of {SHARING_MODES}, got {self.sharing!r}.")
+        if self.projection_init not in PROJECTION_INITS:
+            raise ValueError(f"`projection_init` must be one of {PROJECTION_INITS}, got {self.projection_init!r}.")
         if self.projection not in PROJECTION_KINDS:
             raise ValueError(f"`projection` must be one of {PROJECTION_KINDS}, got {self.projection!r}.")
 
@@ -115,4 +123,4 @@ class LinformerConfig(RobertaConfig):
             )
 
 
-__all__ = ["LinformerConfig", "SHARING_MODES", "PROJECTION_KINDS"]
+__all__ = ["LinformerConfig", "SHARING_MODES", "PROJECTION_KINDS", "PROJECTION_INITS"]

@@ -27,6 +27,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, RobertaConfig
 
 from . import modeling_linformer
+from .modeling_linformer import neighbour_average_projection
 from .configuration_linformer import LinformerConfig
 
 # RoBERTa head -> Linformer head. Every pair shares its module tree and parameter names.
@@ -167,26 +168,6 @@ def extend_position_embeddings(weight: torch.Tensor, num_positions: int, positio
     new_positions = torch.arange(old_rows, num_positions)
     source_rows = position_offset + (new_positions - position_offset) % learned
     return torch.cat([weight, weight[source_rows]], dim=0)
-
-
-def neighbour_average_projection(n: int, k: int) -> torch.Tensor:
-    """E of shape (k, n) whose row j averages the j-th of k contiguous bins of positions.
-
-    Bin j covers positions floor(j n / k) .. floor((j + 1) n / k) - 1 (size n / k when k divides n), with weight
-    1 / bin size. Why this init: RoBERTa's keys and values at neighbouring positions are similar, so averaging a bin
-    approximates attending to the bin as a whole, and softmax(q . mean(keys of bin)) gives every bin the same
-    log(bin size) handicap, which the softmax cancels. It is what mean pooling computes, but stays learnable, and it
-    is sparse, so bins that lie entirely past the end of a short input are masked out. With k = n it is the identity,
-    so the converted model reproduces RoBERTa exactly.
-    """
-    if not 0 < k <= n:
-        raise ValueError(f"A projection from n={n} to k={k} rows needs 0 < k <= n.")
-    bounds = [(j * n) // k for j in range(k + 1)]
-    matrix = torch.zeros(k, n)
-    for j in range(k):
-        start, end = bounds[j], bounds[j + 1]
-        matrix[j, start:end] = 1.0 / (end - start)
-    return matrix
 
 
 def _init_projection(module: modeling_linformer.LinformerProjection, method: str, noise_std: float,

@@ -38,6 +38,24 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_linformer import LinformerConfig
 
 
+def neighbour_average_projection(n: int, k: int) -> torch.Tensor:
+    """E of shape (k, n) whose row j averages the j-th of k contiguous bins of positions.
+
+    Bin j covers positions floor(j n / k) .. floor((j + 1) n / k) - 1 (size n / k when k divides n), with weight
+    1 / bin size: what mean pooling computes, but learnable. It keeps locality (a compressed row stands for a stretch
+    of neighbouring tokens, where a random E mixes all n positions into every row), it is sparse, so bins entirely
+    past the end of a short input are masked out, and with k = n it is the identity.
+    """
+    if not 0 < k <= n:
+        raise ValueError(f"A projection from n={n} to k={k} rows needs 0 < k <= n.")
+    bounds = [(j * n) // k for j in range(k + 1)]
+    matrix = torch.zeros(k, n)
+    for j in range(k):
+        start, end = bounds[j], bounds[j + 1]
+        matrix[j, start:end] = 1.0 / (end - start)
+    return matrix
+
+
 class LinformerProjection(nn.Module):
     """One sequence-axis projection of the paper, E (or F): compresses L <= n rows to at most k rows.
 
@@ -387,7 +405,9 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, LinformerProjection) and module.weight is not None:
-            if module.kind == "linear":
+            if module.kind == "linear" and self.config.projection_init == "neighbour_average":
+                init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
+            elif module.kind == "linear":
                 # std 1/sqrt(n) keeps the scale of a compressed row equal to that of one input row for a full-length
                 # input (sum of n terms).
                 init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
