@@ -4,7 +4,8 @@
     python scripts/replicate_paper.py --plan configs/replication/quick.yaml   # < 10 min on 2 CPU cores
     python scripts/replicate_paper.py --plan configs/replication/full.yaml    # the docs/results.md run
 
-Plan keys can be overridden as --key value (YAML values), e.g. --output_dir outputs/replication/try2 --seeds [1,2].
+Plan keys can be overridden as --key value (YAML values), e.g. --output_dir outputs/replication/try2 --seeds [1,2],
+and entries of a mapping with a dotted key, e.g. --pretrain.seed 43.
 An interrupted plan resumes: runs whose result file exists are not repeated. Results: <output_dir>/results.json,
 results.md and perplexity.png.
 """

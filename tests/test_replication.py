@@ -137,3 +137,13 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
     # A rerun resumes: every result is already there, nothing is trained again.
     again = run_plan(plan, log=lambda *_: None)
     assert again["pretrain"]["roberta"]["wall_seconds"] == pretrained["roberta"]["wall_seconds"]
+
+
+def test_dotted_overrides_change_one_entry_of_a_mapping(tmp_path):
+    plan = load_plan(QUICK, dict(output_dir=str(tmp_path), data_dir=SHARED_DATA, **{"pretrain.seed": 43,
+                                                                                    "model.hidden_size": 32}))
+    quick = load_plan(QUICK, dict(data_dir=SHARED_DATA))
+    assert plan.pretrain == {**quick.pretrain, "seed": 43}
+    assert plan.model == {**quick.model, "hidden_size": 32}
+    with pytest.raises(ConfigError, match="'seeds' is not a mapping"):
+        load_plan(QUICK, {"data_dir": SHARED_DATA, "seeds.first": 1})

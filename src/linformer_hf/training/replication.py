@@ -97,8 +97,16 @@ class ReplicationPlan:
 
 
 def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ReplicationPlan:
+    """Read a plan; `overrides` replace top-level keys, or one entry of a mapping with a dotted key (pretrain.seed)."""
     data = load_yaml(path)
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        section, _, field = key.partition(".")
+        if not field:
+            data[section] = value
+        elif isinstance(data.get(section, {}), dict):
+            data[section] = {**data.get(section, {}), field: value}
+        else:
+            raise ConfigError(f"Override {key!r}: plan key {section!r} is not a mapping, so it has no field {field!r}.")
     plan = build_section(ReplicationPlan, data, "plan")
     plan.validate()
     return plan
