@@ -390,12 +390,21 @@ def run_plan(plan: ReplicationPlan, log=print) -> dict:
 # ---------------------------------------------------------------------------------------------------------- report
 
 
+def baseline_of(results: dict, name: str) -> dict | None:
+    """The RoBERTa run a variant is compared with: the one pretrained on blocks of the same length, else the first."""
+    plan_block = results["plan"]["block_size"]
+    block = results["pretrain"][name]["variant"].get("block_size") or plan_block
+    robertas = [r for r in results["pretrain"].values() if r["variant"]["model_type"] == "roberta"]
+    same_n = [r for r in robertas if (r["variant"].get("block_size") or plan_block) == block]
+    return (same_n or robertas or [None])[0]
+
+
 def summarize(results: dict) -> list[dict]:
-    """One row per variant: final perplexity, its ratio to the RoBERTa baseline, mean/std accuracy per task."""
-    baseline = next((r for r in results["pretrain"].values() if r["variant"]["model_type"] == "roberta"), None)
+    """One row per variant: final perplexity, its ratio to RoBERTa's (same n), mean/std accuracy per task."""
     tasks = [t["name"] for t in results["plan"]["finetune"]]
     rows = []
     for name, pre in results["pretrain"].items():
+        baseline = baseline_of(results, name)
         row = {
             "variant": name,
             "perplexity": pre["final_perplexity"],
@@ -438,21 +447,35 @@ def write_report(results: dict, output_dir: str) -> str:
 
 
 def plot_perplexity(results: dict, path: str) -> None:
+    """Left: validation perplexity over updates (from the first evaluation after initialisation). Right: its ratio to
+    the RoBERTa pretrained on blocks of the same length, at each evaluation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for name, pre in results["pretrain"].items():
-        ax.plot([e["step"] for e in pre["evals"]], [e["perplexity"] for e in pre["evals"]], marker="o", ms=3, label=name,
-                linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-")
-    ax.set_yscale("log")
-    ax.set_xlabel("update")
-    ax.set_ylabel("validation MLM perplexity")
-    ax.set_title("Pretraining under one recipe (cf. the paper's Figure 3)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = plt.get_cmap("tab20").colors
+    for index, (name, pre) in enumerate(results["pretrain"].items()):
+        evals = [e for e in pre["evals"] if e["step"] > 0]
+        style = dict(marker="o", ms=3, label=name, color=colours[index % len(colours)],
+                     linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-")
+        left.plot([e["step"] for e in evals], [e["perplexity"] for e in evals], **style)
+        baseline = baseline_of(results, name)
+        if baseline is not None:
+            reference = {e["step"]: e["perplexity"] for e in baseline["evals"]}
+            shared = [e for e in evals if e["step"] in reference]
+            right.plot([e["step"] for e in shared], [e["perplexity"] / reference[e["step"]] for e in shared], **style)
+    left.set_xlabel("update")
+    left.set_ylabel("validation MLM perplexity")
+    left.set_title("Pretraining under one recipe (cf. the paper's Figure 3)", fontsize=10)
+    right.set_xlabel("update")
+    right.set_ylabel("perplexity / RoBERTa's (same n)")
+    right.set_title("Relative to RoBERTa", fontsize=10)
+    right.axhline(1.05, color="grey", linewidth=0.8, linestyle=":")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
