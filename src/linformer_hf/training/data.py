@@ -74,11 +74,13 @@ def block_lengths(total: int, block_size: int, short_block_probability: float = 
     drawn uniformly from [short_block_min_length, block_size] (BERT's ``short_seq_prob``). No token is dropped by the
     cut: the next block starts where the short one ends. Deterministic in ``seed``.
     """
+    if short_block_probability == 0:
+        return [block_size] * (total // block_size)
     rng = torch.Generator().manual_seed(seed)
     lengths, used = [], 0
     while True:
         length = block_size
-        if short_block_probability > 0 and torch.rand((), generator=rng).item() < short_block_probability:
+        if torch.rand((), generator=rng).item() < short_block_probability:
             length = int(torch.randint(short_block_min_length, block_size + 1, (), generator=rng))
         if used + length > total:
             return lengths
