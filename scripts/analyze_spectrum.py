@@ -2,7 +2,7 @@
 """The paper's Figure 1 for any encoder: normalised cumulative singular values of every head's attention matrix P.
 
 Writes spectrum_curves.csv, spectrum_at_index.csv, spectrum_summary.json, spectrum_curves.png and
-spectrum_heatmap.png to OUTPUT_DIR. See linformer_hf.spectrum.
+spectrum_heatmap.png to OUTPUT_DIR. See linformer_hf.research.spectrum.
 
 Example:
     python scripts/analyze_spectrum.py roberta-base ../shared/data/wikitext-2/valid.txt outputs/spectrum-roberta \
@@ -11,7 +11,7 @@ Example:
 
 import argparse
 
-from linformer_hf.spectrum import analyze
+from linformer_hf.research.spectrum import analyze
 
 
 def main(argv=None):

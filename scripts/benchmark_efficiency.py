@@ -2,7 +2,7 @@
 """Linformer against RoBERTa (eager and SDPA): inference time, activation memory, training throughput, FLOP/s.
 
 Writes results.csv, results.md (Table 3-style ratio tables and every point) and PNG plots to --out-dir.
-The logic lives in `linformer_hf.benchmarking`; see docs/efficiency.md for results and method.
+The logic lives in `linformer_hf.research.benchmarking`; see docs/efficiency.md for results and method.
 
     PYTHONPATH=src python scripts/benchmark_efficiency.py --preset quick      # < 2 min on 2 CPU cores
     PYTHONPATH=src python scripts/benchmark_efficiency.py --peer              # the default preset, ~15 min
@@ -15,8 +15,8 @@ import os
 import shlex
 import sys
 
-from linformer_hf.benchmarking import MODELS, PRESETS, BenchmarkConfig, plot, report_markdown, run_benchmark
-from linformer_hf.benchmarking import machine_description, write_csv
+from linformer_hf.research.benchmarking import MODELS, PRESETS, BenchmarkConfig, plot, report_markdown, run_benchmark
+from linformer_hf.research.benchmarking import machine_description, write_csv
 
 
 def parse_args(argv=None):

@@ -16,7 +16,7 @@ import sys
 import yaml
 
 from linformer_hf.training.config import ConfigError
-from linformer_hf.training.replication import load_plan, run_plan
+from linformer_hf.research.replication import load_plan, run_plan
 
 
 def main(argv=None):

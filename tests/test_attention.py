@@ -225,7 +225,7 @@ def test_chunked_feed_forward_gives_the_same_outputs():
 
 @pytest.mark.parametrize("sharing", SHARING_MODES)
 def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sharing):
-    from linformer_hf.modeling_linformer import LinformerProjection, neighbour_average_projection
+    from linformer_hf.models.linformer.modeling_linformer import LinformerProjection, neighbour_average_projection
 
     model = LinformerModel(tiny_config(sharing=sharing, projection_init="neighbour_average")).eval()
     expected = neighbour_average_projection(16, 8)

@@ -8,7 +8,7 @@ from conftest import randomize_projections, tiny_config
 from torch.utils.flop_counter import FlopCounterMode
 
 from linformer_hf import LinformerModel
-from linformer_hf.benchmarking import (
+from linformer_hf.research.benchmarking import (
     CSV_COLUMNS,
     BenchmarkConfig,
     build_model,

@@ -9,6 +9,7 @@ import textwrap
 
 import pytest
 import torch
+import transformers
 from conftest import SHARED_DATA, random_batch, randomize_projections, tiny_config
 from transformers import (
     AutoModel,
@@ -30,7 +31,7 @@ from linformer_hf import (
     LinformerModel,
 )
 
-HEADS = {name: (auto_class, model_class) for name, (auto_class, model_class) in linformer_hf.AUTO_CLASSES.items()}
+HEADS = {name: (getattr(transformers, name), model_class) for name, model_class in linformer_hf.LINFORMER_HEADS.items()}
 
 
 def example_inputs(model_class, batch_size=2, seq_len=12):
@@ -85,12 +86,15 @@ def test_save_and_load_round_trip_for_every_head(auto_name, tmp_path):
 
     assert (tmp_path / "model.safetensors").exists()
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["auto_map"] == linformer_hf.modeling_linformer.AUTO_MAP
+    assert saved["auto_map"] == linformer_hf.models.linformer.modeling_linformer.auto_map()
     assert (tmp_path / "modeling_linformer.py").exists() and (tmp_path / "configuration_linformer.py").exists()
 
     loaded = auto_class.from_pretrained(tmp_path).eval()
     assert type(loaded) is model_class
-    torch.testing.assert_close(first_output(loaded(**inputs)), expected, rtol=0, atol=0)
+    for name, tensor in model.state_dict().items():  # the weights are exact...
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    # ...the outputs need not be bit-identical: CPU BLAS kernels may differ with memory alignment (seen: 2e-9).
+    torch.testing.assert_close(first_output(loaded(**inputs)), expected, rtol=0, atol=1e-6)
 
 
 def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_package(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from conftest import SHARED_DATA
 
 from linformer_hf.training.config import ConfigError
-from linformer_hf.training.replication import load_plan, prepare_data, run_plan, summarize
+from linformer_hf.research.replication import load_plan, prepare_data, run_plan, summarize
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")

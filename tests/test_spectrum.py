@@ -11,7 +11,7 @@ import transformers
 from tiny_roberta import build_tokenizer, randomize_all, tiny_roberta_config
 
 from linformer_hf import LinformerConfig, LinformerModel
-from linformer_hf.spectrum import Spectrum, compute_spectrum, cumulative_spectrum, pack_inputs, read_texts
+from linformer_hf.research.spectrum import Spectrum, compute_spectrum, cumulative_spectrum, pack_inputs, read_texts
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import analyze_spectrum  # noqa: E402

@@ -10,7 +10,8 @@ from training_utils import REPO
 
 from linformer_hf.training.config import FinetuneRecipe, PretrainRecipe, build_recipe
 from linformer_hf.training.config import ModelSection
-from linformer_hf.training.models import build_model_config, max_input_length
+from linformer_hf.models import max_input_length
+from linformer_hf.training.model_setup import build_model_config
 
 
 class _Tok:  # what build_model_config reads from a tokenizer

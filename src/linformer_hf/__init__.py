@@ -4,8 +4,8 @@ Importing this package registers Linformer with transformers' Auto classes (`mod
 `AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ... and `AutoTokenizer` resolve it like a built-in model.
 """
 
-from .configuration_linformer import PROJECTION_KINDS, SHARING_MODES, LinformerConfig
-from .modeling_linformer import (
+from .models.linformer.configuration_linformer import PROJECTION_KINDS, SHARING_MODES, LinformerConfig
+from .models.linformer.modeling_linformer import (
     LinformerForMaskedLM,
     LinformerForMultipleChoice,
     LinformerForQuestionAnswering,
@@ -16,14 +16,15 @@ from .modeling_linformer import (
     LinformerProjection,
     LinformerSelfAttention,
 )
-from .registration import AUTO_CLASSES, register
+from .models.linformer.modeling_linformer import LINFORMER_HEADS
+from .registration import register
 
 register()
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AUTO_CLASSES",
+    "LINFORMER_HEADS",
     "PROJECTION_KINDS",
     "SHARING_MODES",
     "LinformerConfig",

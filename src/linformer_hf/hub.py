@@ -32,8 +32,8 @@ import torch
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from . import modeling_linformer
-from .configuration_linformer import LinformerConfig
+from .models.linformer import modeling_linformer
+from .models.linformer.configuration_linformer import LinformerConfig
 
 TEMPLATE_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "model_cards", "linformer_template.md")
 
@@ -47,7 +47,7 @@ PIPELINE_TAGS = {
 }
 
 # Auto class name for each Linformer class, from the auto_map the folder ships with.
-AUTO_CLASS_OF = {target.split(".")[-1]: auto for auto, target in modeling_linformer.AUTO_MAP.items()}
+AUTO_CLASS_OF = {cls.__name__: auto for auto, cls in modeling_linformer.LINFORMER_HEADS.items()}
 
 SHARING_MEANING = {
     "none": "own E_i, F_i per head",

@@ -133,7 +133,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
     from transformers import get_scheduler
 
-    from .models import max_input_length
+    from ..models import max_input_length
     from .pretraining import build_optimizer, finish, optimizer_step
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model

@@ -26,7 +26,8 @@ from torch.utils.data import DataLoader
 
 from .config import ConfigError, PretrainRecipe
 from .data import _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
-from .models import build_mlm_model, max_input_length
+from ..models import max_input_length
+from .model_setup import build_mlm_model
 from .tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
 
         model_config = AutoConfig.from_pretrained(recipe.model.pretrained)
     else:
-        from .models import build_model_config
+        from .model_setup import build_model_config
 
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)

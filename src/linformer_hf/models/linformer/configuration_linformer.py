@@ -67,6 +67,15 @@ class LinformerConfig(RobertaConfig):
             return self.projected_length
         return self.projected_length[layer_idx]
 
+    @property
+    def compresses_input_first(self) -> bool:
+        """Whether attention takes the fast path: compress the layer input X before the key/value maps.
+
+        Exact when one projection serves all heads (sharing other than "none") and it is a linear map of its input
+        (every kind but max pooling): E (X W + 1 b^T) = (E X) W + (E 1) b^T.
+        """
+        return self.sharing != "none" and self.projection != "max"
+
     def validate_architecture(self):
         """Part of `@strict` validation: reject settings that cannot make a Linformer, naming the field."""
         super().validate_architecture()

@@ -145,8 +145,8 @@ def build_model(model: str, n: int, k: int | None, cfg: BenchmarkConfig):
     """A RobertaModel (eager or SDPA attention) or a LinformerModel of the same width, depth and heads, dropout 0."""
     from transformers import RobertaConfig, RobertaModel
 
-    from .configuration_linformer import LinformerConfig
-    from .modeling_linformer import LinformerModel
+    from ..models.linformer.configuration_linformer import LinformerConfig
+    from ..models.linformer.modeling_linformer import LinformerModel
 
     common = dict(
         vocab_size=cfg.vocab_size,
@@ -171,11 +171,6 @@ def build_model(model: str, n: int, k: int | None, cfg: BenchmarkConfig):
     if model in ("roberta-eager", "roberta-sdpa"):
         return RobertaModel(RobertaConfig(**common, attn_implementation=model.split("-")[1]))
     raise ValueError(f"unknown model {model!r}; choose from {MODELS}")
-
-
-def linformer_uses_fast_path(sharing: str, projection: str) -> bool:
-    """Whether `LinformerSelfAttention` compresses the layer input before the key/value maps."""
-    return sharing != "none" and projection != "max"
 
 
 def forward_flops(
@@ -207,7 +202,9 @@ def forward_flops(
         per_layer = common + 2 * n * d * d + 2 * n * n * d
     elif model == "linformer":
         compress_one = k * n * d if projection == "linear" else n * d
-        if linformer_uses_fast_path(sharing, projection):
+        from ..models.linformer.configuration_linformer import LinformerConfig
+
+        if LinformerConfig(sharing=sharing, projection=projection).compresses_input_first:
             compressions = 1 if sharing in ("key_value", "layerwise") else 2
             per_layer = common + compressions * compress_one + 2 * k * d * d + 2 * n * k * d
         else:
@@ -435,8 +432,8 @@ def peer_worker(task: dict) -> dict:
     except ImportError as error:
         raise ImportError("--peer needs the `linformer` package: pip install linformer --no-deps") from error
 
-    from .configuration_linformer import LinformerConfig
-    from .modeling_linformer import LinformerSelfAttention
+    from ..models.linformer.configuration_linformer import LinformerConfig
+    from ..models.linformer.modeling_linformer import LinformerSelfAttention
 
     cfg = BenchmarkConfig(**task["config"])
     n, k, d, h = task["n"], task["k"], cfg.hidden_size, cfg.heads
@@ -502,7 +499,7 @@ def _context():
     global _CONTEXT
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["linformer_hf.benchmarking", "linformer_hf", "torch", "transformers"])
+        _CONTEXT.set_forkserver_preload(["linformer_hf.research.benchmarking", "linformer_hf", "torch", "transformers"])
     return _CONTEXT
 
 

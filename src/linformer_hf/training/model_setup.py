@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from ..configuration_linformer import LinformerConfig
-from ..modeling_linformer import LinformerForMaskedLM
+from ..models.linformer.configuration_linformer import LinformerConfig
+from ..models.linformer.modeling_linformer import LinformerForMaskedLM
 from .config import ConfigError, ModelSection
 
 
@@ -32,12 +32,6 @@ def _classes(model_type: str):
     raise ConfigError(f"model.model_type must be linformer or roberta, got {model_type!r}.")
 
 
-def max_input_length(config) -> int:
-    """Longest input the model takes: Linformer's n, or RoBERTa's positions minus the padding offset."""
-    n = getattr(config, "max_sequence_length", None)
-    if n is not None:
-        return int(n)
-    return int(config.max_position_embeddings) - 2
 
 
 def build_model_config(section: ModelSection, tokenizer) -> Any:

@@ -93,11 +93,6 @@ class LinformerProjection(nn.Module):
     def extra_repr(self) -> str:
         return f"kind={self.kind}, n={self.n}, k={self.k}, num_heads={self.num_heads}"
 
-    @property
-    def is_linear_map(self) -> bool:
-        """Whether the projection is a linear map of its input (all kinds but max pooling)."""
-        return self.kind != "max"
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Compress `x` along the sequence axis.
 
@@ -251,7 +246,7 @@ class LinformerSelfAttention(nn.Module):
         """
         batch, seq_len, _ = hidden_states.shape
         heads, d_h = self.num_attention_heads, self.attention_head_size
-        fast = use_fast_path and key_projection.num_heads == 1 and key_projection.is_linear_map
+        fast = use_fast_path and self.config.compresses_input_first
         if fast:
             compressed_x, row_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
             key = torch.addcmul(F.linear(compressed_x, self.key.weight), row_sums, self.key.bias)  # (E X) W + (E 1) b
@@ -369,18 +364,6 @@ class LinformerEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-# What `trust_remote_code=True` needs to load every head from a saved folder; file names are those copied there.
-AUTO_MAP = {
-    "AutoConfig": "configuration_linformer.LinformerConfig",
-    "AutoModel": "modeling_linformer.LinformerModel",
-    "AutoModelForMaskedLM": "modeling_linformer.LinformerForMaskedLM",
-    "AutoModelForSequenceClassification": "modeling_linformer.LinformerForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_linformer.LinformerForTokenClassification",
-    "AutoModelForQuestionAnswering": "modeling_linformer.LinformerForQuestionAnswering",
-    "AutoModelForMultipleChoice": "modeling_linformer.LinformerForMultipleChoice",
-}
-
-
 class LinformerPreTrainedModel(RobertaPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
@@ -398,7 +381,7 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in `auto_map`; a shared model must load as any head.
-        self.config.auto_map = dict(AUTO_MAP)
+        self.config.auto_map = auto_map()
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
@@ -596,8 +579,28 @@ class LinformerForQuestionAnswering(LinformerPreTrainedModel, RobertaForQuestion
         self.post_init()
 
 
+# The one table of heads: Auto class name -> Linformer class. Registration, the saved `auto_map`, conversion and the
+# model card derive their lists from it.
+LINFORMER_HEADS = {
+    "AutoModel": LinformerModel,
+    "AutoModelForMaskedLM": LinformerForMaskedLM,
+    "AutoModelForSequenceClassification": LinformerForSequenceClassification,
+    "AutoModelForTokenClassification": LinformerForTokenClassification,
+    "AutoModelForQuestionAnswering": LinformerForQuestionAnswering,
+    "AutoModelForMultipleChoice": LinformerForMultipleChoice,
+}
+
+
+def auto_map() -> dict[str, str]:
+    """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there)."""
+    entries = {"AutoConfig": f"configuration_linformer.{LinformerConfig.__name__}"}
+    entries.update({auto: f"modeling_linformer.{cls.__name__}" for auto, cls in LINFORMER_HEADS.items()})
+    return entries
+
+
 __all__ = [
-    "AUTO_MAP",
+    "LINFORMER_HEADS",
+    "auto_map",
     "LinformerProjection",
     "LinformerSelfAttention",
     "LinformerPreTrainedModel",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import AutoModel, AutoTokenizer
+from ..models import max_input_length
 
 
 @dataclass
@@ -54,11 +55,6 @@ def load_encoder(name_or_path: str, trust_remote_code: bool = False):
     return model.eval(), tokenizer
 
 
-def max_input_length(config) -> int:
-    """The longest input the encoder accepts: n for Linformer, max_position_embeddings - (pad + 1) for RoBERTa."""
-    if getattr(config, "max_sequence_length", None):
-        return config.max_sequence_length
-    return config.max_position_embeddings - (config.pad_token_id + 1)
 
 
 def read_texts(path: str, column: str | None = None, limit: int | None = None) -> list[str]:
@@ -268,7 +264,6 @@ __all__ = [
     "compute_spectrum",
     "cumulative_spectrum",
     "load_encoder",
-    "max_input_length",
     "pack_inputs",
     "plot",
     "read_texts",

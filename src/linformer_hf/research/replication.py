@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from .config import ConfigError, build_section, load_yaml
+from ..training.config import ConfigError, build_section, load_yaml
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -261,13 +261,13 @@ def attention_rms_of(model_dir: str, tokenizer_dir: str, text_csv: str, lengths:
                      num_sequences: int = 16) -> dict[str, float]:
     """First-layer attention output RMS of a pretrained model at each input length, on held-out reviews.
 
-    The check for the short-input failure (`linformer_hf.diagnostics`): a model whose attention output shrinks with L
+    The check for the short-input failure (`linformer_hf.research.diagnostics`): a model whose attention output shrinks with L
     passes little between tokens on SST-2's short sentences.
     """
     import torch
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from ..diagnostics import attention_output_rms
+    from .diagnostics import attention_output_rms
 
     if not lengths:
         return {}
