@@ -2,6 +2,8 @@
 their CSV, settings checked before any work, the command line derived from the config. No timing assertions."""
 
 import dataclasses
+import glob
+import os
 import sys
 
 import pytest
@@ -30,6 +32,8 @@ from linformer_hf.research.benchmark import (
 from linformer_hf.research.benchmark.cli import parse_args
 from linformer_hf.research.benchmark.run import memory_budget_bytes
 from linformer_hf.research.benchmark.workers import MemoryTask, WorkerFailed, run_in_fresh_process
+
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
 
 TINY = dict(hidden_size=32, heads=4, intermediate_size=48, layers=2, vocab_size=99)
 
@@ -108,14 +112,14 @@ def test_linformer_flop_count_with_a_k_per_layer():
 def test_training_step_costs_three_forwards(model, k):
     config = model_config(model, 16, k, BenchmarkConfig(**TINY))
     counted = counted_flops(config, 16, batch=2, train=True)
-    assert step_flops(config, 16, 2, "train") == pytest.approx(counted, rel=0.02)
+    assert step_flops(config, 16, 2, training=True) == pytest.approx(counted, rel=0.02)
 
 
 def test_memory_estimate_is_quadratic_only_for_eager_attention():
     cfg = BenchmarkConfig()
 
     def estimate(model, n, k=None):
-        return estimate_activation_bytes(model_config(model, n, k, cfg), n, 1, "inference", 4)
+        return estimate_activation_bytes(model_config(model, n, k, cfg), n, 1, 4)
 
     eager = [estimate("roberta-eager", n) for n in (4096, 8192)]
     sdpa = [estimate("roberta-sdpa", n) for n in (4096, 8192)]
@@ -130,12 +134,12 @@ def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
     # A budget between the eager model's estimate at n = 64 and everything else's.
     cfg = tiny_benchmark(scaling_ns=[16, 64])
 
-    def estimate(model, n, k, mode):
-        return estimate_activation_bytes(model_config(model, n, k, cfg), n, cfg.batch, mode, 4)
+    def estimate(model, n, k, training=False):
+        return estimate_activation_bytes(model_config(model, n, k, cfg), n, cfg.batch, 4, training)
 
-    eager_64 = estimate("roberta-eager", 64, None, "inference")
-    others = [estimate("roberta-sdpa", 64, None, "inference"), estimate("linformer", 64, 8, "inference")]
-    others += [estimate(model, 16, k, mode) for model, k in cfg.points(16) for mode in ("inference", "train")]
+    eager_64 = estimate("roberta-eager", 64, None)
+    others = [estimate("roberta-sdpa", 64, None), estimate("linformer", 64, 8)]
+    others += [estimate(model, 16, k, training) for model, k in cfg.points(16) for training in (False, True)]
     assert max(others) < eager_64
     cfg.memory_budget_gb = (max(others) + eager_64) / 2 / 2**30
 
@@ -165,6 +169,20 @@ def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
         assert f.readline().strip().split(",") == CSV_COLUMNS == [f.name for f in dataclasses.fields(BenchmarkRow)]
     assert read_csv(str(path)) == rows  # every field, its type and None survive the round trip
     assert "baseline OOM" in ratio_tables(rows, cfg)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(DOCS, "efficiency_runs", "*.csv"))))
+def test_published_runs_load_and_agree_with_the_cost_model(path):
+    """The CSVs docs/efficiency.md cites are typed rows of today's format, and their FLOPs are today's count."""
+    rows = read_csv(path)
+    assert rows and {row.status for row in rows} <= {Status.OK, Status.SKIPPED}
+    for row in rows:
+        cfg = BenchmarkConfig(
+            layers=row.layers, batch=row.batch, hidden_size=row.hidden_size, intermediate_size=row.intermediate_size,
+            heads=row.heads, sharing=row.sharing or "headwise", projection=row.projection or "linear",
+        )  # fmt: skip
+        flops = step_flops(model_config(row.model, row.n, row.k, cfg), row.n, row.batch, row.mode == Mode.TRAIN)
+        assert row.gflop == pytest.approx(flops / 1e9, rel=1e-3), row.label
 
 
 def test_ratio_tables_name_failed_and_skipped_points():

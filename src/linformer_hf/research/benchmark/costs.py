@@ -16,9 +16,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-MODES = ("inference", "train")
-
-
 def _roberta_attention_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
     """Q, K, V and output maps 4 L d^2; Q K^T and P V 2 L^2 d (eager and SDPA do the same products)."""
     d, L = config.hidden_size, seq_len
@@ -99,15 +96,13 @@ def forward_flops(config: PretrainedConfig, seq_len: int, batch: int = 1, pooler
     return 2 * batch * (layers + (d * d if pooler else 0))
 
 
-def step_flops(config: PretrainedConfig, seq_len: int, batch: int, mode: str) -> int:
+def step_flops(config: PretrainedConfig, seq_len: int, batch: int, training: bool = False) -> int:
     """FLOPs of one measured step: a forward pass, or forward + backward (the backward of a product is two)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return forward_flops(config, seq_len, batch) * (3 if mode == "train" else 1)
+    return forward_flops(config, seq_len, batch) * (3 if training else 1)
 
 
 def estimate_activation_bytes(
-    config: PretrainedConfig, seq_len: int, batch: int, mode: str, bytes_per_element: int
+    config: PretrainedConfig, seq_len: int, batch: int, bytes_per_element: int, training: bool = False
 ) -> int:
     """A deliberately generous estimate of the activation memory of one step, to skip points that cannot fit.
 
@@ -115,12 +110,10 @@ def estimate_activation_bytes(
     Attention: scores and probabilities alive together (two score tensors) in inference; in training every
     layer's probabilities plus the live pair (layers + 2). Quadratic only for eager RoBERTa.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     d, d_ff, layers, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers, seq_len
     scores = _term(ATTENTION_ELEMENTS, config)(config, seq_len)
-    if mode == "inference":
-        elements = L * (8 * d + 3 * d_ff) + 2 * scores
-    else:
+    if training:
         elements = layers * L * (16 * d + 4 * d_ff) + (layers + 2) * scores
+    else:
+        elements = L * (8 * d + 3 * d_ff) + 2 * scores
     return batch * elements * bytes_per_element

@@ -49,6 +49,7 @@ class BenchmarkRow:
     layers: int | None = None
     batch: int | None = None
     hidden_size: int | None = None
+    intermediate_size: int | None = None
     heads: int | None = None
     sharing: str | None = None  # Linformer only
     projection: str | None = None  # Linformer only

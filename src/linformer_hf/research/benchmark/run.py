@@ -48,19 +48,18 @@ def _new_row(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None
     is_linformer = MODELS[model].takes_k
     return BenchmarkRow(
         mode=mode, model=model, n=n, k=k,
-        gflop=_significant(step_flops(config, n, cfg.batch, "train" if mode == Mode.TRAIN else "inference") / 1e9),
+        gflop=_significant(step_flops(config, n, cfg.batch, training=mode == Mode.TRAIN) / 1e9),
         matmul_peak_gflops=round(peak, 1),
         estimated_activation_mb=round(_estimate(cfg, mode, model, n, k) / 2**20, 1),
         device=cfg.device, dtype=cfg.dtype, layers=cfg.layers, batch=cfg.batch, hidden_size=cfg.hidden_size,
-        heads=cfg.heads,
+        intermediate_size=cfg.intermediate_size, heads=cfg.heads,
         sharing=cfg.sharing if is_linformer else None, projection=cfg.projection if is_linformer else None,
     )  # fmt: skip
 
 
 def _estimate(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None) -> int:
     config = model_config(model, n, k, cfg)
-    step = "train" if mode == Mode.TRAIN else "inference"
-    return estimate_activation_bytes(config, n, cfg.batch, step, cfg.bytes_per_element)
+    return estimate_activation_bytes(config, n, cfg.batch, cfg.bytes_per_element, training=mode == Mode.TRAIN)
 
 
 def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow], log) -> None:
