@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
+
 def _roberta_attention_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
     """Q, K, V and output maps 4 L d^2; Q K^T and P V 2 L^2 d (eager and SDPA do the same products)."""
     d, L = config.hidden_size, seq_len

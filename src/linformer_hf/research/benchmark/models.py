@@ -7,9 +7,11 @@ FLOP and memory terms of its attention keyed by its `model_type`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from transformers import PretrainedConfig
 
     from .config import BenchmarkConfig

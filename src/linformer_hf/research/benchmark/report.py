@@ -52,8 +52,7 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
                 out.append("| --- |" + " --- |" * len(cfg.ks))
                 for n in ns:
                     cells = [
-                        _cell(_find(rows, mode, baseline, n), _find(rows, mode, model, n, k), column)
-                        for k in cfg.ks
+                        _cell(_find(rows, mode, baseline, n), _find(rows, mode, model, n, k), column) for k in cfg.ks
                     ]
                     out.append(f"| {n} | " + " | ".join(cells) + " |")
                 out.append("")
@@ -153,9 +152,7 @@ def plot(rows: list[BenchmarkRow], cfg: BenchmarkConfig, out_dir: str) -> list[s
         ax.set_yscale("log")
         ax.set_xlabel("sequence length n")
         ax.set_ylabel(ylabel)
-        ax.set_title(
-            f"{mode.value}, {cfg.device} {cfg.dtype}, {cfg.layers} layers, d={cfg.hidden_size}, H={cfg.heads}"
-        )
+        ax.set_title(f"{mode.value}, {cfg.device} {cfg.dtype}, {cfg.layers} layers, d={cfg.hidden_size}, H={cfg.heads}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()

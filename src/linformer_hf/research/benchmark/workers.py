@@ -231,7 +231,7 @@ class MatmulPeakTask:
             b = torch.randn(inner, cols, device=cfg.device, dtype=dtype)
             for _ in range(2):
                 a @ b
-            times = _interleaved_times({"matmul": lambda: a @ b}, cfg, max(3, cfg.reps))["matmul"]
+            times = _interleaved_times({"matmul": lambda a=a, b=b: a @ b}, cfg, max(3, cfg.reps))["matmul"]
             best = max(best, 2 * m * inner * cols / statistics.median(times) / 1e9)
         info = {"gflops": best}
         if cfg.device.startswith("cuda"):
