@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from huggingface_hub.errors import StrictDataclassError
+
 from .models import MODELS, model_config
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -92,7 +94,7 @@ class BenchmarkConfig:
                 for model, k in points:
                     try:
                         model_config(model, n, k, self)
-                    except Exception as error:  # the config's own (strict) validation
+                    except (ValueError, StrictDataclassError) as error:  # the config's own validation
                         # Its last line is the reason; the lines above name the validator.
                         reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
                         raise ValueError(
