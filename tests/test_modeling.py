@@ -119,6 +119,11 @@ def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_packag
             out = model(**inputs)
             got = out.logits if getattr(out, "logits", None) is not None else out[0]
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)  # another process: thread-order rounding
+            model.set_attn_implementation("eager")  # the copied module uses the attention interface too
+            assert model.config._attn_implementation == "eager"
+            out = model(**inputs)
+            got = out.logits if getattr(out, "logits", None) is not None else out[0]
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
             print("loaded", auto_name, type(model).__name__)
         assert not any(m.startswith("linformer_hf") for m in sys.modules), "the package was imported"
         """

@@ -17,6 +17,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.roberta.modeling_roberta import (
     RobertaEmbeddings,
     RobertaForMaskedLM,
@@ -32,7 +33,7 @@ from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
     RobertaLMHead,
 )
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.generic import can_return_tuple, is_flash_attention_requested, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_linformer import LinformerConfig
@@ -175,19 +176,38 @@ class LinformerProjection(nn.Module):
         return (padded.view(mask.shape[0], 1, bins, self.bin_size).sum(-1)) > 0
 
 
-def eager_attention(query, key, value, slot_mask, dropout, training, scaling):
-    """softmax(Q K'^T / sqrt(d_h) + mask) V', returning the contextual mapping P (batch, heads, L, k) too."""
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, L, k)
-    scores = scores + slot_mask
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q (E K)^T / sqrt(d_h) + mask) (F V): attention of L queries over k' compressed slots.
+
+    The "eager" entry of transformers' attention interface, with its calling convention: query (batch, heads, L, d_h),
+    key and value (batch, heads, k', d_h), an additive mask (batch, heads or 1, 1, k'); returns the output as
+    (batch, L, heads, d_h) and the contextual mapping P (batch, heads, L, k'). The softmax runs in fp32, so P sums to
+    one in half precision too.
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, L, k')
+    if attention_mask is not None:
+        scores = scores + attention_mask
     probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    output = torch.matmul(F.dropout(probs, p=dropout, training=training), value)  # (batch, heads, L, d_h)
-    return output, probs
+    output = torch.matmul(F.dropout(probs, p=dropout, training=module.training), value)  # (batch, heads, L, d_h)
+    return output.transpose(1, 2).contiguous(), probs
 
 
 class LinformerSelfAttention(nn.Module):
     """Multi-head self-attention over keys and values compressed from n to k rows.
 
     head_i = softmax(Q W_i^Q (E_i X W_i^K)^T / sqrt(d_h)) (F_i X W_i^V)
+
+    After compression this is ordinary attention of L queries over k' slots with an additive mask, so it runs
+    through transformers' attention interface (`config._attn_implementation`: "sdpa", "eager" or a registered kernel).
 
     When one projection serves all heads and is linear (sharing other than "none"; all kinds but max pooling),
     the layer input is compressed first and the key/value maps run on k rows instead of L:
@@ -293,17 +313,24 @@ class LinformerSelfAttention(nn.Module):
             reached = reached & value_projection.reached_slots(attention_mask)
         slot_mask = torch.where(reached, 0.0, torch.finfo(query.dtype).min).to(query.dtype)[:, :, None, :]
 
-        dropout = self.dropout.p if self.training else 0.0
-        if output_attentions or self.config._attn_implementation == "eager":
-            attn_output, attn_probs = eager_attention(
-                query, key, value, slot_mask, dropout, self.training, self.scaling
-            )
+        if output_attentions:
+            # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
+            attention_interface = eager_attention_forward
         else:
-            attn_output = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=slot_mask, dropout_p=dropout, is_causal=False, scale=self.scaling
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
             )
-            attn_probs = None
-        attn_output = attn_output.transpose(1, 2).reshape(batch, seq_len, -1)  # (batch, L, d)
+        attn_output, attn_probs = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            slot_mask,
+            dropout=self.dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )  # (batch, L, heads, d_h), P or None
+        attn_output = attn_output.reshape(batch, seq_len, -1).contiguous()  # (batch, L, d)
         return attn_output, (attn_probs if output_attentions else None)
 
 
@@ -369,15 +396,38 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
     config: LinformerConfig
     base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
     supports_gradient_checkpointing = True
+    # After compression, attention is ordinary attention of L queries over k' slots with an additive slot mask, run
+    # through transformers' attention interface: "eager", "sdpa" or a kernel registered with AttentionInterface.
+    # Flash and flex attention cannot apply that mask: they are refused by name in
+    # _check_and_adjust_attn_implementation, with the reason.
     _supports_sdpa = True
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # Not a vLLM/TGI backend model: that also asks for tensor-parallel plans and logits slicing.
     _supports_attention_backend = False
     _no_split_modules = ["RobertaEmbeddings", "LinformerLayer"]
     _can_record_outputs = {
         "hidden_states": LinformerLayer,
         "attentions": LinformerSelfAttention,
     }
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
+        # Called by __init__, from_pretrained and set_attn_implementation, before any hub kernel is fetched.
+        if attn_implementation is not None:
+            if is_flash_attention_requested(requested_attention_implementation=attn_implementation):
+                reason = "flash attention takes no additive mask"
+            elif "flex_attention" in attn_implementation:
+                reason = "flex attention reads one mask row per query and head 0 only"
+            else:
+                reason = None
+            if reason is not None:
+                raise ValueError(
+                    f"Linformer cannot run attn_implementation={attn_implementation!r}: {reason}, and Linformer must "
+                    "mask the compressed key/value slots that no real token reaches (padding, inputs shorter than "
+                    "n), per head when sharing='none'. Use 'sdpa' (the default), 'eager', or a kernel registered "
+                    "with transformers.AttentionInterface that takes an additive (batch, heads, 1, k) mask."
+                )
+        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in `auto_map`; a shared model must load as any head.
