@@ -388,3 +388,22 @@ def test_logits_for_labels_only_gives_the_same_loss_gradients_and_logits():
         torch.testing.assert_close(sparse_grads[name], full_grads[name], msg=name)
     with pytest.raises(ValueError, match="needs `labels`"):
         model(ids, logits_for_labels_only=True)
+
+
+@pytest.mark.parametrize("projection", ["linear", "conv"])
+def test_projection_init_starts_new_projections_and_never_overwrites_loaded_ones(projection, tmp_path):
+    from linformer_hf.models.linformer.modeling_linformer import LinformerProjection, neighbour_average_projection
+
+    config = tiny_config(projection=projection, projection_init="neighbour_average")
+    model = LinformerModel(config)
+    projections = [m for m in model.modules() if isinstance(m, LinformerProjection)]
+    expected = neighbour_average_projection(16, 8) if projection == "linear" else torch.full((2,), 0.5)
+    assert projections and all(torch.equal(p.weight, expected.expand_as(p.weight)) for p in projections)
+
+    randomize_projections(model)  # "trained"
+    trained = {k: v.clone() for k, v in model.state_dict().items() if "projection" in k}
+    model.save_pretrained(tmp_path)
+    loaded = LinformerModel.from_pretrained(tmp_path)
+    assert loaded.config.projection_init == "neighbour_average"
+    for key, value in trained.items():
+        assert torch.equal(loaded.state_dict()[key], value), key

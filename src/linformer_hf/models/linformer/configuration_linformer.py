@@ -42,7 +42,8 @@ class LinformerConfig(RobertaConfig):
         projection_init (`str`, defaults to `"random"`):
             How a new model's learned E, F start: `"random"`, N(0, 1/n) entries (dense, like the paper's);
             `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
-            learnable; the identity when k = n). Weights loaded from a checkpoint are not re-initialised.
+            learnable; the identity when k = n). A conv kernel always starts as mean pooling of its bin. Weights
+            loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
 
     Example:
 

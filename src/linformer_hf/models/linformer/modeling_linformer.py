@@ -436,17 +436,23 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        """RoBERTa's init, plus the one place where projections start, as `config.projection_init` says.
+
+        transformers runs this for every tensor a checkpoint did not provide (a new model, E and F when a RoBERTa
+        checkpoint is loaded or converted) and skips loaded ones, so a trained E is never re-initialised.
+        """
         super()._init_weights(module)
-        if isinstance(module, LinformerProjection) and module.weight is not None:
-            if module.kind == "linear" and self.config.projection_init == "neighbour_average":
-                init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
-            elif module.kind == "linear":
-                # std 1/sqrt(n) keeps the scale of a compressed row equal to that of one input row for a full-length
-                # input (sum of n terms).
-                init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
-            else:
-                # conv starts as mean pooling of its bin
-                init.constant_(module.weight, 1.0 / module.bin_size)
+        if not isinstance(module, LinformerProjection) or module.weight is None:
+            return
+        if module.kind == "conv":
+            # a kernel of width s = n / k starts as mean pooling of its bin (neighbour averaging, whatever the init)
+            init.constant_(module.weight, 1.0 / module.bin_size)
+        elif self.config.projection_init == "neighbour_average":
+            init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
+        else:
+            # "random": N(0, 1/n) keeps a compressed row of a full-length input (a sum of n terms) at the scale of
+            # one input row.
+            init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
 
 
 class LinformerModel(LinformerPreTrainedModel):
