@@ -150,5 +150,38 @@ def test_bad_inputs_are_errors(converted, tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         prepare_model_folder(folders["RobertaForMaskedLM"], str(tmp_path / "out"), "someone/x")
     with pytest.raises(FileNotFoundError, match="No tokenizer"):
-        prepare_model_folder(str(root / "RobertaForMaskedLM" / ".."), str(tmp_path / "o2"), "someone/x",
+        prepare_model_folder(folders["RobertaForMaskedLM"], str(tmp_path / "o2"), "someone/x",
                              tokenizer_path=str(tmp_path / "out"))
+
+
+def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_path, capsys):
+    root, folders = converted
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("an earlier folder")
+    roberta_folder = str(root / "RobertaForMaskedLM")
+    args = ["someone/x", "--dry-run", "--output-dir", str(out), "--overwrite", "--skip-remote-check"]
+    assert push_to_hub.main([roberta_folder] + args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and "holds a 'roberta' model, not a Linformer" in error
+    assert "convert_roberta_to_linformer.py" in error
+    assert (out / "keep.txt").exists()  # nothing deleted before the inputs were checked
+
+    assert push_to_hub.main([str(tmp_path / "nowhere")] + args) == 2
+    assert "is not a saved model folder (no config.json)" in capsys.readouterr().err
+
+
+def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
+    import linformer_hf
+    from linformer_hf.hub import PIPELINE_TAGS, TEMPLATE
+
+    assert TEMPLATE.is_file()
+    assert os.path.dirname(linformer_hf.__file__) in str(TEMPLATE)  # inside the package, not the repository
+    assert "{{ card_data }}" in TEMPLATE.read_text(encoding="utf-8")
+    assert set(PIPELINE_TAGS) == {cls.__name__ for cls in linformer_hf.LINFORMER_HEADS.values()}
+    for architecture, tag in PIPELINE_TAGS.items():
+        if tag is not None:  # the pipeline of that task builds this head
+            assert transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__ == \
+                {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
+    assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
+    assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
