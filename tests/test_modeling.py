@@ -407,3 +407,56 @@ def test_projection_init_starts_new_projections_and_never_overwrites_loaded_ones
     assert loaded.config.projection_init == "neighbour_average"
     for key, value in trained.items():
         assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def _save_then_edit_config(tmp_path, saved, edited):
+    model = LinformerForMaskedLM(tiny_config(**saved))
+    randomize_projections(model)
+    model.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    config.update(edited)
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    "saved,edited,named",
+    [
+        (dict(sharing="headwise"), dict(sharing="key_value"), "key_projection.weight"),
+        (dict(sharing="layerwise"), dict(sharing="none"), "shared_projection.weight"),
+        (dict(projection="linear"), dict(projection="max"), "value_projection.weight"),
+    ],
+)
+@pytest.mark.parametrize("auto_class", [AutoModel, AutoModelForMaskedLM])
+def test_a_config_edited_after_saving_is_an_error_naming_the_projection_weights(
+    saved, edited, named, auto_class, tmp_path
+):
+    """The trained E, F of the checkpoint cannot go into the model the edited config describes: refuse to load."""
+    _save_then_edit_config(tmp_path, saved, edited)
+    with pytest.raises(ValueError, match=rf"do not fit its config.*{named}.*config.json was edited after"):
+        auto_class.from_pretrained(tmp_path)
+
+
+def test_a_checkpoint_without_projection_weights_warns_that_e_and_f_start_untrained(tmp_path, caplog):
+    """No projection weights at all: a RoBERTa checkpoint (fine) or a pooling Linformer whose config was edited to
+    learned projections (not fine); the two cannot be told apart from the weights, so it loads and says so loudly."""
+    from transformers.utils import logging as transformers_logging
+
+    _save_then_edit_config(tmp_path, dict(projection="mean"), dict(projection="linear"))
+    transformers_logging.enable_propagation()
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(tmp_path)
+    finally:
+        transformers_logging.disable_propagation()
+    assert model.config.projection == "linear"
+    assert "has no projection weights" in caplog.text and "key_projection.weight" in caplog.text
+    assert "start from projection_init='random', untrained" in caplog.text
+
+    caplog.clear()
+    model.save_pretrained(tmp_path / "resaved")
+    transformers_logging.enable_propagation()
+    try:
+        AutoModelForMaskedLM.from_pretrained(tmp_path / "resaved")  # a consistent checkpoint: no warning
+    finally:
+        transformers_logging.disable_propagation()
+    assert "LOAD REPORT" not in caplog.text and "projection" not in caplog.text

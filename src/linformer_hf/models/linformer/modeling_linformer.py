@@ -9,6 +9,7 @@ the current batch, d = hidden size, d_h = head size, H = number of heads.
 """
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -33,10 +34,16 @@ from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
     RobertaLMHead,
 )
+from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple, is_flash_attention_requested, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_linformer import LinformerConfig
+
+logger = logging.get_logger(__name__)
+
+# State-dict keys of E and F: every LinformerProjection is held in an attribute named *_projection.
+PROJECTION_KEY = re.compile(r"_projection\.weight$")
 
 
 def neighbour_average_projection(n: int, k: int) -> torch.Tensor:
@@ -428,6 +435,47 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
                     "with transformers.AttentionInterface that takes an additive (batch, heads, 1, k) mask."
                 )
         return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+        """After from_pretrained has loaded a checkpoint: refuse projections that do not fit the config.
+
+        The layout of E and F (which modules exist, and whether they have weights) follows `sharing` and `projection`.
+        A checkpoint whose projection weights the model cannot take, or that has some but not all of those the model
+        expects, was saved under another config: loading it would silently drop trained E, F or leave them random.
+        A checkpoint with no projection weights at all is a RoBERTa checkpoint (or a pooling Linformer): its E, F
+        start from `projection_init`, said loudly.
+        """
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        missing = sorted(key for key in loading_info.missing_keys if PROJECTION_KEY.search(key))
+        unexpected = sorted(key for key in loading_info.unexpected_keys if PROJECTION_KEY.search(key))
+        source = self.config._name_or_path or "the checkpoint"
+        config = self.config
+        settings = f"sharing={config.sharing!r}, projection={config.projection!r}"
+
+        def listed(keys):
+            return ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+        if unexpected:
+            expects = f"expects {listed(missing)}" if missing else "has no such weights"
+            raise ValueError(
+                f"The projection weights in {source} do not fit its config ({settings}): the checkpoint holds "
+                f"{listed(unexpected)}, which this model cannot take, and the model {expects}. Loading would drop "
+                "the trained E, F. Likely cause: `sharing` or `projection` in config.json was edited after the model "
+                "was saved; restore the values it was saved with."
+            )
+        expected = [key for key in self.state_dict() if PROJECTION_KEY.search(key)]
+        if missing and len(missing) < len(expected):
+            raise ValueError(
+                f"{source} holds only some of the projection weights its config ({settings}) needs: "
+                f"{listed(missing)} are missing. The checkpoint is incomplete or was saved under another config."
+            )
+        if missing:
+            logger.warning(
+                f"{source} has no projection weights, but this model ({settings}) has learned E, F: "
+                f"{listed(missing)} start from projection_init={config.projection_init!r}, untrained. Expected when "
+                "loading a RoBERTa checkpoint into a Linformer. If this folder holds a Linformer saved with "
+                "projection='mean' or 'max', its config.json was edited after saving: restore it."
+            )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in `auto_map`; a shared model must load as any head.
