@@ -297,6 +297,34 @@ def test_mask_of_the_wrong_shape_is_an_error_not_dropped(bad_mask_shape):
         model(random_batch(2, 12), attention_mask=torch.ones(bad_mask_shape))
 
 
+@pytest.mark.parametrize("dtype", [torch.long, torch.int32, torch.bool, torch.float32, torch.float16])
+def test_a_padding_mask_of_any_dtype_gives_the_same_outputs(dtype):
+    model = build()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    expected = model(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(model(ids, attention_mask=mask.to(dtype)).last_hidden_state, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "convention,values",
+    [
+        ("additive, 0 for tokens and -inf for padding", (0.0, float("-inf"))),
+        ("additive, 0 for tokens and the dtype's minimum for padding", (0.0, torch.finfo(torch.float32).min)),
+        ("soft weights", (1.0, 0.5)),
+        ("segment ids", (1, 2)),
+    ],
+)
+def test_a_mask_in_another_convention_is_an_error_saying_which_convention_this_model_takes(convention, values):
+    model = build()
+    ids = random_batch(2, 12)
+    mask = torch.full(ids.shape, values[0])
+    mask[1, 5:] = values[1]
+    with pytest.raises(ValueError, match=r"must hold 1 for real tokens and 0 for padding .* but it holds"):
+        model(ids, attention_mask=mask)
+
+
 def test_fully_padded_row_stays_finite():
     model = build()
     ids = random_batch(2, 8)

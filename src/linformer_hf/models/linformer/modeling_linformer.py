@@ -398,6 +398,28 @@ class LinformerEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
+    """Refuse a mask that is not the (batch, L) padding mask of 1 (token) / 0 (padding) that tokenizers return."""
+    if attention_mask.shape != input_shape:
+        raise ValueError(
+            f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
+            f"got shape {tuple(attention_mask.shape)}. Linformer takes the 2-D mask of 1 (token) / 0 (padding) "
+            "that tokenizers return."
+        )
+    if attention_mask.dtype == torch.bool or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        # Compiled and traced graphs skip the value check: a data-dependent branch would break them.
+        return
+    # One elementwise pass: an additive (0 / -inf) or soft mask read as `!= 0` would silently let padding in.
+    invalid = (attention_mask != 0) & (attention_mask != 1)
+    if invalid.any():
+        raise ValueError(
+            "attention_mask must hold 1 for real tokens and 0 for padding (the mask tokenizers return; a bool mask "
+            f"means True = token), but it holds {attention_mask[invalid][0].item()!r}. An additive mask (0 for "
+            "tokens, -inf for padding) converts with `(mask == 0).long()`; a mask where 1 or True marks padding, "
+            "with `1 - mask` or `~mask`."
+        )
+
+
 class LinformerPreTrainedModel(RobertaPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
@@ -536,8 +558,9 @@ class LinformerModel(LinformerPreTrainedModel):
     ) -> BaseModelOutputWithPooling:
         r"""
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 for real tokens, 0 for padding. Only this 2-D padding mask is accepted: Linformer attends to k
-            compressed rows, so there is no (L x L) mask to give.
+            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error.
+            Only this 2-D padding mask is accepted: Linformer attends to k compressed rows, so there is no (L x L)
+            mask to give.
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -553,6 +576,9 @@ class LinformerModel(LinformerPreTrainedModel):
                 "or use a model built with a larger `max_sequence_length`."
             )
 
+        if attention_mask is not None:
+            check_padding_mask(attention_mask, input_shape)
+
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
@@ -560,13 +586,7 @@ class LinformerModel(LinformerPreTrainedModel):
             if input_ids is not None:
                 self.warn_if_padding_and_no_attention_mask(input_ids, None)
             attention_mask = torch.ones(input_shape, device=embedding_output.device)
-        elif attention_mask.shape != input_shape:
-            raise ValueError(
-                f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
-                f"got shape {tuple(attention_mask.shape)}. Linformer takes the 2-D mask of 1 (token) / 0 (padding) "
-                "that tokenizers return."
-            )
-        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L)
+        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L): 1.0 token, 0.0 padding
 
         encoder_outputs = self.encoder(embedding_output, mask, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state
