@@ -73,7 +73,7 @@ def test_dry_run_folder_loads_in_a_clean_process_without_the_package(converted, 
             (prepared["RobertaForSequenceClassification"], "AutoModel")]
     results = check_remote_loading([folder for folder, _ in jobs], TEXTS, [auto for _, auto in jobs])
     assert len(results) == len(jobs)
-    for (folder, auto_name), result in zip(jobs, results):
+    for (folder, auto_name), result in zip(jobs, results, strict=True):
         assert result["linformer_hf_imported"] is False
         assert result["model_class"].startswith("transformers_modules.")
         # the reference: the same folder through the installed package, in this process

@@ -253,7 +253,7 @@ def test_fill_mask_and_text_classification_pipelines(tokenizer, tmp_path):
     long_and_short = ["A fine film.", "It was long and dull and nothing happened for two hours at all, sadly."]
     results = classify(long_and_short, batch_size=2)  # padded batch
     singles = [classify(text)[0] for text in long_and_short]
-    for batched, single in zip(results, singles):
+    for batched, single in zip(results, singles, strict=True):
         assert batched["label"] == single["label"]
         assert batched["score"] == pytest.approx(single["score"], abs=1e-5)
 

@@ -6,6 +6,7 @@ Importing this package registers Linformer with transformers' Auto classes (`mod
 
 from .models.linformer.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
 from .models.linformer.modeling_linformer import (
+    LINFORMER_HEADS,
     LinformerForMaskedLM,
     LinformerForMultipleChoice,
     LinformerForQuestionAnswering,
@@ -16,7 +17,6 @@ from .models.linformer.modeling_linformer import (
     LinformerProjection,
     LinformerSelfAttention,
 )
-from .models.linformer.modeling_linformer import LINFORMER_HEADS
 from .registration import register
 
 register()

@@ -345,7 +345,7 @@ def check_remote_loading(folders, texts: list[str], auto_classes: list[str] | No
         env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONSTARTUP")}
         env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=os.path.join(scratch, "modules"), PYTHONNOUSERSITE="1")
         result_path = os.path.join(scratch, "result.pt")
-        jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes)])
+        jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes, strict=True)])
         completed = subprocess.run(
             [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path],
             cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout,
