@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -169,6 +170,14 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
 
     assert push_to_hub.main([str(tmp_path / "nowhere")] + args) == 2
     assert "is not a saved model folder (no config.json)" in capsys.readouterr().err
+
+    # A Linformer whose config.json the strict config rejects: an error line naming the field, not a traceback.
+    edited = tmp_path / "edited"
+    shutil.copytree(folders["RobertaForMaskedLM"], edited)
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps(dict(config, sharing="per_head")))
+    assert push_to_hub.main([str(edited)] + args) == 2
+    assert "'sharing' expected one of" in capsys.readouterr().err
 
 
 def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
