@@ -182,7 +182,7 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
 
 def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
     import linformer_hf
-    from linformer_hf.hub import PIPELINE_TAGS, TEMPLATE
+    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, TEMPLATE
 
     assert TEMPLATE.is_file()
     assert os.path.dirname(linformer_hf.__file__) in str(TEMPLATE)  # inside the package, not the repository
@@ -192,5 +192,6 @@ def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transform
         if tag is not None:  # the pipeline of that task builds this head
             assert transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__ == \
                 {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
+    assert set(SHARING_MEANING) == set(linformer_hf.SHARING_MODES)  # every sharing mode is explained in the card
     assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
