@@ -3,7 +3,7 @@
 
     accelerate launch --config_file configs/accelerate/cpu.yaml scripts/pretrain.py --config configs/pretrain/demo.yaml
     accelerate launch --config_file configs/accelerate/v100x8_fp16.yaml scripts/pretrain.py \
-        --config configs/pretrain/paper_roberta_recipe.yaml --training.output_dir outputs/linformer_k128
+        --config configs/pretrain/paper_bookwiki.yaml --training.output_dir outputs/linformer_k128
 
 Any recipe key can be overridden as --section.key value (e.g. --training.max_steps 1000, --data.block_size 256).
 --resume_from_checkpoint takes a checkpoint dir or `latest` (the newest under <output_dir>/checkpoints).

@@ -8,7 +8,7 @@ import pytest
 from conftest import SHARED_DATA
 
 from linformer_hf.training.config import ConfigError
-from linformer_hf.research.replication import load_plan, prepare_data, run_plan, summarize
+from linformer_hf.research.replication import load_plan, prepare_data, pretrain_variant, run_plan, summarize
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")
@@ -68,6 +68,7 @@ def test_heldout_reviews_never_reach_pretraining(tmp_path):
         (dict(variants=[dict(name="a", sharing="none")]), "Unknown key"),
         (dict(data_dir="/nonexistent"), "not found under data_dir"),
         (dict(learning_rate=1.0), "Unknown key"),
+        (dict(pretrain=dict(max_steps=6, stop_after_steps=3)), "stop_after_steps"),
     ],
 )
 def test_bad_plans_fail_before_anything_runs(overrides, message, tmp_path):
@@ -147,3 +148,19 @@ def test_dotted_overrides_change_one_entry_of_a_mapping(tmp_path):
     assert plan.model == {**quick.model, "hidden_size": 32}
     with pytest.raises(ConfigError, match="'seeds' is not a mapping"):
         load_plan(QUICK, {"data_dir": SHARED_DATA, "seeds.first": 1})
+
+
+def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_path):
+    """No pretrain.max_steps (the recipe default applies) and a time budget that ends the run after one update."""
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    overrides = tiny_overrides(tmp_path, pretrain=dict(seed=3, per_device_train_batch_size=4, max_train_minutes=0.0,
+                                                       warmup_steps=1), rms_lengths=[16])
+    plan = load_plan(QUICK, overrides)
+    paths = prepare_data(plan)
+    tokenizer_dir = str(tmp_path / "tok")
+    train_bpe_tokenizer(iter_text_files([paths["pretrain_text"]]), tokenizer_dir, vocab_size=512, model_max_length=64)
+    result = pretrain_variant(plan, plan.variants[1], paths, tokenizer_dir)
+    assert result["steps"] == 1 and result["tokens"] == 1 * 4 * 64
+    assert [e["step"] for e in result["evals"]] == [1]
+    assert result["final_perplexity"] == result["evals"][-1]["perplexity"]

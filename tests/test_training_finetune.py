@@ -146,3 +146,23 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
     assert result["steps"] == 4
     config = AutoConfig.from_pretrained(tmp_path / "out" / "best")
     assert config.model_type == "linformer" and config.projected_length == 16 and config.max_sequence_length == 64
+
+
+def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrained_dir, tmp_path):
+    """2 micro-batches of 8 log (and train) as one batch of 16: the logged loss is the update's, not the last half's."""
+    def run(batch, accumulation):
+        recipe = load_recipe(FinetuneRecipe, None, extra={
+            "model.pretrained": pretrained_dir, "model.config": {"hidden_dropout_prob": 0.0,
+                                                                 "attention_probs_dropout_prob": 0.0},
+            "data.task": "sst2", "data.train_file": SST2_TRAIN, "data.validation_file": SST2_DEV,
+            "data.max_train_samples": 64, "data.max_eval_samples": 16, "data.max_seq_length": 64,
+            "training.output_dir": str(tmp_path / f"b{batch}"), "training.num_train_epochs": 1,
+            "training.per_device_train_batch_size": batch, "training.gradient_accumulation_steps": accumulation,
+            "training.learning_rate": 1e-3, "training.save_best": False})
+        return run_finetuning(recipe, show_progress=False)["train_losses"]
+
+    whole, accumulated = run(16, 1), run(8, 2)
+    assert list(accumulated) == list(whole) == [1, 2, 3, 4]
+    for step in whole:
+        assert accumulated[step] == pytest.approx(whole[step], abs=1e-5), step
+    assert len({round(v, 4) for v in whole.values()}) > 1

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from ..training.config import ConfigError, build_section, load_yaml
+from ..training.pretraining import read_final_summary
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 
@@ -82,6 +83,9 @@ class ReplicationPlan:
         self.finetune = [
             t if isinstance(t, FinetuneTask) else build_section(FinetuneTask, t, "finetune[]") for t in self.finetune
         ]
+        if self.pretrain.get("stop_after_steps") is not None:
+            raise ConfigError("pretrain.stop_after_steps interrupts a run without its final evaluation; a replication "
+                              "needs finished runs. Use pretrain.max_steps or pretrain.max_train_minutes.")
         names = [v.name for v in self.variants]
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"variants need unique names, got {names}.")
@@ -235,9 +239,8 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
     recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
     command = [sys.executable, "scripts/pretrain.py", "--config", recipe_path, "--no_progress"]
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
-    steps = int(plan.pretrain["max_steps"])
-    with open(os.path.join(run_dir, f"summary_step{steps}.json"), encoding="utf-8") as fh:
-        summary = json.load(fh)
+    summary = read_final_summary(run_dir)
+    steps = summary["completed_steps"]  # max_steps, or fewer when the time budget ended the run
     result = {
         "variant": dataclasses.asdict(variant),
         "command": shlex.join(command),

@@ -179,10 +179,6 @@ def load_recipe(cls, path: str | None, argv: list[str] | None = None, extra: dic
     return recipe
 
 
-def recipe_to_dict(recipe) -> dict[str, Any]:
-    return dataclasses.asdict(recipe)
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Recipe sections
 # --------------------------------------------------------------------------------------------------------------------

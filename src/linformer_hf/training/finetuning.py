@@ -192,7 +192,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         accelerator.init_trackers(f"finetune_{dcfg.task}", config=flat)
 
     best_dir = os.path.join(tcfg.output_dir, "best")
-    best, history = None, []
+    best, history, train_losses = None, [], {}
     completed = 0
     progress = tqdm(total=max_steps, disable=not (show_progress and accelerator.is_local_main_process),
                     desc=f"finetune {dcfg.task}", dynamic_ncols=True)
@@ -218,21 +218,29 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
                     _write_predictions(os.path.join(tcfg.output_dir, "predictions_validation.tsv"), preds, labels)
 
     model.train()
+    # The loss of an update is the mean over its micro-batches (all of them, not the last one alone).
+    update_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    micro_batches = 0
     for epoch in range(num_epochs):
         for batch in train_dl:
             with accelerator.accumulate(model):
                 loss = model(**batch).loss
                 accelerator.backward(loss)
+                update_loss += loss.detach().double()
+                micro_batches += 1
                 optimizer_step(accelerator, model, optimizer, scheduler, tcfg.max_grad_norm)
             if not accelerator.sync_gradients:
                 continue
             completed += 1
             progress.update(1)
+            step_loss = accelerator.reduce(update_loss / micro_batches, reduction="mean").item()
+            update_loss.zero_()
+            micro_batches = 0
+            train_losses[completed] = step_loss
             if completed % tcfg.logging_steps == 0:
-                mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
-                progress.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+                progress.set_postfix(loss=f"{step_loss:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
                 if tcfg.report_to:
-                    accelerator.log({"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0]}, step=completed)
+                    accelerator.log({"train/loss": step_loss, "train/lr": scheduler.get_last_lr()[0]}, step=completed)
             if tcfg.eval_steps and completed % tcfg.eval_steps == 0:
                 evaluate_and_keep(epoch)
             if completed >= max_steps:
@@ -244,7 +252,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             break
     progress.close()
 
-    result = {"task": dcfg.task, "best": best, "history": history, "steps": completed,
+    result = {"task": dcfg.task, "best": best, "history": history, "steps": completed, "train_losses": train_losses,
               "best_dir": best_dir if tcfg.save_best else None}
     if test_dl is not None:
         if tcfg.save_best:  # predict the test file with the best checkpoint

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict
 
 import torch
-import torch.nn.functional as F
+from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
 from .config import ConfigError, PretrainRecipe
@@ -85,37 +85,53 @@ def _prune_checkpoints(output_dir: str, limit: int | None):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def summary_path(output_dir: str, completed_steps: int) -> str:
+    """Where a run writes its summary: one file per run, named by the updates completed when it ended."""
+    return os.path.join(output_dir, f"summary_step{completed_steps}.json")
+
+
+def read_final_summary(output_dir: str) -> dict:
+    """The summary of the run that went furthest in ``output_dir`` (a time budget may end it before max_steps)."""
+    found = []
+    for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
+        m = re.fullmatch(r"summary_step(\d+)\.json", name)
+        if m:
+            found.append(int(m.group(1)))
+    if not found:
+        raise FileNotFoundError(f"No summary_step<N>.json in {output_dir}: the pretraining run did not finish.")
+    with open(summary_path(output_dir, max(found)), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Loss and evaluation
 # ----------------------------------------------------------------------------------------------------------------
 
-def masked_token_loss_sum(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of cross-entropy over masked tokens, and their count (per example: shape [batch]).
+def masked_lm_loss(model, batch, num_masked) -> torch.Tensor:
+    """The masked tokens' summed cross-entropy divided by ``num_masked``, computed once, by the model's own loss.
 
-    The LM head runs only at the masked positions (`logits_for_labels_only`, which both the Linformer and the RoBERTa
-    baseline built by `models.build_mlm_model` take): about 15% of the vocabulary projection's cost, same loss.
+    transformers' masked-LM loss sums the token losses and divides by ``num_items_in_batch`` when it is given (as
+    ``Trainer`` does under gradient accumulation): with the masked-token count of the whole global batch it gives
+    the normalisation of the module docstring, with 1 it gives the plain sum. The LM head runs only at the masked
+    positions (``logits_for_labels_only``, which both the Linformer and the RoBERTa baseline built by
+    ``model_setup.build_mlm_model`` take): about 15% of the vocabulary projection's cost, same loss.
     """
-    labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    labelled = labels.ne(-100)  # (batch, L)
-    logits = model(**inputs, labels=labels, logits_for_labels_only=True).logits  # (num_labelled, vocab)
-    losses = F.cross_entropy(logits.float(), labels[labelled], reduction="none")  # (num_labelled,)
-    example = labelled.nonzero()[:, 0]  # which example each labelled position belongs to
-    loss_sums = torch.zeros(labels.shape[0], dtype=losses.dtype, device=losses.device).index_add(0, example, losses)
-    return loss_sums, labelled.sum(dim=1)
+    return model(**batch, logits_for_labels_only=True, num_items_in_batch=num_masked).loss
 
 
 @torch.no_grad()
 def evaluate_mlm(model, dataloader, accelerator) -> dict[str, float]:
+    """Validation loss per masked token over every process' shard of the validation blocks (each block once)."""
     model.eval()
     total_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     total_tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     for batch in dataloader:
-        loss_sum, count = masked_token_loss_sum(model, batch)
-        loss_sum, count = accelerator.gather_for_metrics((loss_sum, count))
-        total_loss += loss_sum.double().sum()
-        total_tokens += count.double().sum()
+        batch = {key: value.to(accelerator.device) for key, value in batch.items()}
+        total_loss += masked_lm_loss(model, batch, num_masked=1).double()
+        total_tokens += batch["labels"].ne(-100).sum()
     model.train()
+    total_loss = accelerator.reduce(total_loss, reduction="sum")
+    total_tokens = accelerator.reduce(total_tokens, reduction="sum")
     loss = (total_loss / total_tokens.clamp(min=1)).item()
     return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "eval_masked_tokens": int(total_tokens.item())}
 
@@ -210,22 +226,20 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                               num_training_steps=tcfg.max_steps)
 
     streaming = dcfg.streaming
+    # Each process evaluates its own shard of the validation blocks (no block twice, none padded in), and the
+    # losses and token counts are summed over processes.
+    eval_shard = split_dataset_by_node(data["validation"], rank=accelerator.process_index,
+                                       world_size=accelerator.num_processes)
+    eval_dl = DataLoader(eval_shard, batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
     if streaming:
         train_ds = shard_stream(data["train"], accelerator.process_index, accelerator.num_processes, tcfg.seed,
                                 dcfg.shuffle_buffer_size)
         train_dl = DataLoader(train_ds, batch_size=tcfg.per_device_train_batch_size, collate_fn=collator)
-        eval_ds = split_eval = data["validation"]
-        from datasets.distributed import split_dataset_by_node
-
-        split_eval = split_dataset_by_node(eval_ds, rank=accelerator.process_index,
-                                           world_size=accelerator.num_processes)
-        eval_dl = DataLoader(split_eval, batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         train_dl = DataLoader(data["train"], batch_size=tcfg.per_device_train_batch_size, shuffle=True,
                               drop_last=True, collate_fn=collator)
-        eval_dl = DataLoader(data["validation"], batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
-        model, optimizer, train_dl, eval_dl = accelerator.prepare(model, optimizer, train_dl, eval_dl)
+        model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
         if len(train_dl) == 0:
             raise ConfigError(
                 f"The training set has {len(data['train'])} blocks, fewer than one global batch "
@@ -307,13 +321,11 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             torch.manual_seed(_example_seed(tcfg.seed, completed_steps, micro, accelerator.process_index))
             micro = (micro + 1) % accum
             with accelerator.accumulate(model):
-                loss_sum, count = masked_token_loss_sum(model, batch)
-                local_sum, local_count = loss_sum.sum(), count.sum()
-                global_count = accelerator.reduce(local_count.detach().clone(), reduction="sum").clamp(min=1)
+                global_count = accelerator.reduce(batch["labels"].ne(-100).sum(), reduction="sum").clamp(min=1)
+                loss = masked_lm_loss(model, batch, global_count)  # this process' token losses / global count
                 # DDP averages gradients over processes: scale so the update follows sum / global masked tokens.
-                loss = local_sum * accelerator.num_processes / global_count
-                accelerator.backward(loss)
-                update_loss += accelerator.reduce(local_sum.detach().double(), reduction="sum") / global_count / accum
+                accelerator.backward(loss * accelerator.num_processes)
+                update_loss += accelerator.reduce(loss.detach().double(), reduction="sum") / accum
                 optimizer_step(accelerator, model, optimizer, scheduler, tcfg.max_grad_norm)
             if not accelerator.sync_gradients:
                 continue
@@ -385,7 +397,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     summary["completed_steps"] = completed_steps
     if accelerator.is_main_process:
         os.makedirs(tcfg.output_dir, exist_ok=True)
-        with open(os.path.join(tcfg.output_dir, f"summary_step{completed_steps}.json"), "w", encoding="utf-8") as fh:
+        with open(summary_path(tcfg.output_dir, completed_steps), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
     finish(accelerator)
     return summary
