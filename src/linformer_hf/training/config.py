@@ -259,21 +259,43 @@ class PretrainDataSection:
 
 
 @dataclasses.dataclass
-class PretrainTrainingSection:
+class OptimizerSection:
+    """AdamW and its learning-rate schedule: the fields both training sections share (they inherit them).
+
+    The defaults are the paper's (fairseq's RoBERTa) pretraining recipe; the names are `TrainingArguments`'.
+    """
+
+    learning_rate: float = 5e-4  # peak learning rate
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-6
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm gains (training.loop.NO_DECAY)
+    lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
+    max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
+
+    def validate(self):
+        from transformers.trainer_utils import SchedulerType
+
+        if self.learning_rate <= 0:
+            raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
+            raise ConfigError(f"training.adam_beta1 / adam_beta2 must be in [0, 1), got "
+                              f"{self.adam_beta1} / {self.adam_beta2}.")
+        schedulers = [kind.value for kind in SchedulerType]
+        if self.lr_scheduler_type not in schedulers:
+            raise ConfigError(f"training.lr_scheduler_type must be one of {', '.join(schedulers)}; "
+                              f"got {self.lr_scheduler_type!r}.")
+
+
+@dataclasses.dataclass
+class PretrainTrainingSection(OptimizerSection):
     output_dir: str = "outputs/pretrain"
     seed: int = 42
     per_device_train_batch_size: int = 16
     per_device_eval_batch_size: int = 16
     gradient_accumulation_steps: int = 1
     max_steps: int = 125000  # optimizer updates
-    learning_rate: float = 5e-4
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-6
-    weight_decay: float = 0.01
-    lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
     warmup_steps: int = 10000
-    max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
     mixed_precision: str | None = None  # null: take it from the Accelerate config (no | fp16 | bf16)
     checkpointing_steps: int | None = None  # accelerator.save_state every N updates
     checkpoints_total_limit: int | None = None
@@ -286,6 +308,7 @@ class PretrainTrainingSection:
     save_final_model: bool = True
 
     def validate(self):
+        super().validate()
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                      "max_steps", "logging_steps"):
             if getattr(self, name) < 1:
@@ -335,7 +358,11 @@ class FinetuneDataSection:
 
 
 @dataclasses.dataclass
-class FinetuneTrainingSection:
+class FinetuneTrainingSection(OptimizerSection):
+    # RoBERTa's GLUE fine-tuning differs from its pretraining in these three optimizer defaults.
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.1
+    lr_scheduler_type: str = "linear"
     output_dir: str = "outputs/finetune"
     seed: int = 42
     per_device_train_batch_size: int = 32
@@ -343,14 +370,7 @@ class FinetuneTrainingSection:
     gradient_accumulation_steps: int = 1
     num_train_epochs: float = 3.0
     max_steps: int | None = None  # overrides num_train_epochs
-    learning_rate: float = 2e-5
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-6
-    weight_decay: float = 0.1
-    lr_scheduler_type: str = "linear"
     warmup_ratio: float = 0.06
-    max_grad_norm: float | None = None
     mixed_precision: str | None = None
     eval_steps: int | None = None  # null: evaluate at the end of every epoch
     logging_steps: int = 10
@@ -358,6 +378,7 @@ class FinetuneTrainingSection:
     save_best: bool = True
 
     def validate(self):
+        super().validate()
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")

@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -127,14 +127,13 @@ def predict(model, dataloader, accelerator):
 
 def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
+    from accelerate.utils import set_seed
     from tqdm.auto import tqdm
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
     from transformers import get_scheduler
 
     from ..models import max_input_length
-    from .pretraining import build_optimizer, finish, optimizer_step
+    from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
     task = TASKS[dcfg.task]
@@ -158,12 +157,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     if max_length > n:
         raise ConfigError(f"data.max_seq_length={max_length} is larger than the model's longest input n={n}.")
 
-    accelerator = Accelerator(
-        gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
-        mixed_precision=tcfg.mixed_precision,
-        log_with=tcfg.report_to or None,
-        project_config=ProjectConfiguration(project_dir=tcfg.output_dir, logging_dir=os.path.join(tcfg.output_dir, "logs")),
-    )
+    accelerator = build_accelerator(tcfg)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     set_seed(tcfg.seed)
     with accelerator.main_process_first():
@@ -186,10 +180,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     num_epochs = math.ceil(max_steps / updates_per_epoch)
     scheduler = get_scheduler(tcfg.lr_scheduler_type, optimizer, num_warmup_steps=int(tcfg.warmup_ratio * max_steps),
                               num_training_steps=max_steps)
-    if tcfg.report_to:
-        flat = {f"{s}.{k}": (v if isinstance(v, (int, float, str, bool)) else str(v))
-                for s, sec in asdict(recipe).items() for k, v in sec.items()}
-        accelerator.init_trackers(f"finetune_{dcfg.task}", config=flat)
+    init_trackers(accelerator, recipe, f"finetune_{dcfg.task}")
 
     best_dir = os.path.join(tcfg.output_dir, "best")
     best, history, train_losses = None, [], {}
