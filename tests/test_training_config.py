@@ -94,7 +94,7 @@ def test_bad_checkpoint_dirs(tokenizer_dir, tmp_path):
 def test_missing_tokenizer_dir_says_how_to_make_one(tmp_path):
     recipe = load_recipe(PretrainRecipe, None, extra={"data.train_files": [WIKITEXT],
                                                       "tokenizer.name_or_path": str(tmp_path / "tok")})
-    with pytest.raises(ConfigError, match="train_tokenizer.py"):
+    with pytest.raises(ConfigError, match="python -m linformer_hf.training.train_tokenizer"):
         run_pretraining(recipe, show_progress=False)
 
 

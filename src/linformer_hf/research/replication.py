@@ -6,8 +6,9 @@ only in their attention settings), one pretraining recipe and the fine-tuning ta
 1. prepares the data once: the pretraining text (WikiText-2 plus the IMDB reviews of the fine-tuning *training*
    split, so the held-out reviews are never seen), the IMDB train / held-out files and the SST-2 files;
 2. trains one byte-level BPE tokenizer on the pretraining text, shared by every variant;
-3. pretrains every variant with `scripts/pretrain.py` (same data order, masking, seed, steps and tokens);
-4. fine-tunes every pretrained model with `scripts/finetune.py` on each task that fits its n, for each seed,
+3. pretrains every variant with `python -m linformer_hf.training.pretrain` (same data order, masking, seed, steps
+   and tokens);
+4. fine-tunes every pretrained model with `python -m linformer_hf.training.finetune` on each task that fits its n, for each seed,
    choosing the checkpoint on a validation split carved out of the training data and reporting the held-out split;
 5. writes `results.json`, a Markdown report and a perplexity plot.
 
@@ -34,7 +35,8 @@ import yaml
 from ..training.config import ConfigError, build_section, load_yaml
 from ..training.pretraining import read_final_summary
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+# The directory this package was imported from: the runs import the same code, installed or from a checkout.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclasses.dataclass
@@ -176,14 +178,21 @@ def prepare_data(plan: ReplicationPlan) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------------------------ runs
 
 
+def _module_command(module: str, *args: str) -> list[str]:
+    """``python -m linformer_hf.<module> args``: runs from any directory, installed or not."""
+    return [sys.executable, "-m", f"linformer_hf.{module}", *args]
+
+
 def _run(command: list[str], log_path: str) -> float:
-    """Run a script to completion with its output in log_path; returns the wall-clock seconds."""
+    """Run a command to completion with its output in log_path; returns the wall-clock seconds."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
-        result = subprocess.run(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        result = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     if result.returncode != 0:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-3000:]
@@ -202,9 +211,9 @@ def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
     tokenizer_dir = os.path.join(plan.output_dir, "tokenizer")
     if not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
         _run(
-            [sys.executable, "scripts/train_tokenizer.py", "--files", paths["pretrain_text"], "--output_dir",
-             tokenizer_dir, "--vocab_size", str(plan.vocab_size), "--model_max_length",
-             str(max(variant_n(plan, v) for v in plan.variants))],
+            _module_command("training.train_tokenizer", "--files", paths["pretrain_text"], "--output_dir",
+                            tokenizer_dir, "--vocab_size", str(plan.vocab_size), "--model_max_length",
+                            str(max(variant_n(plan, v) for v in plan.variants))),
             os.path.join(plan.output_dir, "logs", "tokenizer.log"),
         )
     return tokenizer_dir
@@ -237,7 +246,7 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         recipe["model"]["config"].pop("max_sequence_length", None)
         recipe["model"]["config"].setdefault("max_position_embeddings", block_size + 2)
     recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
-    command = [sys.executable, "scripts/pretrain.py", "--config", recipe_path, "--no_progress"]
+    command = _module_command("training.pretrain", "--config", recipe_path, "--no_progress")
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
     summary = read_final_summary(run_dir)
     steps = summary["completed_steps"]  # max_steps, or fewer when the time budget ended the run
@@ -327,7 +336,7 @@ def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask
     recipe_path = _write_yaml(
         os.path.join(plan.output_dir, "recipes", f"finetune_{variant.name}_{task.name}_seed{seed}.yaml"), recipe
     )
-    command = [sys.executable, "scripts/finetune.py", "--config", recipe_path, "--no_progress"]
+    command = _module_command("training.finetune", "--config", recipe_path, "--no_progress")
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"finetune_{variant.name}_{task.name}_{seed}.log"))
     with open(os.path.join(run_dir, "results.json"), encoding="utf-8") as fh:
         finetuned = json.load(fh)

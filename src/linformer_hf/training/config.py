@@ -206,7 +206,7 @@ class ModelSection:
 
 @dataclasses.dataclass
 class TokenizerSection:
-    name_or_path: str = "outputs/tokenizer"  # a local dir written by scripts/train_tokenizer.py, or a Hub name
+    name_or_path: str = "outputs/tokenizer"  # a local dir written by linformer_hf.training.train_tokenizer, or a Hub name
 
 
 @dataclasses.dataclass
@@ -408,7 +408,7 @@ class FinetuneModelSection:
         if not os.path.isdir(self.pretrained):
             raise ConfigError(
                 f"model.pretrained is not a directory: {self.pretrained}. Pretrain first "
-                f"(scripts/pretrain.py writes <output_dir>/final) or point it at a saved model dir."
+                f"(linformer_hf.training.pretrain writes <output_dir>/final) or point it at a saved model dir."
             )
         if not os.path.isfile(os.path.join(self.pretrained, "config.json")):
             raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; it is not a saved model dir.")
