@@ -176,3 +176,19 @@ def test_variant_n_is_the_models_longest_input():
     for v in plan.variants:
         config = make_config(v.model_type, {**variant_model_fields(plan, v), "pad_token_id": 1})
         assert variant_n(plan, v) == max_input_length(config)
+
+
+def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_path):
+    """No pretrain.max_steps (the recipe default applies) and a time budget that ends the run after one update."""
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    overrides = tiny_overrides(tmp_path, pretrain=dict(seed=3, per_device_train_batch_size=4, max_train_minutes=0.0,
+                                                       warmup_steps=1), rms_lengths=[16])
+    plan = load_plan(QUICK, overrides)
+    paths = prepare_data(plan)
+    tokenizer_dir = str(tmp_path / "tok")
+    train_bpe_tokenizer(iter_text_files([paths["pretrain_text"]]), tokenizer_dir, vocab_size=512, model_max_length=64)
+    result = pretrain_variant(plan, plan.variants[1], paths, tokenizer_dir)
+    assert result["steps"] == 1 and result["tokens"] == 1 * 4 * 64
+    assert [e["step"] for e in result["evals"]] == [1]
+    assert result["final_perplexity"] == result["evals"][-1]["perplexity"]

@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from training_utils import SST2_DEV, SST2_TRAIN, TINY_MODEL, WIKITEXT, run_script, tiny_pretrain_overrides
+from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, run_script, tiny_pretrain_overrides
 
 from linformer_hf.training.config import (ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe, parse_overrides)
 from linformer_hf.training.pretraining import run_pretraining
-from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+from linformer_hf.training.tokenizer import train_bpe_tokenizer
 
 
 @pytest.fixture(scope="module")

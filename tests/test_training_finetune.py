@@ -49,7 +49,8 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
                       "--data.validation_file", SST2_DEV, "--data.test_file", SST2_DEV,
                       "--data.max_train_samples", "384", "--data.max_seq_length", "64",
                       "--training.output_dir", str(out), "--training.num_train_epochs", "2",
-                      "--training.learning_rate", "1e-3", "--training.per_device_train_batch_size", "32"])
+                      "--training.learning_rate", "1e-3", "--training.per_device_train_batch_size", "32",
+                      "--training.report_to", "[tensorboard]"])
     assert res.returncode == 0, res.stderr[-3000:]
     with open(out / "results.json") as fh:
         result = json.load(fh)
@@ -69,6 +70,9 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
     test_preds, _ = read_predictions(out / "predictions_test.tsv")
     assert (test_preds == preds).all()
     assert result["test"]["accuracy"] == pytest.approx(best["accuracy"])
+    # Tracked (TensorBoard), and no intermediate checkpoint is left beside the best model.
+    assert any(f.startswith("events.out.tfevents") for _, _, files in os.walk(out / "runs") for f in files)
+    assert not [name for name in os.listdir(out) if name.startswith("checkpoint-")]
 
 
 def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
@@ -158,7 +162,7 @@ def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrai
             "data.max_train_samples": 64, "data.max_eval_samples": 16, "data.max_seq_length": 64,
             "training.output_dir": str(tmp_path / f"b{batch}"), "training.num_train_epochs": 1,
             "training.per_device_train_batch_size": batch, "training.gradient_accumulation_steps": accumulation,
-            "training.learning_rate": 1e-3, "training.save_best": False})
+            "training.learning_rate": 1e-3, "training.save_best": False, "training.logging_steps": 1})
         return run_finetuning(recipe, show_progress=False)["train_losses"]
 
     whole, accumulated = run(16, 1), run(8, 2)

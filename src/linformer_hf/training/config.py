@@ -403,7 +403,7 @@ class FinetuneTrainingSection(OptimizerSection):
     num_train_epochs: float = 3.0
     max_steps: int | None = None  # overrides num_train_epochs
     warmup_ratio: float = 0.06
-    mixed_precision: str | None = None
+    mixed_precision: str | None = None  # no | fp16 | bf16 (null: no); Trainer's fp16 / bf16
     eval_steps: int | None = None  # null: evaluate at the end of every epoch
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)
@@ -414,6 +414,8 @@ class FinetuneTrainingSection(OptimizerSection):
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
+            raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
 
 
 @dataclasses.dataclass
