@@ -44,7 +44,19 @@ def test_recipes_have_known_keys(kind, cls):
     assert paths
     for path in paths:
         with open(path) as fh:
-            build_recipe(cls, yaml.safe_load(fh))  # raises on any unknown section or key
+            recipe = build_recipe(cls, yaml.safe_load(fh))  # raises on any unknown section or key
+        recipe.training.validate()  # and on a bad value (scheduler name, batch size ...)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "replication", "*.yaml"))),
+                         ids=os.path.basename)
+def test_replication_plans_load(path):
+    from training_utils import DATA
+
+    from linformer_hf.research.replication import load_plan, variant_n
+
+    plan = load_plan(path, {"data_dir": DATA})  # typed and checked, model fields included
+    assert all(variant_n(plan, v) >= plan.block_size for v in plan.variants)
 
 
 def test_accelerate_configs_load():

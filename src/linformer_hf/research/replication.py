@@ -40,7 +40,8 @@ from typing import Any, Literal
 import yaml
 
 from ..models import max_input_length
-from ..training.config import (ConfigError, ModelSection, PretrainDataSection, PretrainRecipe,
+from ..training.config import (ConfigError, FinetuneDataSection, FinetuneModelSection, FinetuneRecipe,
+                               FinetuneTrainingSection, ModelSection, PretrainDataSection, PretrainRecipe,
                                PretrainTrainingSection, TokenizerSection, apply_overrides, build_section, load_yaml,
                                parse_overrides)
 from ..training.model_setup import make_config
@@ -335,26 +336,15 @@ def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask
         files = {"train_file": paths["sst2_train"], "test_file": paths["sst2_dev"]}
     else:
         files = {"train_file": paths["imdb_train"], "test_file": paths["imdb_heldout"]}
-    recipe = {
-        "model": {"pretrained": model_dir},
-        "data": {
-            "task": task.task,
-            **files,
-            "validation_split_percentage": 10,
-            "max_seq_length": task.max_seq_length,
-            "max_train_samples": task.max_train_samples,
-            "max_eval_samples": task.max_eval_samples,
-        },
-        "training": {
-            "output_dir": run_dir,
-            "seed": seed,
-            "per_device_train_batch_size": task.per_device_train_batch_size,
-            "per_device_eval_batch_size": 64,
-            "num_train_epochs": task.num_train_epochs,
-            "learning_rate": task.learning_rate,
-            "report_to": [],
-        },
-    }
+    recipe = dataclasses.asdict(FinetuneRecipe(
+        model=FinetuneModelSection(pretrained=model_dir),
+        data=FinetuneDataSection(task=task.task, **files, validation_split_percentage=10,
+                                 max_seq_length=task.max_seq_length, max_train_samples=task.max_train_samples,
+                                 max_eval_samples=task.max_eval_samples),
+        training=FinetuneTrainingSection(output_dir=run_dir, seed=seed, num_train_epochs=task.num_train_epochs,
+                                         per_device_train_batch_size=task.per_device_train_batch_size,
+                                         per_device_eval_batch_size=64, learning_rate=task.learning_rate),
+    ))
     recipe_path = _write_yaml(
         os.path.join(plan.output_dir, "recipes", f"finetune_{variant.name}_{task.name}_seed{seed}.yaml"), recipe
     )
