@@ -80,9 +80,11 @@ def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
         "model.pretrained": pretrained_dir, "data.task": "imdb", "data.train_file": IMDB,
         "data.max_train_samples": 96, "data.max_eval_samples": 64, "data.validation_split_percentage": 10,
         "training.output_dir": str(tmp_path / "imdb"), "training.num_train_epochs": 1,
-        "training.per_device_train_batch_size": 16, "training.learning_rate": 1e-3})
+        "training.per_device_train_batch_size": 16, "training.learning_rate": 1e-3,
+        "training.eval_steps": 100})  # beyond the run's 6 updates: the final model is evaluated once
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 6 and 0.0 <= result["best"]["accuracy"] <= 1.0
+    assert [h["step"] for h in result["history"]] == [6]
     preds, labels = read_predictions(tmp_path / "imdb" / "predictions_validation.tsv")
     assert len(preds) == 64
     assert (preds == labels).mean() == pytest.approx(result["best"]["accuracy"])
@@ -154,11 +156,15 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
 
 def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrained_dir, tmp_path):
     """2 micro-batches of 8 log (and train) as one batch of 16: the logged loss is the update's, not the last half's."""
+    train = tmp_path / "train.tsv"  # the first 64 SST-2 sentences (reading the whole file would dominate the test)
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(65), fh)), encoding="utf-8")
+
     def run(batch, accumulation):
         recipe = load_recipe(FinetuneRecipe, None, extra={
             "model.pretrained": pretrained_dir, "model.config": {"hidden_dropout_prob": 0.0,
                                                                  "attention_probs_dropout_prob": 0.0},
-            "data.task": "sst2", "data.train_file": SST2_TRAIN, "data.validation_file": SST2_DEV,
+            "data.task": "sst2", "data.train_file": str(train), "data.validation_file": SST2_DEV,
             "data.max_train_samples": 64, "data.max_eval_samples": 16, "data.max_seq_length": 64,
             "training.output_dir": str(tmp_path / f"b{batch}"), "training.num_train_epochs": 1,
             "training.per_device_train_batch_size": batch, "training.gradient_accumulation_steps": accumulation,

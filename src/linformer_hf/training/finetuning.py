@@ -10,7 +10,7 @@ and the outputs the replication reads: ``<output_dir>/best`` (the best model), `
 metrics, the training loss per logged update).
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
-on the schedule, and ``mixed_precision`` comes from the recipe alone (``fp16`` / ``bf16``), not from the Accelerate
+on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone (``fp16`` / ``bf16``), not from the Accelerate
 config file.
 """
 
@@ -158,6 +158,13 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
     )
 
 
+def evaluations(log_history: list[dict], task: Task) -> list[dict]:
+    """The evaluations in a Trainer's log, as {metric: value, "step", "epoch"} (the Trainer prefixes eval_)."""
+    names = ("accuracy", "f1") if task.with_f1 else ("accuracy",)
+    return [{**{name: entry[f"eval_{name}"] for name in names}, "step": entry["step"], "epoch": entry["epoch"]}
+            for entry in log_history if f"eval_{task.main_metric}" in entry]
+
+
 def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test."""
     from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
@@ -208,10 +215,9 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     trainer.train()
 
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
-    prefix = "eval_"
-    metric_names = ("accuracy", "f1") if task.with_f1 else ("accuracy",)
-    history = [{**{m: entry[prefix + m] for m in metric_names}, "step": entry["step"], "epoch": entry["epoch"]}
-               for entry in trainer.state.log_history if prefix + task.main_metric in entry]
+    if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
+        trainer.evaluate()
+    history = evaluations(trainer.state.log_history, task)
     train_losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
     best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
     best_dir = os.path.join(tcfg.output_dir, "best")
