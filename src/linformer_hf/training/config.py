@@ -20,6 +20,23 @@ class ConfigError(ValueError):
     """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
 
 
+def _check_at_least(section, names: tuple[str, ...], minimum, optional_means: str | None = None):
+    """Each named field of ``section`` is >= minimum (or None where ``optional_means`` says what None does)."""
+    for name in names:
+        value = getattr(section, name)
+        if value is None and optional_means is not None:
+            continue
+        if value is None or value < minimum:
+            hint = f" (or null: {optional_means})" if optional_means else ""
+            raise ConfigError(f"training.{name} must be >= {minimum}{hint}, got {value}.")
+
+
+def _check_percentage(name: str, value: float):
+    if not 0 < value < 100:
+        raise ConfigError(f"data.{name} must be in (0, 100) (the share of train held out for validation, in percent), "
+                          f"got {value}.")
+
+
 def _field_types(cls) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -260,6 +277,11 @@ class PretrainDataSection:
         if not 2 <= self.short_block_min_length <= self.block_size:
             raise ConfigError(f"data.short_block_min_length must be in [2, block_size={self.block_size}], "
                               f"got {self.short_block_min_length}.")
+        _check_percentage("validation_split_percentage", self.validation_split_percentage)
+        for name in ("validation_examples_streaming", "shuffle_buffer_size", "max_train_blocks", "max_eval_blocks"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name} must be >= 1, got {value}.")
 
 
 @dataclasses.dataclass
@@ -290,10 +312,23 @@ class PretrainTrainingSection:
     save_final_model: bool = True
 
     def validate(self):
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                     "max_steps", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                               "max_steps", "logging_steps"), 1)
+        _check_at_least(self, ("checkpointing_steps", "eval_steps"), 1, optional_means="never")
+        _check_at_least(self, ("checkpoints_total_limit",), 1, optional_means="keep all")
+        _check_at_least(self, ("stop_after_steps",), 1, optional_means="run to max_steps")
+        _check_at_least(self, ("max_train_minutes",), 0, optional_means="no time budget")
+        _check_at_least(self, ("warmup_steps",), 0)
+        # Every schedule but `constant` warms up, then decays over max_steps - warmup_steps updates; with none left the
+        # polynomial schedule divides by zero at the last update, and the others never leave warmup.
+        if self.lr_scheduler_type != "constant" and self.warmup_steps >= self.max_steps:
+            raise ConfigError(
+                f"training.warmup_steps={self.warmup_steps} must be smaller than training.max_steps={self.max_steps}: "
+                f"the {self.lr_scheduler_type} schedule decays over the updates after warmup, and none would be left. "
+                f"Lower warmup_steps or raise max_steps."
+            )
+        if self.learning_rate <= 0:
+            raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
         if self.mixed_precision not in (None, "no", "fp16", "bf16"):
             raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
 
@@ -336,6 +371,11 @@ class FinetuneDataSection:
                 raise ConfigError(f"data.{name} not found: {f}.")
         if self.train_file is None and self.dataset is None and TASKS[self.task].hub is None:
             raise ConfigError(f"data: task {self.task} needs data.train_file or data.dataset.")
+        _check_percentage("validation_split_percentage", self.validation_split_percentage)
+        for name in ("max_seq_length", "max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name} must be >= 1, got {value}.")
 
 
 @dataclasses.dataclass
@@ -362,9 +402,19 @@ class FinetuneTrainingSection:
     save_best: bool = True
 
     def validate(self):
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                               "logging_steps"), 1)
+        _check_at_least(self, ("max_steps",), 1, optional_means="train for num_train_epochs")
+        _check_at_least(self, ("eval_steps",), 1, optional_means="evaluate at the end of every epoch")
+        if self.max_steps is None and not self.num_train_epochs > 0:
+            raise ConfigError(f"training.num_train_epochs must be > 0 (or set training.max_steps), "
+                              f"got {self.num_train_epochs}.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"training.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
+        if self.learning_rate <= 0:
+            raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
+        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
+            raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
 
 
 @dataclasses.dataclass

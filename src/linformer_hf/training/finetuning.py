@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 
 from .config import ConfigError, FinetuneRecipe
 from .metrics import classification_metrics
+from .validation import check_labels, warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
     if missing:
         raise ConfigError(f"{source} lacks column(s) {missing} needed by this task; it has {ds.column_names}. "
                           f"The task expects columns {needed}.")
+    if task.label_column in ds.column_names:
+        header_rows = 1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
+        check_labels(ds, task.label_column, task.num_labels, source, header_rows)
 
 
 def load_task_data(recipe: FinetuneRecipe) -> dict:
@@ -165,6 +169,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         project_config=ProjectConfiguration(project_dir=tcfg.output_dir, logging_dir=os.path.join(tcfg.output_dir, "logs")),
     )
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    warn_if_mixed_precision_ignored(accelerator)
     set_seed(tcfg.seed)
     with accelerator.main_process_first():
         encoded = tokenize_task(splits, tokenizer, task, max_length, dcfg.preprocessing_num_workers)

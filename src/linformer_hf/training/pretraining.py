@@ -29,6 +29,7 @@ from .data import _example_seed, build_mlm_collator, prepare_pretraining_data, s
 from ..models import max_input_length
 from .model_setup import build_mlm_model
 from .tokenizer import load_tokenizer
+from .validation import warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     )
     set_seed(tcfg.seed)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    warn_if_mixed_precision_ignored(accelerator)
 
     data = prepare_pretraining_data(dcfg, tokenizer, tcfg.seed, accelerator)
     collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed, accelerator.process_index)
