@@ -12,7 +12,8 @@ Any recipe key can be overridden as --section.key value. Reports accuracy (and F
 import argparse
 import sys
 
-from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
+from linformer_hf.training.config import FinetuneRecipe, load_recipe
+from linformer_hf.training.errors import USER_ERRORS, report
 
 
 def main(argv=None):
@@ -25,9 +26,8 @@ def main(argv=None):
         from linformer_hf.training.finetuning import run_finetuning
 
         run_finetuning(recipe, show_progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     return 0
 
 

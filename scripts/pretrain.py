@@ -12,7 +12,8 @@ Any recipe key can be overridden as --section.key value (e.g. --training.max_ste
 import argparse
 import sys
 
-from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
+from linformer_hf.training.config import PretrainRecipe, load_recipe
+from linformer_hf.training.errors import USER_ERRORS, report
 
 
 def main(argv=None):
@@ -29,9 +30,8 @@ def main(argv=None):
         from linformer_hf.training.pretraining import run_pretraining
 
         run_pretraining(recipe, show_progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     return 0
 
 

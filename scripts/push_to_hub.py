@@ -12,10 +12,14 @@ Examples:
 """
 
 import argparse
+import json
 import os
+import sys
 import tempfile
 
 from linformer_hf.hub import TEMPLATE_PATH, check_remote_loading, prepare_model_folder, push_folder
+from linformer_hf.training.config import ConfigError
+from linformer_hf.training.errors import USER_ERRORS, report
 
 
 def main(argv=None):
@@ -37,6 +41,29 @@ def main(argv=None):
 
     if args.dry_run and not args.output_dir:
         parser.error("--dry-run needs --output-dir (the folder is the dry run's result)")
+    try:
+        check_linformer_dir(args.model_dir)
+        push(args)
+    except (*USER_ERRORS, OSError, ValueError) as err:  # hub reports bad input as ValueError / OSError
+        return report(err)
+    return 0
+
+
+def check_linformer_dir(model_dir: str) -> None:
+    """Only a saved Linformer is pushed: say what the folder holds instead, before any work."""
+    config_path = os.path.join(model_dir, "config.json")
+    if not os.path.isdir(model_dir):
+        raise ConfigError(f"model_dir={model_dir}: no such directory.")
+    if not os.path.isfile(config_path):
+        raise ConfigError(f"{model_dir} has no config.json: not a saved model (give a save_pretrained directory).")
+    with open(config_path, encoding="utf-8") as fh:
+        model_type = json.load(fh).get("model_type")
+    if model_type != "linformer":
+        raise ConfigError(f"{model_dir} holds a {model_type!r} model, not a Linformer; convert a RoBERTa checkpoint "
+                          f"first with scripts/convert_roberta_to_linformer.py.")
+
+
+def push(args):
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="linformer-hub-")
     prepare_model_folder(
         args.model_dir, output_dir, args.repo_id, card_info_path=args.card_info, efficiency_path=args.efficiency,
@@ -56,4 +83,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

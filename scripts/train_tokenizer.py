@@ -13,6 +13,7 @@ import os
 import sys
 
 from linformer_hf.training.config import ConfigError
+from linformer_hf.training.errors import USER_ERRORS, report
 from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
 
@@ -49,9 +50,8 @@ def main(argv=None):
 
             texts = itertools.islice(texts, args.max_documents)
         tok = train_bpe_tokenizer(texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     print(f"tokenizer with {len(tok)} tokens saved to {args.output_dir}")
     return 0
 

@@ -161,3 +161,134 @@ def test_good_labels_load_unchanged(model_dir):
 
     splits = load_task_data(finetune(model_dir))
     assert set(splits["validation"]["label"]) == {0, 1} and len(splits["validation"]) == 872
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Item 4: the scripts print one `error:` line, never a traceback, for input the user can fix
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from linformer_hf.training.tokenizer import train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("tok")
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        train_bpe_tokenizer([line for _, line in zip(range(300), fh)], str(out), vocab_size=400, model_max_length=64)
+    return str(out)
+
+
+def run_main(script, argv, capsys):
+    from training_utils import load_script
+
+    code = load_script(script).main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def pretrain_argv(tokenizer_dir, tmp_path, *extra):
+    return ["--config", "configs/pretrain/demo.yaml", "--no_progress", "--model.config_file", "configs/model/tiny_test.yaml",
+            "--tokenizer.name_or_path", tokenizer_dir, "--data.train_files", f"[{WIKITEXT}]", "--data.validation_files",
+            "[]", "--data.block_size", "64", "--training.output_dir", str(tmp_path / "out"), *extra]
+
+
+def test_invalid_yaml_is_an_error_line(tokenizer_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  max_steps: [1,\n")
+    line = run_main("pretrain", ["--config", str(bad)], capsys)
+    assert str(bad) in line and "not valid YAML" in line and "line 3" in line
+    line = run_main("finetune", ["--config", str(bad)], capsys)
+    assert str(bad) in line and "not valid YAML" in line
+    model_yaml = tmp_path / "model.yaml"  # the model's own YAML file
+    model_yaml.write_text("hidden_size: {32\n")
+    line = run_main("pretrain", pretrain_argv(tokenizer_dir, tmp_path, "--model.config_file", str(model_yaml)), capsys)
+    assert str(model_yaml) in line and "not valid YAML" in line
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "has no text (it is empty or only blank lines)"),
+    ("\n   \n\n", "has no text (it is empty or only blank lines)"),
+    ("A single document on a single line.\n\n", "hold a single document"),
+])
+def test_empty_or_one_line_corpus_is_an_error_line(tokenizer_dir, tmp_path, capsys, content, message):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(content)
+    argv = pretrain_argv(tokenizer_dir, tmp_path) + ["--data.train_files", f"[{corpus}]"]
+    line = run_main("pretrain", argv, capsys)
+    assert str(corpus) in line and message in line
+    # A single document is enough when validation comes from its own file.
+    if "single" in message:
+        with pytest.raises(ConfigError, match="no block of 64 tokens"):  # too short for a block: a clear error too
+            from linformer_hf.training.pretraining import run_pretraining
+
+            run_pretraining(load_recipe(PretrainRecipe, None, extra=tiny_pretrain_overrides(
+                tokenizer_dir, tmp_path / "o2", max_steps=3) | {"data.train_files": [str(corpus)],
+                                                                "data.validation_files": [WIKITEXT]}),
+                            show_progress=False)
+
+
+@pytest.mark.parametrize("content", ["", "\n \n"])
+def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, content):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(content)
+    line = run_main("train_tokenizer", ["--files", str(corpus), "--vocab_size", "300", "--output_dir",
+                                        str(tmp_path / "tok")], capsys)
+    assert "tokenizer training text is empty" in line
+    assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
+
+
+def test_empty_tokenizer_dir_is_an_error_line(tmp_path, capsys):
+    empty = tmp_path / "tok"
+    empty.mkdir()
+    line = run_main("pretrain", pretrain_argv(str(empty), tmp_path), capsys)
+    assert f"Tokenizer directory {empty} holds no tokenizer" in line and "train_tokenizer.py" in line
+
+
+def test_model_config_rejected_by_the_strict_dataclass_is_an_error_line(tokenizer_dir, model_dir, tmp_path, capsys):
+    # Built from the recipe: converted to a ConfigError that names the field.
+    line = run_main("pretrain", pretrain_argv(tokenizer_dir, tmp_path, "--model.config.projected_length", "-1"), capsys)
+    assert "Invalid LinformerConfig" in line and "projected_length" in line and "-1" in line
+    # Read from a saved config.json: huggingface_hub's own error class, caught by the scripts' handler.
+    import json
+    import shutil
+
+    saved = tmp_path / "saved"
+    shutil.copytree(model_dir, saved)
+    config = json.loads((saved / "config.json").read_text())
+    config["sharing"] = "bogus"
+    (saved / "config.json").write_text(json.dumps(config))
+    (tmp_path / "sst2.yaml").write_text("data: {task: sst2}\n")
+    line = run_main("finetune", ["--config", str(tmp_path / "sst2.yaml"), "--model.pretrained", str(saved),
+                                 "--model.tokenizer", tokenizer_dir, "--data.train_file", SST2_DEV,
+                                 "--training.output_dir", str(tmp_path / "ft")], capsys)
+    assert "invalid model config" in line and "sharing" in line and "bogus" in line
+
+
+def test_conversion_script_errors(tmp_path, capsys):
+    from transformers import BertConfig
+
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "no_such_model"), str(tmp_path / "o")], capsys)
+    assert "no such directory" in line and str(tmp_path / "no_such_model") in line and "Repo id" not in line
+    (tmp_path / "empty").mkdir()
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "empty"), str(tmp_path / "o")], capsys)
+    assert "has no config.json" in line
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
+        tmp_path / "bert")
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "bert"), str(tmp_path / "o")], capsys)
+    assert "'bert' checkpoint, not 'roberta'" in line
+    # The same missing directory given to fine-tuning's on-the-fly conversion.
+    with pytest.raises(ConfigError, match="no such directory"):
+        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path / "no_such_model"),
+                                                 "model.convert_from_roberta": {}, "data.train_file": SST2_TRAIN})
+
+
+def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
+    from transformers import RobertaConfig
+
+    RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
+        tmp_path / "roberta")
+    line = run_main("push_to_hub", [str(tmp_path / "roberta"), "me/model", "--dry-run", "--output-dir",
+                                    str(tmp_path / "hub")], capsys)
+    assert "holds a 'roberta' model, not a Linformer" in line and "convert_roberta_to_linformer" in line

@@ -124,7 +124,10 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise ConfigError(f"Config file not found: {path}. Pass an existing YAML file with --config.")
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+        try:
+            data = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"Config file {path} must contain a mapping of sections, got {type(data).__name__}.")
     return data
@@ -221,8 +224,10 @@ class ModelSection:
             raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
         if self.config_file is not None and not os.path.isfile(self.config_file):
             raise ConfigError(f"model.config_file not found: {self.config_file}. Use a file from configs/model/.")
-        if self.pretrained is not None and not os.path.isdir(self.pretrained) and os.path.exists(self.pretrained):
-            raise ConfigError(f"model.pretrained must be a model directory, got the file {self.pretrained}.")
+        if self.pretrained is not None:
+            from .validation import check_model_source
+
+            check_model_source(self.pretrained, "model.pretrained")
 
 
 @dataclasses.dataclass
@@ -260,6 +265,10 @@ class PretrainDataSection:
         for f in list(self.train_files) + list(self.validation_files):
             if not os.path.isfile(f):
                 raise ConfigError(f"Data file not found: {f}. Check data.train_files / data.validation_files.")
+        from .validation import check_text_files
+
+        check_text_files(self.train_files, self.validation_files,
+                         hold_out=not self.validation_files and not self.streaming)
         for entry in self.datasets:
             if not isinstance(entry, dict) or "path" not in entry:
                 raise ConfigError(f"Each entry of data.datasets needs at least a 'path' key, got {entry!r}.")
@@ -435,6 +444,9 @@ class FinetuneModelSection:
             if unknown:
                 raise ConfigError(f"Unknown key(s) {unknown} in model.convert_from_roberta; allowed: "
                                   f"{', '.join(self.CONVERSION_KEYS)}.")
+            from .validation import check_model_source
+
+            check_model_source(self.pretrained, "model.pretrained")
             if os.path.exists(self.pretrained) and not os.path.isfile(os.path.join(self.pretrained, "config.json")):
                 raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; not a RoBERTa checkpoint dir.")
             return

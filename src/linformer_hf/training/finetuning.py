@@ -274,6 +274,7 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str):
     import dataclasses
 
     from accelerate import PartialState
+    from huggingface_hub.errors import StrictDataclassError
 
     from ..conversion import convert_checkpoint
 
@@ -283,8 +284,9 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str):
         if state.is_main_process:
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {err}") from err
+            except (OSError, ValueError, StrictDataclassError) as err:
+                raise ConfigError(f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: "
+                                  f"{' '.join(str(err).split())}") from err
     tokenizer = mcfg.tokenizer
     if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
         tokenizer = mcfg.pretrained

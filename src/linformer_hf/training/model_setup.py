@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import yaml
+from huggingface_hub.errors import StrictDataclassError
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from ..models.linformer.configuration_linformer import LinformerConfig
 from ..models.linformer.modeling_linformer import LinformerForMaskedLM
-from .config import ConfigError, ModelSection
+from .config import ConfigError, ModelSection, load_yaml
 
 
 class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
@@ -38,8 +38,7 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
     fields: dict[str, Any] = {}
     model_type = section.model_type
     if section.config_file:
-        with open(section.config_file, encoding="utf-8") as fh:
-            fields.update(yaml.safe_load(fh) or {})
+        fields.update(load_yaml(section.config_file))
         file_type = fields.pop("model_type", model_type)
         if file_type != model_type:
             raise ConfigError(
@@ -67,8 +66,9 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
         fields.pop("max_sequence_length")
     try:
         return config_cls(**fields)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"Invalid {config_cls.__name__} in model.config / model.config_file: {err}") from err
+    except (ValueError, TypeError, StrictDataclassError) as err:  # the strict dataclass' errors are not ValueErrors
+        raise ConfigError(f"Invalid {config_cls.__name__} in model.config / model.config_file: "
+                          f"{' '.join(str(err).split())}") from err
 
 
 def build_mlm_model(section: ModelSection, tokenizer):

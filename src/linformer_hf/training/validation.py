@@ -67,3 +67,50 @@ def warn_if_mixed_precision_ignored(accelerator) -> str | None:
             logger.warning(message)
         return message
     return None
+
+
+def check_model_source(name_or_path: str, what: str) -> None:
+    """A model given as a local directory must exist; otherwise it must at least be a well-formed Hub repo id.
+
+    Without this, a mistyped local path reaches huggingface_hub, which reports it as a malformed repo id.
+    """
+    import os
+
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if os.path.isdir(name_or_path):
+        return
+    if os.path.exists(name_or_path):
+        raise ConfigError(f"{what}={name_or_path} is a file; give the directory of a saved model (with config.json).")
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:
+        raise ConfigError(f"{what}={name_or_path}: no such directory (and not a Hub name such as roberta-base or "
+                          f"user/model). Check the path.") from None
+
+
+def count_documents(path: str, up_to: int) -> int:
+    """Non-blank lines of a text file (one document a line), counting no further than ``up_to``."""
+    found = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                found += 1
+                if found >= up_to:
+                    break
+    return found
+
+
+def check_text_files(train_files: list[str], validation_files: list[str], hold_out: bool) -> None:
+    """Text files for pretraining hold text: at least one document each, and two in all when validation is held out
+    of train (one document cannot be split into a train and a validation part)."""
+    for path in list(train_files) + list(validation_files):
+        if count_documents(path, 1) == 0:
+            raise ConfigError(f"Data file {path} has no text (it is empty or only blank lines); give text files with "
+                              f"one document a line.")
+    if hold_out and sum(count_documents(path, 2) for path in train_files) < 2:
+        raise ConfigError(
+            f"data.train_files {list(train_files)} hold a single document (one non-blank line): too few to hold out "
+            f"data.validation_split_percentage for validation. Give more text, or data.validation_files."
+        )
