@@ -213,7 +213,8 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
             return json.load(fh)
     run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
     block_size = block_size_of(plan, variant)
-    training = {**plan.pretrain, "output_dir": run_dir, "report_to": []}
+    # A variant interrupted before its result file was written starts over (its directory is not resumed).
+    training = {**plan.pretrain, "output_dir": run_dir, "report_to": [], "overwrite_output_dir": True}
     if variant.per_device_train_batch_size:
         training["per_device_train_batch_size"] = variant.per_device_train_batch_size
     recipe = {
@@ -313,6 +314,7 @@ def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask
         },
         "training": {
             "output_dir": run_dir,
+            "overwrite_output_dir": True,  # an interrupted run starts over
             "seed": seed,
             "per_device_train_batch_size": task.per_device_train_batch_size,
             "per_device_eval_batch_size": 64,

@@ -319,6 +319,7 @@ class PretrainTrainingSection:
     stop_after_steps: int | None = None  # stop early (as if interrupted) after N updates, for tests / time slices
     max_train_minutes: float | None = None  # time budget: stop updating after it, then evaluate and save as at the end
     save_final_model: bool = True
+    overwrite_output_dir: bool = False  # start over in a non-empty output_dir (deletes the earlier run's outputs)
 
     def validate(self):
         _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
@@ -340,6 +341,9 @@ class PretrainTrainingSection:
             raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
         if self.mixed_precision not in (None, "no", "fp16", "bf16"):
             raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
+        if self.overwrite_output_dir and self.resume_from_checkpoint:
+            raise ConfigError("training.overwrite_output_dir deletes the checkpoints that resume_from_checkpoint="
+                              f"{self.resume_from_checkpoint!r} would resume from; give one or the other.")
 
 
 @dataclasses.dataclass
@@ -409,6 +413,7 @@ class FinetuneTrainingSection:
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)
     save_best: bool = True
+    overwrite_output_dir: bool = False  # run in a non-empty output_dir (deletes the earlier run's outputs)
 
     def validate(self):
         _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",

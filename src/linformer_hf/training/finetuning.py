@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
 from .metrics import classification_metrics
 from .validation import check_labels, warn_if_mixed_precision_ignored
@@ -144,6 +145,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     task = TASKS[dcfg.task]
     # Checks on inputs first (files, columns, config fields), before any model or training.
     splits = load_task_data(recipe)
+    lock = claim_output_dir(tcfg.output_dir, resuming=False, overwrite=tcfg.overwrite_output_dir,
+                            is_main_process=int(os.environ.get("RANK", "0")) == 0)
     if mcfg.convert_from_roberta is not None:
         mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)
     tok_dir = mcfg.tokenizer or mcfg.pretrained
@@ -266,6 +269,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             json.dump(result, fh, indent=2)
     accelerator.print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
     finish(accelerator)
+    if lock is not None:
+        lock.release()
     return result
 
 

@@ -11,12 +11,9 @@ Exactness guarantees (tested in tests/test_training_pretrain.py):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import re
-import shutil
 import time
 from dataclasses import asdict
 
@@ -24,6 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from .checkpointing import (UpdateLog, atomic_write_json, check_resume_compatible, claim_output_dir, publish_dir,
+                            read_checkpoint_state, recipe_fingerprint, resolve_checkpoint, save_checkpoint,
+                            temporary_name)
 from .config import ConfigError, PretrainRecipe
 from .data import _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from ..models import max_input_length
@@ -32,59 +32,6 @@ from .tokenizer import load_tokenizer
 from .validation import warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
-
-CHECKPOINT_PREFIX = "step_"
-STATE_FILE = "trainer_state.json"
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Checkpoints
-# ----------------------------------------------------------------------------------------------------------------
-
-def checkpoint_root(output_dir: str) -> str:
-    return os.path.join(output_dir, "checkpoints")
-
-
-def list_checkpoints(output_dir: str) -> list[str]:
-    root = checkpoint_root(output_dir)
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        m = re.fullmatch(CHECKPOINT_PREFIX + r"(\d+)", name)
-        if m and os.path.isfile(os.path.join(root, name, STATE_FILE)):
-            found.append((int(m.group(1)), os.path.join(root, name)))
-    return [path for _, path in sorted(found)]
-
-
-def resolve_checkpoint(spec: str | None, output_dir: str) -> str | None:
-    """Turn ``--resume_from_checkpoint`` (a dir or ``latest``) into a checked checkpoint dir, or fail clearly."""
-    if not spec:
-        return None
-    if spec == "latest":
-        found = list_checkpoints(output_dir)
-        if not found:
-            raise ConfigError(
-                f"--resume_from_checkpoint latest: no checkpoint under {checkpoint_root(output_dir)}. "
-                f"Run with training.checkpointing_steps set first, or give a checkpoint dir."
-            )
-        return found[-1]
-    if not os.path.isdir(spec):
-        raise ConfigError(f"Checkpoint dir not found: {spec}. Give a dir written by this script "
-                          f"(<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N) or 'latest'.")
-    if not os.path.isfile(os.path.join(spec, STATE_FILE)):
-        raise ConfigError(f"{spec} is not a checkpoint of this script: it has no {STATE_FILE}. Give a dir like "
-                          f"<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N or 'latest'.")
-    return spec
-
-
-def _prune_checkpoints(output_dir: str, limit: int | None):
-    if not limit:
-        return
-    found = list_checkpoints(output_dir)
-    for path in found[:-limit]:
-        shutil.rmtree(path, ignore_errors=True)
-
 
 # ----------------------------------------------------------------------------------------------------------------
 # Loss and evaluation
@@ -188,6 +135,12 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
 
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
+    # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked).
+    fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, int(os.environ.get("WORLD_SIZE", "1")))
+    if resume_dir:
+        check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
+    lock = claim_output_dir(tcfg.output_dir, resuming=resume_dir is not None, overwrite=tcfg.overwrite_output_dir,
+                            is_main_process=int(os.environ.get("RANK", "0")) == 0)
 
     accelerator = Accelerator(
         gradient_accumulation_plugin=GradientAccumulationPlugin(
@@ -247,8 +200,9 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     if resume_dir:
         accelerator.print(f"Resuming from {resume_dir}")
         accelerator.load_state(resume_dir)
-        with open(os.path.join(resume_dir, STATE_FILE), encoding="utf-8") as fh:
-            completed_steps = json.load(fh)["completed_steps"]
+        completed_steps = read_checkpoint_state(resume_dir)["completed_steps"]
+    update_log = UpdateLog(tcfg.output_dir, enabled=accelerator.is_main_process)
+    update_log.write(event="start", step=completed_steps, resumed_from=resume_dir, pid=os.getpid())
 
     micro_done = completed_steps * accum
     if streaming:
@@ -272,15 +226,6 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
         # All processes must agree: stop everywhere as soon as one process is out of time.
         flag = torch.tensor(float(time.perf_counter() - t_start > 60 * tcfg.max_train_minutes), device=accelerator.device)
         return bool(accelerator.reduce(flag, reduction="sum").item() > 0) if accelerator.num_processes > 1 else bool(flag)
-
-    def save_checkpoint():
-        path = os.path.join(checkpoint_root(tcfg.output_dir), f"{CHECKPOINT_PREFIX}{completed_steps}")
-        accelerator.save_state(path)
-        if accelerator.is_main_process:
-            with open(os.path.join(path, STATE_FILE), "w", encoding="utf-8") as fh:
-                json.dump({"completed_steps": completed_steps, "epoch": epoch}, fh)
-            _prune_checkpoints(tcfg.output_dir, tcfg.checkpoints_total_limit)
-        accelerator.wait_for_everyone()
 
     if tcfg.eval_steps and completed_steps == 0:  # the starting point of the validation curve
         metrics = evaluate_mlm(model, eval_dl, accelerator)
@@ -324,6 +269,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             step_loss = update_loss.item()
             update_loss.zero_()
             summary["train_losses"][completed_steps] = step_loss
+            update_log.write(step=completed_steps, loss=step_loss, lr=scheduler.get_last_lr()[0])
             progress.update(1)
             if completed_steps % tcfg.logging_steps == 0 or completed_steps == stop_at:
                 now = time.perf_counter()
@@ -339,6 +285,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                 metrics = evaluate_mlm(model, eval_dl, accelerator)
                 paused_seconds += time.perf_counter() - pause_start
                 summary["evals"][completed_steps] = metrics
+                update_log.write(event="eval", step=completed_steps, **metrics)
                 accelerator.print(f"step {completed_steps}: eval_loss {metrics['eval_loss']:.4f} "
                                   f"perplexity {metrics['perplexity']:.2f}")
                 if tcfg.report_to:
@@ -346,7 +293,10 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                                     step=completed_steps)
             if tcfg.checkpointing_steps and completed_steps % tcfg.checkpointing_steps == 0:
                 pause_start = time.perf_counter()
-                save_checkpoint()
+                path = save_checkpoint(accelerator, tcfg.output_dir, completed_steps,
+                                       {"completed_steps": completed_steps, "epoch": epoch}, fingerprint,
+                                       tcfg.checkpoints_total_limit)
+                update_log.write(event="checkpoint", step=completed_steps, path=path)
                 paused_seconds += time.perf_counter() - pause_start
             if completed_steps >= stop_at:
                 break
@@ -368,6 +318,7 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
         metrics = evaluate_mlm(model, eval_dl, accelerator)
         summary["evals"][completed_steps] = metrics
         summary["final_eval"] = metrics
+        update_log.write(event="eval", step=completed_steps, **metrics)
         accelerator.print(f"final (step {completed_steps}): validation MLM loss {metrics['eval_loss']:.4f}, "
                           f"perplexity {metrics['perplexity']:.2f}")
         if tcfg.report_to:
@@ -375,19 +326,22 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
                             step=completed_steps)
         if tcfg.save_final_model:
             final_dir = os.path.join(tcfg.output_dir, "final")
+            final_tmp = temporary_name(final_dir)  # renamed into place once whole: no torn final/
             accelerator.wait_for_everyone()
             unwrapped = accelerator.unwrap_model(model)
-            unwrapped.save_pretrained(final_dir, is_main_process=accelerator.is_main_process,
+            unwrapped.save_pretrained(final_tmp, is_main_process=accelerator.is_main_process,
                                       save_function=accelerator.save)
             if accelerator.is_main_process:
-                tokenizer.save_pretrained(final_dir)
-                with open(os.path.join(final_dir, "eval_results.json"), "w", encoding="utf-8") as fh:
-                    json.dump({"step": completed_steps, **metrics}, fh, indent=2)
+                tokenizer.save_pretrained(final_tmp)
+                atomic_write_json(os.path.join(final_tmp, "eval_results.json"), {"step": completed_steps, **metrics})
+                publish_dir(final_tmp, final_dir)
+            accelerator.wait_for_everyone()
             summary["final_dir"] = final_dir
     summary["completed_steps"] = completed_steps
     if accelerator.is_main_process:
-        os.makedirs(tcfg.output_dir, exist_ok=True)
-        with open(os.path.join(tcfg.output_dir, f"summary_step{completed_steps}.json"), "w", encoding="utf-8") as fh:
-            json.dump(summary, fh, indent=2)
+        atomic_write_json(os.path.join(tcfg.output_dir, f"summary_step{completed_steps}.json"), summary)
+    update_log.close()
     finish(accelerator)
+    if lock is not None:
+        lock.release()
     return summary
