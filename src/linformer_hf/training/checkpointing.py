@@ -414,11 +414,10 @@ def claim_output_dir(output_dir: str, resuming: bool, overwrite: bool, is_main_p
                     _remove_dir(full)
                 else:
                     os.remove(full)
-    root = checkpoint_root(output_dir)
-    if os.path.isdir(root):  # a kill while saving or pruning leaves these; they are never resumed from
-        for name in os.listdir(root):
+    for parent in (output_dir, checkpoint_root(output_dir)):  # a kill while saving or pruning leaves these
+        for name in os.listdir(parent) if os.path.isdir(parent) else []:
             if name.startswith((TMP_PREFIX, TRASH_PREFIX)):
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     return lock
 
 
