@@ -292,3 +292,21 @@ def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
     line = run_main("push_to_hub", [str(tmp_path / "roberta"), "me/model", "--dry-run", "--output-dir",
                                     str(tmp_path / "hub")], capsys)
     assert "holds a 'roberta' model, not a Linformer" in line and "convert_roberta_to_linformer" in line
+
+
+def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
+    from linformer_hf.training.finetuning import run_finetuning
+
+    out = tmp_path / "ft"
+    (out / "best").mkdir(parents=True)
+    (out / "results.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match=rf"training.output_dir={out} is not empty \(it holds best, notes.txt, "
+                                          r"results.json\).*--training.overwrite_output_dir true"):
+        run_finetuning(finetune(model_dir, **{"training.output_dir": str(out)}), show_progress=False)
+    assert (out / "best").is_dir() and (out / "results.json").exists()
+    # Overwriting deletes the earlier run's outputs only (the model dir here has no tokenizer: the run stops there).
+    with pytest.raises(ConfigError, match="No tokenizer in"):
+        run_finetuning(finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
+                       show_progress=False)
+    assert sorted(os.listdir(out)) == [".run.lock", "notes.txt"]
