@@ -7,9 +7,14 @@ Example:
 """
 
 import argparse
+import os
+import sys
 
 from linformer_hf import SHARING_MODES, PROJECTION_KINDS
 from linformer_hf.conversion import ARCHITECTURE_MAP, PROJECTION_INITS, convert_checkpoint
+from linformer_hf.training.config import ConfigError
+from linformer_hf.training.errors import USER_ERRORS, report
+from linformer_hf.training.validation import check_model_source
 
 
 def parse_projected_length(text: str):
@@ -38,7 +43,17 @@ def main(argv=None):
     parser.add_argument("--no-tokenizer", action="store_true", help="do not copy the tokenizer")
     parser.add_argument("--seed", type=int, default=0, help="seed of the projection noise")
     args = parser.parse_args(argv)
+    try:
+        check_model_source(args.source, "source")
+        if os.path.isdir(args.source) and not os.path.isfile(os.path.join(args.source, "config.json")):
+            raise ConfigError(f"source={args.source} has no config.json: not a saved RoBERTa checkpoint directory.")
+        convert(args)
+    except (*USER_ERRORS, OSError, ValueError) as err:  # conversion reports bad input as ValueError / OSError
+        return report(err)
+    return 0
 
+
+def convert(args):
     convert_checkpoint(
         args.source,
         args.output_dir,
@@ -56,4 +71,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

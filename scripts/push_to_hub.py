@@ -16,9 +16,8 @@ import os
 import sys
 import tempfile
 
-from huggingface_hub.errors import StrictDataclassError
-
 from linformer_hf.hub import check_remote_loading, prepare_model_folder, push_folder
+from linformer_hf.training.errors import USER_ERRORS, report
 
 
 def main(argv=None):
@@ -42,11 +41,11 @@ def main(argv=None):
         parser.error("--dry-run needs --output-dir (the folder is the dry run's result)")
     try:
         run(args)
-    except (OSError, ValueError, RuntimeError, StrictDataclassError) as err:
-        # OSError: missing folders or files; ValueError: not a Linformer, bad card inputs; StrictDataclassError: an
-        # invalid config.json; RuntimeError: the clean-process load check or the credentials.
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (*USER_ERRORS, OSError, ValueError, RuntimeError) as err:
+        # OSError: missing folders or files; ValueError: not a Linformer (hub.load_linformer says so before any work),
+        # bad card inputs; USER_ERRORS: an invalid config.json (the strict dataclass); RuntimeError: the clean-process
+        # load check or the credentials.
+        return report(err)
     return 0
 
 

@@ -73,6 +73,9 @@ def test_heldout_reviews_never_reach_pretraining(tmp_path):
         (dict(pretrain=dict(lr_scheduler_type="cosin")), "lr_scheduler_type must be one of"),
         (dict(pretrain_data=dict(mlm_probability=1.5)), "mlm_probability must be in"),
         (dict(pretrain_data=dict(block_size=128)), "pretrain_data.block_size is set by the replication"),
+        # every run starts over in its own directory: neither resumed nor left to the plan to overwrite
+        (dict(pretrain=dict(resume_from_checkpoint="latest")), "pretrain.resume_from_checkpoint is set by the replication"),
+        (dict(pretrain=dict(overwrite_output_dir=True)), "pretrain.overwrite_output_dir is set by the replication"),
         (dict(data_dir="/nonexistent"), "not found under data_dir"),
         (dict(learning_rate=1.0), "Unknown key"),
         (dict(pretrain=dict(max_steps=6, stop_after_steps=3)), "stop_after_steps"),
@@ -106,6 +109,9 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
     partial = json.loads((tmp_path / "run" / "results.json").read_text())
     assert partial["complete"] is False and len(partial["pretrain"]) == 3 and len(partial["finetune"]) == 1
     assert "roberta" in (tmp_path / "run" / "results.md").read_text()
+    # What a run killed midway leaves in its directory: the rerun starts it over there (overwrite_output_dir).
+    leftover = tmp_path / "run" / "finetune" / "linformer_k16" / "sst2" / "seed1" / "checkpoint-1"
+    leftover.mkdir(parents=True)
 
     messages = []
     results = run_plan(plan, log=messages.append)
@@ -126,6 +132,7 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
     # seed by seed
     assert ran == [("roberta", "sst2", 1), ("linformer_k16", "sst2", 1), ("linformer_n128", "imdb_n128", 2)]
     assert all(f"[finetune] {v} {t} seed {s}" in messages for v, t, s in ran)
+    assert not leftover.exists()
 
     # The short-input check: first-layer attention RMS at each length the model takes (16, 64; 512 is too long).
     for r in pretrained.values():

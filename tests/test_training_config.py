@@ -23,7 +23,7 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def pretrain_recipe(tokenizer_dir, out, **extra):
-    overrides = tiny_pretrain_overrides(tokenizer_dir, out, max_steps=2)
+    overrides = tiny_pretrain_overrides(tokenizer_dir, out, max_steps=3)
     overrides.update(extra)
     return load_recipe(PretrainRecipe, None, extra=overrides)
 
@@ -40,7 +40,8 @@ def test_unknown_key_is_named_and_allowed_keys_listed(tmp_path):
 
 
 def test_overrides_are_typed():
-    extra = parse_overrides(["--training.learning_rate", "5e-4", "--training.max_steps=10", "--data.train_files",
+    extra = parse_overrides(["--training.learning_rate", "5e-4", "--training.max_steps=10", "--training.warmup_steps=2",
+                             "--data.train_files",
                              f"[{WIKITEXT}]", "--training.max_grad_norm", "null", "--training.report_to", "tensorboard"])
     recipe = load_recipe(PretrainRecipe, None, extra=extra)
     assert recipe.training.learning_rate == 5e-4 and isinstance(recipe.training.learning_rate, float)

@@ -73,6 +73,7 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
     # Tracked (TensorBoard), and no intermediate checkpoint is left beside the best model.
     assert any(f.startswith("events.out.tfevents") for _, _, files in os.walk(out / "runs") for f in files)
     assert not [name for name in os.listdir(out) if name.startswith("checkpoint-")]
+    assert (out / ".run.lock").read_text() == ""  # the output directory's lock, released at the end
 
 
 def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):

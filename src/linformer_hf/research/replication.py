@@ -44,6 +44,7 @@ from ..training.config import (ConfigError, FinetuneDataSection, FinetuneModelSe
                                FinetuneTrainingSection, ModelSection, PretrainDataSection, PretrainRecipe,
                                PretrainTrainingSection, TokenizerSection, apply_overrides, build_section, load_yaml,
                                parse_overrides)
+from ..training.errors import USER_ERRORS, report
 from ..training.model_setup import make_config
 from ..training.pretraining import read_final_summary
 from ..training.tokenizer import SPECIAL_TOKENS
@@ -81,7 +82,8 @@ class FinetuneTask:
 # Keys of the pretraining recipe that the replication sets itself (from the plan's data_dir, block_size, ...).
 OWNED_DATA_KEYS = ("datasets", "train_files", "validation_files", "validation_split_percentage", "block_size",
                    "max_eval_blocks")
-OWNED_TRAINING_KEYS = ("output_dir",)
+# output_dir per run; an interrupted run starts over in it (overwrite), so none resumes
+OWNED_TRAINING_KEYS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint")
 
 
 @dataclasses.dataclass
@@ -114,7 +116,8 @@ class ReplicationPlan:
             for key in owned:
                 if getattr(getattr(self, section), key) != getattr(defaults, key):
                     raise ConfigError(f"{section}.{key} is set by the replication itself (from data_dir, "
-                                      f"output_dir, block_size, max_eval_blocks); remove it from the plan.")
+                                      f"output_dir, block_size, max_eval_blocks; every run starts over in its "
+                                      f"own directory); remove it from the plan.")
         if self.pretrain.stop_after_steps is not None:
             raise ConfigError("pretrain.stop_after_steps interrupts a run without its final evaluation; a replication "
                               "needs finished runs. Use pretrain.max_steps or pretrain.max_train_minutes.")
@@ -254,7 +257,8 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
             return json.load(fh)
     run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
     block_size = block_size_of(plan, variant)
-    training = dataclasses.replace(plan.pretrain, output_dir=run_dir)
+    # A variant interrupted before its result file was written starts over (its directory is not resumed).
+    training = dataclasses.replace(plan.pretrain, output_dir=run_dir, overwrite_output_dir=True)
     if variant.per_device_train_batch_size:
         training.per_device_train_batch_size = variant.per_device_train_batch_size
     data = dataclasses.replace(
@@ -341,7 +345,9 @@ def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask
         data=FinetuneDataSection(task=task.task, **files, validation_split_percentage=10,
                                  max_seq_length=task.max_seq_length, max_train_samples=task.max_train_samples,
                                  max_eval_samples=task.max_eval_samples),
-        training=FinetuneTrainingSection(output_dir=run_dir, seed=seed, num_train_epochs=task.num_train_epochs,
+        # overwrite_output_dir: a run interrupted before its result file was written starts over
+        training=FinetuneTrainingSection(output_dir=run_dir, overwrite_output_dir=True, seed=seed,
+                                         num_train_epochs=task.num_train_epochs,
                                          per_device_train_batch_size=task.per_device_train_batch_size,
                                          per_device_eval_batch_size=64, learning_rate=task.learning_rate),
     ))
@@ -515,9 +521,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plan = load_plan(args.plan, parse_overrides(rest, top_level_keys=True))
         results = run_plan(plan)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     with open(os.path.join(plan.output_dir, "results.md"), encoding="utf-8") as fh:
         print(fh.read())
     print(f"total {results['total_seconds'] / 60:.1f} min; results in {plan.output_dir}")

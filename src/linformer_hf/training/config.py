@@ -40,6 +40,23 @@ class ConfigError(ValueError):
     """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
 
 
+def _check_at_least(section, names: tuple[str, ...], minimum, optional_means: str | None = None):
+    """Each named field of ``section`` is >= minimum (or None where ``optional_means`` says what None does)."""
+    for name in names:
+        value = getattr(section, name)
+        if value is None and optional_means is not None:
+            continue
+        if value is None or value < minimum:
+            hint = f" (or null: {optional_means})" if optional_means else ""
+            raise ConfigError(f"training.{name} must be >= {minimum}{hint}, got {value}.")
+
+
+def _check_percentage(name: str, value: float):
+    if not 0 < value < 100:
+        raise ConfigError(f"data.{name} must be in (0, 100) (the share of train held out for validation, in percent), "
+                          f"got {value}.")
+
+
 def _field_types(cls) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -135,7 +152,10 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise ConfigError(f"Config file not found: {path}. Pass an existing YAML file with --config.")
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+        try:
+            data = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path} is not valid YAML: {' '.join(str(err).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"Config file {path} must contain a mapping of sections, got {type(data).__name__}.")
     return data
@@ -232,8 +252,10 @@ class ModelSection:
             raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
         if self.config_file is not None and not os.path.isfile(self.config_file):
             raise ConfigError(f"model.config_file not found: {self.config_file}. Use a file from configs/model/.")
-        if self.pretrained is not None and not os.path.isdir(self.pretrained) and os.path.exists(self.pretrained):
-            raise ConfigError(f"model.pretrained must be a model directory, got the file {self.pretrained}.")
+        if self.pretrained is not None:
+            from .validation import check_model_source
+
+            check_model_source(self.pretrained, "model.pretrained")
 
 
 @dataclasses.dataclass
@@ -271,6 +293,10 @@ class PretrainDataSection:
         for f in list(self.train_files) + list(self.validation_files):
             if not os.path.isfile(f):
                 raise ConfigError(f"Data file not found: {f}. Check data.train_files / data.validation_files.")
+        from .validation import check_text_files
+
+        check_text_files(self.train_files, self.validation_files,
+                         hold_out=not self.validation_files and not self.streaming)
         for entry in self.datasets:
             if not isinstance(entry, dict) or "path" not in entry:
                 raise ConfigError(f"Each entry of data.datasets needs at least a 'path' key, got {entry!r}.")
@@ -288,6 +314,11 @@ class PretrainDataSection:
         if not 2 <= self.short_block_min_length <= self.block_size:
             raise ConfigError(f"data.short_block_min_length must be in [2, block_size={self.block_size}], "
                               f"got {self.short_block_min_length}.")
+        _check_percentage("validation_split_percentage", self.validation_split_percentage)
+        for name in ("validation_examples_streaming", "shuffle_buffer_size", "max_train_blocks", "max_eval_blocks"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name} must be >= 1, got {value}.")
 
 
 @dataclasses.dataclass
@@ -338,15 +369,30 @@ class PretrainTrainingSection(OptimizerSection):
     stop_after_steps: int | None = None  # stop early (as if interrupted) after N updates, for tests / time slices
     max_train_minutes: float | None = None  # time budget: stop updating after it, then evaluate and save as at the end
     save_final_model: bool = True
+    overwrite_output_dir: bool = False  # start over in a non-empty output_dir (deletes the earlier run's outputs)
 
     def validate(self):
-        super().validate()
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                     "max_steps", "logging_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        super().validate()  # learning rate, betas, scheduler name
+        _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                               "max_steps", "logging_steps"), 1)
+        _check_at_least(self, ("checkpointing_steps", "eval_steps"), 1, optional_means="never")
+        _check_at_least(self, ("checkpoints_total_limit",), 1, optional_means="keep all")
+        _check_at_least(self, ("stop_after_steps",), 1, optional_means="run to max_steps")
+        _check_at_least(self, ("max_train_minutes",), 0, optional_means="no time budget")
+        _check_at_least(self, ("warmup_steps",), 0)
+        # Every schedule but `constant` warms up, then decays over max_steps - warmup_steps updates; with none left the
+        # polynomial schedule divides by zero at the last update, and the others never leave warmup.
+        if self.lr_scheduler_type != "constant" and self.warmup_steps >= self.max_steps:
+            raise ConfigError(
+                f"training.warmup_steps={self.warmup_steps} must be smaller than training.max_steps={self.max_steps}: "
+                f"the {self.lr_scheduler_type} schedule decays over the updates after warmup, and none would be left. "
+                f"Lower warmup_steps or raise max_steps."
+            )
         if self.mixed_precision not in (None, "no", "fp16", "bf16"):
             raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
+        if self.overwrite_output_dir and self.resume_from_checkpoint:
+            raise ConfigError("training.overwrite_output_dir deletes the checkpoints that resume_from_checkpoint="
+                              f"{self.resume_from_checkpoint!r} would resume from; give one or the other.")
 
 
 @dataclasses.dataclass
@@ -387,6 +433,11 @@ class FinetuneDataSection:
                 raise ConfigError(f"data.{name} not found: {f}.")
         if self.train_file is None and self.dataset is None and TASKS[self.task].hub is None:
             raise ConfigError(f"data: task {self.task} needs data.train_file or data.dataset.")
+        _check_percentage("validation_split_percentage", self.validation_split_percentage)
+        for name in ("max_seq_length", "max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{name} must be >= 1, got {value}.")
 
 
 @dataclasses.dataclass
@@ -408,12 +459,19 @@ class FinetuneTrainingSection(OptimizerSection):
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)
     save_best: bool = True
+    overwrite_output_dir: bool = False  # run in a non-empty output_dir (deletes the earlier run's outputs)
 
     def validate(self):
-        super().validate()
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        super().validate()  # learning rate, betas, scheduler name
+        _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+                               "logging_steps"), 1)
+        _check_at_least(self, ("max_steps",), 1, optional_means="train for num_train_epochs")
+        _check_at_least(self, ("eval_steps",), 1, optional_means="evaluate at the end of every epoch")
+        if self.max_steps is None and not self.num_train_epochs > 0:
+            raise ConfigError(f"training.num_train_epochs must be > 0 (or set training.max_steps), "
+                              f"got {self.num_train_epochs}.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ConfigError(f"training.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
         if self.mixed_precision not in (None, "no", "fp16", "bf16"):
             raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
 
@@ -436,6 +494,9 @@ class FinetuneModelSection:
             if unknown:
                 raise ConfigError(f"Unknown key(s) {unknown} in model.convert_from_roberta; allowed: "
                                   f"{', '.join(self.CONVERSION_KEYS)}.")
+            from .validation import check_model_source
+
+            check_model_source(self.pretrained, "model.pretrained")
             if os.path.exists(self.pretrained) and not os.path.isfile(os.path.join(self.pretrained, "config.json")):
                 raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; not a RoBERTa checkpoint dir.")
             return

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import ConfigError, FinetuneRecipe, load_recipe
+from .config import FinetuneRecipe, load_recipe
+from .errors import USER_ERRORS, report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,9 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         from .finetuning import run_finetuning
 
         run_finetuning(recipe, show_progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     return 0
 
 

@@ -7,7 +7,9 @@ TensorBoard under ``<output_dir>/runs``) and distribution (``torchrun`` / ``acce
 What this module adds: the tasks' columns and files, the checks before any work, the RoBERTa-to-Linformer conversion,
 and the outputs the replication reads: ``<output_dir>/best`` (the best model), ``predictions_validation.tsv`` and
 ``predictions_test.tsv`` (the best model's predictions), and ``results.json`` (every evaluation, the best, the test
-metrics, the training loss per logged update).
+metrics, the training loss per logged update). The output directory is claimed before any work as pretraining's is
+(training/checkpointing.py: refused when it holds an earlier run's outputs unless ``training.overwrite_output_dir``,
+locked until the end); fine-tuning does not resume, so an interrupted run starts over with ``overwrite_output_dir``.
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
 on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone (``fp16`` / ``bf16``), not from the Accelerate
@@ -17,14 +19,15 @@ config file.
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 import shutil
 from dataclasses import dataclass
 
+from .checkpointing import atomic_write_json, claim_output_dir
 from .config import ConfigError, FinetuneRecipe
 from .metrics import classification_metrics
+from .validation import check_labels, warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,9 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
     if missing:
         raise ConfigError(f"{source} lacks column(s) {missing} needed by this task; it has {ds.column_names}. "
                           f"The task expects columns {needed}.")
+    if task.label_column in ds.column_names:
+        header_rows = 1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
+        check_labels(ds, task.label_column, task.num_labels, source, header_rows)
 
 
 def load_task_data(recipe: FinetuneRecipe) -> dict:
@@ -179,6 +185,10 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     task = TASKS[dcfg.task]
     # Checks on inputs first (files, columns, config fields), before any model or training.
     splits = load_task_data(recipe)
+    # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
+    # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
+    lock = claim_output_dir(tcfg.output_dir, resuming=False, overwrite=tcfg.overwrite_output_dir,
+                            is_main_process=int(os.environ.get("RANK", "0")) == 0)
     if mcfg.convert_from_roberta is not None:
         mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)
     tok_dir = mcfg.tokenizer or mcfg.pretrained
@@ -212,6 +222,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if tcfg.mixed_precision in ("fp16", "bf16") else None),
         processing_class=tokenizer, compute_metrics=compute_metrics,
     )
+    warn_if_mixed_precision_ignored(trainer.accelerator)
     trainer.train()
 
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
@@ -241,10 +252,11 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
             if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):
                 shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
-        with open(os.path.join(tcfg.output_dir, "results.json"), "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
+        atomic_write_json(os.path.join(tcfg.output_dir, "results.json"), result)
         print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
     finish(trainer.accelerator)
+    if lock is not None:
+        lock.release()
     return result
 
 
@@ -253,6 +265,7 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str):
     import dataclasses
 
     from accelerate import PartialState
+    from huggingface_hub.errors import StrictDataclassError
 
     from ..conversion import convert_checkpoint
 
@@ -262,8 +275,9 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str):
         if state.is_main_process:
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {err}") from err
+            except (OSError, ValueError, StrictDataclassError) as err:
+                raise ConfigError(f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: "
+                                  f"{' '.join(str(err).split())}") from err
     tokenizer = mcfg.tokenizer
     if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
         tokenizer = mcfg.pretrained

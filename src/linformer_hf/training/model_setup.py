@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import yaml
 from huggingface_hub.errors import StrictDataclassError
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from ..models.linformer.configuration_linformer import LinformerConfig
 from ..models.linformer.modeling_linformer import LinformerForMaskedLM
-from .config import ConfigError, ModelSection
+from .config import ConfigError, ModelSection, load_yaml
 
 
 class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
@@ -46,15 +45,15 @@ def make_config(model_type: str, fields: dict[str, Any], where: str = "model.con
     try:
         return config_cls(**fields)
     except (ValueError, TypeError, StrictDataclassError) as err:  # the last: transformers' strict config checks
-        raise ConfigError(f"Invalid {config_cls.__name__} in {where}: {err}") from err
+        # (not ValueErrors); their messages span two lines (validator, then reason), put on one here
+        raise ConfigError(f"Invalid {config_cls.__name__} in {where}: {' '.join(str(err).split())}") from err
 
 
 def build_model_config(section: ModelSection, tokenizer) -> Any:
     fields: dict[str, Any] = {}
     model_type = section.model_type
     if section.config_file:
-        with open(section.config_file, encoding="utf-8") as fh:
-            fields.update(yaml.safe_load(fh) or {})
+        fields.update(load_yaml(section.config_file))
         file_type = fields.pop("model_type", model_type)
         if file_type != model_type:
             raise ConfigError(

@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import ConfigError, PretrainRecipe, load_recipe
+from .config import PretrainRecipe, load_recipe
+from .errors import USER_ERRORS, report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         from .pretraining import run_pretraining
 
         run_pretraining(recipe, show_progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     return 0
 
 

@@ -3,7 +3,9 @@
 A loop of its own rather than transformers' ``Trainer``: blocks are masked with per-block seeds, the loss is
 normalised by the masked tokens of the whole global batch, and a time budget ends a run with its final evaluation.
 `setup_pretraining` builds a `PretrainingRun`, `train_micro_batch` advances it, `evaluate_and_log`,
-`save_checkpoint` and `save_final_model` record it; `run_pretraining` is the loop that ties them.
+`save_checkpoint` and `save_final_model` record it; `run_pretraining` is the loop that ties them. The output
+directory's policy and lock, atomic checkpoints, the recipe check on resume and the update log are
+training/checkpointing.py's.
 
 Exactness guarantees (tested in tests/test_training_pretrain.py):
 - resume: ``accelerator.save_state`` stores model, optimizer, scheduler (registered), RNG states and the step counter;
@@ -21,7 +23,6 @@ import logging
 import math
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,66 +32,22 @@ from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
 from ..models import max_input_length
+from . import checkpointing
+from .checkpointing import (RunLock, UpdateLog, atomic_write_json, check_resume_compatible, claim_output_dir,
+                            publish_dir, read_checkpoint_state, recipe_fingerprint, resolve_checkpoint, temporary_name)
 from .config import ConfigError, PretrainRecipe
 from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
 from .model_setup import build_mlm_model, build_model_config
 from .tokenizer import load_tokenizer
+from .validation import warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_PREFIX = "step_"
-STATE_FILE = "trainer_state.json"
-
 
 # ----------------------------------------------------------------------------------------------------------------
-# Checkpoints
+# Summaries
 # ----------------------------------------------------------------------------------------------------------------
-
-def checkpoint_root(output_dir: str) -> str:
-    return os.path.join(output_dir, "checkpoints")
-
-
-def list_checkpoints(output_dir: str) -> list[str]:
-    root = checkpoint_root(output_dir)
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        m = re.fullmatch(CHECKPOINT_PREFIX + r"(\d+)", name)
-        if m and os.path.isfile(os.path.join(root, name, STATE_FILE)):
-            found.append((int(m.group(1)), os.path.join(root, name)))
-    return [path for _, path in sorted(found)]
-
-
-def resolve_checkpoint(spec: str | None, output_dir: str) -> str | None:
-    """Turn ``--resume_from_checkpoint`` (a dir or ``latest``) into a checked checkpoint dir, or fail clearly."""
-    if not spec:
-        return None
-    if spec == "latest":
-        found = list_checkpoints(output_dir)
-        if not found:
-            raise ConfigError(
-                f"--resume_from_checkpoint latest: no checkpoint under {checkpoint_root(output_dir)}. "
-                f"Run with training.checkpointing_steps set first, or give a checkpoint dir."
-            )
-        return found[-1]
-    if not os.path.isdir(spec):
-        raise ConfigError(f"Checkpoint dir not found: {spec}. Give a dir written by this script "
-                          f"(<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N) or 'latest'.")
-    if not os.path.isfile(os.path.join(spec, STATE_FILE)):
-        raise ConfigError(f"{spec} is not a checkpoint of this script: it has no {STATE_FILE}. Give a dir like "
-                          f"<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N or 'latest'.")
-    return spec
-
-
-def _prune_checkpoints(output_dir: str, limit: int | None):
-    if not limit:
-        return
-    found = list_checkpoints(output_dir)
-    for path in found[:-limit]:
-        shutil.rmtree(path, ignore_errors=True)
-
 
 def summary_path(output_dir: str, completed_steps: int) -> str:
     """Where a run writes its summary: one file per run, named by the updates completed when it ended."""
@@ -174,6 +131,9 @@ class PretrainingRun:
     skip: int = 0  # micro-batches of `epoch` already consumed before a resume
     micro: int = 0  # micro-batch index inside the current update
     summary: dict = field(default_factory=dict)
+    fingerprint: dict = field(default_factory=dict)  # the recipe each checkpoint records (checked on resume)
+    lock: RunLock | None = None  # on <output_dir>/.run.lock, held by the main process until `close_run`
+    update_log: UpdateLog | None = None  # <output_dir>/train_log.jsonl: one line per update, evaluation, checkpoint
 
     @property
     def streaming(self) -> bool:
@@ -181,7 +141,8 @@ class PretrainingRun:
 
 
 def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
-    """Check the inputs, then build the Accelerator, data, model, optimizer and schedule, and restore a checkpoint."""
+    """Check the inputs and claim the output directory, then build the Accelerator, data, model, optimizer and
+    schedule, and restore a checkpoint."""
     from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
     from transformers import get_scheduler
 
@@ -196,6 +157,13 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     else:
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
+    # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked). The
+    # Accelerator does not exist yet: the launcher's environment says how many processes there are and which is main.
+    fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, int(os.environ.get("WORLD_SIZE", "1")))
+    if resume_dir:
+        check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
+    lock = claim_output_dir(tcfg.output_dir, resuming=resume_dir is not None, overwrite=tcfg.overwrite_output_dir,
+                            is_main_process=int(os.environ.get("RANK", "0")) == 0)
 
     accelerator = build_accelerator(
         tcfg,
@@ -206,6 +174,7 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     )
     set_seed(tcfg.seed)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    warn_if_mixed_precision_ignored(accelerator)
 
     data = prepare_pretraining_data(dcfg, tokenizer, tcfg.seed, accelerator)
     collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed, accelerator.process_index)
@@ -243,12 +212,14 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
 
     run = PretrainingRun(recipe, accelerator, tokenizer, model, optimizer, scheduler, collator, train_dl, eval_dl,
                          summary={"train_losses": {}, "evals": {}, "output_dir": tcfg.output_dir,
-                                  "resumed_from": resume_dir, "num_processes": accelerator.num_processes})
+                                  "resumed_from": resume_dir, "num_processes": accelerator.num_processes},
+                         fingerprint=fingerprint, lock=lock)
     if resume_dir:
         accelerator.print(f"Resuming from {resume_dir}")
         accelerator.load_state(resume_dir)
-        with open(os.path.join(resume_dir, STATE_FILE), encoding="utf-8") as fh:
-            run.completed_steps = json.load(fh)["completed_steps"]
+        run.completed_steps = read_checkpoint_state(resume_dir)["completed_steps"]
+    run.update_log = UpdateLog(tcfg.output_dir, enabled=accelerator.is_main_process)
+    run.update_log.write(event="start", step=run.completed_steps, resumed_from=resume_dir, pid=os.getpid())
     micro_done = run.completed_steps * tcfg.gradient_accumulation_steps
     if dcfg.streaming:
         run.epoch, run.skip = 0, micro_done  # streamed data is replayed up to the resume point
@@ -293,6 +264,7 @@ def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, floa
     metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator)
     step = run.completed_steps
     run.summary["evals"][step] = metrics
+    run.update_log.write(event="eval", step=step, **metrics)
     what = f"final (step {step}): validation MLM loss" if final else f"step {step}: eval_loss"
     run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
     if run.recipe.training.report_to and (final or step > 0):
@@ -300,29 +272,42 @@ def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, floa
     return metrics
 
 
-def save_checkpoint(run: PretrainingRun) -> None:
-    tcfg, accelerator = run.recipe.training, run.accelerator
-    path = os.path.join(checkpoint_root(tcfg.output_dir), f"{CHECKPOINT_PREFIX}{run.completed_steps}")
-    accelerator.save_state(path)
-    if accelerator.is_main_process:
-        with open(os.path.join(path, STATE_FILE), "w", encoding="utf-8") as fh:
-            json.dump({"completed_steps": run.completed_steps, "epoch": run.epoch}, fh)
-        _prune_checkpoints(tcfg.output_dir, tcfg.checkpoints_total_limit)
-    accelerator.wait_for_everyone()
+def save_checkpoint(run: PretrainingRun) -> str:
+    """``<output_dir>/checkpoints/step_N``, written atomically with the recipe fingerprint; older ones pruned."""
+    tcfg = run.recipe.training
+    path = checkpointing.save_checkpoint(run.accelerator, tcfg.output_dir, run.completed_steps,
+                                         {"completed_steps": run.completed_steps, "epoch": run.epoch}, run.fingerprint,
+                                         tcfg.checkpoints_total_limit)
+    run.update_log.write(event="checkpoint", step=run.completed_steps, path=path)
+    return path
 
 
 def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
-    """The model and tokenizer in ``<output_dir>/final`` (loadable with the Auto classes), with its evaluation."""
+    """The model and tokenizer in ``<output_dir>/final`` (loadable with the Auto classes), with its evaluation.
+
+    Written as ``.tmp-final`` and renamed into place once whole: a kill while saving leaves no torn ``final/``.
+    """
     accelerator = run.accelerator
     final_dir = os.path.join(run.recipe.training.output_dir, "final")
+    final_tmp = temporary_name(final_dir)
     accelerator.wait_for_everyone()
-    accelerator.unwrap_model(run.model).save_pretrained(final_dir, is_main_process=accelerator.is_main_process,
+    accelerator.unwrap_model(run.model).save_pretrained(final_tmp, is_main_process=accelerator.is_main_process,
                                                         save_function=accelerator.save)
     if accelerator.is_main_process:
-        run.tokenizer.save_pretrained(final_dir)
-        with open(os.path.join(final_dir, "eval_results.json"), "w", encoding="utf-8") as fh:
-            json.dump({"step": run.completed_steps, **metrics}, fh, indent=2)
+        run.tokenizer.save_pretrained(final_tmp)
+        atomic_write_json(os.path.join(final_tmp, "eval_results.json"), {"step": run.completed_steps, **metrics})
+        publish_dir(final_tmp, final_dir)
+    accelerator.wait_for_everyone()
     return final_dir
+
+
+def close_run(run: PretrainingRun) -> None:
+    """End the trackers and the process group, close the update log and release the output directory's lock."""
+    if run.update_log is not None:
+        run.update_log.close()
+    finish(run.accelerator)
+    if run.lock is not None:
+        run.lock.release()
 
 
 def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
@@ -362,12 +347,13 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             steps_since_log += 1
             summary["train_losses"][step] = step_loss = update_loss.item()
             update_loss.zero_()
+            lr = run.scheduler.get_last_lr()[0]
+            run.update_log.write(step=step, loss=step_loss, lr=lr)
             progress.update(1)
             if step % tcfg.logging_steps == 0 or step == stop_at:
                 now = time.perf_counter()
                 tok_s = tokens_per_update * steps_since_log / max(now - t_last, 1e-9)
                 t_last, steps_since_log = now, 0
-                lr = run.scheduler.get_last_lr()[0]
                 progress.set_postfix(loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
                 if tcfg.report_to:
                     accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tok_s}, step=step)
@@ -399,8 +385,6 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             summary["final_dir"] = save_final_model(run, metrics)
     summary["completed_steps"] = run.completed_steps
     if accelerator.is_main_process:
-        os.makedirs(tcfg.output_dir, exist_ok=True)
-        with open(summary_path(tcfg.output_dir, run.completed_steps), "w", encoding="utf-8") as fh:
-            json.dump(summary, fh, indent=2)
-    finish(accelerator)
+        atomic_write_json(summary_path(tcfg.output_dir, run.completed_steps), summary)
+    close_run(run)
     return summary

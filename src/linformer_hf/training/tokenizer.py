@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 
 from .config import ConfigError
 
+logger = logging.getLogger(__name__)
+
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..3, then <mask>
+# Any of these marks a saved tokenizer (fast, BPE vocab, or sentencepiece model) for AutoTokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "sentencepiece.bpe.model", "spiece.model")
 
 
 def iter_text_files(files: list[str]) -> Iterator[str]:
@@ -29,9 +34,24 @@ def train_bpe_tokenizer(texts: Iterable[str], output_dir: str, vocab_size: int =
 
     if vocab_size < 300:
         raise ConfigError(f"vocab_size must be at least 300 (256 bytes + special tokens), got {vocab_size}.")
+    documents = 0
+
+    def counted(texts):
+        nonlocal documents
+        for text in texts:
+            if text and not text.isspace():
+                documents += 1
+                yield text
+
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=min_frequency,
+    bpe.train_from_iterator(counted(texts), vocab_size=vocab_size, min_frequency=min_frequency,
                             special_tokens=SPECIAL_TOKENS, show_progress=False)
+    if documents == 0:  # the trainer would save a tokenizer of the 256 bytes alone
+        raise ConfigError("The tokenizer training text is empty (no non-blank document); give text files with one "
+                          "document a line.")
+    if bpe.get_vocab_size() < vocab_size:
+        logger.warning("The text (%d documents) gave %d tokens, fewer than vocab_size=%d: too little text to learn "
+                       "the vocabulary asked for.", documents, bpe.get_vocab_size(), vocab_size)
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file, merges_file = bpe.save_model(tmp)
         tokenizer = RobertaTokenizer(vocab=vocab_file, merges=merges_file, model_max_length=model_max_length)
@@ -46,7 +66,17 @@ def load_tokenizer(name_or_path: str):
     if os.path.isdir(name_or_path) or os.path.exists(name_or_path):
         if not os.path.isdir(name_or_path):
             raise ConfigError(f"tokenizer {name_or_path} is a file; give the directory that holds it.")
-        return AutoTokenizer.from_pretrained(name_or_path)
+        if not any(os.path.isfile(os.path.join(name_or_path, f)) for f in TOKENIZER_FILES):
+            # transformers would go on to guess a tokenizer class and fail on something unrelated (sentencepiece)
+            raise ConfigError(
+                f"Tokenizer directory {name_or_path} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}). "
+                f"Train one with `python -m linformer_hf.training.train_tokenizer --files <text files> "
+                f"--output_dir {name_or_path}`."
+            )
+        try:
+            return AutoTokenizer.from_pretrained(name_or_path)
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"Could not load the tokenizer in {name_or_path}: {err}") from err
     if name_or_path.startswith((".", "/")) or name_or_path.startswith("outputs"):
         raise ConfigError(
             f"Tokenizer directory not found: {name_or_path}. Train one first with "

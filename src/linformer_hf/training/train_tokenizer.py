@@ -17,6 +17,7 @@ import os
 import sys
 
 from .config import ConfigError
+from .errors import USER_ERRORS, report
 from .tokenizer import iter_text_files, train_bpe_tokenizer
 
 
@@ -52,9 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_documents:
             texts = itertools.islice(texts, args.max_documents)
         tok = train_bpe_tokenizer(texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except USER_ERRORS as err:
+        return report(err)
     print(f"tokenizer with {len(tok)} tokens saved to {args.output_dir}")
     return 0
 

@@ -1,0 +1,461 @@
+"""The output directory of a training run and the checkpoints in it: who may write there, what a checkpoint records,
+how it is written so that a kill at any moment leaves the previous one usable, and which one a resume takes.
+
+- **One writer.** A run holds ``<output_dir>/.run.lock`` (an ``flock`` plus the holder's pid, host and command) from
+  before its first write to its end. The kernel drops the lock when the holder dies, however it dies, so a killed
+  run's lock is taken over (with a warning), while a live one (including the training process that a SIGKILLed
+  ``accelerate launch`` leaves running) stops a second run with its pid.
+- **Whose directory.** A non-empty output directory belongs to an earlier run: it is refused unless the run resumes
+  (``resume_from_checkpoint``) or says ``training.overwrite_output_dir: true``, which deletes the earlier run's
+  checkpoints, final model and logs first.
+- **Atomic checkpoints.** ``checkpoints/step_N`` is written as ``checkpoints/.tmp-step_N``, every file fsynced, a
+  completion marker (each file's size and sha256) written last, then renamed into place. A directory named
+  ``step_N`` is therefore complete; one that fails its marker (torn or corrupted later) is skipped by ``latest`` with a
+  warning, which falls back to the newest complete checkpoint.
+- **Recipe on resume.** Each checkpoint records the recipe it was made with (model config, tokenizer, data, seed,
+  batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a changed
+  optimisation schedule only warns.
+- **Update log.** ``train_log.jsonl`` gets one line per update (step, loss, learning rate), flushed at once, so the
+  losses of a killed segment survive it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+
+from .config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_PREFIX = "step_"
+STATE_FILE = "trainer_state.json"  # {"completed_steps", "epoch"}
+RECIPE_FILE = "recipe_fingerprint.json"  # what the checkpoint was made with, compared on resume
+COMPLETE_MARKER = "checkpoint_complete.json"  # written last: size and sha256 of every other file
+LOCK_FILE = ".run.lock"
+UPDATE_LOG = "train_log.jsonl"
+TMP_PREFIX = ".tmp-"  # a checkpoint being written
+TRASH_PREFIX = ".trash-"  # a checkpoint being deleted
+# What a run writes in its output directory; an overwrite deletes these (and nothing else) of the earlier run.
+RUN_OUTPUTS = ("checkpoints", "final", "logs", UPDATE_LOG,  # pretraining
+               "best", "converted", "results.json", "predictions_validation.tsv", "predictions_test.tsv",  # fine-tuning
+               "runs")  # fine-tuning: the Trainer's TensorBoard logs
+# summary_step<N>.json: pretraining; checkpoint-<N>: the Trainer's checkpoints (transformers' PREFIX_CHECKPOINT_DIR),
+# left in a fine-tuning run's output_dir when it was killed before its end
+RUN_OUTPUT_PATTERNS = (r"summary_step\d+\.json", r"checkpoint-\d+")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Durable writes
+# ----------------------------------------------------------------------------------------------------------------
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: str, data) -> None:
+    """Write JSON to ``path`` so that a reader sees the old file or the whole new one, never a torn one."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_path(os.path.dirname(os.path.abspath(path)))
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files_under(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files)
+
+
+def _remove_dir(path: str) -> None:
+    """Delete a directory so that no half-deleted one is left under its name: rename it aside first."""
+    if not os.path.exists(path):
+        return
+    parent, name = os.path.split(path)
+    trash = os.path.join(parent, f"{TRASH_PREFIX}{name}-{os.getpid()}")
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def publish_dir(tmp: str, final: str) -> None:
+    """fsync every file under ``tmp``, then rename it to ``final`` (replacing a torn or older one)."""
+    for rel in _files_under(tmp):
+        _fsync_path(os.path.join(tmp, rel))
+    _fsync_path(tmp)
+    _remove_dir(final)
+    os.replace(tmp, final)
+    _fsync_path(os.path.dirname(os.path.abspath(final)))
+
+
+def temporary_name(path: str) -> str:
+    parent, name = os.path.split(path)
+    return os.path.join(parent, TMP_PREFIX + name)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------------------------------------------
+
+def checkpoint_root(output_dir: str) -> str:
+    return os.path.join(output_dir, "checkpoints")
+
+
+def list_checkpoints(output_dir: str) -> list[str]:
+    """Every ``step_N`` directory under the output dir, oldest first (complete or not: see `checkpoint_problem`)."""
+    root = checkpoint_root(output_dir)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        m = re.fullmatch(CHECKPOINT_PREFIX + r"(\d+)", name)
+        if m and os.path.isdir(os.path.join(root, name)):
+            found.append((int(m.group(1)), os.path.join(root, name)))
+    return [path for _, path in sorted(found)]
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """Why the checkpoint in ``path`` cannot be resumed from (torn, corrupt), or None when it is complete."""
+    marker = os.path.join(path, COMPLETE_MARKER)
+    if not os.path.isfile(marker):
+        return (f"it has no {COMPLETE_MARKER} (the run was killed while writing it, or an older version of this "
+                f"script wrote it)")
+    try:
+        with open(marker, encoding="utf-8") as fh:
+            files = json.load(fh)["files"]
+    except (OSError, ValueError, KeyError) as err:
+        return f"its {COMPLETE_MARKER} is unreadable ({err})"
+    for rel, expected in files.items():
+        full = os.path.join(path, rel)
+        if not os.path.isfile(full):
+            return f"{rel} is missing"
+        size = os.path.getsize(full)
+        if size != expected["size"]:
+            return f"{rel} has {size} bytes, {expected['size']} were written"
+        if _sha256(full) != expected["sha256"]:
+            return f"{rel} is corrupt (its sha256 differs from the one written)"
+    return None
+
+
+def resolve_checkpoint(spec: str | None, output_dir: str) -> str | None:
+    """Turn ``--resume_from_checkpoint`` (a dir or ``latest``) into a complete checkpoint dir, or fail clearly.
+
+    ``latest`` takes the newest complete checkpoint: a torn or corrupt newer one is skipped with a warning.
+    """
+    if not spec:
+        return None
+    if spec == "latest":
+        found = list_checkpoints(output_dir)
+        if not found:
+            raise ConfigError(
+                f"--resume_from_checkpoint latest: no checkpoint under {checkpoint_root(output_dir)}. "
+                f"Run with training.checkpointing_steps set first, or give a checkpoint dir."
+            )
+        skipped = []
+        for path in reversed(found):
+            problem = checkpoint_problem(path)
+            if problem is None:
+                for bad, why in skipped:
+                    logger.warning("Skipping checkpoint %s: %s. Resuming from the previous complete one, %s.",
+                                   bad, why, path)
+                return path
+            skipped.append((path, problem))
+        raise ConfigError(f"--resume_from_checkpoint latest: no complete checkpoint under {checkpoint_root(output_dir)}: "
+                          + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in skipped))
+    if not os.path.isdir(spec):
+        raise ConfigError(f"Checkpoint dir not found: {spec}. Give a dir written by this script "
+                          f"(<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N) or 'latest'.")
+    if not os.path.isfile(os.path.join(spec, STATE_FILE)):
+        raise ConfigError(f"{spec} is not a checkpoint of this script: it has no {STATE_FILE}. Give a dir like "
+                          f"<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N or 'latest'.")
+    problem = checkpoint_problem(spec)
+    if problem is not None:
+        raise ConfigError(f"Checkpoint {spec} is incomplete or corrupt: {problem}. Give an earlier checkpoint, "
+                          f"or 'latest' to take the newest complete one.")
+    return spec
+
+
+def read_checkpoint_state(path: str) -> dict:
+    with open(os.path.join(path, STATE_FILE), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _prune_checkpoints(output_dir: str, limit: int | None):
+    """Keep the newest ``limit`` complete checkpoints; delete the older ones (renamed aside first, then removed)."""
+    if not limit:
+        return
+    found = list_checkpoints(output_dir)
+    complete = [path for path in found if os.path.isfile(os.path.join(path, COMPLETE_MARKER))]
+    if len(complete) <= limit:
+        return
+    oldest_kept = complete[-limit]
+    for path in found[:found.index(oldest_kept)]:
+        _remove_dir(path)
+
+
+def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, fingerprint: dict,
+                    limit: int | None = None) -> str:
+    """``accelerator.save_state`` into ``checkpoints/.tmp-step_N``, plus the step state and the recipe fingerprint;
+    every file fsynced, the completion marker last, then renamed to ``checkpoints/step_N``. Call on every process."""
+    path = os.path.join(checkpoint_root(output_dir), f"{CHECKPOINT_PREFIX}{step}")
+    tmp = temporary_name(path)
+    if accelerator.is_main_process and os.path.exists(tmp):
+        shutil.rmtree(tmp)  # left by a run killed while saving
+    accelerator.wait_for_everyone()
+    accelerator.save_state(tmp)
+    accelerator.wait_for_everyone()  # every process' files (its RNG state) are in tmp
+    if accelerator.is_main_process:
+        atomic_write_json(os.path.join(tmp, STATE_FILE), state)
+        atomic_write_json(os.path.join(tmp, RECIPE_FILE), fingerprint)
+        write_completion_marker(tmp)
+        publish_dir(tmp, path)
+        _prune_checkpoints(output_dir, limit)
+    accelerator.wait_for_everyone()
+    return path
+
+
+def write_completion_marker(path: str) -> None:
+    files = {rel: {"size": os.path.getsize(os.path.join(path, rel)), "sha256": _sha256(os.path.join(path, rel))}
+             for rel in _files_under(path) if rel != COMPLETE_MARKER}
+    atomic_write_json(os.path.join(path, COMPLETE_MARKER), {"files": files, "written": time.time()})
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The recipe a checkpoint was made with
+# ----------------------------------------------------------------------------------------------------------------
+
+# Fields that change what is trained (refused on resume) and fields that change only how (a warning).
+_DATA_FIELDS_NOT_COMPARED = ("preprocessing_num_workers", "cache_dir", "max_eval_blocks")
+_SCHEDULE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "weight_decay", "adam_beta1",
+                    "adam_beta2", "adam_epsilon", "max_grad_norm")
+
+
+def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> dict:
+    """What a checkpoint must agree with to be resumed: {"must_match": {...}, "schedule": {...}}, flat dotted keys."""
+    model = json.loads(model_config.to_json_string(use_diff=False))
+    for volatile in ("transformers_version", "_name_or_path"):
+        model.pop(volatile, None)
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    data = {k: v for k, v in dataclasses.asdict(recipe.data).items() if k not in _DATA_FIELDS_NOT_COMPARED}
+    files = list(recipe.data.train_files) + list(recipe.data.validation_files)
+    tcfg = recipe.training
+    must_match = {
+        **{f"model.{k}": v for k, v in model.items()},
+        "tokenizer.vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+        **{f"data.{k}": v for k, v in data.items()},
+        **{f"data.size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},
+        "training.seed": tcfg.seed,
+        "training.per_device_train_batch_size": tcfg.per_device_train_batch_size,
+        "training.gradient_accumulation_steps": tcfg.gradient_accumulation_steps,
+        "processes": num_processes,
+    }
+    schedule = {f"training.{k}": getattr(tcfg, k) for k in _SCHEDULE_FIELDS}
+    return json.loads(json.dumps({"must_match": must_match, "schedule": schedule}))  # tuples -> lists, as saved
+
+
+def _differences(saved: dict, now: dict) -> list[str]:
+    keys = sorted(set(saved) | set(now))
+    return [f"{k}: {saved.get(k, '(absent)')!r} in the checkpoint, {now.get(k, '(absent)')!r} now"
+            for k in keys if saved.get(k) != now.get(k)]
+
+
+def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, latest: bool) -> None:
+    """Refuse to resume ``checkpoint`` with a recipe that trains something else; warn when the schedule changed."""
+    whose = (f"The newest checkpoint under {os.path.dirname(checkpoint)} ({os.path.basename(checkpoint)}) was written "
+             f"by another run" if latest else f"Checkpoint {checkpoint} was made with another recipe")
+    path = os.path.join(checkpoint, RECIPE_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. Start over "
+                          f"with training.overwrite_output_dir: true, or use another training.output_dir.")
+    with open(path, encoding="utf-8") as fh:
+        saved = json.load(fh)
+    differs = _differences(saved["must_match"], fingerprint["must_match"])
+    if differs:
+        raise ConfigError(
+            f"{whose}: its recipe differs in {len(differs)} field(s): " + "; ".join(differs) + ". Resume with the "
+            "recipe it was made with, start over with training.overwrite_output_dir: true, or use another "
+            "training.output_dir."
+        )
+    step = read_checkpoint_state(checkpoint)["completed_steps"]
+    if step > max_steps:
+        raise ConfigError(f"{whose}: it is at step {step}, past training.max_steps={max_steps}. Raise max_steps to "
+                          f"continue it, or start over with training.overwrite_output_dir: true.")
+    changed = _differences(saved["schedule"], fingerprint["schedule"])
+    if changed:
+        logger.warning("Resuming %s with another optimisation schedule (%s): the run continues, but does not "
+                       "reproduce an uninterrupted one.", checkpoint, "; ".join(changed))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The output directory: policy and lock
+# ----------------------------------------------------------------------------------------------------------------
+
+class RunLock:
+    """The flock on ``<output_dir>/.run.lock``, held from the first write to the end of the run."""
+
+    _held: dict[str, RunLock] = {}  # by lock path: this process' own locks
+
+    def __init__(self, path: str, handle):
+        self.path, self.handle = path, handle
+
+    @classmethod
+    def acquire(cls, output_dir: str) -> RunLock:
+        import fcntl
+
+        path = os.path.realpath(os.path.join(output_dir, LOCK_FILE))
+        if path in cls._held:  # an earlier run of this process here ended by an exception before releasing it
+            cls._held.pop(path).release()
+        handle = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = _read_holder(handle)
+            handle.close()
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise ConfigError(f"Cannot lock {path}: {err}.") from None
+            raise ConfigError(
+                f"Another run is writing to {output_dir}: {_describe(holder)} holds {LOCK_FILE}. Wait for it to end, "
+                f"stop it (kill {holder.get('pid', '<pid>')}; if its `accelerate launch` was killed, this is the "
+                f"training process it left running), or use another training.output_dir."
+            ) from None
+        previous = _read_holder(handle)
+        if previous:
+            logger.warning("Taking over the lock of %s in %s: that run ended without releasing it (it was killed).",
+                           _describe(previous), output_dir)
+        handle.seek(0)
+        handle.truncate()
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "command": " ".join(sys.argv)}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+        lock = cls(path, handle)
+        cls._held[path] = lock
+        return lock
+
+    def release(self) -> None:
+        import fcntl
+
+        if self.handle.closed:
+            return
+        self.handle.seek(0)
+        self.handle.truncate()  # an empty lock file: the run ended cleanly
+        self.handle.flush()
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+        RunLock._held.pop(self.path, None)
+
+
+def _read_holder(handle) -> dict:
+    handle.seek(0)
+    try:
+        return json.loads(handle.read() or "{}")
+    except ValueError:
+        return {}
+
+
+def _describe(holder: dict) -> str:
+    if not holder:
+        return "a run"
+    return (f"the run of pid {holder.get('pid')} on host {holder.get('host')} (started {holder.get('started')}: "
+            f"{holder.get('command')})")
+
+
+def _earlier_outputs(output_dir: str) -> list[str]:
+    return sorted(name for name in os.listdir(output_dir) if name != LOCK_FILE)
+
+
+def claim_output_dir(output_dir: str, resuming: bool, overwrite: bool, is_main_process: bool = True) -> RunLock | None:
+    """Before the first write: make sure ``output_dir`` can be written, is this run's to write, and stays so.
+
+    The main process creates the directory, takes the lock and applies the policy; the others return None.
+    """
+    if not is_main_process:
+        return None
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        lock = RunLock.acquire(output_dir)  # opening the lock file is the write test
+    except ConfigError:
+        raise
+    except OSError as err:
+        raise ConfigError(f"training.output_dir={output_dir} cannot be written: {err.strerror or err} "
+                          f"({err.filename or output_dir}). Give a directory this user can create and write.") from None
+    earlier = _earlier_outputs(output_dir)
+    if earlier and not resuming and not overwrite:
+        lock.release()
+        shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
+        raise ConfigError(
+            f"training.output_dir={output_dir} is not empty (it holds {shown}): it belongs to an earlier run. Resume "
+            f"that run with --resume_from_checkpoint latest, start over there with --training.overwrite_output_dir "
+            f"true (deletes its checkpoints, final model and logs), or use another training.output_dir."
+        )
+    if overwrite:
+        for name in earlier:
+            full = os.path.join(output_dir, name)
+            if name in RUN_OUTPUTS or any(re.fullmatch(p, name) for p in RUN_OUTPUT_PATTERNS):
+                if os.path.isdir(full):
+                    _remove_dir(full)
+                else:
+                    os.remove(full)
+    for parent in (output_dir, checkpoint_root(output_dir)):  # a kill while saving or pruning leaves these
+        for name in os.listdir(parent) if os.path.isdir(parent) else []:
+            if name.startswith((TMP_PREFIX, TRASH_PREFIX)):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    return lock
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The update log
+# ----------------------------------------------------------------------------------------------------------------
+
+class UpdateLog:
+    """``<output_dir>/train_log.jsonl``: one JSON line per update, each flushed when written (kept if the run is killed).
+
+    A resumed run appends: a ``{"event": "start"}`` line marks where, so a step logged twice (once by a killed segment,
+    once after the resume) reads as two segments of the same run.
+    """
+
+    def __init__(self, output_dir: str, enabled: bool = True):
+        self.handle = open(os.path.join(output_dir, UPDATE_LOG), "a", encoding="utf-8") if enabled else None
+
+    def write(self, **record) -> None:
+        if self.handle is not None:
+            self.handle.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+def read_update_log(output_dir: str) -> list[dict]:
+    """The records of ``train_log.jsonl``; a last line cut short by a kill is left out."""
+    records = []
+    with open(os.path.join(output_dir, UPDATE_LOG), encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+    return records

@@ -1,0 +1,345 @@
+"""Bad settings and bad data are refused before the first update, with a message that names the problem (issue 11,
+items 2-4): schedule and step counts, held-out percentages, fp16 on a CPU, fine-tuning labels, and the scripts'
+`error:` line instead of a traceback."""
+
+import os
+
+import pytest
+
+from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, tiny_pretrain_overrides
+
+from linformer_hf.training.config import ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe
+
+
+def pretrain(**extra):
+    overrides = tiny_pretrain_overrides("unused-tokenizer", "unused-output", max_steps=10)
+    overrides.update(extra)
+    return load_recipe(PretrainRecipe, None, extra=overrides)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from linformer_hf import LinformerConfig
+
+    out = tmp_path_factory.mktemp("model")
+    LinformerConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=32, max_sequence_length=32, projected_length=8).save_pretrained(out)
+    return str(out)
+
+
+def finetune(model_dir, **extra):
+    overrides = {"model.pretrained": model_dir, "data.train_file": SST2_TRAIN, "data.validation_file": SST2_DEV}
+    overrides.update(extra)
+    return load_recipe(FinetuneRecipe, None, extra=overrides)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Item 2: settings checked before the work, not after it
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("training, message", [
+    # The polynomial schedule divides by max_steps - warmup_steps at the last update.
+    ({"warmup_steps": 10}, r"warmup_steps=10 must be smaller than training.max_steps=10.*polynomial"),
+    ({"warmup_steps": 30, "lr_scheduler_type": "linear"}, r"warmup_steps=30 must be smaller than training.max_steps=10"),
+    ({"warmup_steps": -1}, r"training.warmup_steps must be >= 0, got -1"),
+    ({"max_steps": -5}, r"training.max_steps must be >= 1, got -5"),
+    ({"checkpointing_steps": -2}, r"training.checkpointing_steps must be >= 1 \(or null: never\), got -2"),
+    ({"eval_steps": -1}, r"training.eval_steps must be >= 1 \(or null: never\), got -1"),
+    ({"checkpoints_total_limit": -1}, r"training.checkpoints_total_limit must be >= 1"),
+    ({"stop_after_steps": 0}, r"training.stop_after_steps must be >= 1"),
+    ({"learning_rate": 0}, r"training.learning_rate must be > 0"),
+])
+def test_pretraining_settings_refused_at_load(training, message):
+    with pytest.raises(ConfigError, match=message):
+        pretrain(**{f"training.{k}": v for k, v in training.items()})
+
+
+def test_constant_schedule_may_have_any_warmup():
+    recipe = pretrain(**{"training.lr_scheduler_type": "constant", "training.warmup_steps": 50})
+    assert recipe.training.warmup_steps == 50
+
+
+@pytest.mark.parametrize("percentage", [0, 100, -3, 150])
+def test_validation_split_percentage_must_be_inside_0_100(percentage, model_dir):
+    with pytest.raises(ConfigError, match=rf"data.validation_split_percentage must be in \(0, 100\).*got {percentage}"):
+        pretrain(**{"data.validation_split_percentage": percentage})
+    with pytest.raises(ConfigError, match=rf"data.validation_split_percentage must be in \(0, 100\).*got {percentage}"):
+        finetune(model_dir, **{"data.validation_split_percentage": percentage})
+
+
+@pytest.mark.parametrize("training, message", [
+    ({"num_train_epochs": 0}, r"training.num_train_epochs must be > 0 \(or set training.max_steps\), got 0"),
+    ({"num_train_epochs": -1.5}, r"training.num_train_epochs must be > 0"),
+    ({"max_steps": -3}, r"training.max_steps must be >= 1 \(or null: train for num_train_epochs\), got -3"),
+    ({"eval_steps": -10}, r"training.eval_steps must be >= 1"),
+    ({"warmup_ratio": 1.0}, r"training.warmup_ratio must be in \[0, 1\), got 1.0"),
+])
+def test_finetuning_settings_refused_at_load(training, message, model_dir):
+    with pytest.raises(ConfigError, match=message):
+        finetune(model_dir, **{f"training.{k}": v for k, v in training.items()})
+    # Zero epochs are fine when max_steps says how long to train.
+    if training == {"num_train_epochs": 0}:
+        assert finetune(model_dir, **{"training.num_train_epochs": 0, "training.max_steps": 5}).training.max_steps == 5
+
+
+def test_fp16_on_cpu_says_it_runs_fp32(tmp_path, caplog):
+    """Accelerate accepts mixed_precision=fp16 on a CPU and computes in fp32 without a word: the run says so."""
+    from accelerate.state import AcceleratorState
+
+    from linformer_hf.training.pretraining import run_pretraining
+    from linformer_hf.training.tokenizer import train_bpe_tokenizer
+
+    tok = tmp_path / "tok"
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        train_bpe_tokenizer([line for _, line in zip(range(300), fh)], str(tok), vocab_size=400, model_max_length=64)
+    overrides = tiny_pretrain_overrides(tok, tmp_path / "run", max_steps=3, mixed_precision="fp16")
+    overrides["data.max_train_blocks"] = 24
+    AcceleratorState._reset_state(reset_partial_state=True)  # the precision is fixed per process once set
+    try:
+        with caplog.at_level("WARNING"):
+            summary = run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides), show_progress=False)
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert summary["completed_steps"] == 3
+    assert any("fp16 was asked for" in r.getMessage() and "computes in fp32" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Item 3: fine-tuning labels are checked against num_labels when the data is loaded
+# ------------------------------------------------------------------------------------------------------------------
+
+def write_sst2(path, labels):
+    """An SST-2 layout file with real sentences and the given label cells (strings, written as they are)."""
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        sentences = [line.split("\t")[0] for line in list(fh)[1:len(labels) + 1]]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("sentence\tlabel\n")
+        for sentence, label in zip(sentences, labels):
+            fh.write(f"{sentence}\t{label}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("cell, shown", [
+    ("2", "2"),  # out of range for num_labels=2: crashed mid-training
+    ("1.5", "1.5"),  # was truncated to 1
+    ("pos", "'pos'"),
+    ("-1", "-1"),
+    ("", "missing"),  # was a TypeError
+])
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_bad_label_names_file_line_and_value(model_dir, tmp_path, cell, shown, split):
+    from linformer_hf.training.finetuning import load_task_data
+
+    labels = ["0", "1"] * 10
+    labels[6] = cell  # data row 7 = line 8 of the file (after the header)
+    bad = write_sst2(tmp_path / f"bad_{split}.tsv", labels)
+    good = write_sst2(tmp_path / "good.tsv", ["0", "1"] * 10)
+    files = {"data.train_file": bad, "data.validation_file": good} if split == "train" else \
+        {"data.train_file": good, "data.validation_file": bad}
+    with pytest.raises(ConfigError) as err:
+        load_task_data(finetune(model_dir, **files))
+    message = str(err.value)
+    assert bad in message and "line 8" in message and shown in message, message
+    assert "[0, 2)" in message  # what a label must be
+
+
+def test_labels_in_csv_and_jsonl_are_checked_too(model_dir, tmp_path):
+    from linformer_hf.training.finetuning import load_task_data
+
+    csv_file = tmp_path / "train.csv"
+    csv_file.write_text('sentence,label\n"a fine film",1\n"dull",0\n"odd",3\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"train.csv: 1 row\(s\) of column 'label'.*line 4: 3"):
+        load_task_data(finetune(model_dir, **{"data.train_file": str(csv_file)}))
+    jsonl = tmp_path / "dev.jsonl"
+    jsonl.write_text('{"sentence": "good", "label": 1}\n{"sentence": "bad", "label": 0.5}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"dev.jsonl: .*line 2: 0.5"):
+        load_task_data(finetune(model_dir, **{"data.validation_file": str(jsonl)}))
+
+
+def test_good_labels_load_unchanged(model_dir):
+    from linformer_hf.training.finetuning import load_task_data
+
+    splits = load_task_data(finetune(model_dir))
+    assert set(splits["validation"]["label"]) == {0, 1} and len(splits["validation"]) == 872
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Item 4: the scripts print one `error:` line, never a traceback, for input the user can fix
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from linformer_hf.training.tokenizer import train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("tok")
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        train_bpe_tokenizer([line for _, line in zip(range(300), fh)], str(out), vocab_size=400, model_max_length=64)
+    return str(out)
+
+
+def run_main(script, argv, capsys):
+    from training_utils import load_script
+
+    code = load_script(script).main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def pretrain_argv(tokenizer_dir, tmp_path, *extra):
+    return ["--config", "configs/pretrain/demo.yaml", "--no_progress", "--model.config_file", "configs/model/tiny_test.yaml",
+            "--tokenizer.name_or_path", tokenizer_dir, "--data.train_files", f"[{WIKITEXT}]", "--data.validation_files",
+            "[]", "--data.block_size", "64", "--training.output_dir", str(tmp_path / "out"), *extra]
+
+
+def test_invalid_yaml_is_an_error_line(tokenizer_dir, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("training:\n  max_steps: [1,\n")
+    line = run_main("pretrain", ["--config", str(bad)], capsys)
+    assert str(bad) in line and "not valid YAML" in line and "line 3" in line
+    line = run_main("finetune", ["--config", str(bad)], capsys)
+    assert str(bad) in line and "not valid YAML" in line
+    model_yaml = tmp_path / "model.yaml"  # the model's own YAML file
+    model_yaml.write_text("hidden_size: {32\n")
+    line = run_main("pretrain", pretrain_argv(tokenizer_dir, tmp_path, "--model.config_file", str(model_yaml)), capsys)
+    assert str(model_yaml) in line and "not valid YAML" in line
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "has no text (it is empty or only blank lines)"),
+    ("\n   \n\n", "has no text (it is empty or only blank lines)"),
+    ("A single document on a single line.\n\n", "hold a single document"),
+])
+def test_empty_or_one_line_corpus_is_an_error_line(tokenizer_dir, tmp_path, capsys, content, message):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(content)
+    argv = pretrain_argv(tokenizer_dir, tmp_path) + ["--data.train_files", f"[{corpus}]"]
+    line = run_main("pretrain", argv, capsys)
+    assert str(corpus) in line and message in line
+    # A single document is enough when validation comes from its own file.
+    if "single" in message:
+        with pytest.raises(ConfigError, match="no block of 64 tokens"):  # too short for a block: a clear error too
+            from linformer_hf.training.pretraining import run_pretraining
+
+            run_pretraining(load_recipe(PretrainRecipe, None, extra=tiny_pretrain_overrides(
+                tokenizer_dir, tmp_path / "o2", max_steps=3) | {"data.train_files": [str(corpus)],
+                                                                "data.validation_files": [WIKITEXT]}),
+                            show_progress=False)
+
+
+@pytest.mark.parametrize("content", ["", "\n \n"])
+def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, content):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(content)
+    line = run_main("train_tokenizer", ["--files", str(corpus), "--vocab_size", "300", "--output_dir",
+                                        str(tmp_path / "tok")], capsys)
+    assert "tokenizer training text is empty" in line
+    assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
+
+
+def test_empty_tokenizer_dir_is_an_error_line(tmp_path, capsys):
+    empty = tmp_path / "tok"
+    empty.mkdir()
+    line = run_main("pretrain", pretrain_argv(str(empty), tmp_path), capsys)
+    assert f"Tokenizer directory {empty} holds no tokenizer" in line
+    assert "python -m linformer_hf.training.train_tokenizer" in line
+
+
+def test_model_config_rejected_by_the_strict_dataclass_is_an_error_line(tokenizer_dir, model_dir, tmp_path, capsys):
+    # Built from the recipe: converted to a ConfigError that names the field.
+    line = run_main("pretrain", pretrain_argv(tokenizer_dir, tmp_path, "--model.config.projected_length", "-1"), capsys)
+    assert "Invalid LinformerConfig" in line and "projected_length" in line and "-1" in line
+    # Read from a saved config.json: huggingface_hub's own error class, caught by the scripts' handler.
+    import json
+    import shutil
+
+    saved = tmp_path / "saved"
+    shutil.copytree(model_dir, saved)
+    config = json.loads((saved / "config.json").read_text())
+    config["sharing"] = "bogus"
+    (saved / "config.json").write_text(json.dumps(config))
+    (tmp_path / "sst2.yaml").write_text("data: {task: sst2}\n")
+    line = run_main("finetune", ["--config", str(tmp_path / "sst2.yaml"), "--model.pretrained", str(saved),
+                                 "--model.tokenizer", tokenizer_dir, "--data.train_file", SST2_DEV,
+                                 "--training.output_dir", str(tmp_path / "ft")], capsys)
+    assert "invalid model config" in line and "sharing" in line and "bogus" in line
+
+
+def test_conversion_script_errors(tmp_path, capsys):
+    from transformers import BertConfig
+
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "no_such_model"), str(tmp_path / "o")], capsys)
+    assert "no such directory" in line and str(tmp_path / "no_such_model") in line and "Repo id" not in line
+    (tmp_path / "empty").mkdir()
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "empty"), str(tmp_path / "o")], capsys)
+    assert "has no config.json" in line
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
+        tmp_path / "bert")
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "bert"), str(tmp_path / "o")], capsys)
+    assert "'bert' checkpoint, not 'roberta'" in line
+    # The same missing directory given to fine-tuning's on-the-fly conversion.
+    with pytest.raises(ConfigError, match="no such directory"):
+        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path / "no_such_model"),
+                                                 "model.convert_from_roberta": {}, "data.train_file": SST2_TRAIN})
+
+
+def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
+    from transformers import RobertaConfig
+
+    RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
+        tmp_path / "roberta")
+    line = run_main("push_to_hub", [str(tmp_path / "roberta"), "me/model", "--dry-run", "--output-dir",
+                                    str(tmp_path / "hub")], capsys)
+    assert "holds a 'roberta' model, not a Linformer" in line and "convert_roberta_to_linformer" in line
+
+
+def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
+    from linformer_hf.training.finetuning import run_finetuning
+
+    out = tmp_path / "ft"
+    (out / "best").mkdir(parents=True)
+    (out / "results.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    # What the Trainer leaves in output_dir when the run is killed: its checkpoint and TensorBoard logs.
+    (out / "checkpoint-3").mkdir()
+    (out / "runs" / "Nov22_host").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=rf"training.output_dir={out} is not empty \(it holds best, checkpoint-3, "
+                                          r"notes.txt, results.json, runs\).*--training.overwrite_output_dir true"):
+        run_finetuning(finetune(model_dir, **{"training.output_dir": str(out)}), show_progress=False)
+    assert (out / "best").is_dir() and (out / "results.json").exists() and (out / "checkpoint-3").is_dir()
+    # Overwriting deletes the earlier run's outputs only (the model dir here has no weights: the run stops there).
+    with pytest.raises(OSError, match="no file named model.safetensors"):
+        run_finetuning(finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
+                       show_progress=False)
+    assert sorted(os.listdir(out)) == [".run.lock", "notes.txt"]
+
+
+def test_finetuning_is_refused_while_another_run_holds_its_output_dir(model_dir, tmp_path):
+    """The Trainer writes its checkpoints inside the claimed directory: a second run there is refused by the lock,
+    even with overwrite_output_dir, before it deletes anything."""
+    import signal
+    import subprocess
+    import sys
+
+    from training_utils import script_env
+
+    from linformer_hf.training.finetuning import run_finetuning
+
+    out = tmp_path / "ft"
+    out.mkdir()
+    (out / "checkpoint-2").mkdir()  # the live run's
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from linformer_hf.training.checkpointing import RunLock\n"
+                               "RunLock.acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)", str(out)],
+                              env=script_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
+            run_finetuning(finetune(model_dir, **{"training.output_dir": str(out),
+                                                  "training.overwrite_output_dir": True}), show_progress=False)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (out / "checkpoint-2").is_dir()

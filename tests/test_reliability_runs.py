@@ -1,0 +1,312 @@
+"""No run loses its work or takes another's (issue 11, items 1, 2 and 5): the output-directory policy and lock, the
+recipe a checkpoint records, atomic checkpoints with fallback past a torn or corrupt one, the update log, and kills at
+random points (and during a save) that resume to the losses of an uninterrupted run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from training_utils import REPO, WIKITEXT, script_env, tiny_pretrain_overrides
+
+from linformer_hf.training.checkpointing import (COMPLETE_MARKER, LOCK_FILE, RECIPE_FILE, UPDATE_LOG, list_checkpoints,
+                                                 read_update_log)
+from linformer_hf.training.config import ConfigError, PretrainRecipe, apply_overrides, load_recipe
+from linformer_hf.training.pretraining import run_pretraining
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("tokenizer")
+    train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=64)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "wiki_head.txt"
+    with open(WIKITEXT, encoding="utf-8") as src:
+        path.write_text("".join(line for _, line in zip(range(400), src)), encoding="utf-8")
+    return str(path)
+
+
+def overrides(tokenizer_dir, corpus, out, **training):
+    """A tiny run: 40 training blocks of 64 tokens (5 batches an epoch), dropout on, a checkpoint every 2 updates."""
+    o = tiny_pretrain_overrides(tokenizer_dir, out, **{"max_steps": 8, "checkpointing_steps": 2, **training})
+    o.update({"data.train_files": [corpus], "data.max_train_blocks": 40, "data.max_eval_blocks": 16})
+    return o
+
+
+def run(tokenizer_dir, corpus, out, **training):
+    return run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides(tokenizer_dir, corpus, out, **training)),
+                           show_progress=False)
+
+
+def losses_by_step(output_dir):
+    """Every update's loss from train_log.jsonl; a step logged by a killed segment and again after the resume must
+    agree (the resume reproduces it)."""
+    found = {}
+    for record in read_update_log(output_dir):
+        if "loss" in record:
+            step = record["step"]
+            assert found.setdefault(step, record["loss"]) == pytest.approx(record["loss"], abs=1e-6), step
+    return found
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Item 1: whose output directory
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_dir, small_corpus, tmp_path):
+    out = tmp_path / "run"
+    first = run(tokenizer_dir, small_corpus, out, max_steps=4)
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2", "step_4"]
+
+    # A second run, not resuming: refused before any work, the first run's outputs untouched.
+    with pytest.raises(ConfigError) as err:
+        run(tokenizer_dir, small_corpus, out, max_steps=6, seed=7)
+    message = str(err.value)
+    assert f"training.output_dir={out} is not empty" in message and "checkpoints" in message and "final" in message
+    assert "--resume_from_checkpoint latest" in message and "--training.overwrite_output_dir true" in message
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2", "step_4"]
+
+    # `latest` finding the state of a run with another recipe says so, naming every difference.
+    with pytest.raises(ConfigError) as err:
+        run(tokenizer_dir, small_corpus, out, max_steps=6, seed=7, per_device_train_batch_size=4,
+            resume_from_checkpoint="latest")
+    message = str(err.value)
+    assert "(step_4) was written by another run" in message
+    assert "training.seed: 42 in the checkpoint, 7 now" in message
+    assert "training.per_device_train_batch_size: 8 in the checkpoint, 4 now" in message
+    with pytest.raises(ConfigError, match=r"model.hidden_size: 32 in the checkpoint, 48 now"):
+        run_pretraining(load_recipe(PretrainRecipe, None, extra={
+            **overrides(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest"),
+            "model.config": {"hidden_size": 48}}), show_progress=False)
+    with pytest.raises(ConfigError, match=r"data.block_size: 64 in the checkpoint, 32 now"):
+        run_pretraining(load_recipe(PretrainRecipe, None, extra={
+            **overrides(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest"),
+            "data.block_size": 32}), show_progress=False)
+    # ... and one past this run's max_steps is not taken as this run's.
+    with pytest.raises(ConfigError, match=r"at step 4, past training.max_steps=3"):
+        run(tokenizer_dir, small_corpus, out, max_steps=3, resume_from_checkpoint="latest")
+
+    # Overwrite: the earlier run's checkpoints and final model are gone, so nothing of it is resumed or reported.
+    second = run(tokenizer_dir, small_corpus, out, max_steps=3, checkpointing_steps=3, seed=7,
+                 overwrite_output_dir=True)
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_3"]
+    assert json.loads((out / "final" / "eval_results.json").read_text())["step"] == 3
+    assert second["train_losses"][1] != pytest.approx(first["train_losses"][1], abs=1e-6)
+    assert not (out / "summary_step4.json").exists()
+    with pytest.raises(ConfigError, match="overwrite_output_dir deletes the checkpoints"):
+        load_recipe(PretrainRecipe, None, extra=overrides(tokenizer_dir, small_corpus, out, overwrite_output_dir=True,
+                                                          resume_from_checkpoint="latest"))
+
+
+def test_an_output_dir_that_cannot_be_written_fails_before_the_work(tokenizer_dir, small_corpus, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match=rf"training.output_dir={blocker}/run cannot be written: Not a directory"):
+        run(tokenizer_dir, small_corpus, blocker / "run")
+
+
+LOCK_HOLDER = """
+import sys, time
+from linformer_hf.training.checkpointing import RunLock
+RunLock.acquire(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(tokenizer_dir, small_corpus, tmp_path,
+                                                                            caplog):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError) as err:
+            run(tokenizer_dir, small_corpus, out, max_steps=3)
+        message = str(err.value)
+        assert f"Another run is writing to {out}" in message and f"pid {holder.pid}" in message
+        assert f"kill {holder.pid}" in message
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with caplog.at_level("WARNING"):
+        summary = run(tokenizer_dir, small_corpus, out, max_steps=3)
+    assert summary["completed_steps"] == 3
+    assert any(f"Taking over the lock of the run of pid {holder.pid}" in r.getMessage() for r in caplog.records)
+    assert (out / LOCK_FILE).read_text() == ""  # released at the end
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Item 5: atomic checkpoints; a torn or corrupt newest one is skipped
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_latest_falls_back_past_corrupt_and_torn_checkpoints(tokenizer_dir, small_corpus, tmp_path, caplog):
+    full = run(tokenizer_dir, small_corpus, tmp_path / "full")
+    out = tmp_path / "part"
+    run(tokenizer_dir, small_corpus, out, stop_after_steps=6)
+    checkpoints = list_checkpoints(out)
+    assert [os.path.basename(p) for p in checkpoints] == ["step_2", "step_4", "step_6"]
+    assert sorted(os.listdir(out / "checkpoints")) == ["step_2", "step_4", "step_6"]  # no temporary left
+    for path in checkpoints:
+        marker = json.loads(open(os.path.join(path, COMPLETE_MARKER)).read())["files"]
+        assert {"trainer_state.json", RECIPE_FILE, "model.safetensors"} <= set(marker)
+
+    # step_6: same size, different bytes (corrupt); step_4: no completion marker (as a save cut short leaves it).
+    weights = os.path.join(checkpoints[2], "model.safetensors")
+    data = bytearray(open(weights, "rb").read())
+    data[-100:] = bytes(100)
+    open(weights, "wb").write(bytes(data))
+    os.remove(os.path.join(checkpoints[1], COMPLETE_MARKER))
+
+    with pytest.raises(ConfigError, match=r"step_6 is incomplete or corrupt: model.safetensors is corrupt"):
+        run(tokenizer_dir, small_corpus, out, resume_from_checkpoint=checkpoints[2])
+    with caplog.at_level("WARNING"):
+        resumed = run(tokenizer_dir, small_corpus, out, resume_from_checkpoint="latest")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("step_6: model.safetensors is corrupt" in w and w.endswith("step_2.") for w in warnings), warnings
+    assert any(f"step_4: it has no {COMPLETE_MARKER}" in w for w in warnings), warnings
+    assert resumed["resumed_from"].endswith("step_2")
+    for step in range(3, 9):
+        assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6), step
+    # The torn and corrupt checkpoints were replaced by whole ones of the resumed run.
+    assert all(os.path.isfile(os.path.join(p, COMPLETE_MARKER)) for p in list_checkpoints(out))
+    # The update log kept every segment: 1-6, then 3-8 after the resume, agreeing where they overlap.
+    assert losses_by_step(out) == pytest.approx(full["train_losses"], abs=1e-6)
+    assert [r["step"] for r in read_update_log(out) if r.get("event") == "start"] == [0, 2]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fault injection: SIGKILL at random points and during a save, resume with `latest`, compare with an uninterrupted run
+# ------------------------------------------------------------------------------------------------------------------
+
+KILL_DURING_SAVE = """
+import os, runpy, signal, sys
+from linformer_hf.training import checkpointing
+
+write_marker, target = checkpointing.write_completion_marker, sys.argv[1]
+
+def killed_before_marker(path):  # the checkpoint's files are written, its marker and rename are not
+    if path.endswith(target):
+        os.kill(os.getpid(), signal.SIGKILL)
+    write_marker(path)
+
+checkpointing.write_completion_marker = killed_before_marker
+sys.argv = ["scripts/pretrain.py"] + sys.argv[2:]
+runpy.run_path("scripts/pretrain.py", run_name="__main__")
+"""
+
+
+def pretrain_command(recipe_path, *extra):
+    return [sys.executable, "scripts/pretrain.py", "--config", str(recipe_path), "--no_progress", *extra]
+
+
+def subprocess_env():
+    # The same thread count as this process: the float reductions, hence the losses, are then bit-identical.
+    return script_env(OMP_NUM_THREADS=str(torch.get_num_threads()))
+
+
+def write_recipe(path, tokenizer_dir, corpus, out, **training):
+    path.write_text(yaml.safe_dump(apply_overrides({}, overrides(tokenizer_dir, corpus, out, **training))))
+    return path
+
+
+def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokenizer_dir, small_corpus, tmp_path):
+    """One run in three segments: killed while saving step_4, resumed and killed at a random moment after a random
+    update (while saving, evaluating, logging or computing), resumed to the end. Every update's loss, from every
+    segment, equals the uninterrupted run's."""
+    max_steps = 8
+    full = run(tokenizer_dir, small_corpus, tmp_path / "full", max_steps=max_steps)["train_losses"]
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "run.yaml", tokenizer_dir, small_corpus, out, max_steps=max_steps)
+
+    # 1) killed during the save of step_4: its files are written, its marker and rename are not.
+    killed = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, "step_4", *pretrain_command(recipe)[2:]],
+                            cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert sorted(os.listdir(out / "checkpoints")) == [".tmp-step_4", "step_2"]
+
+    # 2) resumed (from step_2), then killed at a random moment after a random update past the first segment's.
+    rng = random.Random()
+    seed = rng.randrange(1 << 30)
+    rng.seed(seed)
+    kill_after, delay = rng.randrange(5, max_steps), rng.uniform(0.0, 0.3)
+    context = f"random seed {seed}: second segment killed {delay:.2f} s after update {kill_after}"
+    proc = subprocess.Popen(pretrain_command(recipe, "--resume_from_checkpoint", "latest"), cwd=REPO,
+                            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            if max(losses_by_step(out)) >= kill_after:
+                break
+            time.sleep(0.01)
+        time.sleep(delay)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    # 3) resumed to the end (unless the kill came after it: then there is nothing left to do).
+    if not (out / "final").exists():
+        resumed = subprocess.run(pretrain_command(recipe, "--resume_from_checkpoint", "latest"), cwd=REPO,
+                                 env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, f"{context}\n{resumed.stderr[-3000:]}"
+    losses = losses_by_step(out)  # every segment, agreeing where they overlap
+    assert sorted(losses) == list(range(1, max_steps + 1)), context
+    for step in losses:
+        assert losses[step] == pytest.approx(full[step], abs=1e-6), f"{context}: step {step}"
+    assert len([r for r in read_update_log(out) if r.get("event") == "start"]) >= 2, context
+    assert not any(name.startswith(".tmp-") for name in os.listdir(out / "checkpoints")), context
+    assert all(os.path.isfile(os.path.join(p, COMPLETE_MARKER)) for p in list_checkpoints(out)), context
+    assert json.loads((out / "final" / "eval_results.json").read_text())["step"] == max_steps
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The orphan of a SIGKILLed `accelerate launch` keeps the lock
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tokenizer_dir, small_corpus, tmp_path):
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "r.yaml", tokenizer_dir, small_corpus, out, max_steps=5000,
+                          checkpointing_steps=None)
+    launcher = subprocess.Popen([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
+                                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                                 *pretrain_command(recipe)[1:]], cwd=REPO, env=subprocess_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    orphan = None
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not (out / UPDATE_LOG).exists():
+            assert launcher.poll() is None, "accelerate launch ended early"
+            time.sleep(0.1)
+        orphan = json.loads((out / LOCK_FILE).read_text())["pid"]
+        assert orphan != launcher.pid  # the lock is the training process', not the launcher's
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+        os.kill(orphan, 0)  # still running, and writing
+        with pytest.raises(ConfigError) as err:
+            run(tokenizer_dir, small_corpus, out, max_steps=5000, checkpointing_steps=None,
+                overwrite_output_dir=True)
+        assert f"pid {orphan}" in str(err.value) and "accelerate launch" in str(err.value)
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGKILL)
+            launcher.wait()
+        if orphan is not None:
+            try:
+                os.kill(orphan, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert (out / UPDATE_LOG).exists()  # the refused run deleted nothing of the live one's
