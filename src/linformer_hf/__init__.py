@@ -4,8 +4,8 @@ Importing this package registers Linformer with transformers' Auto classes (`mod
 `AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ... and `AutoTokenizer` resolve it like a built-in model.
 """
 
-from .models.linformer.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
-from .models.linformer.modeling_linformer import (
+from .models.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
+from .models.modeling_linformer import (
     LINFORMER_HEADS,
     LinformerForMaskedLM,
     LinformerForMultipleChoice,

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, RobertaConfig
 
-from .models.linformer import modeling_linformer
-from .models.linformer.modeling_linformer import neighbour_average_projection
-from .models.linformer.configuration_linformer import LinformerConfig
+from .models import modeling_linformer
+from .models.modeling_linformer import neighbour_average_projection
+from .models.configuration_linformer import LinformerConfig
 
 # RoBERTa head -> Linformer head. Every pair shares its module tree and parameter names.
 ARCHITECTURE_MAP = {

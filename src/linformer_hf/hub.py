@@ -36,8 +36,8 @@ import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PretrainedConfig
 
-from .models.linformer import modeling_linformer
-from .models.linformer.configuration_linformer import LinformerConfig
+from .models import modeling_linformer
+from .models.configuration_linformer import LinformerConfig
 from .registration import TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).

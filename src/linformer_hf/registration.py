@@ -4,8 +4,8 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, RobertaTokenizer
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 
-from .models.linformer.configuration_linformer import LinformerConfig
-from .models.linformer.modeling_linformer import LINFORMER_HEADS
+from .models.configuration_linformer import LinformerConfig
+from .models.modeling_linformer import LINFORMER_HEADS
 
 # Linformer uses RoBERTa's byte-level BPE tokenizer.
 TOKENIZER_CLASS = RobertaTokenizer

@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from ..models.linformer.configuration_linformer import LinformerConfig
-from ..models.linformer.modeling_linformer import LinformerForMaskedLM
+from ..models.configuration_linformer import LinformerConfig
+from ..models.modeling_linformer import LinformerForMaskedLM
 from .config import ConfigError, ModelSection
 
 
