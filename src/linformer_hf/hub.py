@@ -293,7 +293,14 @@ def prepare_model_folder(
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 
-    expected = ["config.json", "model.safetensors", "modeling_linformer.py", "configuration_linformer.py", "README.md"]
+    expected = [
+        "config.json",
+        "model.safetensors",
+        "modeling_linformer.py",
+        "configuration_linformer.py",
+        "modeling_roberta_with_attention.py",  # imported by modeling_linformer.py
+        "README.md",
+    ]
     absent = [name for name in expected if not os.path.exists(os.path.join(output_dir, name))]
     if absent:
         raise RuntimeError(f"The prepared folder {output_dir} lacks {absent}.")
