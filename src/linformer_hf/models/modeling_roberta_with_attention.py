@@ -304,6 +304,11 @@ class RobertaWithAttentionForCausalLM(RobertaWithAttentionPreTrainedModel, Gener
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        # No cache: every step reads the whole prefix. No position_ids either: generate counts from 0, while RoBERTa's
+        # embeddings number positions themselves from padding_idx + 1 (skipping padding).
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
     @can_return_tuple
     def forward(
         self,
