@@ -168,6 +168,24 @@ def test_causal_favor_at_position_i_is_bidirectional_favor_of_the_prefix():
             torch.testing.assert_close(causal[..., i, :], prefix[..., i, :], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_keys_take_no_part_in_favor_not_even_in_the_stabiliser(kernel, causal):
+    """Padded keys aligned with a feature (whose log-features w^T k' - ||k'||^2 / 2 would set the key maximum) and a
+    large epsilon (so that a key kept in the normaliser, or a stabiliser that moved, would show): the real rows equal
+    FAVOR+ without them."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 10, 8, generator=generator) for _ in range(3))
+    w = draw_random_features(16, 8, generator=generator)
+    k[..., 6:, :] = w[0] * 8**0.25  # k' = k / d^(1/4) = w_0 maximises w_0^T k' - ||k'||^2 / 2
+    mask = torch.ones(2, 10)
+    mask[:, 6:] = 0
+    padded = favor_attention(q, k, v, mask, w, kernel=kernel, epsilon=0.05, causal=causal, chunk_size=4)
+    alone = favor_attention(q[..., :6, :], k[..., :6, :], v[..., :6, :], mask[:, :6], w, kernel=kernel, epsilon=0.05,
+                            causal=causal, chunk_size=4)
+    torch.testing.assert_close(padded[..., :6, :], alone, atol=1e-6, rtol=1e-5)
+
+
 def test_fp16_autocast_key_sums_do_not_overflow():
     """phi(K)^T V over many large values exceeds fp16's 65504; FAVOR+ keeps its sums in fp32 under autocast."""
     generator = torch.Generator().manual_seed(0)
@@ -193,7 +211,8 @@ def test_fp16_autocast_key_sums_do_not_overflow():
 
 @pytest.mark.parametrize("kernel", ["softmax", "relu"])
 def test_outputs_at_real_positions_do_not_depend_on_right_padding_in_any_layer(kernel):
-    model = PerformerModel(tiny_performer(kernel=kernel)).eval()
+    # A large epsilon, so that padded keys kept in the normaliser (as eps-sized features) would show.
+    model = PerformerModel(tiny_performer(kernel=kernel, kernel_epsilon=0.01)).eval()
     ids = random_batch(2, 7)
     short = model(ids, output_hidden_states=True).hidden_states
     padded_ids = torch.cat([ids, torch.randint(3, 99, (2, 9))], dim=1)  # any tokens: the mask must hide them
