@@ -425,3 +425,34 @@ def test_trainer_runs_and_counts_every_training_call(model_class, tmp_path):
     assert len(losses) == 3 and all(loss == loss and loss < 10 for loss in losses)
     assert int(model.roberta.encoder.training_calls) == 3
     assert all(not torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))  # redrawn at call 2
+
+
+def test_a_roberta_checkpoint_loads_with_only_the_features_missing_and_approximates_roberta(tmp_path):
+    """Every RoBERTa weight carries over; the random features are drawn (not left empty), and with many of them the
+    Performer computes nearly what the RoBERTa it came from computes (the paper's backward compatibility)."""
+    from transformers import RobertaConfig, RobertaModel
+
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 max_position_embeddings=66, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    roberta = RobertaModel(RobertaConfig(**sizes), add_pooling_layer=False).eval()
+    with torch.no_grad():  # attention logits of std ~0.5, not the near-uniform attention of a fresh init
+        for name, param in roberta.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                param.normal_(0.0, 0.12)
+    roberta.save_pretrained(tmp_path)
+    performer = PerformerModel.from_pretrained(
+        tmp_path, config=PerformerConfig(**sizes, num_random_features=8192), add_pooling_layer=False
+    ).eval()
+    for name, tensor in roberta.state_dict().items():
+        assert torch.equal(performer.state_dict()[name], tensor), name
+    extra = set(performer.state_dict()) - set(roberta.state_dict())
+    assert extra == {"encoder.training_calls"} | {f"encoder.layer.{i}.attention.self.random_features" for i in (0, 1)}
+    assert all(torch.isfinite(f).all() and f.std() > 0.5 for f in features_of(performer))
+
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    expected = roberta(ids, attention_mask=mask).last_hidden_state
+    got = performer(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[0], expected[0], atol=2e-3, rtol=0)
+    torch.testing.assert_close(got[1, :8], expected[1, :8], atol=2e-3, rtol=0)
