@@ -48,9 +48,10 @@ def draw_random_features(
     """W of shape (m, d): rows w ~ N(0, I_d), or orthogonal rows with Gaussian-like lengths.
 
     Orthogonal features (the paper's ORF): ceil(m / d) blocks of d orthonormal rows, each Q^T of the QR decomposition
-    of a d x d Gaussian matrix (with the signs that make it Haar-distributed), cut to m rows; then every row is scaled to the length of a Gaussian row (`"chi"`,
-    chi(d)-distributed, so each row is still marginally N(0, I_d) and the estimate stays unbiased) or to sqrt(d)
-    (`"sqrt_d"`). Drawn in fp32 on the CPU from `generator`, so the same seed gives the same W everywhere.
+    of a d x d Gaussian matrix (with the signs that make it Haar-distributed), cut to m rows; then every row is scaled
+    to the length of a Gaussian row (`"chi"`, chi(d)-distributed, so each row is still marginally N(0, I_d) and the
+    estimate stays unbiased) or to sqrt(d) (`"sqrt_d"`). Drawn in fp32 on the CPU from `generator`, so the same seed
+    gives the same W everywhere.
     """
     if not orthogonal:
         return torch.randn(m, d, generator=generator)
@@ -182,7 +183,8 @@ def _causal_sums(phi_q, log_k, key_proj, v, real, key_epsilon, chunk_size):
     numerator_chunks, normaliser_chunks = [], []
     for start in range(0, seq_len, chunk_size):
         chunk = slice(start, start + chunk_size)
-        q_c, psi_c, v_c, t_c, r_c = phi_q[..., chunk, :], psi[..., chunk, :], v[..., chunk, :], t[..., chunk, :], running[..., chunk, :]
+        q_c, psi_c, v_c = phi_q[..., chunk, :], psi[..., chunk, :], v[..., chunk, :]
+        t_c, r_c = t[..., chunk, :], running[..., chunk, :]
         size = q_c.shape[-2]
         # Earlier chunks: phi(q_i)^T S, moved from the state's reference to R_i.
         carried = torch.exp(reference - r_c)  # (batch, heads, C, 1), <= 1
@@ -238,7 +240,9 @@ class PerformerSelfAttention(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return f"m={c.num_random_features}, kernel={c.kernel}, orthogonal={c.orthogonal_features}, causal={self.is_causal}"
+        return (
+            f"m={c.num_random_features}, kernel={c.kernel}, orthogonal={c.orthogonal_features}, causal={self.is_causal}"
+        )
 
     @torch.no_grad()
     def redraw_features(self, generator: torch.Generator | None = None) -> None:
