@@ -187,6 +187,31 @@ def test_padded_keys_take_no_part_in_favor_not_even_in_the_stabiliser(kernel, ca
     torch.testing.assert_close(padded[..., :6, :], alone, atol=1e-6, rtol=1e-5)
 
 
+def test_causal_favor_never_materialises_an_l_by_l_or_l_by_m_by_d_tensor():
+    """Forward and backward of causal FAVOR+ at L = 1024: the largest tensor any op creates is an (L x m) feature
+    map, not (L x L) scores nor one (m x d) state per position."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class LargestTensor(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            sizes = [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            self.largest = max([self.largest, *sizes])
+            return out
+
+    seq_len, m, d = 1024, 16, 8
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, seq_len, d, generator=generator).requires_grad_() for _ in range(3))
+    w = draw_random_features(m, d, generator=generator)
+    with LargestTensor() as recorder:
+        favor_attention(q, k, v, torch.ones(1, seq_len), w, causal=True, chunk_size=32).sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+    assert recorder.largest <= seq_len * max(m, d), recorder.largest
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_fp16_autocast_key_sums_do_not_overflow(causal):
     """phi(K)^T V over many large values exceeds fp16's 65504; FAVOR+ keeps its sums in fp32 under autocast."""
