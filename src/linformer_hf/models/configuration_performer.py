@@ -67,7 +67,7 @@ class PerformerConfig(RobertaConfig):
     feature_redraw_interval: int | None = 1000
     freeze_features: bool = False
     # None means "the kernel's default", derived in __post_init__.
-    kernel_epsilon: float | None = None
+    kernel_epsilon: float | int | None = None
     causal_chunk_size: int = 128
 
     def __post_init__(self, **kwargs):
