@@ -26,7 +26,12 @@ from linformer_hf import (
 )
 from linformer_hf.models import modeling_performer
 from linformer_hf.models.modeling_performer import draw_random_features, favor_attention
-from linformer_hf.research.approximation import error_table, exact_attention, favor_relative_error
+from linformer_hf.research.approximation import (
+    error_table,
+    exact_attention,
+    favor_relative_error,
+    teacher_queries_keys,
+)
 
 HEADS = {name: (getattr(transformers, name), cls) for name, cls in linformer_hf.PERFORMER_HEADS.items()}
 
@@ -482,3 +487,21 @@ def test_a_roberta_checkpoint_loads_with_only_the_features_missing_and_approxima
     got = performer(ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(got[0], expected[0], atol=2e-3, rtol=0)
     torch.testing.assert_close(got[1, :8], expected[1, :8], atol=2e-3, rtol=0)
+
+
+def test_teacher_queries_and_keys_are_what_each_layer_computes():
+    from transformers import RobertaConfig, RobertaModel
+
+    roberta = RobertaModel(RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=37, max_position_embeddings=66)).eval()
+    ids = random_batch(2, 9)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    pairs = teacher_queries_keys(roberta, ids, mask)
+    hidden = roberta(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(pairs) == 2
+    for layer, (q, k) in enumerate(pairs):
+        attention = roberta.encoder.layer[layer].attention.self
+        assert q.shape == k.shape == (2, 4, 9, 8)
+        torch.testing.assert_close(q, attention.query(hidden[layer]).view(2, 9, 4, 8).transpose(1, 2))
+        torch.testing.assert_close(k, attention.key(hidden[layer]).view(2, 9, 4, 8).transpose(1, 2))

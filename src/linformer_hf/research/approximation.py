@@ -108,4 +108,34 @@ def error_table(
     return rows
 
 
-__all__ = ["ErrorRow", "error_table", "exact_attention", "favor_relative_error"]
+@torch.no_grad()
+def teacher_queries_keys(model, input_ids, attention_mask=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The queries and keys every layer of a BERT-style encoder computes for these inputs (what a Performer would
+    feed FAVOR+ if it took over the weights), as (Q, K) per layer, each (batch, heads, L, d_h).
+
+    Works on any model whose self-attention modules hold `query` and `key` linear maps and a head count
+    (RoBERTa, BERT, Linformer, Performer): they are read by forward hooks, so the model runs unchanged.
+    """
+    attentions = [m for m in model.modules() if hasattr(m, "query") and hasattr(m, "key")]
+    if not attentions:
+        raise ValueError(f"{type(model).__name__} has no self-attention modules with `query` and `key` maps.")
+    captured: dict[tuple[int, str], torch.Tensor] = {}
+    hooks = []
+    for index, attention in enumerate(attentions):
+        heads = getattr(attention, "num_attention_heads", None) or model.config.num_attention_heads
+        for name in ("query", "key"):
+
+            def hook(_module, _inputs, output, index=index, name=name, heads=heads):
+                # (batch, L, d) -> (batch, heads, L, d_h)
+                captured[index, name] = output.unflatten(-1, (heads, -1)).transpose(1, 2).float()
+
+            hooks.append(getattr(attention, name).register_forward_hook(hook))
+    try:
+        model.eval()(input_ids=input_ids, attention_mask=attention_mask)
+    finally:
+        for handle in hooks:
+            handle.remove()
+    return [(captured[i, "query"], captured[i, "key"]) for i in range(len(attentions))]
+
+
+__all__ = ["ErrorRow", "error_table", "exact_attention", "favor_relative_error", "teacher_queries_keys"]
