@@ -276,7 +276,8 @@ def test_causal_lm_loss_and_generation():
     out = model(ids, labels=ids)
     shifted = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 99), ids[:, 1:].reshape(-1))
     torch.testing.assert_close(out.loss, shifted)
-    generated = model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False, use_cache=False)
+    assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight  # tied, as RoBERTa's
+    generated = model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False)  # no cache: re-reads the prefix
     manual = ids[:1, :4]
     for _ in range(3):
         manual = torch.cat([manual, model(manual).logits[:, -1:].argmax(-1)], dim=1)
