@@ -506,3 +506,26 @@ def test_teacher_queries_and_keys_are_what_each_layer_computes():
         assert q.shape == k.shape == (2, 4, 9, 8)
         torch.testing.assert_close(q, attention.query(hidden[layer]).view(2, 9, 4, 8).transpose(1, 2))
         torch.testing.assert_close(k, attention.key(hidden[layer]).view(2, 9, 4, 8).transpose(1, 2))
+
+
+def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
+    """The measurement on a saved encoder and its tokenizer, end to end through the script."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+    import measure_favor_error
+    from tiny_roberta import WIKITEXT, build_tokenizer, tiny_roberta_config
+    from transformers import RobertaModel
+
+    tokenizer = build_tokenizer(str(tmp_path / "model"))
+    tokenizer.save_pretrained(tmp_path / "model")
+    RobertaModel(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "model")
+    result = measure_favor_error.main(
+        [str(tmp_path / "model"), WIKITEXT, str(tmp_path / "error.json"), "--seq-len", "16", "--max-inputs", "3",
+         "--ms", "8", "64", "--seeds", "2"]
+    )
+    assert json.loads((tmp_path / "error.json").read_text()) == result
+    assert result["inputs"] == 3 and result["seq_len"] == 16
+    assert [layer["layer"] for layer in result["layers"]] == [0, 1]
+    assert all(layer["logit_std"] > 0 for layer in result["layers"])
+    settings = {(r["kernel"], r["orthogonal"], r["num_random_features"]) for r in result["mean_over_layers"]}
+    assert settings == {(k, o, m) for k in ("softmax", "relu") for o in (True, False) for m in (8, 64)}
+    assert all(0 <= r["mean"] < 10 for r in result["mean_over_layers"])

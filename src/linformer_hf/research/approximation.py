@@ -138,4 +138,67 @@ def teacher_queries_keys(model, input_ids, attention_mask=None) -> list[tuple[to
     return [(captured[i, "query"], captured[i, "key"]) for i in range(len(attentions))]
 
 
-__all__ = ["ErrorRow", "error_table", "exact_attention", "favor_relative_error", "teacher_queries_keys"]
+def measure_model(
+    model_path: str,
+    text_path: str,
+    seq_len: int = 128,
+    max_inputs: int = 4,
+    ms: tuple[int, ...] = (32, 64, 128, 256, 512, 1024),
+    seeds: int = 3,
+    trust_remote_code: bool = False,
+) -> dict:
+    """The FAVOR+ error on a pretrained encoder's own queries and keys, per layer and averaged over layers.
+
+    The first `max_inputs` texts of `text_path` (see `spectrum.read_texts`), each cut to `seq_len` tokens (shorter
+    ones padded; padded keys and query rows are left out of the error). Returns a JSON-ready dict: the inputs, each
+    layer's logit spread (std of q^T k / sqrt(d_h) over real pairs) and error rows, and the mean over layers of
+    every setting.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    from .spectrum import read_texts
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    model = AutoModel.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    texts = read_texts(text_path, limit=max_inputs)
+    batch = tokenizer(texts, truncation=True, max_length=seq_len, padding=True, return_tensors="pt")
+    mask = batch["attention_mask"]
+    pairs = teacher_queries_keys(model, batch["input_ids"], mask)
+    real_pairs = (mask[:, None, :, None] * mask[:, None, None, :]).bool()  # (batch, 1, L, L)
+    layers, totals = [], {}
+    for layer, (q, k) in enumerate(pairs):
+        logits = torch.matmul(q, k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        rows = error_table(q, k, ms=ms, seeds=seeds, mask=mask)
+        layers.append(
+            {
+                "layer": layer,
+                "logit_std": float(logits.masked_select(real_pairs.expand_as(logits)).std()),
+                "rows": [vars(row) for row in rows],
+            }
+        )
+        for row in rows:
+            totals.setdefault((row.kernel, row.orthogonal, row.num_random_features), []).append(row.mean)
+    mean_over_layers = [
+        {"kernel": kernel, "orthogonal": orthogonal, "num_random_features": m, "mean": sum(v) / len(v)}
+        for (kernel, orthogonal, m), v in totals.items()
+    ]
+    return {
+        "model": model_path,
+        "text": text_path,
+        "inputs": int(mask.shape[0]),
+        "seq_len": int(mask.shape[1]),
+        "real_tokens": int(mask.sum()),
+        "seeds": seeds,
+        "layers": layers,
+        "mean_over_layers": mean_over_layers,
+    }
+
+
+__all__ = [
+    "ErrorRow",
+    "error_table",
+    "exact_attention",
+    "favor_relative_error",
+    "measure_model",
+    "teacher_queries_keys",
+]
