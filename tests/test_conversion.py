@@ -23,6 +23,7 @@ from linformer_hf.conversion import (
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import convert_roberta_to_linformer  # noqa: E402
+import convert_to_linformer  # noqa: E402
 
 OUTPUT_KEY = {"RobertaModel": "last_hidden_state"}
 
@@ -199,7 +200,8 @@ def test_unsupported_heads_and_models_are_refused(tmp_path):
 
 def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokenizer):
     save_roberta("RobertaForMaskedLM", tmp_path / "roberta", tokenizer)
-    convert_roberta_to_linformer.main([
+    assert convert_roberta_to_linformer.main is convert_to_linformer.main  # the old name stays a thin alias
+    convert_to_linformer.main([
         str(tmp_path / "roberta"), str(tmp_path / "linformer"), "--max-sequence-length", "32",
         "--projected-length", "8,4", "--sharing", "key_value",
     ])
@@ -209,6 +211,12 @@ def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokeniz
     reloaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "linformer"))
     assert reloaded.model_max_length == 32
     assert reloaded("a cat")["input_ids"] == tokenizer("a cat")["input_ids"]
+
+
+def test_script_explains_the_removed_identity_init(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), "--projection-init", "identity"])
+    assert "'identity' was removed: it is 'neighbour_average' at k = n" in capsys.readouterr().err
 
 
 def test_fine_tuned_classifier_keeps_its_labels():
