@@ -484,7 +484,7 @@ def _copy_tokenizer(source: str, output_dir: str, max_sequence_length: int) -> s
             f"{max_sequence_length}")
 
 
-def _copy_sentence_transformers_modules(source: str, output_dir: str) -> list[str]:
+def copy_sentence_transformers_modules(source: str, output_dir: str) -> list[str]:
     """Copy a sentence-transformers folder's pooling description (configuration only, no weights)."""
     if not os.path.isdir(source) or not os.path.exists(os.path.join(source, "modules.json")):
         return []
@@ -525,7 +525,7 @@ def convert_checkpoint(
     linformer.save_pretrained(output_dir)
     if copy_tokenizer:
         report.tokenizer = _copy_tokenizer(source, output_dir, report.max_sequence_length)
-    copied = _copy_sentence_transformers_modules(source, output_dir)
+    copied = copy_sentence_transformers_modules(source, output_dir)
     if copied:
         report.notes.append(
             f"sentence-transformers modules copied as they are: {copied} (pooling runs on the encoder's token "
@@ -543,6 +543,7 @@ __all__ = [
     "SOURCE_CONFIGS",
     "ConversionReport",
     "convert_checkpoint",
+    "copy_sentence_transformers_modules",
     "convert_model",
     "extend_position_embeddings",
     "linformer_config_from_roberta",
