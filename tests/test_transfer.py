@@ -48,7 +48,7 @@ def arguments(pair, output_dir, **overrides):
 
 
 def mean_error(fidelity, length):
-    errors = fidelity[str(length)]["attention_relative_error_per_layer"]
+    errors = fidelity["windows"][str(length)]["attention_relative_error_per_layer"]
     return sum(errors) / len(errors)
 
 
@@ -57,8 +57,9 @@ def test_at_k_equal_n_the_student_already_matches_its_teacher(pair, tmp_path):
     report = run_transfer(arguments(pair, tmp_path, student=str(pair / "student_k16"), layer_steps=1,
                                     projection_learning_rate=0.0))
     for length in ("8", "16"):
-        assert max(report["before"][length]["attention_relative_error_per_layer"]) < 1e-5
-        assert report["before"][length]["embedding_cosine_min"] > 0.99999
+        assert max(report["before"]["windows"][length]["attention_relative_error_per_layer"]) < 1e-5
+        assert report["before"]["windows"][length]["embedding_cosine_min"] > 0.99999
+    assert report["before"]["documents"]["embedding_cosine_min"] > 0.99999  # whole documents, padded batches
 
 
 def test_layer_local_transfer_lowers_the_attention_error(pair, tmp_path):
@@ -116,3 +117,13 @@ def test_script_flags(pair, tmp_path):
                    "--show_progress", "false"])
     assert report["lengths"] == [8, 16] and report["arguments"]["layer_steps"] == 2
     assert (tmp_path / "transfer_report.json").exists()
+
+
+def test_evaluate_only_measures_without_training(pair, tmp_path):
+    report = main(["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"),
+                   "--output_dir", str(tmp_path), "--text_files", str(pair / "text.txt"), "--lengths", "16",
+                   "--evaluate_only", "--eval_documents", "20", "--show_progress", "false"])
+    documents = report["fidelity"]["documents"]
+    assert documents["documents"] == 20 and documents["embedding_cosine_mean"] < 0.999  # random E, F: off
+    assert json.loads((tmp_path / "fidelity.json").read_text())["fidelity"] == report["fidelity"]
+    assert not (tmp_path / "model.safetensors").exists()

@@ -77,6 +77,10 @@ class TransferArguments:
     eval_fraction: float = dataclasses.field(
         default=0.1, metadata={"help": "share of documents held out for the fidelity evaluation"})
     eval_windows: int = dataclasses.field(default=8, metadata={"help": "held-out windows per length"})
+    eval_documents: int = dataclasses.field(
+        default=64, metadata={"help": "held-out documents embedded whole (truncated to n) for the cosine figure"})
+    evaluate_only: bool = dataclasses.field(
+        default=False, metadata={"help": "measure the student's fidelity on all the given text, train nothing"})
     log_every: int = 10
     checkpoint_every: int = 100
     checkpoints_to_keep: int = 2
@@ -91,7 +95,8 @@ class TransferArguments:
         if (self.text_files is None) == (self.dataset is None):
             raise ValueError("Give the text either as --text_files or as --dataset (with --data_files for a local "
                              "csv/json/text builder), not both and not neither.")
-        if self.layer_steps < 0 or self.end_to_end_steps < 0 or self.layer_steps + self.end_to_end_steps == 0:
+        if self.layer_steps < 0 or self.end_to_end_steps < 0 or (
+                self.layer_steps + self.end_to_end_steps == 0 and not self.evaluate_only):
             raise ValueError("Nothing to train: set --layer_steps and/or --end_to_end_steps to a positive number.")
         if self.batch_size <= 0 or self.eval_windows <= 0:
             raise ValueError("--batch_size and --eval_windows must be positive.")
@@ -231,19 +236,24 @@ class TokenStreams:
 
     train: torch.Tensor
     held_out: torch.Tensor
+    held_out_documents: list[str]
 
 
 def tokenize_streams(texts: list[str], tokenizer, eval_fraction: float, seed: int) -> TokenStreams:
+    """Shuffle the documents (seeded), hold out the first `eval_fraction` of them, concatenate each part's tokens.
+
+    `eval_fraction=1` holds out everything (evaluation only)."""
     order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()
     held_out_count = max(1, round(len(texts) * eval_fraction))
-    if held_out_count >= len(texts):
+    if held_out_count >= len(texts) and eval_fraction < 1:
         raise ValueError(f"{len(texts)} document(s) cannot be split into training and held-out text; give more.")
     ids = tokenizer([texts[i] for i in order], add_special_tokens=False, verbose=False)["input_ids"]
 
     def stream(documents):
         return torch.tensor([token for document in documents for token in document], dtype=torch.long)
 
-    return TokenStreams(train=stream(ids[held_out_count:]), held_out=stream(ids[:held_out_count]))
+    return TokenStreams(train=stream(ids[held_out_count:]), held_out=stream(ids[:held_out_count]),
+                        held_out_documents=[texts[i] for i in order[:held_out_count]])
 
 
 def num_special_tokens(tokenizer) -> int:
@@ -329,6 +339,34 @@ def evaluate_fidelity(teacher, student, batches: dict[int, torch.Tensor], batch_
             "windows": int(ids.shape[0]),
         }
     return results
+
+
+@torch.no_grad()
+def evaluate_documents(teacher, student, tokenizer, documents: list[str], batch_size: int = 8) -> dict:
+    """Embedding cosine (mean pooling) between student and teacher on whole documents, as the model is used: each
+    document tokenized with the tokenizer's framing, truncated to the student's n, batches padded."""
+    device = next(student.parameters()).device
+    n = student.config.max_sequence_length
+    cosines, lengths = [], []
+    for start in range(0, len(documents), batch_size):
+        batch = tokenizer(documents[start:start + batch_size], truncation=True, max_length=n, padding=True,
+                          return_tensors="pt").to(device)
+        mask = batch["attention_mask"].float()
+        inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in batch}
+        teacher_out = teacher.base_model(**inputs).last_hidden_state
+        student_out = student.base_model(**inputs).last_hidden_state
+        cosines.append(torch.nn.functional.cosine_similarity(mean_pool(student_out, mask), mean_pool(teacher_out, mask),
+                                                             dim=-1))
+        lengths.append(batch["attention_mask"].sum(1))
+    cosines, lengths = torch.cat(cosines), torch.cat(lengths).float()
+    return {"documents": len(documents), "tokens_median": int(lengths.median().item()),
+            "embedding_cosine_mean": round(cosines.mean().item(), 5),
+            "embedding_cosine_min": round(cosines.min().item(), 5)}
+
+
+def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dict:
+    return {"windows": evaluate_fidelity(teacher, student, batches, batch_size),
+            "documents": evaluate_documents(teacher, student, tokenizer, documents, batch_size)}
 
 
 # ---- training ----
@@ -458,8 +496,22 @@ def run_transfer(args: TransferArguments) -> dict:
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
 
-    streams = tokenize_streams(load_texts(args), tokenizer, args.eval_fraction, args.seed)
+    streams = tokenize_streams(load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed)
+    documents = streams.held_out_documents[: args.eval_documents]
     longest = max(lengths)
+    if args.evaluate_only:
+        started = time.perf_counter()
+        report = {"teacher": args.teacher, "student": args.student, "lengths": lengths,
+                  "fidelity": evaluate(teacher, student.to(accelerator.device).eval(), tokenizer,
+                                       held_out_batches(streams, tokenizer, lengths, args.eval_windows), documents,
+                                       args.batch_size)}
+        report["eval_seconds"] = round(time.perf_counter() - started, 1)
+        if accelerator.is_main_process:
+            os.makedirs(args.output_dir, exist_ok=True)
+            with open(os.path.join(args.output_dir, "fidelity.json"), "w") as handle:
+                json.dump(report, handle, indent=2)
+            print(json.dumps(report["fidelity"], indent=1))
+        return report
     if len(streams.train) < longest:
         raise ValueError(f"The training text has {len(streams.train)} tokens, fewer than one window of {longest}.")
     eval_batches = held_out_batches(streams, tokenizer, lengths, args.eval_windows)
@@ -487,7 +539,7 @@ def run_transfer(args: TransferArguments) -> dict:
             _truncate_log(log_path, progress.step)
         accelerator.print(f"Resumed from {resume_from} at step {progress.step}")
     else:
-        report["before"] = evaluate_fidelity(teacher, student, eval_batches, args.batch_size)
+        report["before"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
         if accelerator.is_main_process:
             _truncate_log(log_path, -1)
             with open(os.path.join(args.output_dir, "fidelity_before.json"), "w") as handle:
@@ -542,7 +594,7 @@ def run_transfer(args: TransferArguments) -> dict:
 
     for parameter in student.parameters():
         parameter.requires_grad_(True)
-    report["after"] = evaluate_fidelity(teacher, student, eval_batches, args.batch_size)
+    report["after"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
     report["train_seconds"] = round(progress.seconds, 1)
     if accelerator.is_main_process:
         _save_result(student, tokenizer, args, report)
@@ -581,11 +633,12 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     copy_sentence_transformers_modules(args.student, args.output_dir)
     with open(os.path.join(args.output_dir, "transfer_report.json"), "w") as handle:
         json.dump(report, handle, indent=2)
-    for length, result in report["after"].items():
-        before = report.get("before", {}).get(length)
+    for length, result in report["after"]["windows"].items():
+        before = report.get("before", {}).get("windows", {}).get(length)
         was = f" (before: {before['embedding_cosine_mean']:.4f})" if before else ""
         print(f"L={length}: embedding cosine {result['embedding_cosine_mean']:.4f}{was}; attention relative error "
               f"per layer {result['attention_relative_error_per_layer']}")
+    print(f"held-out documents: embedding cosine {report['after']['documents']['embedding_cosine_mean']:.4f}")
 
 
 def main(argv: list[str] | None = None) -> dict:
