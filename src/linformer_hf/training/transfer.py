@@ -169,9 +169,13 @@ def capture_attention(teacher):
         hidden_states = args[0] if args else kwargs["hidden_states"]
         records.append((hidden_states.detach(), output[0].detach()))
 
-    handles = [module.register_forward_hook(hook, with_kwargs=True) for module in teacher_attention_layers(teacher)]
+    layers = teacher_attention_layers(teacher)
+    handles = [module.register_forward_hook(hook, with_kwargs=True) for module in layers]
     try:
         yield records
+        if records and len(records) != len(layers):
+            raise RuntimeError(f"Captured {len(records)} attention outputs from a {len(layers)}-layer teacher: its "
+                               "self-attention modules were not each called once per forward.")
     finally:
         for handle in handles:
             handle.remove()
