@@ -38,7 +38,7 @@ def main(argv=None):
                         help="add N(0, std^2) noise to the initialised E/F (default: none)")
     parser.add_argument("--freeze-projections", action="store_true")
     parser.add_argument("--no-tokenizer", action="store_true", help="do not copy the tokenizer")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the projection noise")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random projection init and of the projection noise")
     args = parser.parse_args(argv)
     try:
         check_projection_init(args.projection_init)

@@ -242,8 +242,10 @@ def test_converted_config_records_the_projection_init(tmp_path):
         expected = getattr(rebuilt.roberta.encoder.layer[1].attention.self, name).weight
         torch.testing.assert_close(getattr(saved.roberta.encoder.layer[1].attention.self, name).weight, expected)
         torch.testing.assert_close(expected[0], neighbour_average_projection(16, 4))
-    _, report = convert_model(roberta, projected_length=4, projection_init="random")
-    linformer, _ = convert_model(roberta, projected_length=4, projection_init="random")
+    linformer, _ = convert_model(roberta, projected_length=4, projection_init="random", seed=1)
+    again, _ = convert_model(roberta, projected_length=4, projection_init="random", seed=1)
+    assert torch.equal(linformer.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"],
+                       again.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"])  # seeded
     assert linformer.config.projection_init == "random"
     weight = linformer.roberta.encoder.layer[0].attention.self.key_projection.weight
     assert 0.1 < weight.std().item() * 4 < 10  # N(0, 1/n) with n = 16, not the bins

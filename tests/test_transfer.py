@@ -66,7 +66,7 @@ def test_layer_local_transfer_lowers_the_attention_error(pair, tmp_path):
     report = run_transfer(arguments(pair, tmp_path))
     for length in (8, 16):
         before, after = mean_error(report["before"], length), mean_error(report["after"], length)
-        assert before > 0.5  # random E, F: the student starts far off
+        assert before > 0.3  # random E, F: the student starts far off
         assert after < 0.5 * before, (length, before, after)
     log = [json.loads(line) for line in (tmp_path / "transfer_log.jsonl").read_text().splitlines()]
     assert [record["step"] for record in log] == list(range(1, 31))

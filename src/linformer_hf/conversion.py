@@ -344,11 +344,14 @@ def convert_model(
     )
     target_class = getattr(modeling_linformer, ARCHITECTURE_MAP[source_architecture])
     config.architectures = [target_class.__name__]
-    # The projections are initialised here by the model's own _init_weights, as config.projection_init says.
-    if target_class is modeling_linformer.LinformerModel:
-        linformer = target_class(config, add_pooling_layer=source.pooler is not None)
-    else:
-        linformer = target_class(config)
+    # The projections are initialised here by the model's own _init_weights, as config.projection_init says; seeded,
+    # so that a conversion with a random init is reproducible, without touching the caller's random state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if target_class is modeling_linformer.LinformerModel:
+            linformer = target_class(config, add_pooling_layer=source.pooler is not None)
+        else:
+            linformer = target_class(config)
     linformer.eval()
 
     report = ConversionReport(
