@@ -4,7 +4,7 @@
 #   2. train a byte-level BPE tokenizer on it,
 #   3. pretrain a small Linformer with masked LM (accelerate launch, CPU config),
 #   4. report its validation perplexity, reload it with AutoModelForMaskedLM and show fill-mask predictions.
-# Assumes the environment from scripts/setup_env.sh (.venv). Extra arguments go to pretrain.py, e.g.
+# Assumes the environment from scripts/setup_env.sh (.venv). Extra arguments go to the pretraining module, e.g.
 #   scripts/demo.sh --training.max_steps 1000
 #   scripts/demo.sh --data.train_files '[my.txt]' --data.validation_files '[my_valid.txt]'
 set -euo pipefail
@@ -23,13 +23,14 @@ echo "== 2/4 tokenizer: byte-level BPE, 4096 tokens"
 if [ -f outputs/demo/tokenizer/tokenizer_config.json ]; then
   echo "tokenizer cached in outputs/demo/tokenizer"
 else
-  "$PY" scripts/train_tokenizer.py --files outputs/corpus/docs.train.txt --vocab_size 4096 \
+  "$PY" -m linformer_hf.training.train_tokenizer --files outputs/corpus/docs.train.txt --vocab_size 4096 \
     --model_max_length 128 --output_dir outputs/demo/tokenizer
 fi
 
 echo "== 3/4 pretraining a small Linformer (n = 128, k = 32) with masked LM"
 rm -rf outputs/demo/pretrain
-"$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" scripts/pretrain.py \
+"$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" \
+  -m linformer_hf.training.pretrain \
   --config configs/pretrain/demo.yaml "$@"
 
 echo "== 4/4 reload with AutoModelForMaskedLM and fill-mask"

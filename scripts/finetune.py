@@ -1,35 +1,9 @@
 #!/usr/bin/env python
-"""Fine-tune a pretrained Linformer on SST-2, QNLI, QQP or IMDB (Hub names, or local csv/tsv/json files).
+"""Thin wrapper: `python scripts/finetune.py ...` is `python -m linformer_hf.training.finetune ...` (see its --help)."""
 
-    accelerate launch --config_file configs/accelerate/cpu.yaml scripts/finetune.py --config configs/finetune/sst2.yaml \
-        --model.pretrained outputs/demo/pretrain/final \
-        --data.train_file ../shared/data/sst2/train.tsv --data.validation_file ../shared/data/sst2/dev.tsv
-
-Any recipe key can be overridden as --section.key value. Reports accuracy (and F1 for QQP), keeps the best model in
-<output_dir>/best, writes predictions_validation.tsv (and predictions_test.tsv for data.test_file) and results.json.
-"""
-
-import argparse
 import sys
 
-from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="fine-tuning recipe YAML (configs/finetune/*.yaml)")
-    parser.add_argument("--no_progress", action="store_true")
-    args, rest = parser.parse_known_args(argv)
-    try:
-        recipe = load_recipe(FinetuneRecipe, args.config, rest)
-        from linformer_hf.training.finetuning import run_finetuning
-
-        run_finetuning(recipe, show_progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
-
+from linformer_hf.training.finetune import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,39 +1,9 @@
 #!/usr/bin/env python
-"""Masked-LM pretraining of a Linformer (or the RoBERTa baseline) with Accelerate.
+"""Thin wrapper: `python scripts/pretrain.py ...` is `python -m linformer_hf.training.pretrain ...` (see its --help)."""
 
-    accelerate launch --config_file configs/accelerate/cpu.yaml scripts/pretrain.py --config configs/pretrain/demo.yaml
-    accelerate launch --config_file configs/accelerate/v100x8_fp16.yaml scripts/pretrain.py \
-        --config configs/pretrain/paper_roberta_recipe.yaml --training.output_dir outputs/linformer_k128
-
-Any recipe key can be overridden as --section.key value (e.g. --training.max_steps 1000, --data.block_size 256).
---resume_from_checkpoint takes a checkpoint dir or `latest` (the newest under <output_dir>/checkpoints).
-"""
-
-import argparse
 import sys
 
-from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="pretraining recipe YAML (configs/pretrain/*.yaml)")
-    parser.add_argument("--resume_from_checkpoint", default=None, help="checkpoint dir, or 'latest'")
-    parser.add_argument("--no_progress", action="store_true", help="no progress bar")
-    args, rest = parser.parse_known_args(argv)
-    extra = {}
-    if args.resume_from_checkpoint:
-        extra["training.resume_from_checkpoint"] = args.resume_from_checkpoint
-    try:
-        recipe = load_recipe(PretrainRecipe, args.config, rest, extra)
-        from linformer_hf.training.pretraining import run_pretraining
-
-        run_pretraining(recipe, show_progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
-
+from linformer_hf.training.pretrain import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,7 @@
 """Prepare a Linformer model folder exactly as it would be pushed to the Hub, check it loads, and push it.
 
 The folder gets safetensors weights, the config with the full auto_map, the modeling files, the tokenizer and a
-README.md model card rendered from model_cards/ with the model's config and the result files given (see
+README.md model card rendered from the package's template with the model's config and the result files given (see
 linformer_hf.hub for the --card-info format). Before pushing, the folder is loaded in a fresh process with
 trust_remote_code=True and without the package (skip with --skip-remote-check).
 
@@ -13,9 +13,12 @@ Examples:
 
 import argparse
 import os
+import sys
 import tempfile
 
-from linformer_hf.hub import TEMPLATE_PATH, check_remote_loading, prepare_model_folder, push_folder
+from huggingface_hub.errors import StrictDataclassError
+
+from linformer_hf.hub import check_remote_loading, prepare_model_folder, push_folder
 
 
 def main(argv=None):
@@ -28,7 +31,7 @@ def main(argv=None):
     parser.add_argument("--efficiency", help="efficiency figures: CSV or JSON list of rows")
     parser.add_argument("--recipe", help="training recipe (YAML or JSON), shown in the card")
     parser.add_argument("--tokenizer", help="tokenizer directory, if not beside the model")
-    parser.add_argument("--template", default=TEMPLATE_PATH, help="model card template (Jinja2)")
+    parser.add_argument("--template", help="model card template (Jinja2; default: the one shipped with the package)")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
     parser.add_argument("--skip-remote-check", action="store_true")
     parser.add_argument("--private", action="store_true")
@@ -37,6 +40,17 @@ def main(argv=None):
 
     if args.dry_run and not args.output_dir:
         parser.error("--dry-run needs --output-dir (the folder is the dry run's result)")
+    try:
+        run(args)
+    except (OSError, ValueError, RuntimeError, StrictDataclassError) as err:
+        # OSError: missing folders or files; ValueError: not a Linformer, bad card inputs; StrictDataclassError: an
+        # invalid config.json; RuntimeError: the clean-process load check or the credentials.
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(args):
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="linformer-hub-")
     prepare_model_folder(
         args.model_dir, output_dir, args.repo_id, card_info_path=args.card_info, efficiency_path=args.efficiency,
@@ -56,4 +70,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,60 +1,9 @@
 #!/usr/bin/env python
-"""Train a RoBERTa-style byte-level BPE tokenizer on text files (one document a line) or a Hub dataset.
+"""Thin wrapper: `python scripts/train_tokenizer.py ...` is `python -m linformer_hf.training.train_tokenizer ...` (see its --help)."""
 
-    python scripts/train_tokenizer.py --files outputs/corpus/docs.train.txt --vocab_size 8192 --output_dir outputs/tokenizer
-    python scripts/train_tokenizer.py --dataset wikitext --dataset_config wikitext-103-raw-v1 --output_dir outputs/tok
-
-The result loads with AutoTokenizer.from_pretrained(output_dir). To use an existing tokenizer instead (roberta-base
-when the Hub is reachable, or any local dir), skip this and set tokenizer.name_or_path in the pretraining recipe.
-"""
-
-import argparse
-import os
 import sys
 
-from linformer_hf.training.config import ConfigError
-from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", nargs="*", default=[], help="text files, one document a line")
-    parser.add_argument("--dataset", default=None, help="Hub dataset name (used when no --files)")
-    parser.add_argument("--dataset_config", default=None)
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--text_column", default="text")
-    parser.add_argument("--max_documents", type=int, default=None, help="train on the first N documents only")
-    parser.add_argument("--vocab_size", type=int, default=50265)
-    parser.add_argument("--min_frequency", type=int, default=2)
-    parser.add_argument("--model_max_length", type=int, default=512)
-    parser.add_argument("--output_dir", required=True)
-    args = parser.parse_args(argv)
-    try:
-        if args.files:
-            for f in args.files:  # fail on a missing file before training starts
-                if not os.path.isfile(f):
-                    raise ConfigError(f"Tokenizer training file not found: {f}.")
-            texts = iter_text_files(args.files)
-        elif args.dataset:
-            from datasets import load_dataset
-
-            ds = load_dataset(args.dataset, args.dataset_config, split=args.split, streaming=True)
-            if ds.column_names is not None and args.text_column not in ds.column_names:
-                raise ConfigError(f"Column {args.text_column!r} not in {args.dataset}: {ds.column_names}.")
-            texts = (ex[args.text_column] for ex in ds)
-        else:
-            raise ConfigError("Give --files or --dataset.")
-        if args.max_documents:
-            import itertools
-
-            texts = itertools.islice(texts, args.max_documents)
-        tok = train_bpe_tokenizer(texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"tokenizer with {len(tok)} tokens saved to {args.output_dir}")
-    return 0
-
+from linformer_hf.training.train_tokenizer import main
 
 if __name__ == "__main__":
     sys.exit(main())

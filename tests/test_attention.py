@@ -5,9 +5,12 @@ import itertools
 import pytest
 import torch
 from conftest import random_batch, randomize_projections, tiny_config
-from transformers import RobertaConfig, RobertaModel
+from transformers import AttentionInterface, RobertaConfig, RobertaModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.utils import logging as transformers_logging
 
 from linformer_hf import PROJECTION_KINDS, SHARING_MODES, LinformerModel
+from linformer_hf.models.linformer import modeling_linformer
 
 ALL_VARIANTS = list(itertools.product(SHARING_MODES, PROJECTION_KINDS))
 
@@ -119,6 +122,104 @@ def test_sdpa_is_the_default():
     assert LinformerModel(tiny_config()).config._attn_implementation == "sdpa"
 
 
+def counting(function, calls, name):
+    """`function`, recording `name` and the mask's shape in `calls` each time it runs."""
+
+    def wrapper(module, query, key, value, attention_mask, **kwargs):
+        calls.append((name, tuple(attention_mask.shape)))
+        return function(module, query, key, value, attention_mask, **kwargs)
+
+    return wrapper
+
+
+@pytest.fixture
+def transformers_warnings(caplog):
+    """transformers' log records, which do not reach pytest's caplog unless propagated."""
+    transformers_logging.enable_propagation()
+    try:
+        yield caplog
+    finally:
+        transformers_logging.disable_propagation()
+
+
+@pytest.mark.parametrize("sharing", ["none", "headwise"])
+def test_set_attn_implementation_switches_the_function_of_a_loaded_model(
+    sharing, tmp_path, monkeypatch, transformers_warnings
+):
+    build(sharing).save_pretrained(tmp_path)
+    model = LinformerModel.from_pretrained(tmp_path).eval()
+    assert model.config._attn_implementation == "sdpa"
+    calls = []
+    monkeypatch.setattr(
+        modeling_linformer,
+        "eager_attention_forward",
+        counting(modeling_linformer.eager_attention_forward, calls, "eager"),
+    )
+    monkeypatch.setitem(AttentionInterface._global_mapping, "sdpa", counting(sdpa_attention_forward, calls, "sdpa"))
+    ids = random_batch(2, 13)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    heads = 4 if sharing == "none" else 1
+
+    outputs = {}
+    for implementation in ("sdpa", "eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        assert model.config._attn_implementation == implementation
+        calls.clear()
+        outputs.setdefault(implementation, []).append(model(ids, attention_mask=mask).last_hidden_state)
+        # every layer ran the chosen function, with the additive slot mask (batch, heads or 1, 1, k)
+        assert calls == [(implementation, (2, heads, 1, 8))] * model.config.num_hidden_layers
+
+    torch.testing.assert_close(outputs["eager"][0], outputs["sdpa"][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(outputs["sdpa"][1], outputs["sdpa"][0], rtol=0, atol=0)
+    assert "does not support setting its attention implementation" not in transformers_warnings.text
+
+
+def test_a_kernel_registered_with_the_attention_interface_is_used(tmp_path):
+    """A user's own attention function, registered by name, runs in every layer and sees the additive slot mask."""
+    calls = []
+
+    def my_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        calls.append(attention_mask)
+        scores = torch.matmul(query, key.transpose(2, 3)) * scaling + attention_mask
+        output = torch.matmul(scores.softmax(-1), value)  # (batch, heads, L, d_h)
+        return output.transpose(1, 2), None
+
+    reference = build(projection="mean", attn_implementation="eager")
+    reference.save_pretrained(tmp_path)
+    ids = random_batch(2, 11)
+    mask = torch.ones_like(ids)
+    mask[0, 3:] = 0
+    expected = reference(ids, attention_mask=mask).last_hidden_state
+
+    AttentionInterface.register("linformer_test_attention", my_attention)
+    try:
+        model = LinformerModel.from_pretrained(tmp_path, attn_implementation="linformer_test_attention").eval()
+        torch.testing.assert_close(model(ids, attention_mask=mask).last_hidden_state, expected, rtol=1e-5, atol=1e-5)
+        assert len(calls) == model.config.num_hidden_layers
+        # Bins of 2 positions, L = 11: 6 slots. Row 0 has 3 real tokens, so only its first 2 slots are reached.
+        assert calls[0].shape == (2, 1, 1, 6)
+        assert torch.all(calls[0][1] == 0) and torch.all(calls[0][0, ..., :2] == 0)
+        assert torch.all(calls[0][0, ..., 2:] == torch.finfo(torch.float32).min)
+
+        calls.clear()
+        reference.set_attn_implementation("linformer_test_attention")
+        reference(ids, attention_mask=mask)
+        assert len(calls) == model.config.num_hidden_layers
+    finally:
+        del AttentionInterface._global_mapping["linformer_test_attention"]
+
+
+@pytest.mark.parametrize("implementation", ["flash_attention_2", "flex_attention"])
+def test_backends_that_cannot_take_the_slot_mask_are_refused_naming_why(implementation):
+    model = build()
+    with pytest.raises(ValueError, match=rf"cannot run attn_implementation='{implementation}'.*mask the compressed"):
+        model.set_attn_implementation(implementation)
+    assert model.config._attn_implementation == "sdpa"  # unchanged
+    with pytest.raises(ValueError, match="cannot run attn_implementation"):
+        build(attn_implementation=implementation)
+
+
 @pytest.mark.parametrize("projection", PROJECTION_KINDS)
 def test_output_attentions_is_the_contextual_mapping(projection):
     model = build("none", projection, projected_length=[8, 4, 2])
@@ -194,6 +295,34 @@ def test_mask_of_the_wrong_shape_is_an_error_not_dropped(bad_mask_shape):
     model = build()
     with pytest.raises(ValueError, match="attention_mask must be a \\(batch, sequence_length\\) padding mask"):
         model(random_batch(2, 12), attention_mask=torch.ones(bad_mask_shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.int32, torch.bool, torch.float32, torch.float16])
+def test_a_padding_mask_of_any_dtype_gives_the_same_outputs(dtype):
+    model = build()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    expected = model(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(model(ids, attention_mask=mask.to(dtype)).last_hidden_state, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "convention,values",
+    [
+        ("additive, 0 for tokens and -inf for padding", (0.0, float("-inf"))),
+        ("additive, 0 for tokens and the dtype's minimum for padding", (0.0, torch.finfo(torch.float32).min)),
+        ("soft weights", (1.0, 0.5)),
+        ("segment ids", (1, 2)),
+    ],
+)
+def test_a_mask_in_another_convention_is_an_error_saying_which_convention_this_model_takes(convention, values):
+    model = build()
+    ids = random_batch(2, 12)
+    mask = torch.full(ids.shape, values[0])
+    mask[1, 5:] = values[1]
+    with pytest.raises(ValueError, match=r"must hold 1 for real tokens and 0 for padding .* but it holds"):
+        model(ids, attention_mask=mask)
 
 
 def test_fully_padded_row_stays_finite():

@@ -1,23 +1,39 @@
-"""The efficiency benchmark's logic: FLOP counts, a tiny end-to-end run, over-memory skips. No timing assertions."""
+"""The efficiency benchmark: the cost model against torch's FLOP counter, a tiny end-to-end run, typed rows and
+their CSV, settings checked before any work, the command line derived from the config. No timing assertions."""
 
-import csv
+import dataclasses
+import glob
+import os
+import sys
 
 import pytest
 import torch
 from conftest import randomize_projections, tiny_config
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from linformer_hf import LinformerModel
-from linformer_hf.research.benchmarking import (
+from linformer_hf.research.benchmark import (
     CSV_COLUMNS,
     BenchmarkConfig,
+    BenchmarkRow,
+    Mode,
+    Status,
     build_model,
     estimate_activation_bytes,
     forward_flops,
+    model_config,
     ratio_tables,
+    read_csv,
     run_benchmark,
+    step_flops,
     write_csv,
 )
+from linformer_hf.research.benchmark.cli import parse_args
+from linformer_hf.research.benchmark.run import memory_budget_bytes
+from linformer_hf.research.benchmark.workers import MemoryTask, WorkerFailed, run_in_fresh_process
+
+DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
 
 TINY = dict(hidden_size=32, heads=4, intermediate_size=48, layers=2, vocab_size=99)
 
@@ -28,85 +44,164 @@ def tiny_benchmark(**overrides) -> BenchmarkConfig:
     return BenchmarkConfig(**settings)
 
 
+def counted_flops(config, seq_len: int, batch: int = 1, train: bool = False) -> int:
+    """What torch counts for the real model. SDPA's math backend, so that its products are visible to the counter
+    (the fused CPU kernel is one opaque op)."""
+    net = build_model(config)
+    net.train(train)
+    ids = torch.randint(3, config.vocab_size, (batch, seq_len))
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        with torch.set_grad_enabled(train):
+            out = net(ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+            if train:
+                out.square().mean().backward()
+    return counter.get_total_flops()
+
+
 def test_flop_count_matches_a_hand_count():
-    # d = 32, d_ff = 48, n = 16, k = 8, 2 layers, batch 1; multiply-adds per layer:
+    # d = 32, d_ff = 48, n = 16, k = 8, H = 4, 2 layers, batch 1; multiply-adds per layer:
     # Q, output: 2 * 16 * 32 * 32 = 32768; feed-forward: 2 * 16 * 32 * 48 = 49152
     # RoBERTa: + K, V 32768 + attention 2 * 16 * 16 * 32 = 16384                 -> 131072
     # Linformer headwise: + E X, F X 2 * 8 * 16 * 32 = 8192, K, V on 8 rows 2 * 8 * 32 * 32 = 16384,
-    #   attention 2 * 16 * 8 * 32 = 8192                                          -> 114688
+    #   attention 2 * 16 * 8 * 32 = 8192, reached slots |E| 1 and |F| 1: 2 * 8 * 16 = 256 -> 114944
     # pooler: 32 * 32 = 1024; FLOPs = 2 * multiply-adds.
-    shape = dict(hidden_size=32, intermediate_size=48, layers=2)
-    assert forward_flops("roberta-sdpa", 16, None, **shape) == 2 * (2 * 131072 + 1024)
-    assert forward_flops("linformer", 16, 8, **shape) == 2 * (2 * 114688 + 1024)
-    # E = F computes E X once
-    assert forward_flops("linformer", 16, 8, sharing="key_value", **shape) == 2 * (2 * (114688 - 4096) + 1024)
+    cfg = BenchmarkConfig(**TINY)
+    assert forward_flops(model_config("roberta-sdpa", 16, None, cfg), 16) == 2 * (2 * 131072 + 1024)
+    assert forward_flops(model_config("linformer", 16, 8, cfg), 16) == 2 * (2 * 114944 + 1024)
+    # E = F compresses X once and finds the reached slots once
+    shared = model_config("linformer", 16, 8, dataclasses.replace(cfg, sharing="key_value"))
+    assert forward_flops(shared, 16) == 2 * (2 * (114944 - 4096 - 128) + 1024)
 
 
-@pytest.mark.parametrize("model,k,sharing", [("roberta-eager", None, "headwise"), ("linformer", 8, "headwise"),
-                                             ("linformer", 8, "key_value"), ("linformer", 8, "none")])
-def test_flop_count_matches_torch_flop_counter(model, k, sharing):
-    """The analytic count equals what torch counts for the real model (eager attention: plain matmuls only)."""
-    cfg = BenchmarkConfig(**TINY, sharing=sharing)
-    net = build_model(model, 16, k, cfg).eval()
-    if model == "linformer":
-        net.config._attn_implementation = "eager"
-    ids = torch.randint(3, 99, (1, 16))
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        net(ids, attention_mask=torch.ones_like(ids))
-    expected = forward_flops(model, 16, k, hidden_size=32, intermediate_size=48, layers=2, sharing=sharing)
-    # The only extra product: the slot mask's einsum, |E| (heads, k, L) times the mask, per layer and per distinct
-    # projection (E and F, or E = F once).
-    projections = 1 if sharing == "key_value" else 2
-    heads = 4 if sharing == "none" else 1
-    extra = 2 * 2 * projections * heads * 8 * 16 if model == "linformer" else 0
-    assert counter.get_total_flops() == expected + extra
+LINFORMER_VARIANTS = [
+    # (sharing, projection): the fast path for every kind that compresses X first, the plain path otherwise
+    ("headwise", "linear"),
+    ("key_value", "linear"),
+    ("layerwise", "linear"),
+    ("none", "linear"),
+    ("headwise", "mean"),
+    ("headwise", "conv"),
+    ("headwise", "max"),
+    ("none", "conv"),
+]
+
+
+@pytest.mark.parametrize("model", ["roberta-eager", "roberta-sdpa"])
+def test_roberta_flop_count_matches_torch_flop_counter(model):
+    config = model_config(model, 16, None, BenchmarkConfig(**TINY))
+    assert counted_flops(config, 16, batch=2) == forward_flops(config, 16, batch=2)
+
+
+@pytest.mark.parametrize("sharing,projection", LINFORMER_VARIANTS)
+@pytest.mark.parametrize("seq_len", [16, 11])  # L = n, and a shorter input (a partial last bin for pooling)
+def test_linformer_flop_count_matches_torch_flop_counter(sharing, projection, seq_len):
+    config = model_config("linformer", 16, 8, BenchmarkConfig(**TINY, sharing=sharing, projection=projection))
+    # Both paths are covered, and the cost model follows the attention's own switch.
+    assert config.compresses_input_first == (sharing != "none" and projection != "max")
+    assert counted_flops(config, seq_len) == forward_flops(config, seq_len)
+
+
+def test_linformer_flop_count_with_a_k_per_layer():
+    config = model_config("linformer", 16, 8, BenchmarkConfig(**TINY))
+    config.projected_length = [8, 4]
+    assert counted_flops(config, 16) == forward_flops(config, 16)
+    assert forward_flops(config, 16) < forward_flops(model_config("linformer", 16, 8, BenchmarkConfig(**TINY)), 16)
+
+
+@pytest.mark.parametrize("model,k", [("roberta-sdpa", None), ("linformer", 8)])
+def test_training_step_costs_three_forwards(model, k):
+    config = model_config(model, 16, k, BenchmarkConfig(**TINY))
+    counted = counted_flops(config, 16, batch=2, train=True)
+    assert step_flops(config, 16, 2, training=True) == pytest.approx(counted, rel=0.02)
 
 
 def test_memory_estimate_is_quadratic_only_for_eager_attention():
     cfg = BenchmarkConfig()
-    eager = [estimate_activation_bytes("roberta-eager", n, None, cfg, "inference") for n in (4096, 8192)]
-    linformer = [estimate_activation_bytes("linformer", n, 256, cfg, "inference") for n in (4096, 8192)]
+
+    def estimate(model, n, k=None):
+        return estimate_activation_bytes(model_config(model, n, k, cfg), n, 1, 4)
+
+    eager = [estimate("roberta-eager", n) for n in (4096, 8192)]
+    sdpa = [estimate("roberta-sdpa", n) for n in (4096, 8192)]
+    linformer = [estimate("linformer", n, 256) for n in (4096, 8192)]
     assert eager[1] / eager[0] > 3.5
-    assert linformer[1] / linformer[0] < 2.1
+    assert sdpa[1] / sdpa[0] < 2.1 and linformer[1] / linformer[0] < 2.1
     # n = 65536: the eager score matrices alone are 2 * 12 * 65536^2 * 4 bytes = 384 GiB
-    assert estimate_activation_bytes("roberta-eager", 65536, None, cfg, "inference") > 384 * 2**30
+    assert estimate("roberta-eager", 65536) > 384 * 2**30
 
 
 def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
     # A budget between the eager model's estimate at n = 64 and everything else's.
-    cfg = tiny_benchmark()
-    eager_64 = estimate_activation_bytes("roberta-eager", 64, None, cfg, "inference")
-    others = [estimate_activation_bytes("roberta-sdpa", 64, None, cfg, "inference"),
-              estimate_activation_bytes("linformer", 64, 8, cfg, "inference")]
-    others += [estimate_activation_bytes(model, 16, k, cfg, mode) for model, k in
-               [("roberta-eager", None), ("roberta-sdpa", None), ("linformer", 8)] for mode in ("inference", "train")]
+    cfg = tiny_benchmark(scaling_ns=[16, 64])
+
+    def estimate(model, n, k, training=False):
+        return estimate_activation_bytes(model_config(model, n, k, cfg), n, cfg.batch, 4, training)
+
+    eager_64 = estimate("roberta-eager", 64, None)
+    others = [estimate("roberta-sdpa", 64, None), estimate("linformer", 64, 8)]
+    others += [estimate(model, 16, k, training) for model, k in cfg.points(16) for training in (False, True)]
     assert max(others) < eager_64
     cfg.memory_budget_gb = (max(others) + eager_64) / 2 / 2**30
 
     rows, info = run_benchmark(cfg, log=lambda message: None)
-    assert info["matmul_peak_gflops"] > 0
-    by_key = {(r["mode"], r["model"], r["n"]): r for r in rows}
-    assert len(rows) == 2 * 3 + 3  # inference at two n, training at one, three models each
+    assert info.matmul_peak_gflops > 0
+    # inference at two n and training at one, three models each; the linear-cost check at two n
+    assert len(rows) == 2 * 3 + 3 + 2
+    by_key = {(r.mode, r.model, r.n): r for r in rows}
 
-    skipped = by_key[("inference", "roberta-eager", 64)]
-    assert skipped["status"].startswith("skipped: would not fit")
-    assert skipped["time_s"] == "" and skipped["activation_mb"] == ""
+    skipped = by_key[(Mode.INFERENCE, "roberta-eager", 64)]
+    assert skipped.status == Status.SKIPPED and "would not fit" in skipped.reason
+    assert skipped.time_s is None and skipped.activation_mb is None
     for key, row in by_key.items():
         if row is skipped:
             continue
-        assert row["status"] == "ok", (key, row["status"])
-        assert row["time_s"] > 0 and row["tokens_per_s"] > 0 and 0 < row["fraction_of_peak"]
-        if row["mode"] == "inference":
-            assert row["memory_method"] in ("vmhwm", "ru_maxrss")
-            assert row["activation_mb"] >= 0 and row["weights_mb"] > 0
+        assert row.status == Status.OK, (key, row.reason)
+        assert row.time_s > 0 and row.tokens_per_s > 0 and row.fraction_of_peak > 0
+        assert (row.k, row.sharing) == ((8, "headwise") if row.model == "linformer" else (None, None))
+        if row.mode == Mode.INFERENCE:
+            assert row.memory_method in ("vmhwm", "ru_maxrss")
+            assert row.activation_mb >= 0 and row.weights_mb > 0
+    assert by_key[(Mode.SCALING, "linformer", 64)].gflop > by_key[(Mode.SCALING, "linformer", 16)].gflop
 
     path = tmp_path / "results.csv"
     write_csv(rows, str(path))
     with open(path) as f:
-        written = list(csv.DictReader(f))
-    assert list(written[0].keys()) == CSV_COLUMNS
-    assert len(written) == len(rows)
+        assert f.readline().strip().split(",") == CSV_COLUMNS == [f.name for f in dataclasses.fields(BenchmarkRow)]
+    assert read_csv(str(path)) == rows  # every field, its type and None survive the round trip
     assert "baseline OOM" in ratio_tables(rows, cfg)
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(DOCS, "efficiency_runs", "*.csv"))))
+def test_published_runs_load_and_agree_with_the_cost_model(path):
+    """The CSVs docs/efficiency.md cites are typed rows of today's format, and their FLOPs are today's count."""
+    rows = read_csv(path)
+    assert rows and {row.status for row in rows} <= {Status.OK, Status.SKIPPED}
+    for row in rows:
+        cfg = BenchmarkConfig(
+            layers=row.layers, batch=row.batch, hidden_size=row.hidden_size, intermediate_size=row.intermediate_size,
+            heads=row.heads, sharing=row.sharing or "headwise", projection=row.projection or "linear",
+        )  # fmt: skip
+        flops = step_flops(model_config(row.model, row.n, row.k, cfg), row.n, row.batch, row.mode == Mode.TRAIN)
+        assert row.gflop == pytest.approx(flops / 1e9, rel=1e-3), row.label
+
+
+def test_ratio_tables_name_failed_and_skipped_points():
+    cfg = tiny_benchmark(ns=[16], train_ns=[], measure_memory=False, models=["roberta-sdpa", "linformer"])
+    rows = [
+        BenchmarkRow(Mode.INFERENCE, "roberta-sdpa", 16, None, time_s=2.0),
+        BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, time_s=0.5),
+    ]
+    assert "| 16 | 4.00x |" in ratio_tables(rows, cfg)
+    rows[1] = dataclasses.replace(rows[1], status=Status.FAILED, reason="timing: timed out", time_s=None)
+    assert "| 16 | failed |" in ratio_tables(rows, cfg)
+    rows[0] = dataclasses.replace(rows[0], status=Status.SKIPPED, time_s=None)
+    assert "| 16 | baseline OOM |" in ratio_tables(rows, cfg)
+
+
+def test_a_failing_worker_raises_with_its_error():
+    task = MemoryTask(tiny_benchmark(), Mode.INFERENCE, "bert", 16, None)
+    with pytest.raises(WorkerFailed, match="unknown model 'bert'"):
+        run_in_fresh_process(task, timeout_s=120)
 
 
 def test_invalid_settings_are_clear_errors():
@@ -114,6 +209,64 @@ def test_invalid_settings_are_clear_errors():
         BenchmarkConfig(dtype="fp16").validate()
     with pytest.raises(ValueError, match="unknown models"):
         BenchmarkConfig(models=["bert"]).validate()
+
+
+@pytest.mark.parametrize("lengths", ["ns", "train_ns", "scaling_ns"])
+def test_every_length_list_is_checked_against_k_before_the_run(lengths):
+    # Pooling needs n to be a multiple of k; n = 100 is not one of k = 8. The old check looked at `ns` only, so a bad
+    # `train_ns` or `scaling_ns` failed minutes into the run.
+    cfg = tiny_benchmark(ns=[64], train_ns=[64], scaling_ns=[], projection="mean")
+    setattr(cfg, lengths, [64, 100])
+    with pytest.raises(ValueError, match=rf"{lengths} has n=100.*multiple"):
+        run_benchmark(cfg, log=lambda message: pytest.fail("the run started"))
+
+
+def test_peer_points_are_checked_before_the_run():
+    with pytest.raises(ValueError, match="peer_k=256 is larger"):
+        tiny_benchmark(peer=True, peer_ns=[128], peer_k=256).validate()
+
+
+def test_memory_budget_needs_no_psutil(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` now raises ImportError
+    budget = memory_budget_bytes(BenchmarkConfig(), device_total=None)
+    assert 0 < budget < 2**50
+    assert memory_budget_bytes(BenchmarkConfig(), device_total=10 * 2**30) == int(0.6 * 10 * 2**30)
+    assert memory_budget_bytes(BenchmarkConfig(memory_budget_gb=2.0), device_total=None) == 2 * 2**30
+
+
+def test_every_config_field_is_a_flag_spelled_with_underscores():
+    wanted = BenchmarkConfig(
+        ns=[64], ks=[8], train_ns=[], scaling_ns=[64], models=["linformer"], device="cuda:1", dtype="fp16", layers=3,
+        batch=2, hidden_size=64, heads=2, intermediate_size=96, vocab_size=77, sharing="key_value",
+        projection="mean", reps=4, warmup=0, threads=1, memory_budget_gb=1.5, measure_memory=False, peer=True,
+        peer_ns=[64], peer_k=8, timeout_s=60.0,
+    )  # fmt: skip
+    argv = ["--output_dir", "somewhere"]
+    for f in dataclasses.fields(BenchmarkConfig):
+        value = getattr(wanted, f.name)
+        assert value != getattr(BenchmarkConfig(), f.name), f"{f.name} must differ from its default to be tested"
+        if isinstance(value, bool):
+            argv.append(f"--{f.name}" if value else f"--no_{f.name}")
+        elif isinstance(value, list):
+            argv += [f"--{f.name}", *map(str, value)]  # an empty list: the flag alone
+        else:
+            argv += [f"--{f.name}", str(value)]
+    command_line, parsed = parse_args(argv)
+    assert parsed == wanted
+    assert command_line.output_dir == "somewhere"
+
+
+def test_a_preset_sets_defaults_that_flags_override():
+    command_line, cfg = parse_args(["--preset", "targets", "--reps", "5"])
+    assert command_line.preset == "targets"
+    assert (cfg.ns, cfg.scaling_ns, cfg.reps) == ([512, 4096, 16384], [4096, 16384], 5)
+    with pytest.raises(SystemExit):
+        parse_args(["--seq_len", "512"])  # unknown flags are errors, not ignored
+
+
+def test_cpu_defaults_to_fp32_and_cuda_to_bf16():
+    assert BenchmarkConfig().dtype == "fp32"
+    assert BenchmarkConfig(device="cuda").dtype == "bf16"
 
 
 @pytest.mark.parametrize("sharing", ["headwise", "key_value", "layerwise"])

@@ -39,13 +39,13 @@ def test_round_trip_through_json_and_auto_config(tmp_path):
         (dict(projected_length=0), "`projected_length` \\(k\\) must be a positive integer"),
         (dict(projected_length=[64, 0]), "must be a positive integer"),
         (dict(max_sequence_length=0), "`max_sequence_length` \\(n\\) must be a positive integer"),
-        (dict(sharing="heads"), "`sharing` must be one of \\('none', 'headwise', 'key_value', 'layerwise'\\)"),
-        (dict(projection="avg"), "`projection` must be one of \\('linear', 'mean', 'max', 'conv'\\)"),
+        (dict(sharing="heads"), "'sharing' expected one of \\('none', 'headwise', 'key_value', 'layerwise'\\), got heads"),
+        (dict(projection="avg"), "'projection' expected one of \\('linear', 'mean', 'max', 'conv'\\), got avg"),
         (dict(projected_length=[64, 64, 64]), "has 3 entries but `num_hidden_layers` is 2"),
         (dict(projected_length=[64, 32], sharing="layerwise"), "per-layer list, but `sharing='layerwise'`"),
         (dict(projection="mean", projected_length=100), "must be a multiple of `projected_length` k=100"),
         (dict(max_position_embeddings=100), "`max_position_embeddings`=100 is too small"),
-        (dict(projection_init="xavier"), "`projection_init` must be one of \\('random', 'neighbour_average'\\)"),
+        (dict(projection_init="xavier"), "'projection_init' expected one of \\('random', 'neighbour_average'\\)"),
         (dict(is_decoder=True), "Linformer cannot be a decoder"),
         (dict(add_cross_attention=True), "Linformer cannot be a decoder"),
     ],
@@ -59,3 +59,19 @@ def test_impossible_settings_fail_at_construction_naming_the_field(settings, mes
 def test_wrong_types_are_rejected_by_the_strict_dataclass():
     with pytest.raises(StrictDataclassError, match="sharing"):
         LinformerConfig(sharing=3)
+
+
+def test_a_bad_option_in_a_saved_config_fails_at_load_naming_the_field(tmp_path):
+    """An edited config.json is validated by the same strict types as the constructor."""
+    LinformerConfig(num_hidden_layers=2).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(path.read_text().replace('"sharing": "headwise"', '"sharing": "per_head"'))
+    with pytest.raises(StrictDataclassError, match="'sharing' expected one of .*got per_head"):
+        AutoConfig.from_pretrained(tmp_path)
+
+
+def test_assigning_a_bad_option_is_rejected():
+    config = LinformerConfig(num_hidden_layers=2)
+    with pytest.raises(StrictDataclassError, match="'projection' expected one of"):
+        config.projection = "median"
+    assert config.projection == "linear"

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -73,7 +74,7 @@ def test_dry_run_folder_loads_in_a_clean_process_without_the_package(converted, 
             (prepared["RobertaForSequenceClassification"], "AutoModel")]
     results = check_remote_loading([folder for folder, _ in jobs], TEXTS, [auto for _, auto in jobs])
     assert len(results) == len(jobs)
-    for (folder, auto_name), result in zip(jobs, results):
+    for (folder, auto_name), result in zip(jobs, results, strict=True):
         assert result["linformer_hf_imported"] is False
         assert result["model_class"].startswith("transformers_modules.")
         # the reference: the same folder through the installed package, in this process
@@ -150,5 +151,47 @@ def test_bad_inputs_are_errors(converted, tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         prepare_model_folder(folders["RobertaForMaskedLM"], str(tmp_path / "out"), "someone/x")
     with pytest.raises(FileNotFoundError, match="No tokenizer"):
-        prepare_model_folder(str(root / "RobertaForMaskedLM" / ".."), str(tmp_path / "o2"), "someone/x",
+        prepare_model_folder(folders["RobertaForMaskedLM"], str(tmp_path / "o2"), "someone/x",
                              tokenizer_path=str(tmp_path / "out"))
+
+
+def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_path, capsys):
+    root, folders = converted
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("an earlier folder")
+    roberta_folder = str(root / "RobertaForMaskedLM")
+    args = ["someone/x", "--dry-run", "--output-dir", str(out), "--overwrite", "--skip-remote-check"]
+    assert push_to_hub.main([roberta_folder] + args) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: ") and "holds a 'roberta' model, not a Linformer" in error
+    assert "convert_roberta_to_linformer.py" in error
+    assert (out / "keep.txt").exists()  # nothing deleted before the inputs were checked
+
+    assert push_to_hub.main([str(tmp_path / "nowhere")] + args) == 2
+    assert "is not a saved model folder (no config.json)" in capsys.readouterr().err
+
+    # A Linformer whose config.json the strict config rejects: an error line naming the field, not a traceback.
+    edited = tmp_path / "edited"
+    shutil.copytree(folders["RobertaForMaskedLM"], edited)
+    config = json.loads((edited / "config.json").read_text())
+    (edited / "config.json").write_text(json.dumps(dict(config, sharing="per_head")))
+    assert push_to_hub.main([str(edited)] + args) == 2
+    assert "'sharing' expected one of" in capsys.readouterr().err
+
+
+def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
+    import linformer_hf
+    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, TEMPLATE
+
+    assert TEMPLATE.is_file()
+    assert os.path.dirname(linformer_hf.__file__) in str(TEMPLATE)  # inside the package, not the repository
+    assert "{{ card_data }}" in TEMPLATE.read_text(encoding="utf-8")
+    assert set(PIPELINE_TAGS) == {cls.__name__ for cls in linformer_hf.LINFORMER_HEADS.values()}
+    for architecture, tag in PIPELINE_TAGS.items():
+        if tag is not None:  # the pipeline of that task builds this head
+            assert transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__ == \
+                {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
+    assert set(SHARING_MEANING) == set(linformer_hf.SHARING_MODES)  # every sharing mode is explained in the card
+    assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
+    assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"

@@ -119,6 +119,11 @@ def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_packag
             out = model(**inputs)
             got = out.logits if getattr(out, "logits", None) is not None else out[0]
             torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)  # another process: thread-order rounding
+            model.set_attn_implementation("eager")  # the copied module uses the attention interface too
+            assert model.config._attn_implementation == "eager"
+            out = model(**inputs)
+            got = out.logits if getattr(out, "logits", None) is not None else out[0]
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
             print("loaded", auto_name, type(model).__name__)
         assert not any(m.startswith("linformer_hf") for m in sys.modules), "the package was imported"
         """
@@ -248,7 +253,7 @@ def test_fill_mask_and_text_classification_pipelines(tokenizer, tmp_path):
     long_and_short = ["A fine film.", "It was long and dull and nothing happened for two hours at all, sadly."]
     results = classify(long_and_short, batch_size=2)  # padded batch
     singles = [classify(text)[0] for text in long_and_short]
-    for batched, single in zip(results, singles):
+    for batched, single in zip(results, singles, strict=True):
         assert batched["label"] == single["label"]
         assert batched["score"] == pytest.approx(single["score"], abs=1e-5)
 
@@ -383,3 +388,75 @@ def test_logits_for_labels_only_gives_the_same_loss_gradients_and_logits():
         torch.testing.assert_close(sparse_grads[name], full_grads[name], msg=name)
     with pytest.raises(ValueError, match="needs `labels`"):
         model(ids, logits_for_labels_only=True)
+
+
+@pytest.mark.parametrize("projection", ["linear", "conv"])
+def test_projection_init_starts_new_projections_and_never_overwrites_loaded_ones(projection, tmp_path):
+    from linformer_hf.models.linformer.modeling_linformer import LinformerProjection, neighbour_average_projection
+
+    config = tiny_config(projection=projection, projection_init="neighbour_average")
+    model = LinformerModel(config)
+    projections = [m for m in model.modules() if isinstance(m, LinformerProjection)]
+    expected = neighbour_average_projection(16, 8) if projection == "linear" else torch.full((2,), 0.5)
+    assert projections and all(torch.equal(p.weight, expected.expand_as(p.weight)) for p in projections)
+
+    randomize_projections(model)  # "trained"
+    trained = {k: v.clone() for k, v in model.state_dict().items() if "projection" in k}
+    model.save_pretrained(tmp_path)
+    loaded = LinformerModel.from_pretrained(tmp_path)
+    assert loaded.config.projection_init == "neighbour_average"
+    for key, value in trained.items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def _save_then_edit_config(tmp_path, saved, edited):
+    model = LinformerForMaskedLM(tiny_config(**saved))
+    randomize_projections(model)
+    model.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    config = json.loads(path.read_text())
+    config.update(edited)
+    path.write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    "saved,edited,named",
+    [
+        (dict(sharing="headwise"), dict(sharing="key_value"), "key_projection.weight"),
+        (dict(sharing="layerwise"), dict(sharing="none"), "shared_projection.weight"),
+        (dict(projection="linear"), dict(projection="max"), "value_projection.weight"),
+    ],
+)
+@pytest.mark.parametrize("auto_class", [AutoModel, AutoModelForMaskedLM])
+def test_a_config_edited_after_saving_is_an_error_naming_the_projection_weights(
+    saved, edited, named, auto_class, tmp_path
+):
+    """The trained E, F of the checkpoint cannot go into the model the edited config describes: refuse to load."""
+    _save_then_edit_config(tmp_path, saved, edited)
+    with pytest.raises(ValueError, match=rf"do not fit its config.*{named}.*config.json was edited after"):
+        auto_class.from_pretrained(tmp_path)
+
+
+def test_a_checkpoint_without_projection_weights_warns_that_e_and_f_start_untrained(tmp_path, caplog):
+    """No projection weights at all: a RoBERTa checkpoint (fine) or a pooling Linformer whose config was edited to
+    learned projections (not fine); the two cannot be told apart from the weights, so it loads and says so loudly."""
+    from transformers.utils import logging as transformers_logging
+
+    _save_then_edit_config(tmp_path, dict(projection="mean"), dict(projection="linear"))
+    transformers_logging.enable_propagation()
+    try:
+        model = AutoModelForMaskedLM.from_pretrained(tmp_path)
+    finally:
+        transformers_logging.disable_propagation()
+    assert model.config.projection == "linear"
+    assert "has no projection weights" in caplog.text and "key_projection.weight" in caplog.text
+    assert "start from projection_init='random', untrained" in caplog.text
+
+    caplog.clear()
+    model.save_pretrained(tmp_path / "resaved")
+    transformers_logging.enable_propagation()
+    try:
+        AutoModelForMaskedLM.from_pretrained(tmp_path / "resaved")  # a consistent checkpoint: no warning
+    finally:
+        transformers_logging.disable_propagation()
+    assert "LOAD REPORT" not in caplog.text and "projection" not in caplog.text

@@ -1,6 +1,7 @@
 """The replication experiment (issue 6): data separation, plan validation, and one tiny end-to-end plan."""
 
 import csv
+import dataclasses
 import json
 import os
 
@@ -8,7 +9,7 @@ import pytest
 from conftest import SHARED_DATA
 
 from linformer_hf.training.config import ConfigError
-from linformer_hf.research.replication import load_plan, prepare_data, run_plan, summarize
+from linformer_hf.research.replication import load_plan, prepare_data, pretrain_variant, run_plan, summarize
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")
@@ -63,11 +64,18 @@ def test_heldout_reviews_never_reach_pretraining(tmp_path):
     "overrides,message",
     [
         (dict(variants=[dict(name="a"), dict(name="a")]), "unique names"),
-        (dict(finetune=[dict(name="x", task="qnli", max_seq_length=64)]), "task must be sst2 or imdb"),
+        (dict(finetune=[dict(name="x", task="qnli", max_seq_length=64)]), r"finetune\[0\].task: must be one of 'sst2', 'imdb'"),
         (dict(finetune=[dict(name="x", task="sst2", max_seq_length=64, variants=["nope"])]), "unknown variants"),
-        (dict(variants=[dict(name="a", sharing="none")]), "Unknown key"),
+        (dict(variants=[dict(name="a", sharing="none")]), r"Unknown key\(s\) 'variants\[0\].sharing'"),
+        (dict(variants=[dict(name="a", config=dict(projected_lenght=8))]), r"Unknown LinformerConfig field.*projected_lenght"),
+        (dict(variants=[dict(name="a", config=dict(projected_length=1024))]), "Invalid LinformerConfig"),
+        (dict(pretrain=dict(max_steps="many")), "pretrain.max_steps: expected an integer"),
+        (dict(pretrain=dict(lr_scheduler_type="cosin")), "lr_scheduler_type must be one of"),
+        (dict(pretrain_data=dict(mlm_probability=1.5)), "mlm_probability must be in"),
+        (dict(pretrain_data=dict(block_size=128)), "pretrain_data.block_size is set by the replication"),
         (dict(data_dir="/nonexistent"), "not found under data_dir"),
         (dict(learning_rate=1.0), "Unknown key"),
+        (dict(pretrain=dict(max_steps=6, stop_after_steps=3)), "stop_after_steps"),
     ],
 )
 def test_bad_plans_fail_before_anything_runs(overrides, message, tmp_path):
@@ -139,11 +147,48 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
     assert again["pretrain"]["roberta"]["wall_seconds"] == pretrained["roberta"]["wall_seconds"]
 
 
-def test_dotted_overrides_change_one_entry_of_a_mapping(tmp_path):
-    plan = load_plan(QUICK, dict(output_dir=str(tmp_path), data_dir=SHARED_DATA, **{"pretrain.seed": 43,
-                                                                                    "model.hidden_size": 32}))
+def test_plan_overrides_use_the_recipe_parser(tmp_path):
+    """One override style: --key value and --section.key value, parsed and applied as a recipe's are."""
+    from linformer_hf.training.config import parse_overrides
+
+    overrides = parse_overrides(["--output_dir", str(tmp_path), "--data_dir", SHARED_DATA, "--pretrain.seed=43",
+                                 "--model.hidden_size", "32", "--seeds", "[1, 2]"], top_level_keys=True)
+    plan = load_plan(QUICK, overrides)
     quick = load_plan(QUICK, dict(data_dir=SHARED_DATA))
-    assert plan.pretrain == {**quick.pretrain, "seed": 43}
+    assert plan.pretrain == dataclasses.replace(quick.pretrain, seed=43)
     assert plan.model == {**quick.model, "hidden_size": 32}
-    with pytest.raises(ConfigError, match="'seeds' is not a mapping"):
+    assert plan.seeds == [1, 2] and plan.output_dir == str(tmp_path)
+    with pytest.raises(ConfigError, match="'seeds' is not a section"):
         load_plan(QUICK, {"data_dir": SHARED_DATA, "seeds.first": 1})
+
+
+def test_variant_n_is_the_models_longest_input():
+    """The plan's n for each variant is `max_input_length` of the config the variant is pretrained with."""
+    from linformer_hf.models import max_input_length
+    from linformer_hf.research.replication import variant_model_fields, variant_n
+    from linformer_hf.training.model_setup import make_config
+
+    plan = load_plan(QUICK, dict(data_dir=SHARED_DATA, variants=[
+        dict(name="r", model_type="roberta"), dict(name="r1024", model_type="roberta", block_size=1024),
+        dict(name="l", config=dict(projected_length=64)),
+        dict(name="l1024", config=dict(max_sequence_length=1024, projected_length=64), block_size=1024)]))
+    assert [variant_n(plan, v) for v in plan.variants] == [512, 1024, 512, 1024]
+    for v in plan.variants:
+        config = make_config(v.model_type, {**variant_model_fields(plan, v), "pad_token_id": 1})
+        assert variant_n(plan, v) == max_input_length(config)
+
+
+def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_path):
+    """No pretrain.max_steps (the recipe default applies) and a time budget that ends the run after one update."""
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    overrides = tiny_overrides(tmp_path, pretrain=dict(seed=3, per_device_train_batch_size=4, max_train_minutes=0.0,
+                                                       warmup_steps=1), rms_lengths=[16])
+    plan = load_plan(QUICK, overrides)
+    paths = prepare_data(plan)
+    tokenizer_dir = str(tmp_path / "tok")
+    train_bpe_tokenizer(iter_text_files([paths["pretrain_text"]]), tokenizer_dir, vocab_size=512, model_max_length=64)
+    result = pretrain_variant(plan, plan.variants[1], paths, tokenizer_dir)
+    assert result["steps"] == 1 and result["tokens"] == 1 * 4 * 64
+    assert [e["step"] for e in result["evals"]] == [1]
+    assert result["final_perplexity"] == result["evals"][-1]["perplexity"]

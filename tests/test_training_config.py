@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from training_utils import SST2_DEV, SST2_TRAIN, TINY_MODEL, WIKITEXT, run_script, tiny_pretrain_overrides
+from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, run_script, tiny_pretrain_overrides
 
 from linformer_hf.training.config import (ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe, parse_overrides)
 from linformer_hf.training.pretraining import run_pretraining
-from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+from linformer_hf.training.tokenizer import train_bpe_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_bad_checkpoint_dirs(tokenizer_dir, tmp_path):
 def test_missing_tokenizer_dir_says_how_to_make_one(tmp_path):
     recipe = load_recipe(PretrainRecipe, None, extra={"data.train_files": [WIKITEXT],
                                                       "tokenizer.name_or_path": str(tmp_path / "tok")})
-    with pytest.raises(ConfigError, match="train_tokenizer.py"):
+    with pytest.raises(ConfigError, match="python -m linformer_hf.training.train_tokenizer"):
         run_pretraining(recipe, show_progress=False)
 
 
@@ -123,3 +123,21 @@ def test_script_exits_with_a_clear_message(tmp_path):
     assert res.returncode == 2
     assert "error: Unknown key(s) 'training.warmup_step'" in res.stderr and "warmup_steps" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("cls", [PretrainRecipe, FinetuneRecipe])
+def test_optimizer_fields_are_shared_and_checked_at_load(cls, tmp_path):
+    import dataclasses
+    import typing
+
+    from linformer_hf.training.config import OptimizerSection
+
+    training = typing.get_type_hints(cls)["training"]
+    assert issubclass(training, OptimizerSection)  # one home for the optimizer fields
+    assert {f.name for f in dataclasses.fields(OptimizerSection)} <= {f.name for f in dataclasses.fields(training)}
+    base = {"data.train_files": [WIKITEXT]} if cls is PretrainRecipe else {"model.pretrained": str(tmp_path)}
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"lr_scheduler_type must be one of .*cosine.*got 'cosin'"):
+        load_recipe(cls, None, extra={**base, "training.lr_scheduler_type": "cosin"})
+    with pytest.raises(ConfigError, match="adam_beta2 must be in"):
+        load_recipe(cls, None, extra={**base, "training.adam_beta2": 1.5})

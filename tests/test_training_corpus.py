@@ -1,6 +1,5 @@
 """The offline default corpus is deterministic, cached, English prose, and trains a loadable tokenizer."""
 
-import json
 import os
 
 from training_utils import load_script

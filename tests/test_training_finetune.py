@@ -49,7 +49,8 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
                       "--data.validation_file", SST2_DEV, "--data.test_file", SST2_DEV,
                       "--data.max_train_samples", "384", "--data.max_seq_length", "64",
                       "--training.output_dir", str(out), "--training.num_train_epochs", "2",
-                      "--training.learning_rate", "1e-3", "--training.per_device_train_batch_size", "32"])
+                      "--training.learning_rate", "1e-3", "--training.per_device_train_batch_size", "32",
+                      "--training.report_to", "[tensorboard]"])
     assert res.returncode == 0, res.stderr[-3000:]
     with open(out / "results.json") as fh:
         result = json.load(fh)
@@ -69,6 +70,9 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
     test_preds, _ = read_predictions(out / "predictions_test.tsv")
     assert (test_preds == preds).all()
     assert result["test"]["accuracy"] == pytest.approx(best["accuracy"])
+    # Tracked (TensorBoard), and no intermediate checkpoint is left beside the best model.
+    assert any(f.startswith("events.out.tfevents") for _, _, files in os.walk(out / "runs") for f in files)
+    assert not [name for name in os.listdir(out) if name.startswith("checkpoint-")]
 
 
 def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
@@ -76,9 +80,11 @@ def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
         "model.pretrained": pretrained_dir, "data.task": "imdb", "data.train_file": IMDB,
         "data.max_train_samples": 96, "data.max_eval_samples": 64, "data.validation_split_percentage": 10,
         "training.output_dir": str(tmp_path / "imdb"), "training.num_train_epochs": 1,
-        "training.per_device_train_batch_size": 16, "training.learning_rate": 1e-3})
+        "training.per_device_train_batch_size": 16, "training.learning_rate": 1e-3,
+        "training.eval_steps": 100})  # beyond the run's 6 updates: the final model is evaluated once
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 6 and 0.0 <= result["best"]["accuracy"] <= 1.0
+    assert [h["step"] for h in result["history"]] == [6]
     preds, labels = read_predictions(tmp_path / "imdb" / "predictions_validation.tsv")
     assert len(preds) == 64
     assert (preds == labels).mean() == pytest.approx(result["best"]["accuracy"])
@@ -146,3 +152,27 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
     assert result["steps"] == 4
     config = AutoConfig.from_pretrained(tmp_path / "out" / "best")
     assert config.model_type == "linformer" and config.projected_length == 16 and config.max_sequence_length == 64
+
+
+def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrained_dir, tmp_path):
+    """2 micro-batches of 8 log (and train) as one batch of 16: the logged loss is the update's, not the last half's."""
+    train = tmp_path / "train.tsv"  # the first 64 SST-2 sentences (reading the whole file would dominate the test)
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(65), fh)), encoding="utf-8")
+
+    def run(batch, accumulation):
+        recipe = load_recipe(FinetuneRecipe, None, extra={
+            "model.pretrained": pretrained_dir, "model.config": {"hidden_dropout_prob": 0.0,
+                                                                 "attention_probs_dropout_prob": 0.0},
+            "data.task": "sst2", "data.train_file": str(train), "data.validation_file": SST2_DEV,
+            "data.max_train_samples": 64, "data.max_eval_samples": 16, "data.max_seq_length": 64,
+            "training.output_dir": str(tmp_path / f"b{batch}"), "training.num_train_epochs": 1,
+            "training.per_device_train_batch_size": batch, "training.gradient_accumulation_steps": accumulation,
+            "training.learning_rate": 1e-3, "training.save_best": False, "training.logging_steps": 1})
+        return run_finetuning(recipe, show_progress=False)["train_losses"]
+
+    whole, accumulated = run(16, 1), run(8, 2)
+    assert list(accumulated) == list(whole) == [1, 2, 3, 4]
+    for step in whole:
+        assert accumulated[step] == pytest.approx(whole[step], abs=1e-5), step
+    assert len({round(v, 4) for v in whole.values()}) > 1

@@ -203,3 +203,31 @@ def test_pretraining_with_short_blocks_runs_and_learns(tokenizer_dir, small_corp
                                      **{"data.train_files": [small_corpus], "data.short_block_probability": 0.3}),
                               show_progress=False)
     assert summary["final_eval"]["eval_loss"] < summary["evals"][0]["eval_loss"] - 0.3
+
+
+def test_the_masked_lm_loss_is_computed_once_and_normalised_by_the_given_count(monkeypatch):
+    """One cross-entropy per forward (the model's own; none computed and thrown away), equal to sum / num_masked."""
+    import torch.nn.functional as F
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+    from linformer_hf.training.pretraining import masked_lm_loss
+
+    torch.manual_seed(0)
+    model = LinformerForMaskedLM(LinformerConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                 num_attention_heads=2, intermediate_size=32, max_sequence_length=16,
+                                                 projected_length=4)).eval()
+    input_ids = torch.randint(5, 50, (3, 16))
+    labels = torch.full_like(input_ids, -100)
+    labels[:, ::3] = input_ids[:, ::3]
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    with torch.no_grad():
+        logits = model(input_ids).logits  # (batch, L, vocab)
+    reference_sum = F.cross_entropy(logits[labels.ne(-100)], labels[labels.ne(-100)], reduction="sum")
+
+    calls = []
+    cross_entropy = F.cross_entropy
+    monkeypatch.setattr(F, "cross_entropy", lambda *a, **k: calls.append(1) or cross_entropy(*a, **k))
+    with torch.no_grad():
+        loss = masked_lm_loss(model, batch, num_masked=torch.tensor(40))
+    assert len(calls) == 1
+    assert loss.item() == pytest.approx(reference_sum.item() / 40, rel=1e-5)

@@ -4,8 +4,9 @@ Importing this package registers Linformer with transformers' Auto classes (`mod
 `AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ... and `AutoTokenizer` resolve it like a built-in model.
 """
 
-from .models.linformer.configuration_linformer import PROJECTION_KINDS, SHARING_MODES, LinformerConfig
+from .models.linformer.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
 from .models.linformer.modeling_linformer import (
+    LINFORMER_HEADS,
     LinformerForMaskedLM,
     LinformerForMultipleChoice,
     LinformerForQuestionAnswering,
@@ -16,7 +17,6 @@ from .models.linformer.modeling_linformer import (
     LinformerProjection,
     LinformerSelfAttention,
 )
-from .models.linformer.modeling_linformer import LINFORMER_HEADS
 from .registration import register
 
 register()
@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LINFORMER_HEADS",
+    "PROJECTION_INITS",
     "PROJECTION_KINDS",
     "SHARING_MODES",
     "LinformerConfig",

@@ -2,8 +2,9 @@
 
 The folder holds the config with the full `auto_map`, `modeling_linformer.py` and `configuration_linformer.py`,
 safetensors weights, the tokenizer, the provenance files found beside the model (`conversion_report.json`,
-`eval_results.json`) and a `README.md` model card rendered from `model_cards/linformer_template.md` with the
-model's own config and the result files given; nothing in the card is typed by hand.
+`eval_results.json`) and a `README.md` model card rendered from the template shipped with the package
+(`linformer_hf/templates/linformer_template.md`, read with importlib.resources) with the model's own config and the
+result files given; nothing in the card is typed by hand.
 
 Card inputs (`card_info` JSON, every key optional; an unknown key is an error, not ignored):
 
@@ -21,6 +22,7 @@ a YAML or JSON file (rendered verbatim).
 from __future__ import annotations
 
 import csv
+import importlib.resources
 import json
 import os
 import shutil
@@ -29,25 +31,36 @@ import sys
 import tempfile
 
 import torch
+import transformers
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import PretrainedConfig
 
 from .models.linformer import modeling_linformer
 from .models.linformer.configuration_linformer import LinformerConfig
+from .registration import TOKENIZER_FILES
 
-TEMPLATE_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "model_cards", "linformer_template.md")
+# The model card template, package data (so an installed package renders cards without the repository).
+TEMPLATE = importlib.resources.files(__package__).joinpath("templates", "linformer_template.md")
 
-PIPELINE_TAGS = {
-    "LinformerModel": "feature-extraction",
-    "LinformerForMaskedLM": "fill-mask",
-    "LinformerForSequenceClassification": "text-classification",
-    "LinformerForTokenClassification": "token-classification",
-    "LinformerForQuestionAnswering": "question-answering",
-    "LinformerForMultipleChoice": "multiple-choice",
-}
-
-# Auto class name for each Linformer class, from the auto_map the folder ships with.
+# Auto class name for each Linformer class, from the heads table.
 AUTO_CLASS_OF = {cls.__name__: auto for auto, cls in modeling_linformer.LINFORMER_HEADS.items()}
+
+
+def _pipeline_tag(auto_name: str) -> str | None:
+    """The text pipeline transformers runs with `auto_name` models; None where it has none (question answering
+    and multiple choice in transformers 5), and the Hub then infers the task from the card's `architectures`."""
+    from transformers.pipelines import SUPPORTED_TASKS
+
+    auto_class = getattr(transformers, auto_name)
+    for task, entry in SUPPORTED_TASKS.items():
+        if entry.get("type") == "text" and auto_class in entry.get("pt", ()):
+            return task
+    return None
+
+
+# Pipeline tag of each Linformer class, derived from the heads table and transformers' pipeline registry.
+PIPELINE_TAGS = {cls_name: _pipeline_tag(auto) for cls_name, auto in AUTO_CLASS_OF.items()}
 
 SHARING_MEANING = {
     "none": "own E_i, F_i per head",
@@ -60,18 +73,34 @@ CARD_INFO_KEYS = {
     "model_name", "license", "language", "datasets", "tags", "training_data", "training_description", "eval_results",
 }
 PROVENANCE_FILES = ("conversion_report.json", "eval_results.json")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
 
 
 def load_linformer(model_dir: str):
-    """The saved Linformer head of `model_dir` (the class named in its config's `architectures`)."""
-    config = LinformerConfig.from_pretrained(model_dir)
-    if config.model_type != "linformer":
-        raise ValueError(f"{model_dir} holds a {config.model_type!r} model, not a Linformer; convert a RoBERTa first "
-                         "with scripts/convert_roberta_to_linformer.py.")
-    architecture = (config.architectures or ["LinformerModel"])[0]
-    if architecture not in PIPELINE_TAGS:
-        raise ValueError(f"{model_dir}: unknown architecture {architecture!r}; expected one of {sorted(PIPELINE_TAGS)}.")
+    """The saved Linformer head of `model_dir` (the class named in its config's `architectures`).
+
+    Raises FileNotFoundError for a path that is not a saved model folder, ValueError for a folder holding another
+    kind of model (its config's `model_type` is read as written, before any Linformer class touches it).
+    """
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise FileNotFoundError(
+            f"{model_dir} is not a saved model folder (no config.json): give the directory written by "
+            "save_pretrained, e.g. the output of scripts/convert_roberta_to_linformer.py or of fine-tuning."
+        )
+    config_dict, _ = PretrainedConfig.get_config_dict(model_dir)
+    model_type = config_dict.get("model_type")
+    if model_type != LinformerConfig.model_type:
+        hint = (
+            "convert it first with scripts/convert_roberta_to_linformer.py"
+            if model_type == "roberta"
+            else "only Linformer models (model_type 'linformer') are packaged here"
+        )
+        raise ValueError(f"{model_dir} holds a {model_type!r} model, not a Linformer: {hint}.")
+    architecture = (config_dict.get("architectures") or ["LinformerModel"])[0]
+    if architecture not in AUTO_CLASS_OF:
+        raise ValueError(
+            f"{model_dir}: its config names the architecture {architecture!r}, which is not a Linformer head; "
+            f"expected one of {sorted(AUTO_CLASS_OF)}."
+        )
     return getattr(modeling_linformer, architecture).from_pretrained(model_dir).eval()
 
 
@@ -105,16 +134,21 @@ def render_model_card(
     card_info: dict | None = None,
     efficiency_path: str | None = None,
     recipe_path: str | None = None,
-    template_path: str = TEMPLATE_PATH,
+    template_path: str | None = None,
 ) -> str:
-    """The model card (YAML metadata + markdown) for `model`, validated before it is returned."""
+    """The model card (YAML metadata + markdown) for `model`, validated before it is returned.
+
+    `template_path` replaces the packaged template with a Jinja2 file of one's own.
+    """
     from . import __version__
 
-    if not os.path.exists(template_path):
-        raise FileNotFoundError(
-            f"Model card template {template_path} not found; it lives in the repository's model_cards/ folder: "
-            "pass its path (--template)."
-        )
+    if template_path is None:
+        template_text = TEMPLATE.read_text(encoding="utf-8")
+    elif not os.path.isfile(template_path):
+        raise FileNotFoundError(f"Model card template {template_path} not found.")
+    else:
+        with open(template_path, encoding="utf-8") as handle:
+            template_text = handle.read()
     card_info = dict(card_info or {})
     unknown = set(card_info) - CARD_INFO_KEYS
     if unknown:
@@ -160,7 +194,7 @@ def render_model_card(
 
     card = ModelCard.from_template(
         card_data,
-        template_path=template_path,
+        template_str=template_text,
         model_name=model_name,
         repo_id=repo_id,
         package_version=__version__,
@@ -223,18 +257,20 @@ def prepare_model_folder(
     recipe_path: str | None = None,
     tokenizer_path: str | None = None,
     overwrite: bool = False,
-    template_path: str = TEMPLATE_PATH,
+    template_path: str | None = None,
 ) -> str:
-    """Write the folder that would be pushed to `repo_id` and return its path."""
+    """Write the folder that would be pushed to `repo_id` and return its path.
+
+    Every input (model, tokenizer, card) is read and checked before `output_dir` is touched.
+    """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the folder is written fresh.")
-    if os.path.isdir(output_dir) and os.listdir(output_dir):
-        if not overwrite:
-            raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True (--overwrite) to replace it.")
-        shutil.rmtree(output_dir)
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True (--overwrite) to replace it.")
 
     from transformers import AutoTokenizer
 
+    model = load_linformer(model_dir)
     tokenizer_source = tokenizer_path or model_dir
     if os.path.isdir(tokenizer_source) and not any(
         os.path.exists(os.path.join(tokenizer_source, name)) for name in TOKENIZER_FILES
@@ -244,10 +280,11 @@ def prepare_model_folder(
             "pass tokenizer_path (--tokenizer)."
         )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-    model = load_linformer(model_dir)
     card_info = _read_json(card_info_path) if card_info_path else None
     card = render_model_card(model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path)
 
+    if os.path.isdir(output_dir):
+        shutil.rmtree(output_dir)
     model.save_pretrained(output_dir)  # safetensors + config with the full auto_map + the modeling files
     tokenizer.save_pretrained(output_dir)
     for name in PROVENANCE_FILES:
@@ -308,7 +345,7 @@ def check_remote_loading(folders, texts: list[str], auto_classes: list[str] | No
         env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONSTARTUP")}
         env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=os.path.join(scratch, "modules"), PYTHONNOUSERSITE="1")
         result_path = os.path.join(scratch, "result.pt")
-        jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes)])
+        jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes, strict=True)])
         completed = subprocess.run(
             [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path],
             cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout,
@@ -339,7 +376,7 @@ def push_folder(folder: str, repo_id: str, token: str | None = None, private: bo
 __all__ = [
     "AUTO_CLASS_OF",
     "PIPELINE_TAGS",
-    "TEMPLATE_PATH",
+    "TEMPLATE",
     "check_remote_loading",
     "load_linformer",
     "prepare_model_folder",

@@ -2,9 +2,16 @@
 
 import transformers
 from transformers import AutoConfig, AutoTokenizer, RobertaTokenizer
+from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 
 from .models.linformer.configuration_linformer import LinformerConfig
 from .models.linformer.modeling_linformer import LINFORMER_HEADS
+
+# Linformer uses RoBERTa's byte-level BPE tokenizer.
+TOKENIZER_CLASS = RobertaTokenizer
+# The files that mark a folder as holding a tokenizer (any one of them). A folder with none would silently load as
+# an empty tokenizer, so callers check for them first.
+TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE, *TOKENIZER_CLASS.vocab_files_names.values())
 
 
 def register() -> None:
@@ -15,5 +22,4 @@ def register() -> None:
         getattr(transformers, auto_name).register(LinformerConfig, model_class, exist_ok=True)
         # save_pretrained then copies modeling_linformer.py and configuration_linformer.py beside the weights.
         model_class.register_for_auto_class(auto_name)
-    # Linformer uses RoBERTa's byte-level BPE tokenizer.
-    AutoTokenizer.register(LinformerConfig, tokenizer_class=RobertaTokenizer, exist_ok=True)
+    AutoTokenizer.register(LinformerConfig, tokenizer_class=TOKENIZER_CLASS, exist_ok=True)

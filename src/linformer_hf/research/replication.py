@@ -6,12 +6,20 @@ only in their attention settings), one pretraining recipe and the fine-tuning ta
 1. prepares the data once: the pretraining text (WikiText-2 plus the IMDB reviews of the fine-tuning *training*
    split, so the held-out reviews are never seen), the IMDB train / held-out files and the SST-2 files;
 2. trains one byte-level BPE tokenizer on the pretraining text, shared by every variant;
-3. pretrains every variant with `scripts/pretrain.py` (same data order, masking, seed, steps and tokens);
-4. fine-tunes every pretrained model with `scripts/finetune.py` on each task that fits its n, for each seed,
+3. pretrains every variant with `python -m linformer_hf.training.pretrain` (same data order, masking, seed, steps
+   and tokens);
+4. fine-tunes every pretrained model with `python -m linformer_hf.training.finetune` on each task that fits its n, for each seed,
    choosing the checkpoint on a validation split carved out of the training data and reporting the held-out split;
 5. writes `results.json`, a Markdown report and a perplexity plot.
 
 Each run's command is recorded, and a run whose result file exists is not repeated, so an interrupted plan resumes.
+
+    python -m linformer_hf.research.replication --plan configs/replication/quick.yaml   # < 10 min on 2 CPU cores
+    python -m linformer_hf.research.replication --plan configs/replication/full.yaml    # the docs/results.md run
+
+Plan keys are overridden as recipe keys are, --key value (YAML values) and --section.key value:
+--output_dir outputs/replication/try2 --seeds [1,2] --pretrain.seed 43. Results: <output_dir>/results.json,
+results.md and perplexity.png. (`scripts/replicate_paper.py` is the same command.)
 """
 
 from __future__ import annotations
@@ -27,19 +35,29 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
-from ..training.config import ConfigError, build_section, load_yaml
+from ..models import max_input_length
+from ..training.config import (ConfigError, FinetuneDataSection, FinetuneModelSection, FinetuneRecipe,
+                               FinetuneTrainingSection, ModelSection, PretrainDataSection, PretrainRecipe,
+                               PretrainTrainingSection, TokenizerSection, apply_overrides, build_section, load_yaml,
+                               parse_overrides)
+from ..training.model_setup import make_config
+from ..training.pretraining import read_final_summary
+from ..training.tokenizer import SPECIAL_TOKENS
 
-REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+PAD_TOKEN_ID = SPECIAL_TOKENS.index("<pad>")  # of the tokenizer the replication trains
+
+# The directory this package was imported from: the runs import the same code, installed or from a checkout.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclasses.dataclass
 class Variant:
     name: str
-    model_type: str = "linformer"  # linformer | roberta
+    model_type: Literal["linformer", "roberta"] = "linformer"
     config: dict = dataclasses.field(default_factory=dict)  # LinformerConfig / RobertaConfig fields on top of model
     # Longer-input variants (n = 1024) pretrain on longer blocks; halve the batch to keep the tokens per update equal.
     block_size: int | None = None
@@ -49,7 +67,7 @@ class Variant:
 @dataclasses.dataclass
 class FinetuneTask:
     name: str  # a label for the report, e.g. imdb_n512
-    task: str  # sst2 | imdb
+    task: Literal["sst2", "imdb"]
     max_seq_length: int
     max_train_samples: int | None = None
     max_eval_samples: int | None = 1000  # of the validation split that picks the checkpoint (the test set is whole)
@@ -60,73 +78,89 @@ class FinetuneTask:
     seeds: list[int] | None = None  # fine-tuning seeds for this task (default: the plan's seeds)
 
 
+# Keys of the pretraining recipe that the replication sets itself (from the plan's data_dir, block_size, ...).
+OWNED_DATA_KEYS = ("datasets", "train_files", "validation_files", "validation_split_percentage", "block_size",
+                   "max_eval_blocks")
+OWNED_TRAINING_KEYS = ("output_dir",)
+
+
 @dataclasses.dataclass
 class ReplicationPlan:
     output_dir: str = "outputs/replication/quick"
     data_dir: str = "../shared/data"  # WikiText-2, IMDB and SST-2 in the layout of shared/data/README.md
     imdb_heldout: int = 500  # reviews kept out of pretraining and fine-tuning training, for the IMDB table
     vocab_size: int = 4096
-    model: dict = dataclasses.field(default_factory=dict)  # fields shared by every variant
-    variants: list = dataclasses.field(default_factory=list)  # [{name, model_type, config}]
-    pretrain: dict = dataclasses.field(default_factory=dict)  # `training` section of the pretraining recipe
-    # extra `data` settings of the pretraining recipe, e.g. short_block_probability
-    pretrain_data: dict = dataclasses.field(default_factory=dict)
+    model: dict = dataclasses.field(default_factory=dict)  # config fields shared by every variant (checked at load)
+    variants: list[Variant] = dataclasses.field(default_factory=list)
+    pretrain: PretrainTrainingSection = dataclasses.field(default_factory=PretrainTrainingSection)
+    # the `data` section of the pretraining recipe, less the keys the replication sets (OWNED_DATA_KEYS)
+    pretrain_data: PretrainDataSection = dataclasses.field(default_factory=PretrainDataSection)
     rms_lengths: list[int] = dataclasses.field(default_factory=lambda: [16, 64, 512])  # see attention_rms_of
     block_size: int = 512
     max_eval_blocks: int | None = 128  # held-out blocks for the perplexity curve (same blocks for every variant)
-    finetune: list = dataclasses.field(default_factory=list)  # [FinetuneTask fields]
+    finetune: list[FinetuneTask] = dataclasses.field(default_factory=list)
     seeds: list[int] = dataclasses.field(default_factory=lambda: [1])
 
     def validate(self):
-        self.variants = [v if isinstance(v, Variant) else build_section(Variant, v, "variants[]") for v in self.variants]
-        self.finetune = [
-            t if isinstance(t, FinetuneTask) else build_section(FinetuneTask, t, "finetune[]") for t in self.finetune
-        ]
         names = [v.name for v in self.variants]
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"variants need unique names, got {names}.")
         for t in self.finetune:
-            if t.task not in ("sst2", "imdb"):
-                raise ConfigError(f"finetune task {t.name!r}: task must be sst2 or imdb, got {t.task!r}.")
             unknown = sorted(set(t.variants or []) - set(names))
             if unknown:
                 raise ConfigError(f"finetune task {t.name!r} names unknown variants {unknown}; variants are {names}.")
+        for section, owned, defaults in (("pretrain_data", OWNED_DATA_KEYS, PretrainDataSection()),
+                                         ("pretrain", OWNED_TRAINING_KEYS, PretrainTrainingSection())):
+            for key in owned:
+                if getattr(getattr(self, section), key) != getattr(defaults, key):
+                    raise ConfigError(f"{section}.{key} is set by the replication itself (from data_dir, "
+                                      f"output_dir, block_size, max_eval_blocks); remove it from the plan.")
+        if self.pretrain.stop_after_steps is not None:
+            raise ConfigError("pretrain.stop_after_steps interrupts a run without its final evaluation; a replication "
+                              "needs finished runs. Use pretrain.max_steps or pretrain.max_train_minutes.")
+        self.pretrain.validate()
         for name in ("wikitext-2/valid.txt", "imdb/train.csv", "sst2/train.tsv", "sst2/dev.tsv"):
             if not os.path.isfile(os.path.join(self.data_dir, name)):
                 raise ConfigError(f"{name} not found under data_dir={self.data_dir} (see shared/data/README.md).")
+        wikitext = os.path.join(self.data_dir, "wikitext-2", "valid.txt")
+        dataclasses.replace(self.pretrain_data, train_files=[wikitext], block_size=self.block_size).validate()
+        for index, variant in enumerate(self.variants):  # a bad model field fails here, not inside a run
+            make_config(variant.model_type, variant_model_fields(self, variant),
+                        where=f"the plan's model + variants[{index}].config")
 
 
 def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ReplicationPlan:
-    """Read a plan; `overrides` replace top-level keys, or one entry of a mapping with a dotted key (pretrain.seed)."""
-    data = load_yaml(path)
-    for key, value in (overrides or {}).items():
-        section, _, field = key.partition(".")
-        if not field:
-            data[section] = value
-        elif isinstance(data.get(section, {}), dict):
-            data[section] = {**data.get(section, {}), field: value}
-        else:
-            raise ConfigError(f"Override {key!r}: plan key {section!r} is not a mapping, so it has no field {field!r}.")
-    plan = build_section(ReplicationPlan, data, "plan")
+    """Read a plan; `overrides` (``{"output_dir": ..., "pretrain.seed": 43}``, as `parse_overrides` returns them
+    from ``--output_dir ... --pretrain.seed 43``) replace keys the way a recipe's overrides do."""
+    plan = build_section(ReplicationPlan, apply_overrides(load_yaml(path), overrides or {}))
     plan.validate()
     return plan
-
-
-def variant_n(plan: ReplicationPlan, variant: Variant) -> int:
-    """The longest input the variant takes: Linformer's n, or RoBERTa's positions minus its offset of 2."""
-    fields = {**plan.model, **variant.config}
-    if variant.model_type == "roberta":
-        return int(fields.get("max_position_embeddings", block_size_of(plan, variant) + 2)) - 2
-    return int(fields.get("max_sequence_length", 512))
 
 
 def block_size_of(plan: ReplicationPlan, variant: Variant) -> int:
     return variant.block_size or plan.block_size
 
 
+def variant_model_fields(plan: ReplicationPlan, variant: Variant) -> dict[str, Any]:
+    """The model config fields of a variant: the plan's shared ones, then the variant's own."""
+    fields = {**plan.model, **variant.config}
+    if variant.model_type == "roberta":
+        # The shared fields describe the Linformers' n; RoBERTa's longest input is its position table instead,
+        # sized to the variant's blocks (positions are numbered from the padding id + 1).
+        fields.pop("max_sequence_length", None)
+        fields.setdefault("max_position_embeddings", block_size_of(plan, variant) + PAD_TOKEN_ID + 1)
+    return fields
+
+
+def variant_n(plan: ReplicationPlan, variant: Variant) -> int:
+    """The longest input the variant takes."""
+    fields = {**variant_model_fields(plan, variant), "pad_token_id": PAD_TOKEN_ID}
+    return max_input_length(make_config(variant.model_type, fields))
+
+
 def tokens_per_update(plan: ReplicationPlan, variant: Variant) -> int:
-    batch = variant.per_device_train_batch_size or int(plan.pretrain.get("per_device_train_batch_size", 16))
-    return batch * int(plan.pretrain.get("gradient_accumulation_steps", 1)) * block_size_of(plan, variant)
+    batch = variant.per_device_train_batch_size or plan.pretrain.per_device_train_batch_size
+    return batch * plan.pretrain.gradient_accumulation_steps * block_size_of(plan, variant)
 
 
 # ----------------------------------------------------------------------------------------------------------- data
@@ -172,14 +206,21 @@ def prepare_data(plan: ReplicationPlan) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------------------------ runs
 
 
+def _module_command(module: str, *args: str) -> list[str]:
+    """``python -m linformer_hf.<module> args``: runs from any directory, installed or not."""
+    return [sys.executable, "-m", f"linformer_hf.{module}", *args]
+
+
 def _run(command: list[str], log_path: str) -> float:
-    """Run a script to completion with its output in log_path; returns the wall-clock seconds."""
+    """Run a command to completion with its output in log_path; returns the wall-clock seconds."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
     start = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
-        result = subprocess.run(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+        result = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     if result.returncode != 0:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-3000:]
@@ -198,9 +239,9 @@ def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
     tokenizer_dir = os.path.join(plan.output_dir, "tokenizer")
     if not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
         _run(
-            [sys.executable, "scripts/train_tokenizer.py", "--files", paths["pretrain_text"], "--output_dir",
-             tokenizer_dir, "--vocab_size", str(plan.vocab_size), "--model_max_length",
-             str(max(variant_n(plan, v) for v in plan.variants))],
+            _module_command("training.train_tokenizer", "--files", paths["pretrain_text"], "--output_dir",
+                            tokenizer_dir, "--vocab_size", str(plan.vocab_size), "--model_max_length",
+                            str(max(variant_n(plan, v) for v in plan.variants))),
             os.path.join(plan.output_dir, "logs", "tokenizer.log"),
         )
     return tokenizer_dir
@@ -213,31 +254,25 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
             return json.load(fh)
     run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
     block_size = block_size_of(plan, variant)
-    training = {**plan.pretrain, "output_dir": run_dir, "report_to": []}
+    training = dataclasses.replace(plan.pretrain, output_dir=run_dir)
     if variant.per_device_train_batch_size:
-        training["per_device_train_batch_size"] = variant.per_device_train_batch_size
-    recipe = {
-        "model": {"model_type": variant.model_type, "config": {**plan.model, **variant.config}},
-        "tokenizer": {"name_or_path": tokenizer_dir},
-        "data": {
-            "train_files": [paths["pretrain_text"]],
-            "validation_split_percentage": 5,
-            "block_size": block_size,
-            # the same held-out text for every variant: longer blocks are fewer
-            "max_eval_blocks": plan.max_eval_blocks * plan.block_size // block_size if plan.max_eval_blocks else None,
-            **plan.pretrain_data,
-        },
-        "training": training,
-    }
-    if variant.model_type == "roberta":
-        recipe["model"]["config"].pop("max_sequence_length", None)
-        recipe["model"]["config"].setdefault("max_position_embeddings", block_size + 2)
+        training.per_device_train_batch_size = variant.per_device_train_batch_size
+    data = dataclasses.replace(
+        plan.pretrain_data,
+        train_files=[paths["pretrain_text"]],
+        validation_split_percentage=5,
+        block_size=block_size,
+        # the same held-out text for every variant: longer blocks are fewer
+        max_eval_blocks=plan.max_eval_blocks * plan.block_size // block_size if plan.max_eval_blocks else None,
+    )
+    recipe = dataclasses.asdict(PretrainRecipe(
+        model=ModelSection(model_type=variant.model_type, config=variant_model_fields(plan, variant)),
+        tokenizer=TokenizerSection(name_or_path=tokenizer_dir), data=data, training=training))
     recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
-    command = [sys.executable, "scripts/pretrain.py", "--config", recipe_path, "--no_progress"]
+    command = _module_command("training.pretrain", "--config", recipe_path, "--no_progress")
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
-    steps = int(plan.pretrain["max_steps"])
-    with open(os.path.join(run_dir, f"summary_step{steps}.json"), encoding="utf-8") as fh:
-        summary = json.load(fh)
+    summary = read_final_summary(run_dir)
+    steps = summary["completed_steps"]  # max_steps, or fewer when the time budget ended the run
     result = {
         "variant": dataclasses.asdict(variant),
         "command": shlex.join(command),
@@ -301,30 +336,19 @@ def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask
         files = {"train_file": paths["sst2_train"], "test_file": paths["sst2_dev"]}
     else:
         files = {"train_file": paths["imdb_train"], "test_file": paths["imdb_heldout"]}
-    recipe = {
-        "model": {"pretrained": model_dir},
-        "data": {
-            "task": task.task,
-            **files,
-            "validation_split_percentage": 10,
-            "max_seq_length": task.max_seq_length,
-            "max_train_samples": task.max_train_samples,
-            "max_eval_samples": task.max_eval_samples,
-        },
-        "training": {
-            "output_dir": run_dir,
-            "seed": seed,
-            "per_device_train_batch_size": task.per_device_train_batch_size,
-            "per_device_eval_batch_size": 64,
-            "num_train_epochs": task.num_train_epochs,
-            "learning_rate": task.learning_rate,
-            "report_to": [],
-        },
-    }
+    recipe = dataclasses.asdict(FinetuneRecipe(
+        model=FinetuneModelSection(pretrained=model_dir),
+        data=FinetuneDataSection(task=task.task, **files, validation_split_percentage=10,
+                                 max_seq_length=task.max_seq_length, max_train_samples=task.max_train_samples,
+                                 max_eval_samples=task.max_eval_samples),
+        training=FinetuneTrainingSection(output_dir=run_dir, seed=seed, num_train_epochs=task.num_train_epochs,
+                                         per_device_train_batch_size=task.per_device_train_batch_size,
+                                         per_device_eval_batch_size=64, learning_rate=task.learning_rate),
+    ))
     recipe_path = _write_yaml(
         os.path.join(plan.output_dir, "recipes", f"finetune_{variant.name}_{task.name}_seed{seed}.yaml"), recipe
     )
-    command = [sys.executable, "scripts/finetune.py", "--config", recipe_path, "--no_progress"]
+    command = _module_command("training.finetune", "--config", recipe_path, "--no_progress")
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"finetune_{variant.name}_{task.name}_{seed}.log"))
     with open(os.path.join(run_dir, "results.json"), encoding="utf-8") as fh:
         finetuned = json.load(fh)
@@ -479,3 +503,26 @@ def plot_perplexity(results: dict, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m linformer_hf.research.replication", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plan", required=True, help="configs/replication/*.yaml")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        plan = load_plan(args.plan, parse_overrides(rest, top_level_keys=True))
+        results = run_plan(plan)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    with open(os.path.join(plan.output_dir, "results.md"), encoding="utf-8") as fh:
+        print(fh.read())
+    print(f"total {results['total_seconds'] / 60:.1f} min; results in {plan.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""Pretraining and fine-tuning: recipes, data, loops, and the commands that run them.
+
+Commands (each runs from an installed package; ``scripts/`` holds thin wrappers):
+
+- ``python -m linformer_hf.training.pretrain``: masked-LM pretraining (`pretraining.run_pretraining`);
+- ``python -m linformer_hf.training.finetune``: sequence classification on `Trainer` (`finetuning.run_finetuning`);
+- ``python -m linformer_hf.training.train_tokenizer``: a byte-level BPE tokenizer (`tokenizer.train_bpe_tokenizer`).
+
+Modules: `config` (YAML recipes as dataclasses, ``--section.key`` overrides), `data` (corpus, packing, seeded
+masking), `model_setup` (Linformer or the RoBERTa baseline from a recipe), `loop` (optimizer, update step and
+teardown shared by the loops), `corpus`, `tokenizer`, `metrics`.
+"""

@@ -3,7 +3,27 @@
 A recipe file is a mapping of sections (``model``, ``data``, ``training`` ...) to mappings of keys. Every key is
 checked against the dataclass of its section: an unknown section or key is an error that names it and lists the
 allowed ones. Any key can be overridden on the command line as ``--section.key value`` (or ``--section.key=value``);
-values are parsed as YAML (``8``, ``true``, ``null``, ``[a, b]``) and converted to the field's type.
+values are parsed as YAML (``8``, ``true``, ``null``, ``[a, b]``) and converted to the field's type (``Optional``,
+``list[X]``, ``Literal[...]``, nested dataclasses). Each section then checks its values in ``validate()``. The
+replication plan (``research/replication.py``) is read by the same functions, with the same overrides.
+
+Why this module and not a config library (decided for issue 10):
+
+- ``transformers.HfArgumentParser`` maps dataclass fields to flat flags. Two sections here share field names
+  (``output_dir``, ``seed``, ``max_steps`` in ``training``; ``config`` in ``model``), which a flat namespace cannot
+  hold, and it has no ``--section.key`` form nor overrides on top of a YAML file (``parse_yaml_file`` reads a flat
+  file and stops there). It would replace the type conversion only.
+- OmegaConf structured configs do nest, merge a YAML file with dotted overrides and check types, but the override
+  syntax is ``section.key=value`` (not the ``--section.key value`` the scripts, docs and ``accelerate launch`` lines
+  use), and it would be a new dependency of the ``train`` extra to replace about 60 lines of conversion;
+  ``validate()`` would still be ours.
+- draccus (nested dataclasses, YAML, ``--section.key value``) is the closest fit. It is not installed in the
+  project's environment, and its messages for our error cases (unknown key with the allowed list, wrong type) were
+  not checked, so it is not adopted in this change; it is the library to try first if this module grows.
+
+What stays hand-written is the part no library gives in this form: about 120 lines of YAML-to-dataclass
+conversion and override parsing (`_coerce`, `build_section`, `parse_overrides`, `apply_overrides`). Revisit if a
+third kind of config file appears.
 """
 
 from __future__ import annotations
@@ -43,12 +63,18 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{where}: cannot convert {value!r}")
     if annotation is Any:
         return value
+    if dataclasses.is_dataclass(annotation):  # a nested section, e.g. a list entry of a replication plan
+        return value if isinstance(value, annotation) else build_section(annotation, value, where)
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: must be one of {', '.join(map(repr, args))}, got {value!r}.")
+        return value
     if origin is list:
         if value is None:
             return []
         if not isinstance(value, (list, tuple)):
             value = [value]
-        return [_coerce(v, args[0] if args else Any, where) for v in value]
+        return [_coerce(v, args[0] if args else Any, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict or annotation is dict:
         if value is None:
             return {}
@@ -88,18 +114,20 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
-def build_section(cls, values: dict[str, Any] | None, section: str):
+def build_section(cls, values: dict[str, Any] | None, section: str = ""):
+    """``cls(**values)`` with every key checked and every value converted; ``section`` ("" at the top) names them."""
     values = values or {}
+    prefix, where = (f"{section}.", f"'{section}'") if section else ("", "the file")
     if not isinstance(values, dict):
-        raise ConfigError(f"Section '{section}' must be a mapping of keys to values, got {values!r}.")
+        raise ConfigError(f"Section {where} must be a mapping of keys to values, got {values!r}.")
     types = _field_types(cls)
     unknown = sorted(set(values) - set(types))
     if unknown:
         raise ConfigError(
-            f"Unknown key(s) {', '.join(repr(f'{section}.{k}') for k in unknown)} in the config. "
-            f"Allowed keys in '{section}': {', '.join(sorted(types))}."
+            f"Unknown key(s) {', '.join(repr(prefix + k) for k in unknown)} in the config. "
+            f"Allowed keys in {where}: {', '.join(sorted(types))}."
         )
-    kwargs = {k: _coerce(v, types[k], f"{section}.{k}") for k, v in values.items()}
+    kwargs = {k: _coerce(v, types[k], prefix + k) for k, v in values.items()}
     return cls(**kwargs)
 
 
@@ -113,13 +141,17 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def parse_overrides(argv: list[str]) -> dict[str, Any]:
-    """Parse ``--section.key value`` / ``--section.key=value`` pairs into a flat ``{"section.key": value}``."""
+def parse_overrides(argv: list[str], top_level_keys: bool = False) -> dict[str, Any]:
+    """Parse ``--section.key value`` / ``--section.key=value`` pairs into a flat ``{"section.key": value}``.
+
+    Recipes have sections only, so every key is dotted; a replication plan also has top-level keys
+    (``top_level_keys=True``: ``--output_dir x`` as well as ``--pretrain.seed 43``).
+    """
     overrides: dict[str, Any] = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if not arg.startswith("--") or "." not in arg.split("=", 1)[0]:
+        if not arg.startswith("--") or not (top_level_keys or "." in arg.split("=", 1)[0]):
             raise ConfigError(
                 f"Unrecognised argument {arg!r}. Overrides have the form --section.key value "
                 f"(for example --training.learning_rate 1e-4)."
@@ -179,10 +211,6 @@ def load_recipe(cls, path: str | None, argv: list[str] | None = None, extra: dic
     return recipe
 
 
-def recipe_to_dict(recipe) -> dict[str, Any]:
-    return dataclasses.asdict(recipe)
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Recipe sections
 # --------------------------------------------------------------------------------------------------------------------
@@ -210,7 +238,7 @@ class ModelSection:
 
 @dataclasses.dataclass
 class TokenizerSection:
-    name_or_path: str = "outputs/tokenizer"  # a local dir written by scripts/train_tokenizer.py, or a Hub name
+    name_or_path: str = "outputs/tokenizer"  # a local dir written by linformer_hf.training.train_tokenizer, or a Hub name
 
 
 @dataclasses.dataclass
@@ -263,21 +291,43 @@ class PretrainDataSection:
 
 
 @dataclasses.dataclass
-class PretrainTrainingSection:
+class OptimizerSection:
+    """AdamW and its learning-rate schedule: the fields both training sections share (they inherit them).
+
+    The defaults are the paper's (fairseq's RoBERTa) pretraining recipe; the names are `TrainingArguments`'.
+    """
+
+    learning_rate: float = 5e-4  # peak learning rate
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-6
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm gains (training.loop.NO_DECAY)
+    lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
+    max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
+
+    def validate(self):
+        from transformers.trainer_utils import SchedulerType
+
+        if self.learning_rate <= 0:
+            raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
+        if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
+            raise ConfigError(f"training.adam_beta1 / adam_beta2 must be in [0, 1), got "
+                              f"{self.adam_beta1} / {self.adam_beta2}.")
+        schedulers = [kind.value for kind in SchedulerType]
+        if self.lr_scheduler_type not in schedulers:
+            raise ConfigError(f"training.lr_scheduler_type must be one of {', '.join(schedulers)}; "
+                              f"got {self.lr_scheduler_type!r}.")
+
+
+@dataclasses.dataclass
+class PretrainTrainingSection(OptimizerSection):
     output_dir: str = "outputs/pretrain"
     seed: int = 42
     per_device_train_batch_size: int = 16
     per_device_eval_batch_size: int = 16
     gradient_accumulation_steps: int = 1
     max_steps: int = 125000  # optimizer updates
-    learning_rate: float = 5e-4
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-6
-    weight_decay: float = 0.01
-    lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
     warmup_steps: int = 10000
-    max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
     mixed_precision: str | None = None  # null: take it from the Accelerate config (no | fp16 | bf16)
     checkpointing_steps: int | None = None  # accelerator.save_state every N updates
     checkpoints_total_limit: int | None = None
@@ -290,6 +340,7 @@ class PretrainTrainingSection:
     save_final_model: bool = True
 
     def validate(self):
+        super().validate()
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
                      "max_steps", "logging_steps"):
             if getattr(self, name) < 1:
@@ -339,7 +390,11 @@ class FinetuneDataSection:
 
 
 @dataclasses.dataclass
-class FinetuneTrainingSection:
+class FinetuneTrainingSection(OptimizerSection):
+    # RoBERTa's GLUE fine-tuning differs from its pretraining in these three optimizer defaults.
+    learning_rate: float = 2e-5
+    weight_decay: float = 0.1
+    lr_scheduler_type: str = "linear"
     output_dir: str = "outputs/finetune"
     seed: int = 42
     per_device_train_batch_size: int = 32
@@ -347,24 +402,20 @@ class FinetuneTrainingSection:
     gradient_accumulation_steps: int = 1
     num_train_epochs: float = 3.0
     max_steps: int | None = None  # overrides num_train_epochs
-    learning_rate: float = 2e-5
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-6
-    weight_decay: float = 0.1
-    lr_scheduler_type: str = "linear"
     warmup_ratio: float = 0.06
-    max_grad_norm: float | None = None
-    mixed_precision: str | None = None
+    mixed_precision: str | None = None  # no | fp16 | bf16 (null: no); Trainer's fp16 / bf16
     eval_steps: int | None = None  # null: evaluate at the end of every epoch
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)
     save_best: bool = True
 
     def validate(self):
+        super().validate()
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"training.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
+            raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
 
 
 @dataclasses.dataclass
@@ -391,7 +442,7 @@ class FinetuneModelSection:
         if not os.path.isdir(self.pretrained):
             raise ConfigError(
                 f"model.pretrained is not a directory: {self.pretrained}. Pretrain first "
-                f"(scripts/pretrain.py writes <output_dir>/final) or point it at a saved model dir."
+                f"(linformer_hf.training.pretrain writes <output_dir>/final) or point it at a saved model dir."
             )
         if not os.path.isfile(os.path.join(self.pretrained, "config.json")):
             raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; it is not a saved model dir.")

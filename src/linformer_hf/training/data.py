@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from datasets import Dataset, DatasetDict, IterableDataset, concatenate_datasets, interleave_datasets, load_dataset
+from datasets import IterableDataset, concatenate_datasets, interleave_datasets, load_dataset
 from datasets.distributed import split_dataset_by_node
 
 from .config import ConfigError, PretrainDataSection
@@ -224,6 +224,6 @@ def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_i
 
 
 __all__ = [
-    "Dataset", "DatasetDict", "INDEX_COLUMN", "SeededMaskingCollator", "block_lengths", "build_mlm_collator", "load_raw_corpus",
+    "INDEX_COLUMN", "SeededMaskingCollator", "block_lengths", "build_mlm_collator", "load_raw_corpus",
     "prepare_pretraining_data", "shard_stream", "tokenize_and_pack",
 ]

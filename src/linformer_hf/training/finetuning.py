@@ -1,17 +1,27 @@
-"""Sequence-classification fine-tuning (SST-2, QNLI, QQP, IMDB) with Accelerate: the loop behind scripts/finetune.py."""
+"""Sequence-classification fine-tuning (SST-2, QNLI, QQP, IMDB) on transformers' `Trainer`.
+
+``python -m linformer_hf.training.finetune`` (and ``scripts/finetune.py``) run `run_finetuning`. The recipe's
+``training`` section becomes `TrainingArguments` (`training_arguments`): the evaluation schedule (every epoch, or
+every ``eval_steps``), keeping the best model by the task's metric, gradient accumulation, trackers (``report_to``,
+TensorBoard under ``<output_dir>/runs``) and distribution (``torchrun`` / ``accelerate launch``) are the Trainer's.
+What this module adds: the tasks' columns and files, the checks before any work, the RoBERTa-to-Linformer conversion,
+and the outputs the replication reads: ``<output_dir>/best`` (the best model), ``predictions_validation.tsv`` and
+``predictions_test.tsv`` (the best model's predictions), and ``results.json`` (every evaluation, the best, the test
+metrics, the training loss per logged update).
+
+Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
+on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone (``fp16`` / ``bf16``), not from the Accelerate
+config file.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import logging
-import math
 import os
-from dataclasses import asdict, dataclass
-
-import numpy as np
-import torch
-from torch.utils.data import DataLoader
+import shutil
+from dataclasses import dataclass
 
 from .config import ConfigError, FinetuneRecipe
 from .metrics import classification_metrics
@@ -107,34 +117,63 @@ def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc
     return out
 
 
-@torch.no_grad()
-def predict(model, dataloader, accelerator):
-    model.eval()
-    preds, labels = [], []
-    for batch in dataloader:
-        batch_labels = batch.pop("labels", None)
-        logits = model(**batch).logits
-        p = logits.argmax(dim=-1)
-        if batch_labels is None:
-            p = accelerator.gather_for_metrics(p)
-        else:
-            p, batch_labels = accelerator.gather_for_metrics((p, batch_labels))
-            labels.append(batch_labels.cpu().numpy())
-        preds.append(p.cpu().numpy())
-    model.train()
-    return np.concatenate(preds), (np.concatenate(labels) if labels else None)
+def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
+    """The recipe's ``training`` section as `TrainingArguments` (most fields carry the same names)."""
+    from transformers import TrainingArguments
+
+    tcfg, task = recipe.training, TASKS[recipe.data.task]
+    # Evaluate every eval_steps updates, or at the end of every epoch; keep the best model by the task's metric.
+    strategy = "steps" if tcfg.eval_steps else "epoch"
+    return TrainingArguments(
+        output_dir=tcfg.output_dir,  # checkpoint-N dirs while training (removed at the end), TensorBoard in runs/
+        seed=tcfg.seed,
+        per_device_train_batch_size=tcfg.per_device_train_batch_size,
+        per_device_eval_batch_size=tcfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+        num_train_epochs=tcfg.num_train_epochs,
+        max_steps=tcfg.max_steps or -1,
+        learning_rate=tcfg.learning_rate,
+        adam_beta1=tcfg.adam_beta1,
+        adam_beta2=tcfg.adam_beta2,
+        adam_epsilon=tcfg.adam_epsilon,
+        weight_decay=tcfg.weight_decay,
+        lr_scheduler_type=tcfg.lr_scheduler_type,
+        warmup_steps=tcfg.warmup_ratio,  # a float in [0, 1): a share of the updates
+        max_grad_norm=tcfg.max_grad_norm or 0.0,  # 0: no clipping
+        fp16=tcfg.mixed_precision == "fp16",
+        bf16=tcfg.mixed_precision == "bf16",
+        eval_strategy=strategy,
+        eval_steps=tcfg.eval_steps,
+        save_strategy=strategy if tcfg.save_best else "no",
+        save_steps=tcfg.eval_steps,
+        save_total_limit=1,
+        save_only_model=True,
+        load_best_model_at_end=tcfg.save_best,
+        metric_for_best_model=task.main_metric,
+        logging_steps=tcfg.logging_steps,
+        logging_first_step=False,
+        report_to=tcfg.report_to or "none",
+        disable_tqdm=not show_progress,
+        dataloader_drop_last=False,
+    )
+
+
+def evaluations(log_history: list[dict], task: Task) -> list[dict]:
+    """The evaluations in a Trainer's log, as {metric: value, "step", "epoch"} (the Trainer prefixes eval_)."""
+    names = ("accuracy", "f1") if task.with_f1 else ("accuracy",)
+    return [{**{name: entry[f"eval_{name}"] for name in names}, "step": entry["step"], "epoch": entry["epoch"]}
+            for entry in log_history if f"eval_{task.main_metric}" in entry]
 
 
 def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
-    import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
-    from tqdm.auto import tqdm
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
-    from transformers import get_scheduler
+    """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test."""
+    from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                              Trainer, set_seed)
+
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from ..models import max_input_length
-    from .pretraining import build_optimizer, finish, optimizer_step
+    from .loop import finish
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
     task = TASKS[dcfg.task]
@@ -158,109 +197,54 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     if max_length > n:
         raise ConfigError(f"data.max_seq_length={max_length} is larger than the model's longest input n={n}.")
 
-    accelerator = Accelerator(
-        gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
-        mixed_precision=tcfg.mixed_precision,
-        log_with=tcfg.report_to or None,
-        project_config=ProjectConfiguration(project_dir=tcfg.output_dir, logging_dir=os.path.join(tcfg.output_dir, "logs")),
-    )
+    args = training_arguments(recipe, show_progress)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    set_seed(tcfg.seed)
-    with accelerator.main_process_first():
+    with args.main_process_first():
         encoded = tokenize_task(splits, tokenizer, task, max_length, dcfg.preprocessing_num_workers)
+    set_seed(tcfg.seed)  # the classification head's initialisation
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
 
-    collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if accelerator.mixed_precision != "no" else None)
-    train_dl = DataLoader(encoded["train"], batch_size=tcfg.per_device_train_batch_size, shuffle=True,
-                          collate_fn=collator)
-    eval_dl = DataLoader(encoded["validation"], batch_size=tcfg.per_device_eval_batch_size, collate_fn=collator)
-    test_dl = (DataLoader(encoded["test"], batch_size=tcfg.per_device_eval_batch_size, collate_fn=collator)
-               if "test" in encoded else None)
-    optimizer = build_optimizer(model, tcfg)
-    model, optimizer, train_dl, eval_dl = accelerator.prepare(model, optimizer, train_dl, eval_dl)
-    if test_dl is not None:
-        test_dl = accelerator.prepare(test_dl)
+    def compute_metrics(prediction):
+        return classification_metrics(prediction.predictions.argmax(-1), prediction.label_ids, with_f1=task.with_f1)
 
-    updates_per_epoch = math.ceil(len(train_dl) / tcfg.gradient_accumulation_steps)
-    max_steps = tcfg.max_steps or int(math.ceil(tcfg.num_train_epochs * updates_per_epoch))
-    num_epochs = math.ceil(max_steps / updates_per_epoch)
-    scheduler = get_scheduler(tcfg.lr_scheduler_type, optimizer, num_warmup_steps=int(tcfg.warmup_ratio * max_steps),
-                              num_training_steps=max_steps)
-    if tcfg.report_to:
-        flat = {f"{s}.{k}": (v if isinstance(v, (int, float, str, bool)) else str(v))
-                for s, sec in asdict(recipe).items() for k, v in sec.items()}
-        accelerator.init_trackers(f"finetune_{dcfg.task}", config=flat)
+    trainer = Trainer(
+        model=model, args=args, train_dataset=encoded["train"], eval_dataset=encoded["validation"],
+        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if tcfg.mixed_precision in ("fp16", "bf16") else None),
+        processing_class=tokenizer, compute_metrics=compute_metrics,
+    )
+    trainer.train()
 
+    # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
+    if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
+        trainer.evaluate()
+    history = evaluations(trainer.state.log_history, task)
+    train_losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+    best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
     best_dir = os.path.join(tcfg.output_dir, "best")
-    best, history = None, []
-    completed = 0
-    progress = tqdm(total=max_steps, disable=not (show_progress and accelerator.is_local_main_process),
-                    desc=f"finetune {dcfg.task}", dynamic_ncols=True)
-
-    def evaluate_and_keep(epoch):
-        nonlocal best
-        preds, labels = predict(model, eval_dl, accelerator)
-        metrics = classification_metrics(preds, labels, with_f1=task.with_f1)
-        metrics.update(step=completed, epoch=epoch)
-        history.append(metrics)
-        accelerator.print(f"{dcfg.task} step {completed}: " + ", ".join(
-            f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("step", "epoch")))
-        if tcfg.report_to:
-            accelerator.log({f"eval/{k}": v for k, v in metrics.items()}, step=completed)
-        if best is None or metrics[task.main_metric] > best[task.main_metric]:
-            best = dict(metrics)
-            if tcfg.save_best:
-                accelerator.wait_for_everyone()
-                accelerator.unwrap_model(model).save_pretrained(
-                    best_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
-                if accelerator.is_main_process:
-                    tokenizer.save_pretrained(best_dir)
-                    _write_predictions(os.path.join(tcfg.output_dir, "predictions_validation.tsv"), preds, labels)
-
-    model.train()
-    for epoch in range(num_epochs):
-        for batch in train_dl:
-            with accelerator.accumulate(model):
-                loss = model(**batch).loss
-                accelerator.backward(loss)
-                optimizer_step(accelerator, model, optimizer, scheduler, tcfg.max_grad_norm)
-            if not accelerator.sync_gradients:
-                continue
-            completed += 1
-            progress.update(1)
-            if completed % tcfg.logging_steps == 0:
-                mean_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
-                progress.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-                if tcfg.report_to:
-                    accelerator.log({"train/loss": mean_loss, "train/lr": scheduler.get_last_lr()[0]}, step=completed)
-            if tcfg.eval_steps and completed % tcfg.eval_steps == 0:
-                evaluate_and_keep(epoch)
-            if completed >= max_steps:
-                break
-        if not tcfg.eval_steps or completed >= max_steps:
-            if not history or history[-1]["step"] != completed:
-                evaluate_and_keep(epoch)
-        if completed >= max_steps:
-            break
-    progress.close()
-
-    result = {"task": dcfg.task, "best": best, "history": history, "steps": completed,
-              "best_dir": best_dir if tcfg.save_best else None}
-    if test_dl is not None:
-        if tcfg.save_best:  # predict the test file with the best checkpoint
-            state = AutoModelForSequenceClassification.from_pretrained(best_dir).state_dict()
-            accelerator.unwrap_model(model).load_state_dict(state)
-        preds, labels = predict(model, test_dl, accelerator)
-        if accelerator.is_main_process:
+    if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
+        trainer.save_model(best_dir)
+    # The validation predictions of the model kept (the best one, or the last without save_best).
+    validation = trainer.predict(encoded["validation"])
+    if trainer.is_world_process_zero():
+        _write_predictions(os.path.join(tcfg.output_dir, "predictions_validation.tsv"),
+                           validation.predictions.argmax(-1), validation.label_ids)
+    result = {"task": dcfg.task, "best": best, "history": history, "steps": trainer.state.global_step,
+              "train_losses": train_losses, "best_dir": best_dir if tcfg.save_best else None}
+    if "test" in encoded:
+        test = trainer.predict(encoded["test"])
+        preds, labels = test.predictions.argmax(-1), test.label_ids
+        if trainer.is_world_process_zero():
             _write_predictions(os.path.join(tcfg.output_dir, "predictions_test.tsv"), preds, labels)
         if labels is not None:
             result["test"] = classification_metrics(preds, labels, with_f1=task.with_f1)
-    if accelerator.is_main_process:
-        os.makedirs(tcfg.output_dir, exist_ok=True)
+    if trainer.is_world_process_zero():
+        for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
+            if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):
+                shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
         with open(os.path.join(tcfg.output_dir, "results.json"), "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)
-    accelerator.print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
-    finish(accelerator)
+        print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
+    finish(trainer.accelerator)
     return result
 
 

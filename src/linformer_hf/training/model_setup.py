@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import yaml
+from huggingface_hub.errors import StrictDataclassError
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from ..models.linformer.configuration_linformer import LinformerConfig
@@ -32,6 +33,20 @@ def _classes(model_type: str):
     raise ConfigError(f"model.model_type must be linformer or roberta, got {model_type!r}.")
 
 
+def make_config(model_type: str, fields: dict[str, Any], where: str = "model.config / model.config_file"):
+    """The model config of ``model_type`` from ``fields``; unknown or invalid fields are a ConfigError naming them."""
+    config_cls, _ = _classes(model_type)
+    allowed = set(config_cls().to_dict())
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"Unknown {config_cls.__name__} field(s) {unknown} in {where}. "
+            f"Allowed fields: {', '.join(sorted(allowed))}."
+        )
+    try:
+        return config_cls(**fields)
+    except (ValueError, TypeError, StrictDataclassError) as err:  # the last: transformers' strict config checks
+        raise ConfigError(f"Invalid {config_cls.__name__} in {where}: {err}") from err
 
 
 def build_model_config(section: ModelSection, tokenizer) -> Any:
@@ -48,14 +63,6 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
             )
     fields.update(section.config or {})
     fields.pop("model_type", None)
-    config_cls, _ = _classes(model_type)
-    allowed = set(config_cls().to_dict())
-    unknown = sorted(set(fields) - allowed)
-    if unknown:
-        raise ConfigError(
-            f"Unknown {config_cls.__name__} field(s) {unknown} in model.config / model.config_file. "
-            f"Allowed fields: {', '.join(sorted(allowed))}."
-        )
     # Token ids come from the tokenizer so the embeddings match it.
     fields.update(
         vocab_size=len(tokenizer),
@@ -63,12 +70,7 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    if model_type == "roberta" and "max_sequence_length" in fields:
-        fields.pop("max_sequence_length")
-    try:
-        return config_cls(**fields)
-    except (ValueError, TypeError) as err:
-        raise ConfigError(f"Invalid {config_cls.__name__} in model.config / model.config_file: {err}") from err
+    return make_config(model_type, fields)
 
 
 def build_mlm_model(section: ModelSection, tokenizer):

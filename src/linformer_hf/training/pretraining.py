@@ -1,4 +1,9 @@
-"""Masked-LM pretraining with Accelerate: the loop behind ``scripts/pretrain.py``.
+"""Masked-LM pretraining with Accelerate: ``python -m linformer_hf.training.pretrain`` (and ``scripts/pretrain.py``).
+
+A loop of its own rather than transformers' ``Trainer``: blocks are masked with per-block seeds, the loss is
+normalised by the masked tokens of the whole global batch, and a time budget ends a run with its final evaluation.
+`setup_pretraining` builds a `PretrainingRun`, `train_micro_batch` advances it, `evaluate_and_log`,
+`save_checkpoint` and `save_final_model` record it; `run_pretraining` is the loop that ties them.
 
 Exactness guarantees (tested in tests/test_training_pretrain.py):
 - resume: ``accelerator.save_state`` stores model, optimizer, scheduler (registered), RNG states and the step counter;
@@ -18,16 +23,18 @@ import os
 import re
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-import torch.nn.functional as F
+from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
-from .config import ConfigError, PretrainRecipe
-from .data import _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from ..models import max_input_length
-from .model_setup import build_mlm_model
+from .config import ConfigError, PretrainRecipe
+from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
+from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
+from .model_setup import build_mlm_model, build_model_config
 from .tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -85,43 +92,59 @@ def _prune_checkpoints(output_dir: str, limit: int | None):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def summary_path(output_dir: str, completed_steps: int) -> str:
+    """Where a run writes its summary: one file per run, named by the updates completed when it ended."""
+    return os.path.join(output_dir, f"summary_step{completed_steps}.json")
+
+
+def read_final_summary(output_dir: str) -> dict:
+    """The summary of the run that went furthest in ``output_dir`` (a time budget may end it before max_steps)."""
+    found = []
+    for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
+        m = re.fullmatch(r"summary_step(\d+)\.json", name)
+        if m:
+            found.append(int(m.group(1)))
+    if not found:
+        raise FileNotFoundError(f"No summary_step<N>.json in {output_dir}: the pretraining run did not finish.")
+    with open(summary_path(output_dir, max(found)), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Loss and evaluation
 # ----------------------------------------------------------------------------------------------------------------
 
-def masked_token_loss_sum(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of cross-entropy over masked tokens, and their count (per example: shape [batch]).
+def masked_lm_loss(model, batch, num_masked) -> torch.Tensor:
+    """The masked tokens' summed cross-entropy divided by ``num_masked``, computed once, by the model's own loss.
 
-    The LM head runs only at the masked positions (`logits_for_labels_only`, which both the Linformer and the RoBERTa
-    baseline built by `models.build_mlm_model` take): about 15% of the vocabulary projection's cost, same loss.
+    transformers' masked-LM loss sums the token losses and divides by ``num_items_in_batch`` when it is given (as
+    ``Trainer`` does under gradient accumulation): with the masked-token count of the whole global batch it gives
+    the normalisation of the module docstring, with 1 it gives the plain sum. The LM head runs only at the masked
+    positions (``logits_for_labels_only``, which both the Linformer and the RoBERTa baseline built by
+    ``model_setup.build_mlm_model`` take): about 15% of the vocabulary projection's cost, same loss.
     """
-    labels = batch["labels"]
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
-    labelled = labels.ne(-100)  # (batch, L)
-    logits = model(**inputs, labels=labels, logits_for_labels_only=True).logits  # (num_labelled, vocab)
-    losses = F.cross_entropy(logits.float(), labels[labelled], reduction="none")  # (num_labelled,)
-    example = labelled.nonzero()[:, 0]  # which example each labelled position belongs to
-    loss_sums = torch.zeros(labels.shape[0], dtype=losses.dtype, device=losses.device).index_add(0, example, losses)
-    return loss_sums, labelled.sum(dim=1)
+    return model(**batch, logits_for_labels_only=True, num_items_in_batch=num_masked).loss
 
 
 @torch.no_grad()
 def evaluate_mlm(model, dataloader, accelerator) -> dict[str, float]:
+    """Validation loss per masked token over every process' shard of the validation blocks (each block once)."""
     model.eval()
     total_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     total_tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     for batch in dataloader:
-        loss_sum, count = masked_token_loss_sum(model, batch)
-        loss_sum, count = accelerator.gather_for_metrics((loss_sum, count))
-        total_loss += loss_sum.double().sum()
-        total_tokens += count.double().sum()
+        batch = {key: value.to(accelerator.device) for key, value in batch.items()}
+        total_loss += masked_lm_loss(model, batch, num_masked=1).double()
+        total_tokens += batch["labels"].ne(-100).sum()
     model.train()
+    total_loss = accelerator.reduce(total_loss, reduction="sum")
+    total_tokens = accelerator.reduce(total_tokens, reduction="sum")
     loss = (total_loss / total_tokens.clamp(min=1)).item()
     return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "eval_masked_tokens": int(total_tokens.item())}
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The run
+# The run: setup, one update, evaluation and saving, and the loop that ties them
 # ----------------------------------------------------------------------------------------------------------------
 
 def check_block_size(recipe: PretrainRecipe, model_config) -> None:
@@ -133,45 +156,33 @@ def check_block_size(recipe: PretrainRecipe, model_config) -> None:
         )
 
 
-def optimizer_step(accelerator, model, optimizer, scheduler, max_grad_norm) -> None:
-    """The update inside `accelerator.accumulate`: clip and advance the schedule only when gradients are synced."""
-    if accelerator.sync_gradients and max_grad_norm:
-        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
-    optimizer.step()
-    if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
-        scheduler.step()
-    optimizer.zero_grad()
+@dataclass
+class PretrainingRun:
+    """What a run holds between updates; built by `setup_pretraining`, advanced by `train_update`."""
+
+    recipe: PretrainRecipe
+    accelerator: Any
+    tokenizer: Any
+    model: Any
+    optimizer: Any
+    scheduler: Any
+    collator: SeededMaskingCollator
+    train_dl: DataLoader
+    eval_dl: DataLoader
+    completed_steps: int = 0  # optimizer updates done (restored on resume)
+    epoch: int = 0
+    skip: int = 0  # micro-batches of `epoch` already consumed before a resume
+    micro: int = 0  # micro-batch index inside the current update
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def streaming(self) -> bool:
+        return self.recipe.data.streaming
 
 
-def finish(accelerator) -> None:
-    """End the trackers and tear the process group down while every process is still alive.
-
-    A gloo group left to garbage collection can block forever in its destructor once the other processes have
-    exited (seen in the 2-process fine-tuning test), so all processes meet at a barrier and destroy it together.
-    """
-    accelerator.end_training()
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        accelerator.wait_for_everyone()
-        torch.distributed.destroy_process_group()
-
-
-def build_optimizer(model, cfg) -> torch.optim.Optimizer:
-    no_decay = ("bias", "LayerNorm.weight", "layer_norm.weight", "layernorm.weight")
-    params = [
-        {"params": [p for n, p in model.named_parameters() if p.requires_grad and not n.endswith(no_decay)],
-         "weight_decay": cfg.weight_decay},
-        {"params": [p for n, p in model.named_parameters() if p.requires_grad and n.endswith(no_decay)],
-         "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                             eps=cfg.adam_epsilon)
-
-
-def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
-    """Pretrain as the recipe says; returns a summary (losses per step, final evaluation, paths)."""
-    from accelerate import Accelerator
-    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration, set_seed
-    from tqdm.auto import tqdm
+def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
+    """Check the inputs, then build the Accelerator, data, model, optimizer and schedule, and restore a checkpoint."""
+    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
     from transformers import get_scheduler
 
     tcfg, dcfg = recipe.training, recipe.data
@@ -183,17 +194,14 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
 
         model_config = AutoConfig.from_pretrained(recipe.model.pretrained)
     else:
-        from .model_setup import build_model_config
-
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
 
-    accelerator = Accelerator(
+    accelerator = build_accelerator(
+        tcfg,
+        # The loop, not the data loader, says when an update ends (a streamed epoch has no known length).
         gradient_accumulation_plugin=GradientAccumulationPlugin(
             num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False),
-        mixed_precision=tcfg.mixed_precision,
-        log_with=tcfg.report_to or None,
-        project_config=ProjectConfiguration(project_dir=tcfg.output_dir, logging_dir=os.path.join(tcfg.output_dir, "logs")),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=tcfg.seed),
     )
     set_seed(tcfg.seed)
@@ -209,23 +217,20 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     scheduler = get_scheduler(tcfg.lr_scheduler_type, optimizer, num_warmup_steps=tcfg.warmup_steps,
                               num_training_steps=tcfg.max_steps)
 
-    streaming = dcfg.streaming
-    if streaming:
+    # Each process evaluates its own shard of the validation blocks (no block twice, none padded in), and the
+    # losses and token counts are summed over processes.
+    eval_shard = split_dataset_by_node(data["validation"], rank=accelerator.process_index,
+                                       world_size=accelerator.num_processes)
+    eval_dl = DataLoader(eval_shard, batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
+    if dcfg.streaming:
         train_ds = shard_stream(data["train"], accelerator.process_index, accelerator.num_processes, tcfg.seed,
                                 dcfg.shuffle_buffer_size)
         train_dl = DataLoader(train_ds, batch_size=tcfg.per_device_train_batch_size, collate_fn=collator)
-        eval_ds = split_eval = data["validation"]
-        from datasets.distributed import split_dataset_by_node
-
-        split_eval = split_dataset_by_node(eval_ds, rank=accelerator.process_index,
-                                           world_size=accelerator.num_processes)
-        eval_dl = DataLoader(split_eval, batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         train_dl = DataLoader(data["train"], batch_size=tcfg.per_device_train_batch_size, shuffle=True,
                               drop_last=True, collate_fn=collator)
-        eval_dl = DataLoader(data["validation"], batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
-        model, optimizer, train_dl, eval_dl = accelerator.prepare(model, optimizer, train_dl, eval_dl)
+        model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
         if len(train_dl) == 0:
             raise ConfigError(
                 f"The training set has {len(data['train'])} blocks, fewer than one global batch "
@@ -234,158 +239,168 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     # The scheduler is stepped once per optimizer update by this loop (not prepared: Accelerate would step it once
     # per process), and registered so that save_state / load_state carry it.
     accelerator.register_for_checkpointing(scheduler)
+    init_trackers(accelerator, recipe, "pretrain")
 
-    if tcfg.report_to:
-        flat = {f"{s}.{k}": (v if isinstance(v, (int, float, str, bool)) else str(v))
-                for s, sec in asdict(recipe).items() for k, v in sec.items()}
-        accelerator.init_trackers("pretrain", config=flat)
-
-    accum = tcfg.gradient_accumulation_steps
-    completed_steps = 0
+    run = PretrainingRun(recipe, accelerator, tokenizer, model, optimizer, scheduler, collator, train_dl, eval_dl,
+                         summary={"train_losses": {}, "evals": {}, "output_dir": tcfg.output_dir,
+                                  "resumed_from": resume_dir, "num_processes": accelerator.num_processes})
     if resume_dir:
         accelerator.print(f"Resuming from {resume_dir}")
         accelerator.load_state(resume_dir)
         with open(os.path.join(resume_dir, STATE_FILE), encoding="utf-8") as fh:
-            completed_steps = json.load(fh)["completed_steps"]
-
-    micro_done = completed_steps * accum
-    if streaming:
-        epoch, skip = 0, micro_done  # streamed data is replayed up to the resume point
+            run.completed_steps = json.load(fh)["completed_steps"]
+    micro_done = run.completed_steps * tcfg.gradient_accumulation_steps
+    if dcfg.streaming:
+        run.epoch, run.skip = 0, micro_done  # streamed data is replayed up to the resume point
     else:
-        epoch, skip = divmod(micro_done, len(train_dl))
+        run.epoch, run.skip = divmod(micro_done, len(train_dl))
+    return run
 
-    tokens_per_update = tcfg.per_device_train_batch_size * accum * accelerator.num_processes * dcfg.block_size
-    summary = {"train_losses": {}, "evals": {}, "output_dir": tcfg.output_dir, "resumed_from": resume_dir,
-               "num_processes": accelerator.num_processes}
+
+def epoch_batches(run: PretrainingRun):
+    """The micro-batches of ``run.epoch``, after the ones a resumed run already consumed."""
+    run.collator.set_epoch(run.epoch)
+    if run.streaming:
+        run.train_dl.dataset.set_epoch(run.epoch)  # the stream's shuffle buffer
+        iterator = iter(run.train_dl)
+        for _ in range(run.skip):
+            next(iterator)
+    else:
+        run.train_dl.set_epoch(run.epoch)  # the seedable sampler's order
+        iterator = iter(run.accelerator.skip_first_batches(run.train_dl, run.skip) if run.skip else run.train_dl)
+    run.skip = 0
+    return iterator
+
+
+def train_micro_batch(run: PretrainingRun, batch) -> torch.Tensor:
+    """Forward and backward of one micro-batch (and the update when it ends one); returns its share of the update's
+    loss (masked-token loss over the global batch's masked tokens, summed over processes)."""
+    accelerator, tcfg = run.accelerator, run.recipe.training
+    # Dropout randomness as a function of (seed, update, micro-batch, process): a resumed run draws the same
+    # dropout masks whatever else consumed the global RNG (data loader iterators do) before it resumed.
+    torch.manual_seed(_example_seed(tcfg.seed, run.completed_steps, run.micro, accelerator.process_index))
+    run.micro = (run.micro + 1) % tcfg.gradient_accumulation_steps
+    with accelerator.accumulate(run.model):
+        global_count = accelerator.reduce(batch["labels"].ne(-100).sum(), reduction="sum").clamp(min=1)
+        loss = masked_lm_loss(run.model, batch, global_count)  # this process' token losses / global count
+        # DDP averages gradients over processes: scale so the update follows sum / global masked tokens.
+        accelerator.backward(loss * accelerator.num_processes)
+        optimizer_step(accelerator, run.model, run.optimizer, run.scheduler, tcfg.max_grad_norm)
+    return accelerator.reduce(loss.detach().double(), reduction="sum") / tcfg.gradient_accumulation_steps
+
+
+def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, float]:
+    metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator)
+    step = run.completed_steps
+    run.summary["evals"][step] = metrics
+    what = f"final (step {step}): validation MLM loss" if final else f"step {step}: eval_loss"
+    run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
+    if run.recipe.training.report_to and (final or step > 0):
+        run.accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]}, step=step)
+    return metrics
+
+
+def save_checkpoint(run: PretrainingRun) -> None:
+    tcfg, accelerator = run.recipe.training, run.accelerator
+    path = os.path.join(checkpoint_root(tcfg.output_dir), f"{CHECKPOINT_PREFIX}{run.completed_steps}")
+    accelerator.save_state(path)
+    if accelerator.is_main_process:
+        with open(os.path.join(path, STATE_FILE), "w", encoding="utf-8") as fh:
+            json.dump({"completed_steps": run.completed_steps, "epoch": run.epoch}, fh)
+        _prune_checkpoints(tcfg.output_dir, tcfg.checkpoints_total_limit)
+    accelerator.wait_for_everyone()
+
+
+def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
+    """The model and tokenizer in ``<output_dir>/final`` (loadable with the Auto classes), with its evaluation."""
+    accelerator = run.accelerator
+    final_dir = os.path.join(run.recipe.training.output_dir, "final")
+    accelerator.wait_for_everyone()
+    accelerator.unwrap_model(run.model).save_pretrained(final_dir, is_main_process=accelerator.is_main_process,
+                                                        save_function=accelerator.save)
+    if accelerator.is_main_process:
+        run.tokenizer.save_pretrained(final_dir)
+        with open(os.path.join(final_dir, "eval_results.json"), "w", encoding="utf-8") as fh:
+            json.dump({"step": run.completed_steps, **metrics}, fh, indent=2)
+    return final_dir
+
+
+def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
+    """Pretrain as the recipe says; returns a summary (losses per step, evaluations, paths)."""
+    from tqdm.auto import tqdm
+
+    run = setup_pretraining(recipe)
+    tcfg, accelerator, summary = recipe.training, run.accelerator, run.summary
+    tokens_per_update = (tcfg.per_device_train_batch_size * tcfg.gradient_accumulation_steps
+                         * accelerator.num_processes * recipe.data.block_size)
     stop_at = min(tcfg.max_steps, tcfg.stop_after_steps) if tcfg.stop_after_steps else tcfg.max_steps
-    progress = tqdm(total=tcfg.max_steps, initial=completed_steps, disable=not (show_progress and accelerator.is_local_main_process),
-                    desc="pretrain", dynamic_ncols=True)
-    model.train()
+    progress = tqdm(total=tcfg.max_steps, initial=run.completed_steps, desc="pretrain", dynamic_ncols=True,
+                    disable=not (show_progress and accelerator.is_local_main_process))
+    run.model.train()
     update_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    t_last, steps_since_log = time.perf_counter(), 0
-    micro = 0
-    t_start = time.perf_counter()
+    t_start = t_last = time.perf_counter()
+    steps_since_log = 0
 
     def out_of_time() -> bool:
         # All processes must agree: stop everywhere as soon as one process is out of time.
         flag = torch.tensor(float(time.perf_counter() - t_start > 60 * tcfg.max_train_minutes), device=accelerator.device)
         return bool(accelerator.reduce(flag, reduction="sum").item() > 0) if accelerator.num_processes > 1 else bool(flag)
 
-    def save_checkpoint():
-        path = os.path.join(checkpoint_root(tcfg.output_dir), f"{CHECKPOINT_PREFIX}{completed_steps}")
-        accelerator.save_state(path)
-        if accelerator.is_main_process:
-            with open(os.path.join(path, STATE_FILE), "w", encoding="utf-8") as fh:
-                json.dump({"completed_steps": completed_steps, "epoch": epoch}, fh)
-            _prune_checkpoints(tcfg.output_dir, tcfg.checkpoints_total_limit)
-        accelerator.wait_for_everyone()
-
-    if tcfg.eval_steps and completed_steps == 0:  # the starting point of the validation curve
-        metrics = evaluate_mlm(model, eval_dl, accelerator)
-        summary["evals"][0] = metrics
-        accelerator.print(f"step 0: eval_loss {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
+    if tcfg.eval_steps and run.completed_steps == 0:  # the starting point of the validation curve
+        evaluate_and_log(run)
 
     loop_start, paused_seconds = time.perf_counter(), 0.0  # paused: evaluation and checkpointing
-    while completed_steps < stop_at:
-        collator.set_epoch(epoch)
-        if streaming:
-            train_ds.set_epoch(epoch)
-            dl = train_dl
-        else:
-            train_dl.set_epoch(epoch)
-            dl = accelerator.skip_first_batches(train_dl, skip) if skip else train_dl
-        iterator = iter(dl)
-        if streaming and skip:
-            for _ in range(skip):
-                next(iterator)
-        skip = 0
+    while run.completed_steps < stop_at:
         got_batch = False
-        for batch in iterator:
+        for batch in epoch_batches(run):
             got_batch = True
-            # Dropout randomness as a function of (seed, update, micro-batch, process): a resumed run draws the same
-            # dropout masks whatever else consumed the global RNG (data loader iterators do) before it resumed.
-            torch.manual_seed(_example_seed(tcfg.seed, completed_steps, micro, accelerator.process_index))
-            micro = (micro + 1) % accum
-            with accelerator.accumulate(model):
-                loss_sum, count = masked_token_loss_sum(model, batch)
-                local_sum, local_count = loss_sum.sum(), count.sum()
-                global_count = accelerator.reduce(local_count.detach().clone(), reduction="sum").clamp(min=1)
-                # DDP averages gradients over processes: scale so the update follows sum / global masked tokens.
-                loss = local_sum * accelerator.num_processes / global_count
-                accelerator.backward(loss)
-                update_loss += accelerator.reduce(local_sum.detach().double(), reduction="sum") / global_count / accum
-                optimizer_step(accelerator, model, optimizer, scheduler, tcfg.max_grad_norm)
+            update_loss += train_micro_batch(run, batch)
             if not accelerator.sync_gradients:
                 continue
-            completed_steps += 1
+            run.completed_steps += 1
+            step = run.completed_steps
             steps_since_log += 1
-            step_loss = update_loss.item()
+            summary["train_losses"][step] = step_loss = update_loss.item()
             update_loss.zero_()
-            summary["train_losses"][completed_steps] = step_loss
             progress.update(1)
-            if completed_steps % tcfg.logging_steps == 0 or completed_steps == stop_at:
+            if step % tcfg.logging_steps == 0 or step == stop_at:
                 now = time.perf_counter()
                 tok_s = tokens_per_update * steps_since_log / max(now - t_last, 1e-9)
                 t_last, steps_since_log = now, 0
-                lr = scheduler.get_last_lr()[0]
+                lr = run.scheduler.get_last_lr()[0]
                 progress.set_postfix(loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
                 if tcfg.report_to:
-                    accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tok_s},
-                                    step=completed_steps)
-            if tcfg.eval_steps and completed_steps % tcfg.eval_steps == 0 and completed_steps < tcfg.max_steps:
-                pause_start = time.perf_counter()
-                metrics = evaluate_mlm(model, eval_dl, accelerator)
-                paused_seconds += time.perf_counter() - pause_start
-                summary["evals"][completed_steps] = metrics
-                accelerator.print(f"step {completed_steps}: eval_loss {metrics['eval_loss']:.4f} "
-                                  f"perplexity {metrics['perplexity']:.2f}")
-                if tcfg.report_to:
-                    accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]},
-                                    step=completed_steps)
-            if tcfg.checkpointing_steps and completed_steps % tcfg.checkpointing_steps == 0:
-                pause_start = time.perf_counter()
-                save_checkpoint()
-                paused_seconds += time.perf_counter() - pause_start
-            if completed_steps >= stop_at:
+                    accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tok_s}, step=step)
+            pause_start = time.perf_counter()
+            if tcfg.eval_steps and step % tcfg.eval_steps == 0 and step < tcfg.max_steps:
+                evaluate_and_log(run)
+            if tcfg.checkpointing_steps and step % tcfg.checkpointing_steps == 0:
+                save_checkpoint(run)
+            paused_seconds += time.perf_counter() - pause_start
+            if step >= stop_at:
                 break
             if tcfg.max_train_minutes is not None and out_of_time():
-                accelerator.print(f"time budget of {tcfg.max_train_minutes} min reached after {completed_steps} "
+                accelerator.print(f"time budget of {tcfg.max_train_minutes} min reached after {step} "
                                   f"updates (of {tcfg.max_steps}); evaluating and saving now")
                 summary["stopped_by_time_budget"] = True
-                stop_at = completed_steps
+                stop_at = step
                 break
         if not got_batch:
             raise ConfigError("The training data gave no batch (empty stream or corpus).")
-        if completed_steps < stop_at:
-            epoch += 1
+        if run.completed_steps < stop_at:
+            run.epoch += 1
     progress.close()
     # Time spent on updates alone (seconds per update = train_seconds / updates run in this process).
     summary["train_seconds"] = time.perf_counter() - loop_start - paused_seconds
 
-    if completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
-        metrics = evaluate_mlm(model, eval_dl, accelerator)
-        summary["evals"][completed_steps] = metrics
-        summary["final_eval"] = metrics
-        accelerator.print(f"final (step {completed_steps}): validation MLM loss {metrics['eval_loss']:.4f}, "
-                          f"perplexity {metrics['perplexity']:.2f}")
-        if tcfg.report_to:
-            accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]},
-                            step=completed_steps)
+    if run.completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
+        summary["final_eval"] = metrics = evaluate_and_log(run, final=True)
         if tcfg.save_final_model:
-            final_dir = os.path.join(tcfg.output_dir, "final")
-            accelerator.wait_for_everyone()
-            unwrapped = accelerator.unwrap_model(model)
-            unwrapped.save_pretrained(final_dir, is_main_process=accelerator.is_main_process,
-                                      save_function=accelerator.save)
-            if accelerator.is_main_process:
-                tokenizer.save_pretrained(final_dir)
-                with open(os.path.join(final_dir, "eval_results.json"), "w", encoding="utf-8") as fh:
-                    json.dump({"step": completed_steps, **metrics}, fh, indent=2)
-            summary["final_dir"] = final_dir
-    summary["completed_steps"] = completed_steps
+            summary["final_dir"] = save_final_model(run, metrics)
+    summary["completed_steps"] = run.completed_steps
     if accelerator.is_main_process:
         os.makedirs(tcfg.output_dir, exist_ok=True)
-        with open(os.path.join(tcfg.output_dir, f"summary_step{completed_steps}.json"), "w", encoding="utf-8") as fh:
+        with open(summary_path(tcfg.output_dir, run.completed_steps), "w", encoding="utf-8") as fh:
             json.dump(summary, fh, indent=2)
     finish(accelerator)
     return summary

@@ -50,7 +50,7 @@ def load_tokenizer(name_or_path: str):
     if name_or_path.startswith((".", "/")) or name_or_path.startswith("outputs"):
         raise ConfigError(
             f"Tokenizer directory not found: {name_or_path}. Train one first with "
-            f"`python scripts/train_tokenizer.py --files <text files> --output_dir {name_or_path}` "
+            f"`python -m linformer_hf.training.train_tokenizer --files <text files> --output_dir {name_or_path}` "
             f"or set tokenizer.name_or_path to an existing dir (or a Hub name such as roberta-base when online)."
         )
     try:

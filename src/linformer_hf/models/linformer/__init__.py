@@ -1,3 +1,5 @@
+"""Linformer (Wang et al., 2020): RoBERTa with keys and values projected along the sequence axis."""
+
 from .configuration_linformer import LinformerConfig
 from .modeling_linformer import (
     LinformerForMaskedLM,
@@ -10,3 +12,16 @@ from .modeling_linformer import (
     LinformerProjection,
     LinformerSelfAttention,
 )
+
+__all__ = [
+    "LinformerConfig",
+    "LinformerForMaskedLM",
+    "LinformerForMultipleChoice",
+    "LinformerForQuestionAnswering",
+    "LinformerForSequenceClassification",
+    "LinformerForTokenClassification",
+    "LinformerModel",
+    "LinformerPreTrainedModel",
+    "LinformerProjection",
+    "LinformerSelfAttention",
+]

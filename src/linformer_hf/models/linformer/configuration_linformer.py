@@ -1,11 +1,19 @@
 """Linformer configuration: RoBERTa's configuration plus the settings of the low-rank attention."""
 
+from typing import Literal, get_args
+
 from huggingface_hub.dataclasses import strict
 from transformers import RobertaConfig
 
-SHARING_MODES = ("none", "headwise", "key_value", "layerwise")
-PROJECTION_KINDS = ("linear", "mean", "max", "conv")
-PROJECTION_INITS = ("random", "neighbour_average")
+# The option types: @strict validates every value against them (on construction, from_pretrained and assignment),
+# naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
+Sharing = Literal["none", "headwise", "key_value", "layerwise"]
+ProjectionKind = Literal["linear", "mean", "max", "conv"]
+ProjectionInit = Literal["random", "neighbour_average"]
+
+SHARING_MODES: tuple[str, ...] = get_args(Sharing)
+PROJECTION_KINDS: tuple[str, ...] = get_args(ProjectionKind)
+PROJECTION_INITS: tuple[str, ...] = get_args(ProjectionInit)
 
 
 @strict
@@ -34,7 +42,8 @@ class LinformerConfig(RobertaConfig):
         projection_init (`str`, defaults to `"random"`):
             How a new model's learned E, F start: `"random"`, N(0, 1/n) entries (dense, like the paper's);
             `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
-            learnable; the identity when k = n). Weights loaded from a checkpoint are not re-initialised.
+            learnable; the identity when k = n). A conv kernel always starts as mean pooling of its bin. Weights
+            loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
 
     Example:
 
@@ -48,10 +57,10 @@ class LinformerConfig(RobertaConfig):
 
     max_sequence_length: int = 512
     projected_length: int | list[int] = 128
-    sharing: str = "headwise"
-    projection: str = "linear"
+    sharing: Sharing = "headwise"
+    projection: ProjectionKind = "linear"
     freeze_projections: bool = False
-    projection_init: str = "random"
+    projection_init: ProjectionInit = "random"
     # None means "n + 2", derived in __post_init__.
     max_position_embeddings: int | None = None
 
@@ -77,17 +86,17 @@ class LinformerConfig(RobertaConfig):
         return self.sharing != "none" and self.projection != "max"
 
     def validate_architecture(self):
-        """Part of `@strict` validation: reject settings that cannot make a Linformer, naming the field."""
+        """Part of `@strict` validation: reject settings that cannot make a Linformer, naming the field.
+
+        Field types (including the allowed values of `sharing`, `projection`, `projection_init`) are checked by
+        `@strict` itself. Either way a bad config raises `huggingface_hub.errors.StrictDataclassError` (a field's
+        type: `StrictDataclassFieldValidationError`; a check here: `StrictDataclassClassValidationError`), which is
+        not a `ValueError`.
+        """
         super().validate_architecture()
         n = self.max_sequence_length
         if not isinstance(n, int) or n <= 0:
             raise ValueError(f"`max_sequence_length` (n) must be a positive integer, got {n!r}.")
-        if self.sharing not in SHARING_MODES:
-            raise ValueError(f"`sharing` must be one of {SHARING_MODES}, got {self.sharing!r}.")
-        if self.projection_init not in PROJECTION_INITS:
-            raise ValueError(f"`projection_init` must be one of {PROJECTION_INITS}, got {self.projection_init!r}.")
-        if self.projection not in PROJECTION_KINDS:
-            raise ValueError(f"`projection` must be one of {PROJECTION_KINDS}, got {self.projection!r}.")
 
         ks = self.projected_length
         if isinstance(ks, list):
@@ -132,4 +141,12 @@ class LinformerConfig(RobertaConfig):
             )
 
 
-__all__ = ["LinformerConfig", "SHARING_MODES", "PROJECTION_KINDS", "PROJECTION_INITS"]
+__all__ = [
+    "LinformerConfig",
+    "PROJECTION_INITS",
+    "PROJECTION_KINDS",
+    "SHARING_MODES",
+    "ProjectionInit",
+    "ProjectionKind",
+    "Sharing",
+]

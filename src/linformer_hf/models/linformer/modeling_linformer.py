@@ -9,6 +9,7 @@ the current batch, d = hidden size, d_h = head size, H = number of heads.
 """
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.roberta.modeling_roberta import (
     RobertaEmbeddings,
     RobertaForMaskedLM,
@@ -32,10 +34,16 @@ from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
     RobertaLMHead,
 )
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils import logging
+from transformers.utils.generic import can_return_tuple, is_flash_attention_requested, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_linformer import LinformerConfig
+
+logger = logging.get_logger(__name__)
+
+# State-dict keys of E and F: every LinformerProjection is held in an attribute named *_projection.
+PROJECTION_KEY = re.compile(r"_projection\.weight$")
 
 
 def neighbour_average_projection(n: int, k: int) -> torch.Tensor:
@@ -175,19 +183,38 @@ class LinformerProjection(nn.Module):
         return (padded.view(mask.shape[0], 1, bins, self.bin_size).sum(-1)) > 0
 
 
-def eager_attention(query, key, value, slot_mask, dropout, training, scaling):
-    """softmax(Q K'^T / sqrt(d_h) + mask) V', returning the contextual mapping P (batch, heads, L, k) too."""
-    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (batch, heads, L, k)
-    scores = scores + slot_mask
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q (E K)^T / sqrt(d_h) + mask) (F V): attention of L queries over k' compressed slots.
+
+    The "eager" entry of transformers' attention interface, with its calling convention: query (batch, heads, L, d_h),
+    key and value (batch, heads, k', d_h), an additive mask (batch, heads or 1, 1, k'); returns the output as
+    (batch, L, heads, d_h) and the contextual mapping P (batch, heads, L, k'). The softmax runs in fp32, so P sums to
+    one in half precision too.
+    """
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, heads, L, k')
+    if attention_mask is not None:
+        scores = scores + attention_mask
     probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    output = torch.matmul(F.dropout(probs, p=dropout, training=training), value)  # (batch, heads, L, d_h)
-    return output, probs
+    output = torch.matmul(F.dropout(probs, p=dropout, training=module.training), value)  # (batch, heads, L, d_h)
+    return output.transpose(1, 2).contiguous(), probs
 
 
 class LinformerSelfAttention(nn.Module):
     """Multi-head self-attention over keys and values compressed from n to k rows.
 
     head_i = softmax(Q W_i^Q (E_i X W_i^K)^T / sqrt(d_h)) (F_i X W_i^V)
+
+    After compression this is ordinary attention of L queries over k' slots with an additive mask, so it runs
+    through transformers' attention interface (`config._attn_implementation`: "sdpa", "eager" or a registered kernel).
 
     When one projection serves all heads and is linear (sharing other than "none"; all kinds but max pooling),
     the layer input is compressed first and the key/value maps run on k rows instead of L:
@@ -293,17 +320,24 @@ class LinformerSelfAttention(nn.Module):
             reached = reached & value_projection.reached_slots(attention_mask)
         slot_mask = torch.where(reached, 0.0, torch.finfo(query.dtype).min).to(query.dtype)[:, :, None, :]
 
-        dropout = self.dropout.p if self.training else 0.0
-        if output_attentions or self.config._attn_implementation == "eager":
-            attn_output, attn_probs = eager_attention(
-                query, key, value, slot_mask, dropout, self.training, self.scaling
-            )
+        if output_attentions:
+            # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
+            attention_interface = eager_attention_forward
         else:
-            attn_output = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=slot_mask, dropout_p=dropout, is_causal=False, scale=self.scaling
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
             )
-            attn_probs = None
-        attn_output = attn_output.transpose(1, 2).reshape(batch, seq_len, -1)  # (batch, L, d)
+        attn_output, attn_probs = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            slot_mask,
+            dropout=self.dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )  # (batch, L, heads, d_h), P or None
+        attn_output = attn_output.reshape(batch, seq_len, -1).contiguous()  # (batch, L, d)
         return attn_output, (attn_probs if output_attentions else None)
 
 
@@ -364,20 +398,106 @@ class LinformerEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
+def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
+    """Refuse a mask that is not the (batch, L) padding mask of 1 (token) / 0 (padding) that tokenizers return."""
+    if attention_mask.shape != input_shape:
+        raise ValueError(
+            f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
+            f"got shape {tuple(attention_mask.shape)}. Linformer takes the 2-D mask of 1 (token) / 0 (padding) "
+            "that tokenizers return."
+        )
+    if attention_mask.dtype == torch.bool or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        # Compiled and traced graphs skip the value check: a data-dependent branch would break them.
+        return
+    # One elementwise pass: an additive (0 / -inf) or soft mask read as `!= 0` would silently let padding in.
+    invalid = (attention_mask != 0) & (attention_mask != 1)
+    if invalid.any():
+        raise ValueError(
+            "attention_mask must hold 1 for real tokens and 0 for padding (the mask tokenizers return; a bool mask "
+            f"means True = token), but it holds {attention_mask[invalid][0].item()!r}. An additive mask (0 for "
+            "tokens, -inf for padding) converts with `(mask == 0).long()`; a mask where 1 or True marks padding, "
+            "with `1 - mask` or `~mask`."
+        )
+
+
 class LinformerPreTrainedModel(RobertaPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
     base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
     supports_gradient_checkpointing = True
+    # After compression, attention is ordinary attention of L queries over k' slots with an additive slot mask, run
+    # through transformers' attention interface: "eager", "sdpa" or a kernel registered with AttentionInterface.
+    # Flash and flex attention cannot apply that mask: they are refused by name in
+    # _check_and_adjust_attn_implementation, with the reason.
     _supports_sdpa = True
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # Not a vLLM/TGI backend model: that also asks for tensor-parallel plans and logits slicing.
     _supports_attention_backend = False
     _no_split_modules = ["RobertaEmbeddings", "LinformerLayer"]
     _can_record_outputs = {
         "hidden_states": LinformerLayer,
         "attentions": LinformerSelfAttention,
     }
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
+        # Called by __init__, from_pretrained and set_attn_implementation, before any hub kernel is fetched.
+        if attn_implementation is not None:
+            if is_flash_attention_requested(requested_attention_implementation=attn_implementation):
+                reason = "flash attention takes no additive mask"
+            elif "flex_attention" in attn_implementation:
+                reason = "flex attention reads one mask row per query and head 0 only"
+            else:
+                reason = None
+            if reason is not None:
+                raise ValueError(
+                    f"Linformer cannot run attn_implementation={attn_implementation!r}: {reason}, and Linformer must "
+                    "mask the compressed key/value slots that no real token reaches (padding, inputs shorter than "
+                    "n), per head when sharing='none'. Use 'sdpa' (the default), 'eager', or a kernel registered "
+                    "with transformers.AttentionInterface that takes an additive (batch, heads, 1, k) mask."
+                )
+        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+        """After from_pretrained has loaded a checkpoint: refuse projections that do not fit the config.
+
+        The layout of E and F (which modules exist, and whether they have weights) follows `sharing` and `projection`.
+        A checkpoint whose projection weights the model cannot take, or that has some but not all of those the model
+        expects, was saved under another config: loading it would silently drop trained E, F or leave them random.
+        A checkpoint with no projection weights at all is a RoBERTa checkpoint (or a pooling Linformer): its E, F
+        start from `projection_init`, said loudly.
+        """
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        missing = sorted(key for key in loading_info.missing_keys if PROJECTION_KEY.search(key))
+        unexpected = sorted(key for key in loading_info.unexpected_keys if PROJECTION_KEY.search(key))
+        source = self.config._name_or_path or "the checkpoint"
+        config = self.config
+        settings = f"sharing={config.sharing!r}, projection={config.projection!r}"
+
+        def listed(keys):
+            return ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+        if unexpected:
+            expects = f"expects {listed(missing)}" if missing else "has no such weights"
+            raise ValueError(
+                f"The projection weights in {source} do not fit its config ({settings}): the checkpoint holds "
+                f"{listed(unexpected)}, which this model cannot take, and the model {expects}. Loading would drop "
+                "the trained E, F. Likely cause: `sharing` or `projection` in config.json was edited after the model "
+                "was saved; restore the values it was saved with."
+            )
+        expected = [key for key in self.state_dict() if PROJECTION_KEY.search(key)]
+        if missing and len(missing) < len(expected):
+            raise ValueError(
+                f"{source} holds only some of the projection weights its config ({settings}) needs: "
+                f"{listed(missing)} are missing. The checkpoint is incomplete or was saved under another config."
+            )
+        if missing:
+            logger.warning(
+                f"{source} has no projection weights, but this model ({settings}) has learned E, F: "
+                f"{listed(missing)} start from projection_init={config.projection_init!r}, untrained. Expected when "
+                "loading a RoBERTa checkpoint into a Linformer. If this folder holds a Linformer saved with "
+                "projection='mean' or 'max', its config.json was edited after saving: restore it."
+            )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in `auto_map`; a shared model must load as any head.
@@ -386,17 +506,23 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
+        """RoBERTa's init, plus the one place where projections start, as `config.projection_init` says.
+
+        transformers runs this for every tensor a checkpoint did not provide (a new model, E and F when a RoBERTa
+        checkpoint is loaded or converted) and skips loaded ones, so a trained E is never re-initialised.
+        """
         super()._init_weights(module)
-        if isinstance(module, LinformerProjection) and module.weight is not None:
-            if module.kind == "linear" and self.config.projection_init == "neighbour_average":
-                init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
-            elif module.kind == "linear":
-                # std 1/sqrt(n) keeps the scale of a compressed row equal to that of one input row for a full-length
-                # input (sum of n terms).
-                init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
-            else:
-                # conv starts as mean pooling of its bin
-                init.constant_(module.weight, 1.0 / module.bin_size)
+        if not isinstance(module, LinformerProjection) or module.weight is None:
+            return
+        if module.kind == "conv":
+            # a kernel of width s = n / k starts as mean pooling of its bin (neighbour averaging, whatever the init)
+            init.constant_(module.weight, 1.0 / module.bin_size)
+        elif self.config.projection_init == "neighbour_average":
+            init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
+        else:
+            # "random": N(0, 1/n) keeps a compressed row of a full-length input (a sum of n terms) at the scale of
+            # one input row.
+            init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
 
 
 class LinformerModel(LinformerPreTrainedModel):
@@ -432,8 +558,9 @@ class LinformerModel(LinformerPreTrainedModel):
     ) -> BaseModelOutputWithPooling:
         r"""
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 for real tokens, 0 for padding. Only this 2-D padding mask is accepted: Linformer attends to k
-            compressed rows, so there is no (L x L) mask to give.
+            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error.
+            Only this 2-D padding mask is accepted: Linformer attends to k compressed rows, so there is no (L x L)
+            mask to give.
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -449,6 +576,9 @@ class LinformerModel(LinformerPreTrainedModel):
                 "or use a model built with a larger `max_sequence_length`."
             )
 
+        if attention_mask is not None:
+            check_padding_mask(attention_mask, input_shape)
+
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
@@ -456,13 +586,7 @@ class LinformerModel(LinformerPreTrainedModel):
             if input_ids is not None:
                 self.warn_if_padding_and_no_attention_mask(input_ids, None)
             attention_mask = torch.ones(input_shape, device=embedding_output.device)
-        elif attention_mask.shape != input_shape:
-            raise ValueError(
-                f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
-                f"got shape {tuple(attention_mask.shape)}. Linformer takes the 2-D mask of 1 (token) / 0 (padding) "
-                "that tokenizers return."
-            )
-        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L)
+        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L): 1.0 token, 0.0 padding
 
         encoder_outputs = self.encoder(embedding_output, mask, **kwargs)
         sequence_output = encoder_outputs.last_hidden_state

@@ -1,0 +1,129 @@
+"""What one benchmark run measures: `BenchmarkConfig` (also the command line, see `cli.py`) and its presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from huggingface_hub.errors import StrictDataclassError
+
+from .models import MODELS, model_config
+
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass
+class BenchmarkConfig:
+    """One benchmark run. The models share everything but their attention.
+
+    The fields are the command line of `scripts/benchmark_efficiency.py` (`--ns 512 4096 --reps 5 ...`); each
+    field's `help` is its flag's help.
+    """
+
+    ns: list[int] = field(
+        default_factory=lambda: [512, 1024, 2048, 4096], metadata={"help": "sequence lengths n of inference"}
+    )
+    ks: list[int] = field(default_factory=lambda: [128, 256], metadata={"help": "Linformer projected lengths k"})
+    train_ns: list[int] = field(
+        default_factory=lambda: [512, 2048], metadata={"help": "n of the training (forward + backward) timing"}
+    )
+    scaling_ns: list[int] = field(
+        default_factory=list, metadata={"help": "n at which the Linformer is timed side by side in one process"}
+    )
+    models: list[str] = field(default_factory=lambda: list(MODELS), metadata={"help": f"a subset of {tuple(MODELS)}"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
+    dtype: Literal["fp32", "fp16", "bf16"] | None = field(
+        default=None, metadata={"help": "default: fp32 on CPU (the only choice there), bf16 on CUDA"}
+    )
+    layers: int = field(default=2, metadata={"help": "encoder depth, the same for every model"})
+    batch: int = 1
+    hidden_size: int = 768
+    heads: int = 12
+    intermediate_size: int = 3072
+    vocab_size: int = 50265
+    sharing: Literal["none", "headwise", "key_value", "layerwise"] = "headwise"
+    projection: Literal["linear", "mean", "max", "conv"] = "linear"
+    reps: int = field(default=3, metadata={"help": "timed repetitions per point (the median is reported)"})
+    warmup: int = field(default=1, metadata={"help": "untimed repetitions per model before timing"})
+    threads: int | None = field(default=None, metadata={"help": "torch intra-op threads (default: torch's)"})
+    memory_budget_gb: float | None = field(
+        default=None, metadata={"help": "skip points estimated above this (default: 60%% of RAM or GPU memory)"}
+    )
+    measure_memory: bool = field(default=True, metadata={"help": "measure activation memory, one process a point"})
+    peer: bool = field(default=False, metadata={"help": "also time the attention module against `linformer` (PyPI)"})
+    peer_ns: list[int] = field(default_factory=lambda: [4096], metadata={"help": "n of the peer comparison"})
+    peer_k: int = field(default=256, metadata={"help": "k of the peer comparison"})
+    timeout_s: float = field(default=1800.0, metadata={"help": "seconds before a worker process is killed"})
+
+    def __post_init__(self):
+        if self.dtype is None:
+            self.dtype = "fp32" if self.device == "cpu" else "bf16"
+
+    @property
+    def bytes_per_element(self) -> int:
+        return BYTES_PER_ELEMENT[self.dtype]
+
+    def points(self, n: int) -> list[tuple[str, int | None]]:
+        """(model, k) pairs measured at length n: one per k <= n for models with a projected length."""
+        points = []
+        for model in self.models:
+            if MODELS[model].takes_k:
+                points.extend((model, k) for k in self.ks if k <= n)
+            else:
+                points.append((model, None))
+        return points
+
+    def validate(self):
+        """Reject a run that would fail part-way, naming the setting; every point's model config is built here."""
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.device == "cpu" and self.dtype != "fp32":
+            raise ValueError("On CPU the benchmark runs in fp32 only (half-precision matmuls are emulated there).")
+        unknown = set(self.models) - set(MODELS)
+        if unknown:
+            raise ValueError(f"unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")
+        if self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
+        if self.peer and self.peer_k > min(self.peer_ns):
+            raise ValueError(f"peer_k={self.peer_k} is larger than the smallest of peer_ns={self.peer_ns}")
+        # Every length list, not only `ns`: a bad (n, k) in `train_ns` would otherwise fail minutes into the run.
+        for name in ("ns", "train_ns", "scaling_ns", "peer_ns"):
+            for n in getattr(self, name):
+                points = [("linformer", self.peer_k)] if name == "peer_ns" else self.points(n)
+                for model, k in points:
+                    try:
+                        model_config(model, n, k, self)
+                    except (ValueError, StrictDataclassError) as error:  # the config's own validation
+                        # Its last line is the reason; the lines above name the validator.
+                        reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+                        raise ValueError(
+                            f"{name} has n={n}, which makes an invalid {model} (k={k}, sharing={self.sharing!r}, "
+                            f"projection={self.projection!r}): {reason} Change {name} or ks."
+                        ) from error
+
+
+PRESETS = {
+    # < 2 minutes on 2 CPU cores: a smoke test of every part of the pipeline.
+    "quick": dict(
+        ns=[256, 1024], ks=[64, 128], train_ns=[256], scaling_ns=[256, 1024], layers=1, reps=2, vocab_size=1000
+    ),
+    # The default: Table 3's k = 128, 256 up to n = 16384 (about 15 minutes on 2 CPU cores, see docs/efficiency.md).
+    "default": dict(
+        ns=[512, 1024, 2048, 4096, 8192, 16384],
+        ks=[128, 256],
+        train_ns=[512, 2048, 4096],
+        scaling_ns=[4096, 16384],
+        layers=2,
+    ),
+    # Only the points of the issue's targets (n = 512, 4096, 16384), with the linear-cost check; about 10 minutes.
+    "targets": dict(ns=[512, 4096, 16384], ks=[128, 256], train_ns=[], scaling_ns=[4096, 16384], layers=2),
+    # Table 3's whole grid (hours on a CPU; meant for a GPU).
+    "paper": dict(
+        ns=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+        ks=[128, 256, 512, 1024, 2048],
+        train_ns=[512, 2048, 4096, 16384],
+        scaling_ns=[4096, 16384, 65536],
+        layers=2,
+    ),
+}

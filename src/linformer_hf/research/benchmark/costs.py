@@ -1,0 +1,120 @@
+"""The cost model: FLOPs and a memory estimate of one forward pass, as pure functions of a model's config.
+
+FLOPs count the matrix products only (2 per multiply-add), which is what `torch.utils.flop_counter` counts; the
+tests check the two agree on the real models. Elementwise work (GELU, LayerNorm, softmax, pooling a bin, masking) is
+not counted. Each attention family contributes its terms through a table keyed by `config.model_type`, so a peer
+model joins with one function per table.
+
+Notation: L tokens in the input (L <= n), width d, H heads, feed-forward width d_ff, k projected rows (Linformer).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+
+def _roberta_attention_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """Q, K, V and output maps 4 L d^2; Q K^T and P V 2 L^2 d (eager and SDPA do the same products)."""
+    d, L = config.hidden_size, seq_len
+    return 4 * L * d * d + 2 * L * L * d
+
+
+def _compressed_length(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """k' rows after compression: k for a linear E; one per bin of s = n / k positions for pooling and conv."""
+    k = config.projected_length_of_layer(layer_idx)
+    if config.projection == "linear":
+        return k
+    return math.ceil(seq_len / (config.max_sequence_length // k))
+
+
+def _linformer_attention_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """Q and output maps 2 L d^2; attention over k' rows 2 L k' d; then, by path:
+
+    - fast path (`config.compresses_input_first`): E X (and F X unless E = F) k L d each for a linear E, the K and
+      V maps on k' rows 2 k' d^2;
+    - plain path: K and V maps on all rows 2 L d^2, E K and F V k L d each for a linear E.
+    Pooling and conv compress elementwise (no product). A linear E also finds the slots that a real token reaches:
+    |E| times the 0/1 mask, k L per distinct projection and per head it holds.
+    """
+    d, L = config.hidden_size, seq_len
+    k = config.projected_length_of_layer(layer_idx)
+    k_out = _compressed_length(config, seq_len, layer_idx)
+    linear = config.projection == "linear"
+    distinct_projections = 1 if config.sharing in ("key_value", "layerwise") else 2  # E = F, or E and F
+    heads_per_projection = config.num_attention_heads if config.sharing == "none" else 1
+    total = 2 * L * d * d + 2 * L * k_out * d
+    if config.compresses_input_first:
+        total += 2 * k_out * d * d + (distinct_projections * k * L * d if linear else 0)
+    else:
+        total += 2 * L * d * d + (2 * k * L * d if linear else 0)
+    if linear:
+        total += distinct_projections * heads_per_projection * k * L
+    return total
+
+
+def _roberta_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
+    """One (heads, L, L) score matrix for eager attention; SDPA never holds one."""
+    if config._attn_implementation == "eager":
+        return config.num_attention_heads * seq_len * seq_len
+    return 0
+
+
+def _linformer_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
+    """One (heads, L, k') score block (generous: the fused SDPA kernel need not hold it)."""
+    k_out = max(_compressed_length(config, seq_len, i) for i in range(config.num_hidden_layers))
+    return config.num_attention_heads * seq_len * k_out
+
+
+ATTENTION_MULTIPLY_ADDS = {
+    "roberta": _roberta_attention_multiply_adds,
+    "linformer": _linformer_attention_multiply_adds,
+}
+ATTENTION_ELEMENTS = {
+    "roberta": _roberta_attention_elements,
+    "linformer": _linformer_attention_elements,
+}
+
+
+def _term(table: dict, config: PretrainedConfig):
+    if config.model_type not in table:
+        raise ValueError(f"no cost model for model_type {config.model_type!r}; known: {sorted(table)}")
+    return table[config.model_type]
+
+
+def forward_flops(config: PretrainedConfig, seq_len: int, batch: int = 1, pooler: bool = True) -> int:
+    """FLOPs of the matrix products of one forward pass of the bare encoder (`AutoModel`) over `seq_len` tokens.
+
+    Per layer: the attention's terms (see `ATTENTION_MULTIPLY_ADDS`) plus the feed-forward 2 L d d_ff; plus the
+    pooler, d^2 per sequence.
+    """
+    attention = _term(ATTENTION_MULTIPLY_ADDS, config)
+    d, d_ff = config.hidden_size, config.intermediate_size
+    layers = sum(attention(config, seq_len, i) + 2 * seq_len * d * d_ff for i in range(config.num_hidden_layers))
+    return 2 * batch * (layers + (d * d if pooler else 0))
+
+
+def step_flops(config: PretrainedConfig, seq_len: int, batch: int, training: bool = False) -> int:
+    """FLOPs of one measured step: a forward pass, or forward + backward (the backward of a product is two)."""
+    return forward_flops(config, seq_len, batch) * (3 if training else 1)
+
+
+def estimate_activation_bytes(
+    config: PretrainedConfig, seq_len: int, batch: int, bytes_per_element: int, training: bool = False
+) -> int:
+    """A deliberately generous estimate of the activation memory of one step, to skip points that cannot fit.
+
+    Linear in L: a few (L, d) and (L, d_ff) tensors alive at once in inference; every layer's in training.
+    Attention: scores and probabilities alive together (two score tensors) in inference; in training every
+    layer's probabilities plus the live pair (layers + 2). Quadratic only for eager RoBERTa.
+    """
+    d, d_ff, layers, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers, seq_len
+    scores = _term(ATTENTION_ELEMENTS, config)(config, seq_len)
+    if training:
+        elements = layers * L * (16 * d + 4 * d_ff) + (layers + 2) * scores
+    else:
+        elements = L * (8 * d + 3 * d_ff) + 2 * scores
+    return batch * elements * bytes_per_element

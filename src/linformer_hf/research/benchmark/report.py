@@ -1,0 +1,206 @@
+"""The report: Markdown tables (Table 3's layout, every point, linear cost, peer), PNG plots, the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from .config import BenchmarkConfig
+from .models import MODELS
+from .results import BenchmarkRow, Mode, Status
+from .run import RunInfo
+
+
+def _find(rows: list[BenchmarkRow], mode: Mode, model: str, n: int, k: int | None = None) -> BenchmarkRow | None:
+    for row in rows:
+        if row.mode == mode and row.model == model and row.n == n and row.k == k:
+            return row
+    return None
+
+
+def _cell(baseline: BenchmarkRow | None, compressed: BenchmarkRow | None, column: str) -> str:
+    """baseline / compressed model of `column`, or why there is no ratio."""
+    if compressed is None or baseline is None:
+        return "-"
+    for row, name in ((baseline, "baseline "), (compressed, "")):
+        if row.status == Status.SKIPPED:
+            return f"{name}OOM"
+        if row.status == Status.FAILED:
+            return f"{name}failed"
+    a, b = getattr(baseline, column), getattr(compressed, column)
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}x"
+
+
+def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
+    """Markdown: each k-model's speed-up and memory saving over each baseline (Table 3's layout: n down, k across)."""
+    out = []
+    baselines = [m for m in cfg.models if not MODELS[m].takes_k]
+    compressed = [m for m in cfg.models if MODELS[m].takes_k]
+    sections = [(Mode.INFERENCE, "time_s", "Inference speed-up", cfg.ns)]
+    if cfg.measure_memory:
+        sections.append((Mode.INFERENCE, "activation_mb", "Inference activation-memory saving", cfg.ns))
+    sections.append((Mode.TRAIN, "time_s", "Training (forward + backward) speed-up", cfg.train_ns))
+    for mode, column, title, ns in sections:
+        if not ns:
+            continue
+        for model in compressed:
+            for baseline in baselines:
+                out.append(f"**{title} of {model} over {baseline}** (baseline / {model})\n")
+                out.append("| n \\ k | " + " | ".join(str(k) for k in cfg.ks) + " |")
+                out.append("| --- |" + " --- |" * len(cfg.ks))
+                for n in ns:
+                    cells = [
+                        _cell(_find(rows, mode, baseline, n), _find(rows, mode, model, n, k), column) for k in cfg.ks
+                    ]
+                    out.append(f"| {n} | " + " | ".join(cells) + " |")
+                out.append("")
+    return "\n".join(out)
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    return value.value if isinstance(value, Status | Mode) else str(value)
+
+
+def absolute_table(rows: list[BenchmarkRow]) -> str:
+    """Markdown: every point's time, throughput, achieved FLOP/s and memory."""
+    out = [
+        "| mode | model | n | k | status | time (s) | tokens/s | GFLOP | GFLOP/s | of matmul peak | activation MB "
+        "| weights MB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        status = r.status.value + (f": {r.reason}" if r.reason else "")
+        if r.memory_error:
+            status += f" (memory failed: {r.memory_error})"
+        fraction = f"{r.fraction_of_peak:.0%}" if r.fraction_of_peak is not None else ""
+        cells = [r.mode, r.model, r.n, r.k, status, r.time_s, r.tokens_per_s, r.gflop, r.achieved_gflops, fraction,
+                 r.activation_mb, r.weights_mb]  # fmt: skip
+        out.append("| " + " | ".join(_text(c) for c in cells) + " |")
+    return "\n".join(out)
+
+
+def scaling_table(rows: list[BenchmarkRow]) -> str:
+    """Markdown: time at each n against the smallest n, with the FLOP ratio (measured side by side in one process)."""
+    scaling = [r for r in rows if r.mode == Mode.SCALING and r.status == Status.OK]
+    if not scaling:
+        return ""
+    out = [
+        "| model | k | n | time (s) | time / time at smallest n | FLOP ratio | of matmul peak |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model, k in sorted({(r.model, r.k) for r in scaling}):
+        points = sorted((r for r in scaling if (r.model, r.k) == (model, k)), key=lambda r: r.n)
+        first = points[0]
+        for r in points:
+            out.append(
+                f"| {model} | {k} | {r.n} | {r.time_s} | {r.time_s / first.time_s:.2f} | "
+                f"{r.gflop / first.gflop:.2f} | {r.fraction_of_peak:.0%} |"
+            )
+    return "\n".join(out)
+
+
+def peer_table(info: RunInfo) -> str:
+    if not info.peer:
+        return ""
+    out = ["| n | k | module | median time (s) | linformer (PyPI) / this |", "| --- | --- | --- | --- | --- |"]
+    for entry in info.peer:
+        if entry.error:
+            out.append(f"| {entry.n} | {entry.k} | failed: {entry.error} | | |")
+            continue
+        peer_time = entry.median_s["linformer (PyPI)"]
+        for name, seconds in entry.median_s.items():
+            out.append(f"| {entry.n} | {entry.k} | {name} | {seconds:.4f} | {peer_time / seconds:.2f}x |")
+    return "\n".join(out)
+
+
+FIGURES = [
+    (Mode.INFERENCE, "time_s", "inference time (s)", "inference_time.png"),
+    (Mode.INFERENCE, "activation_mb", "activation memory above weights (MB)", "inference_memory.png"),
+    (Mode.TRAIN, "tokens_per_s", "training tokens/s (forward + backward)", "training_throughput.png"),
+]
+
+
+def plot(rows: list[BenchmarkRow], cfg: BenchmarkConfig, out_dir: str) -> list[str]:
+    """Log-log PNGs against n, one line per model (and k): inference time, inference memory, training throughput."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = sorted({r.label for r in rows}, key=lambda label: (label.startswith("lin"), label))
+    written = []
+    for mode, column, ylabel, filename in FIGURES:
+        fig, ax = plt.subplots(figsize=(6, 4.2), dpi=90)
+        drawn = False
+        for label in labels:
+            points = [
+                (r.n, getattr(r, column))
+                for r in rows
+                if r.mode == mode and r.label == label and getattr(r, column)  # measured and > 0 (log axis)
+            ]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=label, linestyle="--" if "roberta" in label else "-")
+                drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length n")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{mode.value}, {cfg.device} {cfg.dtype}, {cfg.layers} layers, d={cfg.hidden_size}, H={cfg.heads}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out_dir, filename)
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def load_average() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine_description(cfg: BenchmarkConfig) -> str:
+    import torch
+
+    threads = cfg.threads or torch.get_num_threads()
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} with {threads} threads, "
+        f"load average (1, 5, 15 min) {load_average()}"
+    )
+
+
+def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfig, command: str, machine: str) -> str:
+    parts = [
+        "# Benchmark results\n",
+        f"Command: `{command}`  ",
+        f"Machine: {machine}  ",
+        f"Dense matmul peak measured in this run: {info.matmul_peak_gflops:.1f} GFLOP/s ({cfg.dtype})  ",
+        f"Runtime: {info.runtime_s / 60:.1f} min  ",
+        f"Models: width {cfg.hidden_size}, {cfg.heads} heads, d_ff {cfg.intermediate_size}, {cfg.layers} layers, "
+        f"batch {cfg.batch}; Linformer sharing={cfg.sharing}, projection={cfg.projection}\n",
+        ratio_tables(rows, cfg),
+        "## All points\n",
+        absolute_table(rows),
+        "",
+    ]
+    scaling = scaling_table(rows)
+    if scaling:
+        parts += ["## Linear cost (each point timed side by side in one process)\n", scaling, ""]
+    peer = peer_table(info)
+    if peer:
+        parts += ["## Attention module against the `linformer` package (no mask)\n", peer, ""]
+    return "\n".join(parts)

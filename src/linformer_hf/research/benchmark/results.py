@@ -1,0 +1,97 @@
+"""One row per measured point (`BenchmarkRow`), and its CSV form: the columns are the dataclass's fields."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import enum
+import typing
+from dataclasses import dataclass
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    SKIPPED = "skipped"  # estimated above the memory budget, never run; `reason` gives the estimate
+    FAILED = "failed"  # the worker raised, timed out or was killed; `reason` says which
+
+
+class Mode(str, enum.Enum):
+    INFERENCE = "inference"  # one forward pass under torch.inference_mode
+    TRAIN = "train"  # forward + backward, no optimizer step
+    SCALING = "scaling"  # inference of one model at several n, timed side by side in one process
+
+
+@dataclass
+class BenchmarkRow:
+    """One point: a model at length n (and projected length k), in one mode. None: not measured."""
+
+    mode: Mode
+    model: str
+    n: int
+    k: int | None
+    status: Status = Status.OK
+    reason: str | None = None
+    time_s: float | None = None  # median of the repetitions
+    time_s_min: float | None = None
+    reps: int | None = None
+    tokens_per_s: float | None = None
+    gflop: float | None = None  # from the cost model (costs.step_flops)
+    achieved_gflops: float | None = None
+    matmul_peak_gflops: float | None = None  # the dense matmul timed in the same process (or the run's peak)
+    fraction_of_peak: float | None = None
+    activation_mb: float | None = None  # peak memory of the step above the model and its input
+    weights_mb: float | None = None
+    estimated_activation_mb: float | None = None  # costs.estimate_activation_bytes
+    memory_method: str | None = None  # vmhwm, ru_maxrss or cuda_max_memory_allocated
+    memory_error: str | None = None  # the memory process failed (the timing may still be fine)
+    device: str | None = None
+    dtype: str | None = None
+    layers: int | None = None
+    batch: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    heads: int | None = None
+    sharing: str | None = None  # Linformer only
+    projection: str | None = None  # Linformer only
+
+    @property
+    def label(self) -> str:
+        return self.model if self.k is None else f"{self.model} k={self.k}"
+
+
+CSV_COLUMNS = [f.name for f in dataclasses.fields(BenchmarkRow)]
+
+
+def _to_text(value) -> str:
+    if value is None:
+        return ""
+    return value.value if isinstance(value, enum.Enum) else str(value)
+
+
+def _from_text(text: str, hint):
+    """Parse one CSV cell back into the field's type (`X | None`: empty means None)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if args:  # Optional
+        if text == "":
+            return None
+        hint = args[0]
+    return hint(text)
+
+
+def write_csv(rows: list[BenchmarkRow], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            writer.writerow([_to_text(getattr(row, column)) for column in CSV_COLUMNS])
+
+
+def read_csv(path: str) -> list[BenchmarkRow]:
+    """The rows `write_csv` wrote, typed again (to redraw tables and plots from a saved run)."""
+    hints = typing.get_type_hints(BenchmarkRow)
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = set(CSV_COLUMNS) - set(reader.fieldnames or [])
+        if missing:
+            raise ValueError(f"{path} lacks the columns {sorted(missing)}; was it written by this version?")
+        return [BenchmarkRow(**{c: _from_text(record[c], hints[c]) for c in CSV_COLUMNS}) for record in reader]

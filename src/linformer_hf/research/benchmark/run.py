@@ -1,0 +1,160 @@
+"""The run: validate, measure the matmul peak, then every point in fresh processes, collecting typed rows."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from .config import BenchmarkConfig
+from .costs import estimate_activation_bytes, step_flops
+from .models import MODELS, model_config
+from .results import BenchmarkRow, Mode, Status
+from .workers import MatmulPeakTask, MemoryTask, PeerTask, TimingTask, WorkerFailed, run_in_fresh_process
+
+
+@dataclass
+class PeerResult:
+    n: int
+    k: int
+    median_s: dict[str, float] = field(default_factory=dict)  # module -> median seconds
+    error: str | None = None
+
+
+@dataclass
+class RunInfo:
+    matmul_peak_gflops: float
+    memory_budget_gib: float
+    peer: list[PeerResult] = field(default_factory=list)
+    runtime_s: float = 0.0
+
+
+def memory_budget_bytes(cfg: BenchmarkConfig, device_total: int | None) -> int:
+    """`memory_budget_gb`, else 60% of the GPU's memory (`device_total`) or of the machine's physical memory."""
+    if cfg.memory_budget_gb is not None:
+        return int(cfg.memory_budget_gb * 2**30)
+    if device_total is None:
+        device_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(0.6 * device_total)
+
+
+def _significant(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def _new_row(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None, peak: float) -> BenchmarkRow:
+    config = model_config(model, n, k, cfg)
+    is_linformer = MODELS[model].takes_k
+    return BenchmarkRow(
+        mode=mode, model=model, n=n, k=k,
+        gflop=_significant(step_flops(config, n, cfg.batch, training=mode == Mode.TRAIN) / 1e9),
+        matmul_peak_gflops=round(peak, 1),
+        estimated_activation_mb=round(_estimate(cfg, mode, model, n, k) / 2**20, 1),
+        device=cfg.device, dtype=cfg.dtype, layers=cfg.layers, batch=cfg.batch, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, heads=cfg.heads,
+        sharing=cfg.sharing if is_linformer else None, projection=cfg.projection if is_linformer else None,
+    )  # fmt: skip
+
+
+def _estimate(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None) -> int:
+    config = model_config(model, n, k, cfg)
+    return estimate_activation_bytes(config, n, cfg.batch, cfg.bytes_per_element, training=mode == Mode.TRAIN)
+
+
+def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow], log) -> None:
+    """Time the rows (by label) in one process and fill in their times, or mark them failed."""
+    points = [(label, row.model, row.n, row.k) for label, row in rows.items()]
+    try:
+        timing = run_in_fresh_process(TimingTask(cfg, mode, points), cfg.timeout_s)
+    except WorkerFailed as error:
+        log(f"  timing failed: {error}")
+        for row in rows.values():
+            row.status, row.reason = Status.FAILED, f"timing: {error}"
+        return
+    for label, row in rows.items():
+        times = timing["times"][label]
+        median = statistics.median(times)
+        achieved = row.gflop / median
+        row.time_s, row.time_s_min, row.reps = round(median, 5), round(min(times), 5), len(times)
+        row.tokens_per_s = round(cfg.batch * row.n / median, 1)
+        row.achieved_gflops = _significant(achieved)
+        row.matmul_peak_gflops = _significant(timing["matmul_gflops"])
+        row.fraction_of_peak = _significant(achieved / timing["matmul_gflops"], 3)
+
+
+def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
+    try:
+        memory = run_in_fresh_process(MemoryTask(cfg, row.mode, row.model, row.n, row.k), cfg.timeout_s)
+    except WorkerFailed as error:
+        row.memory_error = str(error)
+        return
+    row.activation_mb = round(memory["activation_bytes"] / 2**20, 1)
+    row.weights_mb = round(memory["weights_bytes"] / 2**20, 1)
+    row.memory_method = memory["method"]
+
+
+def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[BenchmarkRow], RunInfo]:
+    """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer)."""
+    cfg.validate()
+    started = time.time()
+
+    def stamp(message):
+        log(f"[{time.time() - started:6.0f} s] {message}")
+
+    try:
+        peak_info = run_in_fresh_process(MatmulPeakTask(cfg), cfg.timeout_s)
+    except WorkerFailed as error:
+        raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
+    peak = peak_info["gflops"]
+    budget = memory_budget_bytes(cfg, peak_info.get("total_memory_bytes"))
+    log(f"dense matmul peak: {peak:.1f} GFLOP/s; memory budget {budget / 2**30:.1f} GiB")
+    info = RunInfo(matmul_peak_gflops=peak, memory_budget_gib=budget / 2**30)
+
+    rows: list[BenchmarkRow] = []
+    for mode, ns in ((Mode.INFERENCE, cfg.ns), (Mode.TRAIN, cfg.train_ns)):
+        for n in ns:
+            measured: dict[str, BenchmarkRow] = {}
+            for model, k in cfg.points(n):
+                row = _new_row(cfg, mode, model, n, k, peak)
+                rows.append(row)
+                estimate = _estimate(cfg, mode, model, n, k)
+                if estimate > budget:
+                    row.status = Status.SKIPPED
+                    row.reason = f"would not fit (est. {estimate / 2**30:.3g} GiB > {budget / 2**30:.3g} GiB)"
+                else:
+                    measured[row.label] = row
+            if not measured:
+                continue
+            stamp(f"{mode.value} n={n}: timing {', '.join(measured)}")
+            _time_points(cfg, mode, measured, log)
+            if mode == Mode.INFERENCE and cfg.measure_memory:
+                for row in measured.values():
+                    _measure_memory(cfg, row)
+                stamp(f"{mode.value} n={n}: memory done")
+
+    # Linear cost: each model with a k at several n in one process, side by side, so load drift cannot fake a trend.
+    scaling = {}
+    for n in cfg.scaling_ns:
+        for model, k in cfg.points(n):
+            if MODELS[model].takes_k:
+                row = _new_row(cfg, Mode.SCALING, model, n, k, peak)
+                rows.append(row)
+                scaling[f"{row.label} n={n}"] = row
+    if scaling:
+        stamp(f"linear-cost check: {', '.join(scaling)}")
+        _time_points(cfg, Mode.INFERENCE, scaling, log)
+
+    if cfg.peer:
+        for n in cfg.peer_ns:
+            stamp(f"peer comparison n={n} k={cfg.peer_k}")
+            result = PeerResult(n=n, k=cfg.peer_k)
+            try:
+                times = run_in_fresh_process(PeerTask(cfg, n, cfg.peer_k), cfg.timeout_s)["times"]
+                result.median_s = {name: statistics.median(t) for name, t in times.items()}
+            except WorkerFailed as error:
+                result.error = str(error)
+            info.peer.append(result)
+    stamp("done")
+    info.runtime_s = time.time() - started
+    return rows, info

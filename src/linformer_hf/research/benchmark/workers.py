@@ -1,0 +1,346 @@
+"""The measurements, each run in a fresh process: timing, activation memory, the dense matmul peak, the peer.
+
+Isolation: each memory point runs in a fresh process, so one point's allocations cannot pollute the next. Timing
+runs one process per n in which all models of that n alternate repetition by repetition (so that load from
+elsewhere on the machine hits every model alike). Processes come from a `forkserver` that has imported torch and
+transformers once, so a fresh process costs a fork rather than an import.
+
+CPU memory: the process's peak resident set (VmHWM in /proc/self/status) is reset to the current resident set
+(writing "5" to /proc/self/clear_refs) once the model, its input and a short warm-up exist; activation memory is
+VmHWM after the measured step minus that resident set. glibc's malloc is told to serve every block of 64 KiB or
+more by mmap, so freed tensors leave the resident set at once and the warm-up leaves no reusable cache behind.
+Where clear_refs cannot be written, the fallback is ru_maxrss (peak since the process started) minus the same
+baseline, named in the row's `memory_method`. CUDA: `torch.cuda.max_memory_allocated` after
+`reset_peak_memory_stats`, minus the memory allocated before the step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import multiprocessing
+import resource
+import statistics
+import time
+from dataclasses import dataclass
+
+from .config import DTYPES, BenchmarkConfig
+from .models import build_model, model_config
+from .results import Mode
+
+REFERENCE_MATMUL = "dense matmul"
+
+
+class WorkerFailed(RuntimeError):
+    """A worker process raised, timed out or was killed; the message says which."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Helpers shared by the workers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _setup(cfg: BenchmarkConfig):
+    import torch
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(0)
+    return torch
+
+
+def _synchronize(device: str):
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _make_inputs(cfg: BenchmarkConfig, n: int):
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, cfg.vocab_size, (cfg.batch, n), generator=generator).to(cfg.device)
+    return ids, torch.ones_like(ids)
+
+
+def _prepared_model(cfg: BenchmarkConfig, model: str, n: int, k: int | None, mode: Mode):
+    import torch
+
+    net = build_model(model_config(model, n, k, cfg))
+    net = net.to(device=cfg.device, dtype=getattr(torch, DTYPES[cfg.dtype]))
+    return net.train() if mode == Mode.TRAIN else net.eval()
+
+
+def _step(model, ids, mask, mode: Mode):
+    """One measured step: a forward pass (inference), or forward + backward with the gradients dropped."""
+    import torch
+
+    if mode == Mode.TRAIN:
+        out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        out.float().square().mean().backward()
+        for p in model.parameters():
+            p.grad = None
+        return out
+    with torch.inference_mode():
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def _interleaved_times(runs: dict, cfg: BenchmarkConfig, reps: int) -> dict[str, list[float]]:
+    """Time every run `reps` times, one round at a time, rotating which goes first in each round."""
+    times = {label: [] for label in runs}
+    labels = list(runs)
+    for rep in range(reps):
+        for label in labels[rep % len(labels) :] + labels[: rep % len(labels)]:
+            _synchronize(cfg.device)
+            start = time.perf_counter()
+            runs[label]()
+            _synchronize(cfg.device)
+            times[label].append(time.perf_counter() - start)
+    return times
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tasks: what the parent sends to a fresh process
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TimingTask:
+    """Time every point (label, model, n, k), alternating them repetition by repetition.
+
+    A dense matmul of the feed-forward's shape, (4096, d) @ (d, d_ff), is timed in every round too, so each point's
+    achieved FLOP/s can be set against the matmul throughput the machine gave at the same time.
+    Returns {"times": {label: [seconds]}, "matmul_gflops": that matmul's GFLOP/s (median)}.
+    """
+
+    config: BenchmarkConfig
+    mode: Mode
+    points: list[tuple[str, str, int, int | None]]
+
+    def run(self) -> dict:
+        cfg = self.config
+        torch = _setup(cfg)
+        inputs = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
+        runs = {}
+        for label, model_name, n, k in self.points:
+            model = _prepared_model(cfg, model_name, n, k, self.mode)
+            runs[label] = lambda model=model, n=n: _step(model, *inputs[n], self.mode)
+        dtype = getattr(torch, DTYPES[cfg.dtype])
+        a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
+        b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
+        runs[REFERENCE_MATMUL] = lambda: a @ b
+        for run in runs.values():
+            for _ in range(cfg.warmup):
+                run()
+        times = _interleaved_times(runs, cfg, cfg.reps)
+        matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
+        return {"times": times, "matmul_gflops": matmul_flops / statistics.median(times.pop(REFERENCE_MATMUL)) / 1e9}
+
+
+def _read_status_kb(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field_name} not in /proc/self/status")
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _malloc_returns_large_blocks():
+    """Serve blocks >= 64 KiB by mmap (fixed threshold, no dynamic growth), so freed tensors leave the RSS."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 64 * 1024)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 128 * 1024)  # M_TRIM_THRESHOLD
+    except OSError:
+        pass
+
+
+@dataclass
+class MemoryTask:
+    """Activation memory of one step of one model, above the footprint of the model and its input.
+
+    Returns {"activation_bytes", "weights_bytes", "method"}.
+    """
+
+    config: BenchmarkConfig
+    mode: Mode
+    model: str
+    n: int
+    k: int | None
+
+    def run(self) -> dict:
+        cfg = self.config
+        if cfg.device == "cpu":
+            _malloc_returns_large_blocks()
+        torch = _setup(cfg)
+        model = _prepared_model(cfg, self.model, self.n, self.k, self.mode)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        warm_ids, warm_mask = _make_inputs(cfg, min(self.n, 64))
+        _step(model, warm_ids, warm_mask, self.mode)  # lazy initialisation (kernels, thread pools) off the books
+        ids, mask = _make_inputs(cfg, self.n)
+        del warm_ids, warm_mask
+        gc.collect()
+        if cfg.device.startswith("cuda"):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            baseline = torch.cuda.memory_allocated()
+            _step(model, ids, mask, self.mode)
+            torch.cuda.synchronize()
+            activation = torch.cuda.max_memory_allocated() - baseline
+            return {"activation_bytes": activation, "weights_bytes": weights, "method": "cuda_max_memory_allocated"}
+        baseline_kb = _read_status_kb("VmRSS")
+        method = "vmhwm" if _reset_peak_rss() else "ru_maxrss"
+        _step(model, ids, mask, self.mode)
+        if method == "vmhwm":
+            peak_kb = _read_status_kb("VmHWM")
+        else:
+            peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return {"activation_bytes": max(0, peak_kb - baseline_kb) * 1024, "weights_bytes": weights, "method": method}
+
+
+@dataclass
+class MatmulPeakTask:
+    """Dense matmul throughput (GFLOP/s): the best of a few square and model-shaped products, median of reps.
+
+    Returns {"gflops"} and, on CUDA, the device's name and total memory.
+    """
+
+    config: BenchmarkConfig
+
+    def run(self) -> dict:
+        cfg = self.config
+        torch = _setup(cfg)
+        dtype = getattr(torch, DTYPES[cfg.dtype])
+        d, d_ff = cfg.hidden_size, cfg.intermediate_size
+        shapes = [(2048, 2048, 2048), (4096, d, d_ff), (4096, d_ff, d), (4096, d, d)]
+        if cfg.device.startswith("cuda"):
+            shapes.append((8192, 8192, 8192))
+        best = 0.0
+        for m, inner, cols in shapes:
+            a = torch.randn(m, inner, device=cfg.device, dtype=dtype)
+            b = torch.randn(inner, cols, device=cfg.device, dtype=dtype)
+            for _ in range(2):
+                a @ b
+            times = _interleaved_times({"matmul": lambda a=a, b=b: a @ b}, cfg, max(3, cfg.reps))["matmul"]
+            best = max(best, 2 * m * inner * cols / statistics.median(times) / 1e9)
+        info = {"gflops": best}
+        if cfg.device.startswith("cuda"):
+            info["device_name"] = torch.cuda.get_device_name()
+            info["total_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory
+        return info
+
+
+@dataclass
+class PeerTask:
+    """Attention-module level: this package's layer (fast and plain path) against the `linformer` package's.
+
+    Both: width d, H heads, n tokens, k compressed rows, one E and one F shared by the heads, output map included
+    (the `linformer` layer ends with it). No mask (that layer has none): ours gets a mask of ones.
+    Returns {"times": {module: [seconds]}}.
+    """
+
+    config: BenchmarkConfig
+    n: int
+    k: int
+
+    def run(self) -> dict:
+        cfg = self.config
+        torch = _setup(cfg)
+        try:
+            from linformer import LinformerSelfAttention as PeerSelfAttention
+        except ImportError as error:
+            raise ImportError("--peer needs the `linformer` package: pip install linformer --no-deps") from error
+
+        from ...models.linformer.configuration_linformer import LinformerConfig
+        from ...models.linformer.modeling_linformer import LinformerSelfAttention
+
+        n, k, d, h = self.n, self.k, cfg.hidden_size, cfg.heads
+        dtype = getattr(torch, DTYPES[cfg.dtype])
+        config = LinformerConfig(
+            hidden_size=d, num_attention_heads=h, max_sequence_length=n, projected_length=k, sharing="headwise",
+            attention_probs_dropout_prob=0.0, attn_implementation="sdpa",
+        )  # fmt: skip
+        ours = LinformerSelfAttention(config, layer_idx=0)
+        for projection in (ours.key_projection, ours.value_projection):
+            torch.nn.init.normal_(projection.weight, std=n**-0.5)
+        ours_out = torch.nn.Linear(d, d)
+        peer = PeerSelfAttention(dim=d, seq_len=n, k=k, heads=h, dim_head=d // h, one_kv_head=False, share_kv=False)
+        for module in (ours, ours_out, peer):
+            module.to(device=cfg.device, dtype=dtype).eval()
+        x = torch.randn(cfg.batch, n, d, device=cfg.device, dtype=dtype)
+        mask = torch.ones(cfg.batch, n, device=cfg.device, dtype=dtype)
+        runs = {
+            "linformer_hf (fast path)": lambda: ours_out(ours(x, mask, use_fast_path=True)[0]),
+            "linformer_hf (plain path)": lambda: ours_out(ours(x, mask, use_fast_path=False)[0]),
+            "linformer (PyPI)": lambda: peer(x),
+        }
+        with torch.inference_mode():
+            for run in runs.values():
+                for _ in range(max(1, cfg.warmup)):
+                    run()
+            return {"times": _interleaved_times(runs, cfg, max(3, cfg.reps))}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Fresh processes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _worker_entry(task, connection) -> None:
+    try:
+        result = {"result": task.run()}
+    except Exception as error:  # reported to the parent, which records it on the point
+        result = {"error": f"{type(error).__name__}: {error}"}
+    connection.send(result)
+    connection.close()
+
+
+_CONTEXT = None
+
+
+def _context():
+    """A forkserver that imports torch and transformers once; every task forks a fresh process from it."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload([__name__, "torch", "transformers"])
+    return _CONTEXT
+
+
+def run_in_fresh_process(task, timeout_s: float) -> dict:
+    """Run `task.run()` in a new process and return its result; raise `WorkerFailed` on an error, an
+    out-of-memory kill or a timeout."""
+    context = _context()
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_worker_entry, args=(task, sender))
+    process.start()
+    sender.close()
+    if not receiver.poll(timeout_s):
+        process.kill()
+        process.join()
+        raise WorkerFailed(f"timed out after {timeout_s:.0f} s")
+    try:
+        message = receiver.recv()
+    except EOFError:  # the process died before sending
+        message = None
+    process.join(timeout=10)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    if message is None:
+        code = process.exitcode
+        reason = " (killed: out of memory?)" if code in (-9, 137) else ""
+        raise WorkerFailed(f"process exited with code {code}{reason}")
+    if "error" in message:
+        raise WorkerFailed(message["error"])
+    return message["result"]

@@ -1,0 +1,38 @@
+"""Fine-tune a pretrained Linformer on SST-2, QNLI, QQP or IMDB (Hub names, or local csv/tsv/json files).
+
+    accelerate launch --config_file configs/accelerate/cpu.yaml -m linformer_hf.training.finetune \
+        --config configs/finetune/sst2.yaml --model.pretrained outputs/demo/pretrain/final \
+        --data.train_file ../shared/data/sst2/train.tsv --data.validation_file ../shared/data/sst2/dev.tsv
+
+(`python -m linformer_hf.training.finetune` runs it in one process; `scripts/finetune.py` is the same command.)
+Any recipe key can be overridden as --section.key value. Reports accuracy (and F1 for QQP), keeps the best model in
+<output_dir>/best, writes predictions_validation.tsv (and predictions_test.tsv for data.test_file) and results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .config import ConfigError, FinetuneRecipe, load_recipe
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m linformer_hf.training.finetune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="fine-tuning recipe YAML (configs/finetune/*.yaml)")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+    args, rest = parser.parse_known_args(argv)
+    try:
+        recipe = load_recipe(FinetuneRecipe, args.config, rest)
+        from .finetuning import run_finetuning
+
+        run_finetuning(recipe, show_progress=not args.no_progress)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
