@@ -38,7 +38,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
-from .hub import TOKENIZER_FILES
+from .registration import TOKENIZER_FILES
 from .models.linformer import modeling_linformer
 from .models.linformer.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.linformer.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
