@@ -2,7 +2,7 @@
 `trust_remote_code` loading."""
 
 import transformers
-from transformers import AutoConfig, AutoTokenizer, RobertaTokenizer
+from transformers import AutoConfig, AutoTokenizer, BertTokenizer, RobertaTokenizer
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 
 from .models.configuration_linformer import LinformerConfig
@@ -15,9 +15,14 @@ FAMILIES = {LinformerConfig: LINFORMER_HEADS, PerformerConfig: PERFORMER_HEADS}
 
 # Every family uses RoBERTa's byte-level BPE tokenizer.
 TOKENIZER_CLASS = RobertaTokenizer
-# The files that mark a folder as holding a tokenizer (any one of them). A folder with none would silently load as
-# an empty tokenizer, so callers check for them first.
-TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE, *TOKENIZER_CLASS.vocab_files_names.values())
+# The files that mark a folder as holding a tokenizer (any one of them): Linformer's own, and BERT's WordPiece, which
+# converted BERT-layout checkpoints keep. A folder with none would silently load as an empty tokenizer, so callers
+# check for them first.
+TOKENIZER_FILES = tuple(
+    dict.fromkeys(
+        (TOKENIZER_CONFIG_FILE, *TOKENIZER_CLASS.vocab_files_names.values(), *BertTokenizer.vocab_files_names.values())
+    )
+)
 
 
 def register() -> None:
