@@ -1,74 +1,11 @@
 #!/usr/bin/env python
-"""Warm-start a Linformer from a RoBERTa checkpoint (local dir or Hub name); see linformer_hf.conversion.
+"""The earlier name of scripts/convert_to_linformer.py (which converts RoBERTa and BERT checkpoints): same arguments."""
 
-Example:
-    python scripts/convert_roberta_to_linformer.py roberta-base outputs/linformer-base-n1024-k256 \
-        --max-sequence-length 1024 --projected-length 256 --sharing key_value
-"""
-
-import argparse
 import os
 import sys
 
-from linformer_hf import SHARING_MODES, PROJECTION_KINDS
-from linformer_hf.conversion import ARCHITECTURE_MAP, PROJECTION_INITS, convert_checkpoint
-from linformer_hf.training.config import ConfigError
-from linformer_hf.training.errors import USER_ERRORS, report
-from linformer_hf.training.validation import check_model_source
-
-
-def parse_projected_length(text: str):
-    """'128' -> 128; '256,256,128,128' -> one k per layer."""
-    values = [int(part) for part in text.split(",")]
-    return values[0] if len(values) == 1 else values
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", help="RoBERTa checkpoint: a local directory or a Hub name such as roberta-base")
-    parser.add_argument("output_dir", help="where to save the Linformer (weights, config, modeling files, tokenizer)")
-    parser.add_argument("--architecture", choices=sorted(ARCHITECTURE_MAP),
-                        help="RoBERTa head to load (default: the first of the checkpoint's config.architectures)")
-    parser.add_argument("--max-sequence-length", type=int, help="n (default: RoBERTa's own, 512 for roberta-base)")
-    parser.add_argument("--projected-length", type=parse_projected_length,
-                        help="k, or a comma-separated k per layer (default: n / 4, fairseq's default)")
-    parser.add_argument("--sharing", choices=SHARING_MODES, default="headwise")
-    parser.add_argument("--projection", choices=PROJECTION_KINDS, default="linear")
-    parser.add_argument("--projection-init", choices=PROJECTION_INITS, default="neighbour_average",
-                        help="neighbour_average: E averages contiguous bins of n/k positions (identity when k = n); "
-                             "identity: requires k = n; random: Linformer's own N(0, 1/n)")
-    parser.add_argument("--projection-noise-std", type=float, default=0.0,
-                        help="add N(0, std^2) noise to the initialised E/F (default: none)")
-    parser.add_argument("--freeze-projections", action="store_true")
-    parser.add_argument("--no-tokenizer", action="store_true", help="do not copy the tokenizer")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the projection noise")
-    args = parser.parse_args(argv)
-    try:
-        check_model_source(args.source, "source")
-        if os.path.isdir(args.source) and not os.path.isfile(os.path.join(args.source, "config.json")):
-            raise ConfigError(f"source={args.source} has no config.json: not a saved RoBERTa checkpoint directory.")
-        convert(args)
-    except (*USER_ERRORS, OSError, ValueError) as err:  # conversion reports bad input as ValueError / OSError
-        return report(err)
-    return 0
-
-
-def convert(args):
-    convert_checkpoint(
-        args.source,
-        args.output_dir,
-        architecture=args.architecture,
-        copy_tokenizer=not args.no_tokenizer,
-        max_sequence_length=args.max_sequence_length,
-        projected_length=args.projected_length,
-        sharing=args.sharing,
-        projection=args.projection,
-        projection_init=args.projection_init,
-        projection_noise_std=args.projection_noise_std,
-        freeze_projections=args.freeze_projections,
-        seed=args.seed,
-    )
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from convert_to_linformer import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -10,7 +10,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.utils import logging as transformers_logging
 
 from linformer_hf import PROJECTION_KINDS, SHARING_MODES, LinformerModel
-from linformer_hf.models.linformer import modeling_linformer
+from linformer_hf.models import modeling_linformer
 
 ALL_VARIANTS = list(itertools.product(SHARING_MODES, PROJECTION_KINDS))
 
@@ -354,7 +354,7 @@ def test_chunked_feed_forward_gives_the_same_outputs():
 
 @pytest.mark.parametrize("sharing", SHARING_MODES)
 def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sharing):
-    from linformer_hf.models.linformer.modeling_linformer import LinformerProjection, neighbour_average_projection
+    from linformer_hf.models.modeling_linformer import LinformerProjection, neighbour_average_projection
 
     model = LinformerModel(tiny_config(sharing=sharing, projection_init="neighbour_average")).eval()
     expected = neighbour_average_projection(16, 8)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
 from tiny_roberta import build_tokenizer, randomize_all, tiny_roberta_config
 from torch import nn
 
@@ -22,6 +23,7 @@ from linformer_hf.conversion import (
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import convert_roberta_to_linformer  # noqa: E402
+import convert_to_linformer  # noqa: E402
 
 OUTPUT_KEY = {"RobertaModel": "last_hidden_state"}
 
@@ -77,7 +79,19 @@ def test_k_equal_n_reproduces_roberta_exactly(tmp_path, tokenizer, architecture,
         torch.testing.assert_close(actual.pooler_output, expected.pooler_output, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("architecture", sorted(ARCHITECTURE_MAP))
+ROBERTA_HEADS = sorted(name for name in ARCHITECTURE_MAP if name.startswith("Roberta"))
+BERT_HEADS = sorted(name for name in ARCHITECTURE_MAP if name.startswith("Bert"))
+
+
+def test_head_maps_come_from_the_auto_classes():
+    assert len(ROBERTA_HEADS) == len(BERT_HEADS) == len(linformer_hf.LINFORMER_HEADS)
+    for auto_name, linformer_class in linformer_hf.LINFORMER_HEADS.items():
+        for config_class in (transformers.RobertaConfig, transformers.BertConfig):
+            source = getattr(transformers, auto_name)._model_mapping[config_class]
+            assert ARCHITECTURE_MAP[source.__name__] == linformer_class.__name__
+
+
+@pytest.mark.parametrize("architecture", ROBERTA_HEADS)
 def test_every_head_converts_with_every_weight_carried(architecture):
     roberta = getattr(transformers, architecture)(tiny_roberta_config(num_labels=3)).eval()
     linformer, report = convert_model(roberta, max_sequence_length=16, projected_length=4)
@@ -142,7 +156,7 @@ def test_projection_noise_and_random_init():
     assert all("noise" in how for how in report.initialised.values())
     _, report = convert_model(roberta, max_sequence_length=16, projected_length=4, projection_init="random")
     assert all(how.startswith("random") for how in report.initialised.values())
-    with pytest.raises(ValueError, match="'identity' needs k = n"):
+    with pytest.raises(ValueError, match="'identity' was removed: it is 'neighbour_average' at k = n"):
         convert_model(roberta, max_sequence_length=16, projected_length=4, projection_init="identity")
 
 
@@ -167,7 +181,7 @@ def test_checkpoint_missing_and_extra_weights_are_reported(tmp_path, capsys):
 def test_a_roberta_tensor_with_no_counterpart_is_an_error():
     roberta = transformers.RobertaForMaskedLM(tiny_roberta_config()).eval()
     roberta.roberta.encoder.layer[0].attention.self.rotary_scale = nn.Parameter(torch.ones(4))
-    with pytest.raises(ValueError, match=r"1 RoBERTa tensor\(s\) have no counterpart.*rotary_scale"):
+    with pytest.raises(ValueError, match=r"1 source tensor\(s\) have no counterpart.*rotary_scale"):
         convert_model(roberta, max_sequence_length=16, projected_length=4)
 
 
@@ -175,16 +189,19 @@ def test_unsupported_heads_and_models_are_refused(tmp_path):
     causal = transformers.RobertaForCausalLM(tiny_roberta_config(is_decoder=True))
     with pytest.raises(ValueError, match="RobertaForCausalLM has no Linformer counterpart"):
         convert_model(causal)
-    bert = transformers.BertModel(transformers.BertConfig(hidden_size=32, num_hidden_layers=1,
-                                                          num_attention_heads=4, intermediate_size=37))
-    bert.save_pretrained(tmp_path / "bert")
-    with pytest.raises(ValueError, match="'bert' checkpoint, not 'roberta'"):
-        convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"))
+    distilbert = transformers.DistilBertModel(transformers.DistilBertConfig(dim=32, n_layers=1, n_heads=4,
+                                                                            hidden_dim=37, vocab_size=99))
+    distilbert.save_pretrained(tmp_path / "distilbert")
+    with pytest.raises(ValueError, match="is a 'distilbert' checkpoint; only \\['bert', 'roberta'\\]"):
+        convert_checkpoint(str(tmp_path / "distilbert"), str(tmp_path / "out"))
+    with pytest.raises(ValueError, match="RobertaForCausalLM has no Linformer counterpart"):
+        convert_model(causal)
 
 
 def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokenizer):
     save_roberta("RobertaForMaskedLM", tmp_path / "roberta", tokenizer)
-    convert_roberta_to_linformer.main([
+    assert convert_roberta_to_linformer.main is convert_to_linformer.main  # the old name stays a thin alias
+    convert_to_linformer.main([
         str(tmp_path / "roberta"), str(tmp_path / "linformer"), "--max-sequence-length", "32",
         "--projected-length", "8,4", "--sharing", "key_value",
     ])
@@ -196,6 +213,12 @@ def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokeniz
     assert reloaded("a cat")["input_ids"] == tokenizer("a cat")["input_ids"]
 
 
+def test_script_explains_the_removed_identity_init(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), "--projection-init", "identity"])
+    assert "'identity' was removed: it is 'neighbour_average' at k = n" in capsys.readouterr().err
+
+
 def test_fine_tuned_classifier_keeps_its_labels():
     config = tiny_roberta_config(id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
                                  problem_type="single_label_classification")
@@ -205,3 +228,169 @@ def test_fine_tuned_classifier_keeps_its_labels():
     assert linformer.config.label2id == {"negative": 0, "positive": 1}
     assert linformer.config.problem_type == "single_label_classification"
     assert (linformer.config.max_sequence_length, linformer.config.max_position_embeddings) == (16, 18)
+
+
+def test_converted_config_records_the_projection_init(tmp_path):
+    """The saved config says what E, F were set to, and a model built from it starts from the same E, F."""
+    roberta = save_roberta("RobertaForMaskedLM", tmp_path / "roberta")
+    convert_checkpoint(str(tmp_path / "roberta"), str(tmp_path / "linformer"), projected_length=4, copy_tokenizer=False)
+    config = linformer_hf.LinformerConfig.from_pretrained(str(tmp_path / "linformer"))
+    assert config.projection_init == "neighbour_average"
+    saved = linformer_hf.LinformerForMaskedLM.from_pretrained(str(tmp_path / "linformer"))
+    rebuilt = linformer_hf.LinformerForMaskedLM(config)
+    for name in ("key_projection", "value_projection"):
+        expected = getattr(rebuilt.roberta.encoder.layer[1].attention.self, name).weight
+        torch.testing.assert_close(getattr(saved.roberta.encoder.layer[1].attention.self, name).weight, expected)
+        torch.testing.assert_close(expected[0], neighbour_average_projection(16, 4))
+    linformer, _ = convert_model(roberta, projected_length=4, projection_init="random", seed=1)
+    again, _ = convert_model(roberta, projected_length=4, projection_init="random", seed=1)
+    assert torch.equal(linformer.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"],
+                       again.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"])  # seeded
+    assert linformer.config.projection_init == "random"
+    weight = linformer.roberta.encoder.layer[0].attention.self.key_projection.weight
+    assert 0.1 < weight.std().item() * 4 < 10  # N(0, 1/n) with n = 16, not the bins
+    assert (weight != 0).all()
+
+
+# ---- BERT-layout checkpoints (BERT, MiniLM, ...) ----
+
+
+@pytest.fixture(scope="module")
+def wordpiece(tmp_path_factory):
+    return build_wordpiece_tokenizer(str(tmp_path_factory.mktemp("wordpiece")))
+
+
+def save_bert(architecture, directory, tokenizer=None, seed=0, **config_overrides):
+    config_overrides.setdefault("num_labels", 3)
+    model = getattr(transformers, architecture)(tiny_bert_config(**config_overrides)).eval()
+    randomize_all(model, seed)
+    model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return model
+
+
+def padded_bert_batch(vocab_size=300, length=16, seed=1):
+    """Right-padded ids (BERT's pad id 0) with two segments, as a BERT tokenizer returns for sentence pairs."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab_size, (3, length), generator=generator)
+    mask = torch.ones_like(ids)
+    types = torch.zeros_like(ids)
+    for row, real in [(1, 11), (2, 5)]:
+        ids[row, real:] = 0
+        mask[row, real:] = 0
+    types[0, 9:] = 1
+    types[1, 6:11] = 1
+    return ids, mask, types
+
+
+@pytest.mark.parametrize("architecture,output", [
+    ("BertModel", "last_hidden_state"),
+    ("BertForMaskedLM", "logits"),
+    ("BertForSequenceClassification", "logits"),
+    ("BertForTokenClassification", "logits"),
+])
+@pytest.mark.parametrize("sharing,n", [("headwise", 16), ("none", 40)])  # n = 40 > 16 positions: extended table
+def test_bert_k_equal_n_reproduces_bert_exactly(tmp_path, wordpiece, architecture, output, sharing, n):
+    bert = save_bert(architecture, tmp_path / "bert", wordpiece)
+    report = convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "linformer"), max_sequence_length=n,
+                                projected_length=n, sharing=sharing)
+    assert report.problems() == []
+    linformer = transformers.AutoModel.from_pretrained(str(tmp_path / "linformer")) if architecture == "BertModel" \
+        else getattr(linformer_hf, ARCHITECTURE_MAP[architecture]).from_pretrained(str(tmp_path / "linformer"))
+    linformer.eval()
+    ids, mask, types = padded_bert_batch()
+    with torch.no_grad():
+        expected = bert(ids, attention_mask=mask, token_type_ids=types)
+        actual = linformer(ids, attention_mask=mask, token_type_ids=types)
+    if output == "logits" and expected.logits.dim() == 2:  # sequence classification: one row per sequence
+        torch.testing.assert_close(actual.logits, expected.logits, rtol=0, atol=1e-5)
+        return
+    real = mask.bool()  # padded positions get BERT's absolute position but RoBERTa's padding row: nothing reads them
+    torch.testing.assert_close(actual[output][real], expected[output][real], rtol=0, atol=1e-5)
+    if architecture == "BertModel":
+        torch.testing.assert_close(actual.pooler_output, expected.pooler_output, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", BERT_HEADS)
+def test_every_bert_head_converts_with_every_weight_carried(architecture):
+    bert = getattr(transformers, architecture)(tiny_bert_config(num_labels=3)).eval()
+    randomize_all(bert)
+    linformer, report = convert_model(bert, max_sequence_length=16, projected_length=4)
+    assert type(linformer).__name__ == ARCHITECTURE_MAP[architecture]
+    assert report.missing == [] and report.problems() == []
+    target_state = linformer.state_dict()
+    for key, value in bert.state_dict().items():
+        target_key = report.renamed.get(key, key)
+        if key.endswith("position_embeddings.weight"):
+            torch.testing.assert_close(target_state[target_key][1:17], value, rtol=0, atol=0)  # pad id 0: offset 1
+            assert target_key in report.extended
+            continue
+        assert torch.equal(target_state[target_key], value), key
+    assert set(target_state) - {report.renamed.get(key, key) for key in bert.state_dict()} == set(report.initialised)
+
+
+def test_bert_positions_map_onto_robertas_layout():
+    bert = transformers.BertModel(tiny_bert_config()).eval()
+    randomize_all(bert)
+    linformer, report = convert_model(bert, projected_length=4)
+    table = linformer.embeddings.position_embeddings.weight
+    assert linformer.config.pad_token_id == 0 and linformer.config.max_sequence_length == 16
+    assert table.shape[0] == linformer.config.max_position_embeddings == 18  # validation asks n + 2 rows
+    torch.testing.assert_close(table[1:17], bert.embeddings.position_embeddings.weight, rtol=0, atol=0)
+    assert torch.equal(table[0], torch.zeros(32))
+    torch.testing.assert_close(table[17], table[1], rtol=0, atol=0)  # the unused extra row repeats position 0
+    assert linformer.config.type_vocab_size == 2
+    torch.testing.assert_close(linformer.embeddings.token_type_embeddings.weight,
+                               bert.embeddings.token_type_embeddings.weight, rtol=0, atol=0)
+    assert "moved to rows 1..16" in report.extended["embeddings.position_embeddings.weight"]
+
+
+def test_bert_tokenizer_round_trips_through_a_converted_folder(tmp_path, wordpiece):
+    """AutoTokenizer loads the folder's own WordPiece tokenizer, not the RoBERTa BPE registered for linformer."""
+    save_bert("BertForMaskedLM", tmp_path / "bert", wordpiece)
+    report = convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "linformer"), projected_length=4)
+    assert "BertTokenizer" in report.tokenizer
+    reloaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "linformer"))
+    assert type(reloaded) is type(wordpiece)
+    text = ("the first season of the series", "was released on DVD")
+    expected, actual = wordpiece(*text), reloaded(*text)
+    assert actual["input_ids"] == expected["input_ids"] and actual["token_type_ids"] == expected["token_type_ids"]
+    assert reloaded.pad_token_id == 0 == transformers.AutoConfig.from_pretrained(str(tmp_path / "linformer")).pad_token_id
+    assert reloaded.model_max_length == 16
+    assert reloaded.convert_ids_to_tokens(actual["input_ids"])[0] == "[CLS]"
+
+
+def test_bert_heads_without_a_linformer_layout_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="BertForPreTraining has no Linformer counterpart.*BertForMaskedLM"):
+        convert_model(transformers.BertForPreTraining(tiny_bert_config()))
+    with pytest.raises(ValueError, match="BertLMHeadModel has no Linformer counterpart"):
+        convert_model(transformers.BertLMHeadModel(tiny_bert_config(is_decoder=True)))
+    with pytest.raises(ValueError, match="hidden_act='relu'.*always applies 'gelu'"):
+        convert_model(transformers.BertForMaskedLM(tiny_bert_config(hidden_act="relu")))
+    with pytest.raises(ValueError, match="position_embedding_type='relative_key'"):
+        convert_model(transformers.BertModel(tiny_bert_config(position_embedding_type="relative_key")))
+    # A pretraining checkpoint converts as its MLM head when asked to.
+    save_bert("BertForPreTraining", tmp_path / "bert")
+    with pytest.raises(ValueError, match="BertForPreTraining: its next-sentence head"):
+        convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"))
+    report = convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"), architecture="BertForMaskedLM",
+                                projected_length=4, copy_tokenizer=False)
+    assert report.target_architecture == "LinformerForMaskedLM"
+    assert any("seq_relationship" in key for key in report.source_unexpected)  # the dropped NSP head is reported
+
+
+def test_sentence_transformers_pooling_is_copied(tmp_path, wordpiece):
+    save_bert("BertModel", tmp_path / "st", wordpiece)
+    (tmp_path / "st" / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]))
+    (tmp_path / "st" / "1_Pooling").mkdir()
+    (tmp_path / "st" / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (tmp_path / "st" / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
+    report = convert_checkpoint(str(tmp_path / "st"), str(tmp_path / "linformer"), projected_length=4)
+    assert json.loads((tmp_path / "linformer" / "1_Pooling" / "config.json").read_text()) == {
+        "pooling_mode_mean_tokens": True}
+    assert (tmp_path / "linformer" / "modules.json").exists()
+    assert any("sentence-transformers modules copied" in note for note in report.notes)

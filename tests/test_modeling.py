@@ -86,7 +86,7 @@ def test_save_and_load_round_trip_for_every_head(auto_name, tmp_path):
 
     assert (tmp_path / "model.safetensors").exists()
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["auto_map"] == linformer_hf.models.linformer.modeling_linformer.auto_map()
+    assert saved["auto_map"] == linformer_hf.models.modeling_linformer.auto_map()
     assert (tmp_path / "modeling_linformer.py").exists() and (tmp_path / "configuration_linformer.py").exists()
 
     loaded = auto_class.from_pretrained(tmp_path).eval()
@@ -392,7 +392,7 @@ def test_logits_for_labels_only_gives_the_same_loss_gradients_and_logits():
 
 @pytest.mark.parametrize("projection", ["linear", "conv"])
 def test_projection_init_starts_new_projections_and_never_overwrites_loaded_ones(projection, tmp_path):
-    from linformer_hf.models.linformer.modeling_linformer import LinformerProjection, neighbour_average_projection
+    from linformer_hf.models.modeling_linformer import LinformerProjection, neighbour_average_projection
 
     config = tiny_config(projection=projection, projection_init="neighbour_average")
     model = LinformerModel(config)

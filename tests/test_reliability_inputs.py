@@ -268,17 +268,16 @@ def test_model_config_rejected_by_the_strict_dataclass_is_an_error_line(tokenize
 
 
 def test_conversion_script_errors(tmp_path, capsys):
-    from transformers import BertConfig
+    from transformers import GPT2Config
 
     line = run_main("convert_roberta_to_linformer", [str(tmp_path / "no_such_model"), str(tmp_path / "o")], capsys)
     assert "no such directory" in line and str(tmp_path / "no_such_model") in line and "Repo id" not in line
     (tmp_path / "empty").mkdir()
     line = run_main("convert_roberta_to_linformer", [str(tmp_path / "empty"), str(tmp_path / "o")], capsys)
     assert "has no config.json" in line
-    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
-        tmp_path / "bert")
-    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "bert"), str(tmp_path / "o")], capsys)
-    assert "'bert' checkpoint, not 'roberta'" in line
+    GPT2Config(n_embd=32, n_layer=1, n_head=2, architectures=["GPT2LMHeadModel"]).save_pretrained(tmp_path / "gpt2")
+    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "gpt2"), str(tmp_path / "o")], capsys)
+    assert "'gpt2' checkpoint" in line and "'bert', 'roberta'" in line
     # The same missing directory given to fine-tuning's on-the-fly conversion.
     with pytest.raises(ConfigError, match="no such directory"):
         load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path / "no_such_model"),

@@ -1,11 +1,12 @@
-"""Linformer for Hugging Face Transformers.
+"""Linformer (and Performer) for Hugging Face Transformers.
 
-Importing this package registers Linformer with transformers' Auto classes (`model_type = "linformer"`), so
+Importing this package registers Linformer and Performer with transformers' Auto classes (`model_type =
+"linformer"`, `"performer"`), so
 `AutoConfig`, `AutoModel`, `AutoModelForMaskedLM`, ... and `AutoTokenizer` resolve it like a built-in model.
 """
 
-from .models.linformer.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
-from .models.linformer.modeling_linformer import (
+from .models.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
+from .models.modeling_linformer import (
     LINFORMER_HEADS,
     LinformerForMaskedLM,
     LinformerForMultipleChoice,
@@ -16,6 +17,19 @@ from .models.linformer.modeling_linformer import (
     LinformerPreTrainedModel,
     LinformerProjection,
     LinformerSelfAttention,
+)
+from .models.configuration_performer import KERNELS, ROW_NORMS, PerformerConfig
+from .models.modeling_performer import (
+    PERFORMER_HEADS,
+    PerformerForCausalLM,
+    PerformerForMaskedLM,
+    PerformerForMultipleChoice,
+    PerformerForQuestionAnswering,
+    PerformerForSequenceClassification,
+    PerformerForTokenClassification,
+    PerformerModel,
+    PerformerPreTrainedModel,
+    PerformerSelfAttention,
 )
 from .registration import register
 
@@ -38,4 +52,17 @@ __all__ = [
     "LinformerPreTrainedModel",
     "LinformerProjection",
     "LinformerSelfAttention",
+    "KERNELS",
+    "PERFORMER_HEADS",
+    "ROW_NORMS",
+    "PerformerConfig",
+    "PerformerForCausalLM",
+    "PerformerForMaskedLM",
+    "PerformerForMultipleChoice",
+    "PerformerForQuestionAnswering",
+    "PerformerForSequenceClassification",
+    "PerformerForTokenClassification",
+    "PerformerModel",
+    "PerformerPreTrainedModel",
+    "PerformerSelfAttention",
 ]

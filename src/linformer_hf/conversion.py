@@ -1,19 +1,29 @@
-"""Warm start: turn a RoBERTa checkpoint into the matching Linformer model.
+"""Warm start: turn a RoBERTa or BERT checkpoint into the matching Linformer model.
 
-No pretrained Linformer weights were ever released, so the cheapest way in is to start from RoBERTa. Linformer's
-parameter names are RoBERTa's (`base_model_prefix = "roberta"`), so every RoBERTa weight has a counterpart key for
-key; the conversion only has to
+No pretrained Linformer weights were ever released, so the cheapest way in is to start from a pretrained encoder.
+Linformer is RoBERTa with another self-attention, and RoBERTa is BERT with another position numbering, so both
+families convert:
 
-1. build a `LinformerConfig` from the RoBERTa config plus the chosen n, k, sharing and projection;
-2. copy every RoBERTa tensor into the Linformer model;
-3. extend the learned position embeddings when n is longer than RoBERTa's (by repeating the learned rows, as
-   Longformer did: the copies keep the local structure the model learned, so fine-tuning starts from sensible
-   positions instead of random ones);
-4. initialise the projections E, F, which RoBERTa does not have (see `neighbour_average_projection`);
-5. report every key that was copied, extended, initialised, or left at random, and refuse anything it does not
-   understand (an unknown head, a RoBERTa tensor with nowhere to go, a shape that cannot be mapped).
+- **RoBERTa** (and checkpoints of its layout): parameter names are Linformer's (`base_model_prefix = "roberta"`), so
+  every tensor has a counterpart key for key.
+- **BERT** (and BERT-layout checkpoints such as MiniLM): the same modules under other names (`bert.*` -> `roberta.*`,
+  the MLM head `cls.predictions.*` -> `lm_head.*`, the sequence classifier's pooler + linear layer -> RoBERTa's
+  classification head), and one real difference, the positions: BERT numbers them from 0, RoBERTa from
+  `padding_idx + 1`. BERT's row p becomes row `padding_idx + 1 + p`, so a token sees the same position vector.
 
-With k = n the default initialisation is the identity, and the converted model computes exactly what RoBERTa does.
+The conversion
+
+1. builds a `LinformerConfig` from the source config plus the chosen n, k, sharing, projection and projection_init;
+2. copies every source tensor into the Linformer model under its Linformer name;
+3. lays the learned position rows out as RoBERTa does and extends them when n is longer than the source's (by
+   repeating the learned rows, as Longformer did: the copies keep the local structure the model learned);
+4. leaves the projections E, F to the model's own `_init_weights` (`config.projection_init`, so the saved config says
+   what E, F were set to), adding only the optional noise;
+5. reports every key that was copied, renamed, extended, initialised, or left at random, and refuses anything it does
+   not understand (an unknown head, a source tensor with nowhere to go, a shape that cannot be mapped).
+
+With k = n and `projection_init="neighbour_average"` (the identity at k = n), the converted model computes exactly
+what the source does on right-padded batches.
 """
 
 from __future__ import annotations
@@ -21,34 +31,69 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from typing import Any
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, RobertaConfig
+import transformers
+from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
-from .models.linformer import modeling_linformer
-from .models.linformer.modeling_linformer import neighbour_average_projection
-from .models.linformer.configuration_linformer import LinformerConfig
+from .models import modeling_linformer
+from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
+from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
+from .registration import TOKENIZER_FILES
 
-# RoBERTa head -> Linformer head. Every pair shares its module tree and parameter names.
-ARCHITECTURE_MAP = {
-    "RobertaModel": "LinformerModel",
-    "RobertaForMaskedLM": "LinformerForMaskedLM",
-    "RobertaForSequenceClassification": "LinformerForSequenceClassification",
-    "RobertaForTokenClassification": "LinformerForTokenClassification",
-    "RobertaForQuestionAnswering": "LinformerForQuestionAnswering",
-    "RobertaForMultipleChoice": "LinformerForMultipleChoice",
+# The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
+SOURCE_CONFIGS: dict[str, type[PretrainedConfig]] = {"roberta": RobertaConfig, "bert": BertConfig}
+
+
+def _source_head(auto_name: str, config_class: type[PretrainedConfig]) -> str:
+    return getattr(transformers, auto_name)._model_mapping[config_class].__name__
+
+
+# Source head -> Linformer head, e.g. "BertForMaskedLM" -> "LinformerForMaskedLM": the head that the same Auto class
+# resolves to, derived from LINFORMER_HEADS and transformers' Auto mappings.
+ARCHITECTURE_MAP: dict[str, str] = {
+    _source_head(auto_name, config_class): linformer_class.__name__
+    for config_class in SOURCE_CONFIGS.values()
+    for auto_name, linformer_class in LINFORMER_HEADS.items()
 }
 
-PROJECTION_INITS = ("neighbour_average", "identity", "random")
+# Heads of the source families that have no Linformer counterpart, and why (for the error message).
+UNSUPPORTED_HEADS = {
+    "RobertaForCausalLM": "Linformer's projections mix future positions into every compressed row, so it cannot be "
+                          "causal",
+    "BertLMHeadModel": "Linformer's projections mix future positions into every compressed row, so it cannot be "
+                       "causal",
+    "BertForPreTraining": "its next-sentence head has no Linformer counterpart; load the checkpoint as "
+                          "BertForMaskedLM (architecture='BertForMaskedLM') to convert the MLM head, dropping NSP",
+    "BertForNextSentencePrediction": "the next-sentence head has no Linformer counterpart; convert BertModel or "
+                                     "BertForMaskedLM instead",
+}
+
+# BERT key prefix -> Linformer key prefix, tried in order (first match wins). Module trees below each prefix match.
+BERT_KEY_PREFIXES = (
+    ("bert.", "roberta."),
+    ("cls.predictions.transform.dense.", "lm_head.dense."),
+    ("cls.predictions.transform.LayerNorm.", "lm_head.layer_norm."),
+    ("cls.predictions.decoder.", "lm_head.decoder."),
+    ("cls.predictions.bias", "lm_head.bias"),
+)
+# BertForSequenceClassification classifies the pooled first token, tanh(W_p h_0 + b_p), with a linear layer; RoBERTa's
+# classification head computes the same, dense -> tanh -> out_proj on the first token (dropouts at the same places).
+BERT_SEQUENCE_CLASSIFIER_PREFIXES = (
+    ("bert.pooler.dense.", "classifier.dense."),
+    ("classifier.", "classifier.out_proj."),
+)
 
 # Config entries that describe the saved file rather than the model; the Linformer config sets its own.
-_CONFIG_KEYS_NOT_CARRIED = ("model_type", "transformers_version", "architectures", "_name_or_path", "auto_map")
+_CONFIG_KEYS_NOT_CARRIED = ("model_type", "transformers_version", "architectures", "_name_or_path", "auto_map",
+                            "position_embedding_type")
 
-# Any of these in a local checkpoint means it has a tokenizer to copy.
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json")
+# sentence-transformers keeps its pooling outside the transformer, in these files and folders beside the weights.
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
 
-# "roberta." prefixed in task heads, bare in RobertaModel
+# "roberta." prefixed in task heads, bare in the base model
 POSITION_EMBEDDINGS_SUFFIX = "embeddings.position_embeddings.weight"
 
 
@@ -64,12 +109,13 @@ class ConversionReport:
     sharing: str
     projection: str
     projection_init: str
-    carried: list[str] = dataclasses.field(default_factory=list)  # copied unchanged from RoBERTa
-    extended: dict[str, str] = dataclasses.field(default_factory=dict)  # key -> how it was extended
+    carried: list[str] = dataclasses.field(default_factory=list)  # copied unchanged (under the Linformer name)
+    renamed: dict[str, str] = dataclasses.field(default_factory=dict)  # source key -> Linformer key, where they differ
+    extended: dict[str, str] = dataclasses.field(default_factory=dict)  # key -> how it was re-laid out or extended
     initialised: dict[str, str] = dataclasses.field(default_factory=dict)  # projection key -> how
-    # Linformer parameters RoBERTa had no value for, other than projections: left at Linformer's random init.
+    # Linformer parameters the source had no value for, other than projections: left at Linformer's random init.
     missing: list[str] = dataclasses.field(default_factory=list)
-    # What transformers reported while loading the RoBERTa checkpoint itself (randomly initialised or dropped).
+    # What transformers reported while loading the source checkpoint itself (randomly initialised or dropped).
     source_missing: list[str] = dataclasses.field(default_factory=list)
     source_unexpected: list[str] = dataclasses.field(default_factory=list)
     source_mismatched: list[str] = dataclasses.field(default_factory=list)
@@ -83,17 +129,17 @@ class ConversionReport:
         """Everything that did not come over from a trained weight, in words."""
         found = []
         if self.missing:
-            found.append(f"{len(self.missing)} Linformer parameter(s) had no RoBERTa value and keep a random init: "
+            found.append(f"{len(self.missing)} Linformer parameter(s) had no source value and keep a random init: "
                          f"{self.missing}")
         if self.source_missing:
-            found.append(f"the RoBERTa checkpoint lacked {len(self.source_missing)} weight(s) of "
+            found.append(f"the source checkpoint lacked {len(self.source_missing)} weight(s) of "
                          f"{self.source_architecture}, which transformers initialised randomly before conversion: "
                          f"{self.source_missing}")
         if self.source_unexpected:
-            found.append(f"the RoBERTa checkpoint had {len(self.source_unexpected)} weight(s) that "
+            found.append(f"the source checkpoint had {len(self.source_unexpected)} weight(s) that "
                          f"{self.source_architecture} does not use (not converted): {self.source_unexpected}")
         if self.source_mismatched:
-            found.append(f"the RoBERTa checkpoint had weight(s) of the wrong shape for its own config: "
+            found.append(f"the source checkpoint had weight(s) of the wrong shape for its own config: "
                          f"{self.source_mismatched}")
         if self.tokenizer.startswith("not found"):
             found.append(f"tokenizer {self.tokenizer}")
@@ -104,7 +150,7 @@ class ConversionReport:
             f"Converted {self.source} ({self.source_architecture}) -> {self.target_architecture}",
             f"  n={self.max_sequence_length} k={self.projected_length} sharing={self.sharing} "
             f"projection={self.projection} projection_init={self.projection_init}",
-            f"  {len(self.carried)} tensor(s) copied unchanged",
+            f"  {len(self.carried)} tensor(s) copied unchanged ({len(self.renamed)} under a new name)",
         ]
         lines += [f"  extended {key}: {how}" for key, how in self.extended.items()]
         if self.initialised:
@@ -117,47 +163,98 @@ class ConversionReport:
         return "\n".join(lines)
 
 
-def linformer_config_from_roberta(
-    roberta_config: RobertaConfig,
+def check_projection_init(projection_init: str) -> None:
+    if projection_init == "identity":
+        raise ValueError(
+            "projection_init='identity' was removed: it is 'neighbour_average' at k = n. Pass "
+            "projection_init='neighbour_average' with projected_length equal to max_sequence_length."
+        )
+    if projection_init not in PROJECTION_INITS:
+        raise ValueError(f"projection_init must be one of {PROJECTION_INITS}, got {projection_init!r}.")
+
+
+def source_position_layout(source_config: PretrainedConfig) -> tuple[int, int]:
+    """(first learned row, number of learned positions) of a source position table.
+
+    RoBERTa numbers positions from `padding_idx + 1` (rows below are the padding row and an unused one); BERT from 0.
+    """
+    if source_config.model_type == "roberta":
+        first_row = source_config.pad_token_id + 1
+    else:
+        first_row = 0
+    return first_row, source_config.max_position_embeddings - first_row
+
+
+def _check_source_config(source_config: PretrainedConfig) -> None:
+    if source_config.model_type not in SOURCE_CONFIGS:
+        raise ValueError(
+            f"Expected a RoBERTa or BERT config, got model_type {source_config.model_type!r}. Only checkpoints of "
+            f"these layouts ({sorted(SOURCE_CONFIGS)}) map onto Linformer."
+        )
+    position_type = getattr(source_config, "position_embedding_type", "absolute")
+    if position_type not in (None, "absolute"):
+        raise ValueError(
+            f"The source uses position_embedding_type={position_type!r}; Linformer has absolute learned positions "
+            "only, so the converted model would not compute what the source does."
+        )
+    if source_config.pad_token_id is None:
+        raise ValueError(
+            "The source config has no pad_token_id; Linformer (as RoBERTa) numbers positions from pad_token_id + 1 and "
+            "needs it. Set config.pad_token_id to the tokenizer's pad id before converting."
+        )
+
+
+def linformer_config_from_source(
+    source_config: PretrainedConfig,
     max_sequence_length: int | None = None,
     projected_length: int | list[int] | None = None,
     sharing: str = "headwise",
     projection: str = "linear",
+    projection_init: str = "neighbour_average",
     freeze_projections: bool = False,
 ) -> LinformerConfig:
-    """A `LinformerConfig` with every RoBERTa setting of `roberta_config` plus the Linformer ones.
+    """A `LinformerConfig` with every setting of a RoBERTa or BERT `source_config` plus the Linformer ones.
 
-    n defaults to RoBERTa's own maximum length (512 for roberta-base), k to n / 4 (fairseq's Linformer default).
-    `max_position_embeddings` grows to fit n and never shrinks, so no learned position is dropped when n is smaller.
+    n defaults to the source's number of learned positions (512 for roberta-base and bert-base), k to n / 4 (fairseq's
+    Linformer default). `max_position_embeddings` fits both the source's positions and n, laid out from
+    `pad_token_id + 1`, and never shrinks, so no learned position is dropped when n is smaller.
     """
-    if roberta_config.model_type != "roberta":
-        raise ValueError(
-            f"Expected a RoBERTa config (model_type 'roberta'), got model_type {roberta_config.model_type!r}. "
-            "Only RoBERTa checkpoints map key for key onto Linformer; convert a RoBERTa model."
-        )
-    position_offset = roberta_config.pad_token_id + 1  # RoBERTa numbers positions from padding_idx + 1
-    roberta_length = roberta_config.max_position_embeddings - position_offset
-    n = roberta_length if max_sequence_length is None else max_sequence_length
+    _check_source_config(source_config)
+    check_projection_init(projection_init)
+    _, learned = source_position_layout(source_config)
+    n = learned if max_sequence_length is None else max_sequence_length
     k = max(1, n // 4) if projected_length is None else projected_length
 
-    settings = {key: value for key, value in roberta_config.to_dict().items() if key not in _CONFIG_KEYS_NOT_CARRIED}
-    settings["max_position_embeddings"] = max(roberta_config.max_position_embeddings, n + position_offset)
+    offset = source_config.pad_token_id + 1  # where the Linformer's (RoBERTa's) positions start
+    settings = {key: value for key, value in source_config.to_dict().items() if key not in _CONFIG_KEYS_NOT_CARRIED}
+    # At least n + 2 rows: LinformerConfig's validation assumes RoBERTa's pad id 1 (TODO model side: use
+    # pad_token_id + 1 + n); with BERT's pad id 0 the last row is then unused.
+    settings["max_position_embeddings"] = max(offset + learned, offset + n, n + 2)
     return LinformerConfig(
         **settings,
         max_sequence_length=n,
         projected_length=k,
         sharing=sharing,
         projection=projection,
+        projection_init=projection_init,
         freeze_projections=freeze_projections,
     )
 
 
-def extend_position_embeddings(weight: torch.Tensor, num_positions: int, position_offset: int) -> torch.Tensor:
-    """RoBERTa's position table grown to `num_positions` rows by repeating its learned rows.
+def linformer_config_from_roberta(roberta_config: RobertaConfig, *args, **kwargs) -> LinformerConfig:
+    """`linformer_config_from_source` for a RoBERTa config (kept for existing callers)."""
+    if roberta_config.model_type != "roberta":
+        raise ValueError(f"Expected a RoBERTa config (model_type 'roberta'), got {roberta_config.model_type!r}; "
+                         "use linformer_config_from_source for BERT.")
+    return linformer_config_from_source(roberta_config, *args, **kwargs)
 
-    Rows below `position_offset` (the padding row and the unused one before it) are kept as they are; the learned
-    rows `position_offset ..` are repeated cyclically to fill the new rows, so new position p takes the learned row
-    `position_offset + (p - position_offset) % learned`. A table that is already long enough is returned unchanged.
+
+def extend_position_embeddings(weight: torch.Tensor, num_positions: int, position_offset: int) -> torch.Tensor:
+    """A RoBERTa-layout position table grown to `num_positions` rows by repeating its learned rows.
+
+    Rows below `position_offset` (the padding row and, for RoBERTa, the unused one before it) are kept as they are;
+    the learned rows `position_offset ..` are repeated cyclically to fill the new rows, so new position p takes the
+    learned row `position_offset + (p - position_offset) % learned`. A table already long enough is returned unchanged.
     """
     old_rows = weight.shape[0]
     if num_positions <= old_rows:
@@ -170,34 +267,61 @@ def extend_position_embeddings(weight: torch.Tensor, num_positions: int, positio
     return torch.cat([weight, weight[source_rows]], dim=0)
 
 
-def _init_projection(module: modeling_linformer.LinformerProjection, method: str, noise_std: float,
-                     generator: torch.Generator) -> str | None:
-    """Set one projection's weight in place; return how, or None for parameter-free pooling."""
-    if module.weight is None:
-        return None
-    if method == "identity" and module.k != module.n:
+def roberta_position_table(weight: torch.Tensor, source_config: PretrainedConfig) -> torch.Tensor:
+    """The source's position table laid out as RoBERTa's: rows below `pad_token_id + 1`, then the learned rows.
+
+    A RoBERTa table is already so. A BERT table gets `pad_token_id + 1` zero rows in front (the padding row, used only
+    at padded positions, whose outputs nothing reads), so BERT's position p sits at row `pad_token_id + 1 + p`: the
+    row RoBERTa's position numbering gives the p-th token of a right-padded sequence.
+    """
+    if source_config.model_type == "roberta":
+        return weight
+    offset = source_config.pad_token_id + 1
+    return torch.cat([weight.new_zeros(offset, weight.shape[1]), weight], dim=0)
+
+
+def linformer_key(source_key: str, source_architecture: str) -> str:
+    """The Linformer parameter name of a source parameter."""
+    if source_architecture.startswith("Roberta"):
+        return source_key
+    prefixes = BERT_KEY_PREFIXES
+    if source_architecture == "BertForSequenceClassification":
+        prefixes = BERT_SEQUENCE_CLASSIFIER_PREFIXES + prefixes
+    for old, new in prefixes:
+        if source_key.startswith(old):
+            return new + source_key[len(old):]
+    return source_key  # BertModel: the same names as RobertaModel
+
+
+def _check_source_head(model: PreTrainedModel) -> str:
+    architecture = type(model).__name__
+    if architecture in UNSUPPORTED_HEADS:
+        raise ValueError(f"Cannot convert {architecture}: {architecture} has no Linformer counterpart "
+                         f"({UNSUPPORTED_HEADS[architecture]}).")
+    if architecture not in ARCHITECTURE_MAP:
+        raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(ARCHITECTURE_MAP)}.")
+    hidden_act = model.config.hidden_act
+    if architecture == "BertForMaskedLM" and hidden_act != "gelu":
         raise ValueError(
-            f"projection_init='identity' needs k = n, but this projection maps n={module.n} to k={module.k}: use "
-            "'neighbour_average' (the identity when k = n) or 'random'."
+            f"BertForMaskedLM's head applies hidden_act={hidden_act!r}, but the Linformer (RoBERTa) MLM head always "
+            "applies 'gelu', so the converted logits would differ. Convert BertModel instead and train a new head."
         )
-    with torch.no_grad():
-        if method == "random":
-            # keep the model's own init (linear: N(0, 1/n); conv: 1/s, i.e. mean pooling)
-            how = "random N(0, 1/n) (Linformer's own init)" if module.kind == "linear" else "mean pooling kernel 1/s"
-        elif module.kind == "linear":
-            module.weight.copy_(neighbour_average_projection(module.n, module.k).expand_as(module.weight))
-            how = "identity" if module.k == module.n else f"neighbour average over bins of ~{module.n / module.k:g}"
-        else:  # conv: the same averaging, as a kernel of width s = n / k
-            module.weight.fill_(1.0 / module.bin_size)
-            how = "identity kernel" if module.bin_size == 1 else f"averaging kernel 1/{module.bin_size}"
-        if noise_std > 0:
-            module.weight.add_(torch.randn(module.weight.shape, generator=generator) * noise_std)
-            how += f" + N(0, {noise_std:g}^2) noise"
-    return how
+    return architecture
+
+
+def _describe_projection(module: modeling_linformer.LinformerProjection, projection_init: str) -> str:
+    """How `_init_weights` set this projection (the config's `projection_init`), in words for the report."""
+    if module.kind == "conv":
+        return "identity kernel" if module.bin_size == 1 else f"averaging kernel 1/{module.bin_size}"
+    if projection_init == "random":
+        return "random N(0, 1/n) (Linformer's own init)"
+    if module.k == module.n:
+        return "identity (neighbour average at k = n)"
+    return f"neighbour average over bins of ~{module.n / module.k:g}"
 
 
 def convert_model(
-    roberta: PreTrainedModel,
+    source: PreTrainedModel,
     max_sequence_length: int | None = None,
     projected_length: int | list[int] | None = None,
     sharing: str = "headwise",
@@ -208,33 +332,30 @@ def convert_model(
     seed: int = 0,
     source_name: str | None = None,
 ) -> tuple[modeling_linformer.LinformerPreTrainedModel, ConversionReport]:
-    """Convert an in-memory RoBERTa model (any head of `ARCHITECTURE_MAP`) to the matching Linformer head.
+    """Convert an in-memory RoBERTa or BERT model (any head of `ARCHITECTURE_MAP`) to the matching Linformer head.
 
-    Raises ValueError for a head it cannot map, a RoBERTa tensor with no Linformer counterpart, or a shape that
+    Raises ValueError for a head it cannot map, a source tensor with no Linformer counterpart, or a shape that
     differs other than the position table growing.
     """
-    if projection_init not in PROJECTION_INITS:
-        raise ValueError(f"projection_init must be one of {PROJECTION_INITS}, got {projection_init!r}.")
-    source_architecture = type(roberta).__name__
-    if source_architecture not in ARCHITECTURE_MAP:
-        raise ValueError(
-            f"Cannot convert {source_architecture}: supported RoBERTa heads are {sorted(ARCHITECTURE_MAP)}. "
-            "(RobertaForCausalLM has no Linformer counterpart: Linformer's projections mix future positions into "
-            "every compressed row, so it cannot be causal.)"
-        )
-    config = linformer_config_from_roberta(
-        roberta.config, max_sequence_length, projected_length, sharing, projection, freeze_projections
+    check_projection_init(projection_init)
+    source_architecture = _check_source_head(source)
+    config = linformer_config_from_source(
+        source.config, max_sequence_length, projected_length, sharing, projection, projection_init, freeze_projections
     )
     target_class = getattr(modeling_linformer, ARCHITECTURE_MAP[source_architecture])
     config.architectures = [target_class.__name__]
-    if source_architecture == "RobertaModel":
-        linformer = target_class(config, add_pooling_layer=roberta.pooler is not None)
-    else:
-        linformer = target_class(config)
+    # The projections are initialised here by the model's own _init_weights, as config.projection_init says; seeded,
+    # so that a conversion with a random init is reproducible, without touching the caller's random state.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if target_class is modeling_linformer.LinformerModel:
+            linformer = target_class(config, add_pooling_layer=source.pooler is not None)
+        else:
+            linformer = target_class(config)
     linformer.eval()
 
     report = ConversionReport(
-        source=source_name or roberta.config._name_or_path or "<in-memory model>",
+        source=source_name or source.config._name_or_path or "<in-memory model>",
         source_architecture=source_architecture,
         target_architecture=target_class.__name__,
         max_sequence_length=config.max_sequence_length,
@@ -245,7 +366,7 @@ def convert_model(
     )
 
     position_offset = config.pad_token_id + 1
-    source_state = roberta.state_dict()
+    source_state = {linformer_key(key, source_architecture): (key, value) for key, value in source.state_dict().items()}
     target_state = linformer.state_dict()  # tensors share storage with the parameters: copy_ writes the model
     consumed = set()
     with torch.no_grad():
@@ -253,56 +374,78 @@ def convert_model(
             if key not in source_state:
                 if "projection" not in key:
                     report.missing.append(key)
-                continue  # projections are initialised below
-            source = source_state[key]
-            consumed.add(key)
-            if key.endswith(POSITION_EMBEDDINGS_SUFFIX) and source.shape[0] < target.shape[0]:
-                target.copy_(extend_position_embeddings(source, target.shape[0], position_offset))
-                learned = source.shape[0] - position_offset
-                report.extended[key] = (
-                    f"{source.shape[0]} -> {target.shape[0]} rows; new rows repeat learned rows "
-                    f"{position_offset}..{source.shape[0] - 1} ({learned} positions) cyclically"
-                )
+                continue  # projections are initialised by the model
+            source_key, value = source_state[key]
+            consumed.add(source_key)
+            if source_key != key:
+                report.renamed[source_key] = key
+            if key.endswith(POSITION_EMBEDDINGS_SUFFIX):
+                laid_out = roberta_position_table(value, source.config)
+                target.copy_(extend_position_embeddings(laid_out, target.shape[0], position_offset))
+                if laid_out is not value or laid_out.shape[0] < target.shape[0]:
+                    report.extended[key] = _describe_positions(value.shape[0], laid_out.shape[0], target.shape[0],
+                                                               position_offset, laid_out is not value)
+                else:
+                    report.carried.append(key)
                 continue
-            if source.shape != target.shape:
+            if value.shape != target.shape:
                 raise ValueError(
-                    f"{key}: RoBERTa has shape {tuple(source.shape)} but Linformer expects {tuple(target.shape)}; "
-                    "the conversion only knows how to grow the position table. Check the overrides."
+                    f"{source_key}: the source has shape {tuple(value.shape)} but Linformer's {key} has "
+                    f"{tuple(target.shape)}; the conversion only knows how to lay out and grow the position table."
                 )
-            target.copy_(source)
+            target.copy_(value)
             report.carried.append(key)
 
-    dropped = sorted(set(source_state) - consumed)
+    dropped = sorted({key for key, _ in source_state.values()} - consumed)
     if dropped:
         raise ValueError(
-            f"{len(dropped)} RoBERTa tensor(s) have no counterpart in {target_class.__name__} and would be lost: "
+            f"{len(dropped)} source tensor(s) have no counterpart in {target_class.__name__} and would be lost: "
             f"{dropped}. This conversion does not know how to map them."
         )
 
     generator = torch.Generator().manual_seed(seed)
     for name, module in linformer.named_modules():
-        if isinstance(module, modeling_linformer.LinformerProjection):
-            how = _init_projection(module, projection_init, projection_noise_std, generator)
-            if how is not None:
-                report.initialised[f"{name}.weight"] = how
+        if isinstance(module, modeling_linformer.LinformerProjection) and module.weight is not None:
+            how = _describe_projection(module, projection_init)
+            if projection_noise_std > 0:
+                with torch.no_grad():
+                    module.weight.add_(torch.randn(module.weight.shape, generator=generator) * projection_noise_std)
+                how += f" + N(0, {projection_noise_std:g}^2) noise"
+            report.initialised[f"{name}.weight"] = how
     if projection in ("mean", "max"):
         report.notes.append(f"'{projection}' pooling has no parameters: nothing to initialise")
-    if config.max_sequence_length > roberta.config.max_position_embeddings - position_offset:
+    _, source_positions = source_position_layout(source.config)
+    if config.max_sequence_length > source_positions:
         report.notes.append(
-            f"n={config.max_sequence_length} is longer than RoBERTa's {roberta.config.max_position_embeddings - position_offset}"
-            " positions: positions past it are copies, so fine-tune on long inputs before relying on them"
+            f"n={config.max_sequence_length} is longer than the source's {source_positions} positions: positions past "
+            "it are copies, so fine-tune on long inputs before relying on them"
+        )
+    if source.config.model_type == "bert":
+        report.notes.append(
+            "BERT positions count from 0 over the whole row, RoBERTa's from pad_token_id + 1 over non-padding tokens: "
+            "the same on right-padded inputs (what BERT tokenizers produce), different on left-padded ones"
         )
     return linformer, report
 
 
-def load_roberta(name_or_path: str, architecture: str | None = None) -> tuple[PreTrainedModel, dict[str, list[str]]]:
-    """Load a RoBERTa checkpoint (local dir or Hub name) as its saved head, with transformers' loading info."""
-    import transformers
+def _describe_positions(source_rows: int, laid_out_rows: int, target_rows: int, offset: int, moved: bool) -> str:
+    parts = []
+    if moved:
+        parts.append(f"BERT rows 0..{source_rows - 1} moved to rows {offset}..{laid_out_rows - 1} (RoBERTa's layout, "
+                     f"positions from pad_token_id + 1 = {offset}); rows 0..{offset - 1} zero")
+    if target_rows > laid_out_rows:
+        learned = laid_out_rows - offset
+        parts.append(f"{laid_out_rows} -> {target_rows} rows; new rows repeat learned rows {offset}..{laid_out_rows - 1}"
+                     f" ({learned} positions) cyclically")
+    return "; ".join(parts)
 
+
+def load_source(name_or_path: str, architecture: str | None = None) -> tuple[PreTrainedModel, dict[str, list[str]]]:
+    """Load a RoBERTa or BERT checkpoint (local dir or Hub name) as its saved head, with transformers' loading info."""
     config = AutoConfig.from_pretrained(name_or_path)
-    if config.model_type != "roberta":
+    if config.model_type not in SOURCE_CONFIGS:
         raise ValueError(
-            f"{name_or_path} is a {config.model_type!r} checkpoint, not 'roberta'; only RoBERTa checkpoints convert."
+            f"{name_or_path} is a {config.model_type!r} checkpoint; only {sorted(SOURCE_CONFIGS)} checkpoints convert."
         )
     if architecture is None:
         if not config.architectures:
@@ -310,10 +453,57 @@ def load_roberta(name_or_path: str, architecture: str | None = None) -> tuple[Pr
                 f"{name_or_path}'s config names no architecture: pass one of {sorted(ARCHITECTURE_MAP)} explicitly."
             )
         architecture = config.architectures[0]
+    if architecture in UNSUPPORTED_HEADS:
+        raise ValueError(f"Cannot convert {architecture}: {UNSUPPORTED_HEADS[architecture]}.")
     if architecture not in ARCHITECTURE_MAP:
-        raise ValueError(f"Cannot convert {architecture}: supported RoBERTa heads are {sorted(ARCHITECTURE_MAP)}.")
+        raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(ARCHITECTURE_MAP)}.")
+    family = "bert" if architecture.startswith("Bert") else "roberta"
+    if family != config.model_type:
+        raise ValueError(f"{architecture} is a {family} head but {name_or_path} is a {config.model_type!r} checkpoint.")
     model, loading_info = getattr(transformers, architecture).from_pretrained(name_or_path, output_loading_info=True)
     return model.eval(), loading_info
+
+
+load_roberta = load_source  # the earlier name
+
+
+def _copy_tokenizer(source: str, output_dir: str, max_sequence_length: int) -> str:
+    """Save the source's own tokenizer (its class and vocabulary as they are) beside the model; describe what was done.
+
+    The saved tokenizer_config.json names the tokenizer class (WordPiece for BERT), which AutoTokenizer prefers over
+    the class registered for `linformer` (RoBERTa's BPE).
+    """
+    try:
+        if os.path.isdir(source) and not any(os.path.exists(os.path.join(source, name)) for name in TOKENIZER_FILES):
+            # transformers would build an empty tokenizer here rather than fail
+            raise OSError(f"none of {TOKENIZER_FILES} in the directory")
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        return f"not found at {source} ({type(error).__name__}: {error}); save one beside the model"
+    previous = tokenizer.model_max_length
+    tokenizer.model_max_length = max_sequence_length
+    tokenizer.save_pretrained(output_dir)
+    return (f"copied from {source} ({type(tokenizer).__name__}); model_max_length {previous} -> "
+            f"{max_sequence_length}")
+
+
+def copy_sentence_transformers_modules(source: str, output_dir: str) -> list[str]:
+    """Copy a sentence-transformers folder's pooling description (configuration only, no weights)."""
+    if not os.path.isdir(source) or not os.path.exists(os.path.join(source, "modules.json")):
+        return []
+    with open(os.path.join(source, "modules.json")) as handle:
+        modules = json.load(handle)
+    copied = []
+    for name in SENTENCE_TRANSFORMERS_FILES:
+        if os.path.exists(os.path.join(source, name)):
+            shutil.copy(os.path.join(source, name), os.path.join(output_dir, name))
+            copied.append(name)
+    for module in modules:
+        path = module.get("path", "")
+        if path and os.path.isdir(os.path.join(source, path)):
+            shutil.copytree(os.path.join(source, path), os.path.join(output_dir, path), dirs_exist_ok=True)
+            copied.append(path + "/")
+    return copied
 
 
 def convert_checkpoint(
@@ -323,32 +513,27 @@ def convert_checkpoint(
     copy_tokenizer: bool = True,
     **conversion_options,
 ) -> ConversionReport:
-    """Convert the RoBERTa checkpoint `source` (local dir or Hub name) and save the Linformer to `output_dir`.
+    """Convert the RoBERTa or BERT checkpoint `source` (local dir or Hub name) and save the Linformer to `output_dir`.
 
-    Writes the weights (safetensors), the config with the full `auto_map`, the modeling files, the tokenizer
-    (with `model_max_length` set to n) and `conversion_report.json`; prints the report's summary.
+    Writes the weights (safetensors), the config with the full `auto_map`, the modeling files, the source's tokenizer
+    (with `model_max_length` set to n), a sentence-transformers folder's pooling modules, and
+    `conversion_report.json`; prints the report's summary.
     """
-    roberta, loading_info = load_roberta(source, architecture)
-    linformer, report = convert_model(roberta, source_name=source, **conversion_options)
+    model, loading_info = load_source(source, architecture)
+    linformer, report = convert_model(model, source_name=source, **conversion_options)
     report.source_missing = sorted(loading_info.get("missing_keys", []))
     report.source_unexpected = sorted(loading_info.get("unexpected_keys", []))
     report.source_mismatched = sorted(str(item) for item in loading_info.get("mismatched_keys", []))
 
     linformer.save_pretrained(output_dir)
     if copy_tokenizer:
-        try:
-            if os.path.isdir(source) and not any(os.path.exists(os.path.join(source, name)) for name in TOKENIZER_FILES):
-                # transformers would build an empty RobertaTokenizer here rather than fail
-                raise OSError(f"none of {TOKENIZER_FILES} in the directory")
-            tokenizer = AutoTokenizer.from_pretrained(source)
-        except (OSError, ValueError) as error:
-            report.tokenizer = f"not found at {source} ({type(error).__name__}: {error}); save one beside the model"
-        else:
-            previous = tokenizer.model_max_length
-            tokenizer.model_max_length = report.max_sequence_length
-            tokenizer.save_pretrained(output_dir)
-            report.tokenizer = (f"copied from {source} ({type(tokenizer).__name__}); model_max_length "
-                                f"{previous} -> {report.max_sequence_length}")
+        report.tokenizer = _copy_tokenizer(source, output_dir, report.max_sequence_length)
+    copied = copy_sentence_transformers_modules(source, output_dir)
+    if copied:
+        report.notes.append(
+            f"sentence-transformers modules copied as they are: {copied} (pooling runs on the encoder's token "
+            "outputs, so it carries over unchanged; see docs/pretrained.md)"
+        )
     with open(os.path.join(output_dir, "conversion_report.json"), "w") as handle:
         json.dump(report.to_dict(), handle, indent=2)
     print(report.summary())
@@ -358,11 +543,16 @@ def convert_checkpoint(
 __all__ = [
     "ARCHITECTURE_MAP",
     "PROJECTION_INITS",
+    "SOURCE_CONFIGS",
     "ConversionReport",
     "convert_checkpoint",
+    "copy_sentence_transformers_modules",
     "convert_model",
     "extend_position_embeddings",
     "linformer_config_from_roberta",
+    "linformer_config_from_source",
+    "linformer_key",
     "load_roberta",
+    "load_source",
     "neighbour_average_projection",
 ]

@@ -36,8 +36,8 @@ import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PretrainedConfig
 
-from .models.linformer import modeling_linformer
-from .models.linformer.configuration_linformer import LinformerConfig
+from .models import modeling_linformer
+from .models.configuration_linformer import LinformerConfig
 from .registration import TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).
@@ -293,7 +293,14 @@ def prepare_model_folder(
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 
-    expected = ["config.json", "model.safetensors", "modeling_linformer.py", "configuration_linformer.py", "README.md"]
+    expected = [
+        "config.json",
+        "model.safetensors",
+        "modeling_linformer.py",
+        "configuration_linformer.py",
+        "modeling_roberta_with_attention.py",  # imported by modeling_linformer.py
+        "README.md",
+    ]
     absent = [name for name in expected if not os.path.exists(os.path.join(output_dir, name))]
     if absent:
         raise RuntimeError(f"The prepared folder {output_dir} lacks {absent}.")

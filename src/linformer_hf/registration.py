@@ -1,25 +1,38 @@
-"""Registration of Linformer with transformers' Auto classes, for local use and for `trust_remote_code` loading."""
+"""Registration of the model families (Linformer, Performer) with transformers' Auto classes, for local use and for
+`trust_remote_code` loading."""
 
 import transformers
-from transformers import AutoConfig, AutoTokenizer, RobertaTokenizer
+from transformers import AutoConfig, AutoTokenizer, BertTokenizer, RobertaTokenizer
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 
-from .models.linformer.configuration_linformer import LinformerConfig
-from .models.linformer.modeling_linformer import LINFORMER_HEADS
+from .models.configuration_linformer import LinformerConfig
+from .models.configuration_performer import PerformerConfig
+from .models.modeling_linformer import LINFORMER_HEADS
+from .models.modeling_performer import PERFORMER_HEADS
 
-# Linformer uses RoBERTa's byte-level BPE tokenizer.
+# Each family's config class and its table of heads (Auto class name -> model class).
+FAMILIES = {LinformerConfig: LINFORMER_HEADS, PerformerConfig: PERFORMER_HEADS}
+
+# Every family uses RoBERTa's byte-level BPE tokenizer.
 TOKENIZER_CLASS = RobertaTokenizer
-# The files that mark a folder as holding a tokenizer (any one of them). A folder with none would silently load as
-# an empty tokenizer, so callers check for them first.
-TOKENIZER_FILES = (TOKENIZER_CONFIG_FILE, *TOKENIZER_CLASS.vocab_files_names.values())
+# The files that mark a folder as holding a tokenizer (any one of them): Linformer's own, and BERT's WordPiece, which
+# converted BERT-layout checkpoints keep. A folder with none would silently load as an empty tokenizer, so callers
+# check for them first.
+TOKENIZER_FILES = tuple(
+    dict.fromkeys(
+        (TOKENIZER_CONFIG_FILE, *TOKENIZER_CLASS.vocab_files_names.values(), *BertTokenizer.vocab_files_names.values())
+    )
+)
 
 
 def register() -> None:
-    """Make `model_type="linformer"` known to the Auto classes and mark the classes for code export."""
-    AutoConfig.register(LinformerConfig.model_type, LinformerConfig, exist_ok=True)
-    LinformerConfig.register_for_auto_class("AutoConfig")
-    for auto_name, model_class in LINFORMER_HEADS.items():
-        getattr(transformers, auto_name).register(LinformerConfig, model_class, exist_ok=True)
-        # save_pretrained then copies modeling_linformer.py and configuration_linformer.py beside the weights.
-        model_class.register_for_auto_class(auto_name)
-    AutoTokenizer.register(LinformerConfig, tokenizer_class=TOKENIZER_CLASS, exist_ok=True)
+    """Make `model_type="linformer"` and `"performer"` known to the Auto classes and mark the classes for code
+    export."""
+    for config_class, heads in FAMILIES.items():
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class("AutoConfig")
+        for auto_name, model_class in heads.items():
+            getattr(transformers, auto_name).register(config_class, model_class, exist_ok=True)
+            # save_pretrained then copies the modeling and configuration files (and their siblings) beside the weights.
+            model_class.register_for_auto_class(auto_name)
+        AutoTokenizer.register(config_class, tokenizer_class=TOKENIZER_CLASS, exist_ok=True)

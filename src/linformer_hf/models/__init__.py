@@ -1,7 +1,9 @@
-"""The model families: each subpackage holds one attention family's configuration and modeling files.
+"""The model families, one folder so that each family's files can import their shared siblings.
 
-The two files of a family are self-contained apart from `transformers` (they are copied beside saved weights for
-`trust_remote_code` loading), and everything shared by the families is imported from transformers' RoBERTa.
+`configuration_<family>.py` and `modeling_<family>.py` are copied beside saved weights for `trust_remote_code`
+loading, together with the sibling files they import relatively (transformers copies `from .x import` siblings,
+not parent-relative imports): they may import only `transformers`, `torch` and each other.
+`modeling_roberta_with_attention.py` is the one place that builds RoBERTa around a family's self-attention.
 """
 
 from .lengths import max_input_length

@@ -24,6 +24,11 @@ Why this module and not a config library (decided for issue 10):
 What stays hand-written is the part no library gives in this form: about 120 lines of YAML-to-dataclass
 conversion and override parsing (`_coerce`, `build_section`, `parse_overrides`, `apply_overrides`). Revisit if a
 third kind of config file appears.
+
+The project's one rule for options: a sectioned YAML recipe (pretraining, fine-tuning, the replication plan) goes
+through this module; a flat command line with no recipe file (the efficiency benchmark, attention transfer, the
+conversion and Hub scripts) is a dataclass read by ``HfArgumentParser`` or argparse. Flags are spelled with
+underscores everywhere (``--output_dir``, ``--training.max_steps``).
 """
 
 from __future__ import annotations

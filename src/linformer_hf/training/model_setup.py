@@ -8,8 +8,8 @@ from typing import Any
 from huggingface_hub.errors import StrictDataclassError
 from transformers import RobertaConfig, RobertaForMaskedLM
 
-from ..models.linformer.configuration_linformer import LinformerConfig
-from ..models.linformer.modeling_linformer import LinformerForMaskedLM
+from ..models.configuration_linformer import LinformerConfig
+from ..models.modeling_linformer import LinformerForMaskedLM
 from .config import ConfigError, ModelSection, load_yaml
 
 

@@ -41,7 +41,7 @@ def _roberta(attn_implementation: str):
 
 
 def _linformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
-    from ...models.linformer.configuration_linformer import LinformerConfig
+    from ...models.configuration_linformer import LinformerConfig
 
     return LinformerConfig(
         **_shape(cfg, n),

@@ -1,8 +1,9 @@
 """PyTorch Linformer: RoBERTa with low-rank self-attention (Wang et al., 2020).
 
 Everything except the self-attention (embeddings, feed-forward and output blocks, pooler, task heads and their
-forwards) is RoBERTa's, imported from `transformers`. Parameter names match RoBERTa's, so a RoBERTa checkpoint
-loads into a Linformer with only the projections E, F missing.
+forwards) is RoBERTa's, imported from `transformers` and assembled once for every family of this package in
+`modeling_roberta_with_attention.py`. Parameter names match RoBERTa's, so a RoBERTa checkpoint loads into a
+Linformer with only the projections E, F missing.
 
 Notation (the paper's): n = `config.max_sequence_length`, k = projected length of a layer, L <= n the length of
 the current batch, d = hidden size, d_h = head size, H = number of heads.
@@ -15,30 +16,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.pytorch_utils import apply_chunking_to_forward
-from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling, MaskedLMOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.roberta.modeling_roberta import (
-    RobertaEmbeddings,
-    RobertaForMaskedLM,
-    RobertaForMultipleChoice,
-    RobertaForQuestionAnswering,
-    RobertaForSequenceClassification,
-    RobertaForTokenClassification,
-    RobertaIntermediate,
-    RobertaOutput,
-    RobertaPooler,
-    RobertaPreTrainedModel,
-    RobertaSelfOutput,
-    RobertaClassificationHead,
-    RobertaLMHead,
-)
 from transformers.utils import logging
-from transformers.utils.generic import can_return_tuple, is_flash_attention_requested, merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
+from transformers.utils.generic import is_flash_attention_requested
 
 from .configuration_linformer import LinformerConfig
+from .modeling_roberta_with_attention import (
+    RobertaEncoderWith,
+    RobertaLayerWith,
+    RobertaWithAttentionForMaskedLM,
+    RobertaWithAttentionForMultipleChoice,
+    RobertaWithAttentionForQuestionAnswering,
+    RobertaWithAttentionForSequenceClassification,
+    RobertaWithAttentionForTokenClassification,
+    RobertaWithAttentionModel,
+    RobertaWithAttentionPreTrainedModel,
+    auto_map_for,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -341,45 +335,14 @@ class LinformerSelfAttention(nn.Module):
         return attn_output, (attn_probs if output_attentions else None)
 
 
-class LinformerAttention(nn.Module):
-    """Linformer self-attention followed by RoBERTa's output block (dense, dropout, residual, LayerNorm)."""
+class LinformerEncoder(RobertaEncoderWith):
+    """RoBERTa's layer stack with Linformer self-attention; with `sharing="layerwise"` it owns the one E of all layers
+    and hands it to each of them."""
 
-    def __init__(self, config: LinformerConfig, layer_idx: int):
-        super().__init__()
-        self.self = LinformerSelfAttention(config, layer_idx)
-        self.output = RobertaSelfOutput(config)
+    self_attention_class = LinformerSelfAttention
 
-    def forward(self, hidden_states, attention_mask, shared_projection=None, **kwargs):
-        attention_output, attn_probs = self.self(hidden_states, attention_mask, shared_projection, **kwargs)
-        return self.output(attention_output, hidden_states), attn_probs
-
-
-class LinformerLayer(GradientCheckpointingLayer):
-    """A RoBERTa layer whose self-attention is Linformer's."""
-
-    def __init__(self, config: LinformerConfig, layer_idx: int):
-        super().__init__()
-        self.chunk_size_feed_forward = config.chunk_size_feed_forward  # as RoBERTa: 0 = the whole sequence at once
-        self.attention = LinformerAttention(config, layer_idx)
-        self.intermediate = RobertaIntermediate(config)
-        self.output = RobertaOutput(config)
-
-    def forward(self, hidden_states, attention_mask, shared_projection=None, **kwargs):
-        attention_output, _ = self.attention(hidden_states, attention_mask, shared_projection, **kwargs)
-        # (batch, L, d); the feed-forward may run in chunks along the sequence to bound its (L x d_ff) activations
-        return apply_chunking_to_forward(
-            self.feed_forward_chunk, self.chunk_size_feed_forward, 1, attention_output
-        )
-
-    def feed_forward_chunk(self, attention_output):
-        return self.output(self.intermediate(attention_output), attention_output)
-
-
-class LinformerEncoder(nn.Module):
     def __init__(self, config: LinformerConfig):
-        super().__init__()
-        self.config = config
-        self.layer = nn.ModuleList([LinformerLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        super().__init__(config)
         if config.sharing == "layerwise":
             # One E for every layer, keys and values; owned here, passed to each layer at call time.
             self.shared_projection = LinformerProjection(
@@ -392,39 +355,13 @@ class LinformerEncoder(nn.Module):
         else:
             self.shared_projection = None
 
-    def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
-        for layer_module in self.layer:
-            hidden_states = layer_module(hidden_states, attention_mask, self.shared_projection, **kwargs)
-        return BaseModelOutput(last_hidden_state=hidden_states)
+    def shared_layer_inputs(self) -> dict:
+        return {"shared_projection": self.shared_projection}
 
 
-def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
-    """Refuse a mask that is not the (batch, L) padding mask of 1 (token) / 0 (padding) that tokenizers return."""
-    if attention_mask.shape != input_shape:
-        raise ValueError(
-            f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
-            f"got shape {tuple(attention_mask.shape)}. Linformer takes the 2-D mask of 1 (token) / 0 (padding) "
-            "that tokenizers return."
-        )
-    if attention_mask.dtype == torch.bool or torch.compiler.is_compiling() or torch.jit.is_tracing():
-        # Compiled and traced graphs skip the value check: a data-dependent branch would break them.
-        return
-    # One elementwise pass: an additive (0 / -inf) or soft mask read as `!= 0` would silently let padding in.
-    invalid = (attention_mask != 0) & (attention_mask != 1)
-    if invalid.any():
-        raise ValueError(
-            "attention_mask must hold 1 for real tokens and 0 for padding (the mask tokenizers return; a bool mask "
-            f"means True = token), but it holds {attention_mask[invalid][0].item()!r}. An additive mask (0 for "
-            "tokens, -inf for padding) converts with `(mask == 0).long()`; a mask where 1 or True marks padding, "
-            "with `1 - mask` or `~mask`."
-        )
-
-
-class LinformerPreTrainedModel(RobertaPreTrainedModel):
+class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
-    base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
-    supports_gradient_checkpointing = True
     # After compression, attention is ordinary attention of L queries over k' slots with an additive slot mask, run
     # through transformers' attention interface: "eager", "sdpa" or a kernel registered with AttentionInterface.
     # Flash and flex attention cannot apply that mask: they are refused by name in
@@ -432,11 +369,8 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = False
     _supports_flex_attn = False
-    # Not a vLLM/TGI backend model: that also asks for tensor-parallel plans and logits slicing.
-    _supports_attention_backend = False
-    _no_split_modules = ["RobertaEmbeddings", "LinformerLayer"]
     _can_record_outputs = {
-        "hidden_states": LinformerLayer,
+        "hidden_states": RobertaLayerWith,
         "attentions": LinformerSelfAttention,
     }
 
@@ -525,49 +459,14 @@ class LinformerPreTrainedModel(RobertaPreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
 
 
-class LinformerModel(LinformerPreTrainedModel):
-    """The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers."""
+class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
+    """The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers.
 
-    def __init__(self, config: LinformerConfig, add_pooling_layer: bool = True):
-        super().__init__(config)
-        self.config = config
-        self.gradient_checkpointing = False
-        self.embeddings = RobertaEmbeddings(config)
-        self.encoder = LinformerEncoder(config)
-        self.pooler = RobertaPooler(config) if add_pooling_layer else None
-        self.post_init()
+    Takes the (batch, L) padding mask only, for inputs of at most n tokens."""
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
+    encoder_class = LinformerEncoder
 
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
-    @merge_with_config_defaults
-    @capture_outputs
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPooling:
-        r"""
-        attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error.
-            Only this 2-D padding mask is accepted: Linformer attends to k compressed rows, so there is no (L x L)
-            mask to give.
-        """
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if encoder_hidden_states is not None or encoder_attention_mask is not None:
-            raise ValueError("Linformer is an encoder only: it has no cross-attention (`encoder_hidden_states`).")
-        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
-        batch, seq_len = input_shape
+    def check_input_length(self, seq_len: int) -> None:
         n = self.config.max_sequence_length
         if seq_len > n:
             raise ValueError(
@@ -576,131 +475,28 @@ class LinformerModel(LinformerPreTrainedModel):
                 "or use a model built with a larger `max_sequence_length`."
             )
 
-        if attention_mask is not None:
-            check_padding_mask(attention_mask, input_shape)
 
-        embedding_output = self.embeddings(
-            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
-        )
-        if attention_mask is None:
-            if input_ids is not None:
-                self.warn_if_padding_and_no_attention_mask(input_ids, None)
-            attention_mask = torch.ones(input_shape, device=embedding_output.device)
-        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L): 1.0 token, 0.0 padding
-
-        encoder_outputs = self.encoder(embedding_output, mask, **kwargs)
-        sequence_output = encoder_outputs.last_hidden_state
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
-        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+# Task heads: RoBERTa's modules and forwards (built in modeling_roberta_with_attention) around a LinformerModel.
 
 
-# Task heads: RoBERTa's modules and forwards, built around a LinformerModel. Their losses do not take
-# `num_items_in_batch`, so Trainer must scale them for gradient accumulation itself (`accepts_loss_kwargs = False`).
+class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaWithAttentionForMaskedLM):
+    base_model_class = LinformerModel
 
 
-class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaForMaskedLM):
-    _tied_weights_keys = {
-        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    }
-
-    def __init__(self, config: LinformerConfig):
-        LinformerPreTrainedModel.__init__(self, config)
-        self.roberta = LinformerModel(config, add_pooling_layer=False)
-        self.lm_head = RobertaLMHead(config)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        logits_for_labels_only: bool = False,
-        **kwargs,
-    ) -> MaskedLMOutput:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Token ids to predict at masked positions, -100 elsewhere. The loss is the mean over labelled tokens, or
-            their sum divided by `num_items_in_batch` when given (as `Trainer` does under gradient accumulation).
-        logits_for_labels_only (`bool`, defaults to `False`):
-            A pretraining speed-up: run the LM head only where `labels != -100` (about 15% of positions under MLM)
-            and return logits of shape `(num_labelled, vocab_size)` in that order. The loss is unchanged. By default
-            logits cover every position, as RoBERTa's.
-        """
-        outputs = self.roberta(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
-        sequence_output = outputs.last_hidden_state  # (batch, L, d)
-        if logits_for_labels_only:
-            if labels is None:
-                raise ValueError("`logits_for_labels_only=True` needs `labels` to say which positions to score.")
-            labelled = labels != -100
-            sequence_output, labels = sequence_output[labelled], labels[labelled]  # (num_labelled, d), (num_labelled,)
-        logits = self.lm_head(sequence_output)  # (batch, L, vocab) or (num_labelled, vocab)
-        loss = None
-        if labels is not None:
-            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+class LinformerForSequenceClassification(LinformerPreTrainedModel, RobertaWithAttentionForSequenceClassification):
+    base_model_class = LinformerModel
 
 
-class LinformerForSequenceClassification(LinformerPreTrainedModel, RobertaForSequenceClassification):
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: LinformerConfig):
-        LinformerPreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.roberta = LinformerModel(config, add_pooling_layer=False)
-        self.classifier = RobertaClassificationHead(config)
-        self.post_init()
+class LinformerForMultipleChoice(LinformerPreTrainedModel, RobertaWithAttentionForMultipleChoice):
+    base_model_class = LinformerModel
 
 
-class LinformerForMultipleChoice(LinformerPreTrainedModel, RobertaForMultipleChoice):
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: LinformerConfig):
-        LinformerPreTrainedModel.__init__(self, config)
-        self.roberta = LinformerModel(config)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        self.post_init()
+class LinformerForTokenClassification(LinformerPreTrainedModel, RobertaWithAttentionForTokenClassification):
+    base_model_class = LinformerModel
 
 
-class LinformerForTokenClassification(LinformerPreTrainedModel, RobertaForTokenClassification):
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: LinformerConfig):
-        LinformerPreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.roberta = LinformerModel(config, add_pooling_layer=False)
-        classifier_dropout = (
-            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        )
-        self.dropout = nn.Dropout(classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
-
-
-class LinformerForQuestionAnswering(LinformerPreTrainedModel, RobertaForQuestionAnswering):
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: LinformerConfig):
-        LinformerPreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.roberta = LinformerModel(config, add_pooling_layer=False)
-        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+class LinformerForQuestionAnswering(LinformerPreTrainedModel, RobertaWithAttentionForQuestionAnswering):
+    base_model_class = LinformerModel
 
 
 # The one table of heads: Auto class name -> Linformer class. Registration, the saved `auto_map`, conversion and the
@@ -717,9 +513,7 @@ LINFORMER_HEADS = {
 
 def auto_map() -> dict[str, str]:
     """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there)."""
-    entries = {"AutoConfig": f"configuration_linformer.{LinformerConfig.__name__}"}
-    entries.update({auto: f"modeling_linformer.{cls.__name__}" for auto, cls in LINFORMER_HEADS.items()})
-    return entries
+    return auto_map_for(LinformerConfig, LINFORMER_HEADS)
 
 
 __all__ = [

@@ -1,0 +1,43 @@
+#!/usr/bin/env python
+"""How far is FAVOR+ from the softmax attention of a pretrained encoder? The relative error, measured.
+
+For every layer of MODEL (BERT, RoBERTa, Linformer, Performer: a local directory), the queries and keys it computes
+on the first texts of TEXT, and the relative Frobenius error of the FAVOR+ attention matrix against the exact one
+for every m, orthogonal and i.i.d. features, softmax and relu kernels. Writes OUTPUT (JSON) and prints the means
+over layers. See linformer_hf.research.approximation.
+
+Example:
+    python scripts/measure_favor_error.py outputs/roberta-base ../shared/data/wikitext-2/valid.txt \\
+        outputs/favor-error.json --seq-len 128 --max-inputs 4
+"""
+
+import argparse
+import json
+
+from linformer_hf.research.approximation import measure_model
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="a local model directory (with its tokenizer)")
+    parser.add_argument("text", help="a .txt file (one text per line) or a .tsv/.csv file")
+    parser.add_argument("output", help="the JSON file to write")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--max-inputs", type=int, default=4)
+    parser.add_argument("--ms", type=int, nargs="+", default=[32, 64, 128, 256, 512, 1024], help="values of m")
+    parser.add_argument("--seeds", type=int, default=3, help="draws of the random features per setting")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    args = parser.parse_args(argv)
+    result = measure_model(
+        args.model, args.text, args.seq_len, args.max_inputs, tuple(args.ms), args.seeds, args.trust_remote_code
+    )
+    with open(args.output, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=2)
+    for row in result["mean_over_layers"]:
+        kind = "orthogonal" if row["orthogonal"] else "i.i.d."
+        print(f"{row['kernel']:8s} {kind:10s} m={row['num_random_features']:5d}  error {row['mean']:.3f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

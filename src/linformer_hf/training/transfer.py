@@ -1,0 +1,654 @@
+"""Attention transfer: make a converted Linformer compute what its teacher (the original encoder) computes, cheaply.
+
+A converted Linformer keeps every weight of its teacher, but its attention sees k compressed key/value rows instead
+of L, so each layer's attention output drifts from the teacher's and the drift compounds through the stack. Transfer
+trains the student to undo that, in two stages:
+
+1. **Layer-local** (the idea of LoLCATs' attention transfer, Zhang et al. 2024): every student layer is fed the
+   teacher's own layer input X_l, and its self-attention output is pulled towards the teacher's on the same X_l.
+   Only E, F (and, as an option, the layer's W^Q, W^K, W^V) train. The layers train independently and nothing is
+   backpropagated through the stack, so one teacher forward per batch serves all layers.
+2. **End-to-end** (optional): every student weight trains so that its hidden states (and its MLM logits, where both
+   models have an MLM head) match the teacher's on the same input.
+
+Both stages run on windows of the lengths the model will serve (short and long, `--lengths`), one length per batch in
+turn, with dropout off in both models: the target is a deterministic function of the input. A batch is a pure
+function of (seed, step), so a run resumed from a checkpoint (`accelerator.save_state`) continues exactly as it would
+have gone on.
+
+This module lives in `training/` beside the pretraining and fine-tuning loops: it is a training loop run under
+`accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and is not part of the model API.
+
+Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAME --student CONVERTED_DIR ...`
+(or `python -m linformer_hf.training.transfer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from typing import Literal
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
+
+from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
+
+TEACHER_MODEL_TYPES = ("bert", "roberta")
+# Whether a source checkpoint carries an MLM head that stage 2 can match.
+MLM_ARCHITECTURE_SUFFIXES = ("ForMaskedLM", "ForPreTraining")
+
+
+@dataclasses.dataclass
+class TransferArguments:
+    """Everything a transfer run needs. Field names are the script's flags (`--teacher`, `--layer_steps`, ...)."""
+
+    teacher: str = dataclasses.field(metadata={"help": "the original model: a local folder or a Hub name"})
+    student: str = dataclasses.field(metadata={"help": "the converted Linformer folder (scripts/convert_to_linformer.py)"})
+    output_dir: str = dataclasses.field(metadata={"help": "where the transferred model, log and checkpoints go"})
+    text_files: list[str] | None = dataclasses.field(
+        default=None, metadata={"help": "plain-text files, one document per line"})
+    dataset: str | None = dataclasses.field(
+        default=None, metadata={"help": "a datasets name (Hub) or builder ('csv', 'json', 'text') with --data_files"})
+    dataset_config: str | None = None
+    data_files: list[str] | None = None
+    dataset_split: str = "train"
+    text_column: str = "text"
+    lengths: list[int] | None = dataclasses.field(
+        default=None, metadata={"help": "window lengths in tokens, used in turn (default: 32 and n)"})
+    batch_size: int = 8
+    layer_steps: int = dataclasses.field(default=200, metadata={"help": "stage 1 (layer-local) steps"})
+    end_to_end_steps: int = dataclasses.field(default=0, metadata={"help": "stage 2 (end-to-end) steps; 0: none"})
+    train_attention_weights: bool = dataclasses.field(
+        default=False, metadata={"help": "stage 1 also trains each layer's W^Q, W^K, W^V"})
+    loss: Literal["relative", "mse"] = dataclasses.field(
+        default="relative", metadata={"help": "relative: ||S - T||^2 / ||T||^2 per layer; mse: mean squared error"})
+    projection_learning_rate: float = 1e-3
+    attention_learning_rate: float = 1e-4
+    end_to_end_learning_rate: float = 2e-5
+    warmup_steps: int = 10
+    mlm_weight: float = dataclasses.field(
+        default=1.0, metadata={"help": "stage 2: weight of KL(teacher || student) on MLM logits, if both have a head"})
+    eval_fraction: float = dataclasses.field(
+        default=0.1, metadata={"help": "share of documents held out for the fidelity evaluation"})
+    eval_windows: int = dataclasses.field(default=8, metadata={"help": "held-out windows per length"})
+    eval_documents: int = dataclasses.field(
+        default=64, metadata={"help": "held-out documents embedded whole (truncated to n) for the cosine figure"})
+    evaluate_only: bool = dataclasses.field(
+        default=False, metadata={"help": "measure the student's fidelity on all the given text, train nothing"})
+    log_every: int = 10
+    checkpoint_every: int = 100
+    checkpoints_to_keep: int = 2
+    resume: str | None = dataclasses.field(
+        default=None, metadata={"help": "'latest' or a checkpoint folder to resume from"})
+    stop_after_steps: int | None = dataclasses.field(
+        default=None, metadata={"help": "stop this process at this step, with a checkpoint, to resume later"})
+    seed: int = 0
+    show_progress: bool = True
+
+    def __post_init__(self):
+        if (self.text_files is None) == (self.dataset is None):
+            raise ValueError("Give the text either as --text_files or as --dataset (with --data_files for a local "
+                             "csv/json/text builder), not both and not neither.")
+        if self.layer_steps < 0 or self.end_to_end_steps < 0 or (
+                self.layer_steps + self.end_to_end_steps == 0 and not self.evaluate_only):
+            raise ValueError("Nothing to train: set --layer_steps and/or --end_to_end_steps to a positive number.")
+        if self.batch_size <= 0 or self.eval_windows <= 0:
+            raise ValueError("--batch_size and --eval_windows must be positive.")
+        if not 0 < self.eval_fraction < 1:
+            raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
+
+    @property
+    def total_steps(self) -> int:
+        return self.layer_steps + self.end_to_end_steps
+
+    def stage_of(self, step: int) -> str:
+        """'layer' for the first `layer_steps` steps (0-based), then 'end_to_end'."""
+        return "layer" if step < self.layer_steps else "end_to_end"
+
+
+# ---- models ----
+
+
+def load_teacher(name_or_path: str):
+    """The teacher in eval mode: with its MLM head where the checkpoint has one (stage 2 matches its logits), else
+    the bare encoder."""
+    config = AutoConfig.from_pretrained(name_or_path)
+    if config.model_type not in TEACHER_MODEL_TYPES:
+        raise ValueError(f"The teacher {name_or_path} is a {config.model_type!r} model; transfer reads the attention "
+                         f"of {TEACHER_MODEL_TYPES} encoders (the layouts conversion accepts).")
+    has_mlm = any(name.endswith(MLM_ARCHITECTURE_SUFFIXES) for name in (config.architectures or []))
+    auto_class = AutoModelForMaskedLM if has_mlm else AutoModel
+    teacher = auto_class.from_pretrained(name_or_path)
+    return teacher.eval().requires_grad_(False)
+
+
+def check_pair(teacher, student: LinformerPreTrainedModel, lengths: list[int], vocab_in_use: int) -> None:
+    """Refuse a teacher and student that do not describe the same network, before any work is done."""
+    if not isinstance(student, LinformerPreTrainedModel):
+        raise ValueError(f"The student must be a Linformer (converted with scripts/convert_to_linformer.py), got "
+                         f"{type(student).__name__}.")
+    t, s = teacher.config, student.config
+    for field in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"):
+        if getattr(t, field) != getattr(s, field):
+            raise ValueError(
+                f"Teacher and student differ in {field}: teacher {getattr(t, field)}, student {getattr(s, field)}. "
+                "The student must be converted from this teacher (scripts/convert_to_linformer.py TEACHER STUDENT)."
+            )
+    if vocab_in_use > s.vocab_size:
+        raise ValueError(f"The tokenizer has {vocab_in_use} tokens but the models only {s.vocab_size} embeddings: "
+                         "use the tokenizer saved with the student.")
+    teacher_positions = t.max_position_embeddings - (t.pad_token_id + 1 if t.model_type == "roberta" else 0)
+    for length in lengths:
+        if length > s.max_sequence_length:
+            raise ValueError(f"Window length {length} exceeds the student's n={s.max_sequence_length}: drop it from "
+                             "--lengths or convert with a larger --max-sequence-length.")
+        if length > teacher_positions:
+            raise ValueError(f"Window length {length} exceeds the teacher's {teacher_positions} positions, so the "
+                             "teacher has no output to match there: drop it from --lengths.")
+
+
+def teacher_attention_layers(teacher) -> list[torch.nn.Module]:
+    return [layer.attention.self for layer in teacher.base_model.encoder.layer]
+
+
+@contextlib.contextmanager
+def capture_attention(teacher):
+    """Record each teacher layer's self-attention input X_l and output (before W^O) during a forward.
+
+    Yields a list, filled per forward with one (X_l, output) pair per layer, both (batch, L, d).
+    """
+    records: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def hook(module, args, kwargs, output):
+        hidden_states = args[0] if args else kwargs["hidden_states"]
+        records.append((hidden_states.detach(), output[0].detach()))
+
+    layers = teacher_attention_layers(teacher)
+    handles = [module.register_forward_hook(hook, with_kwargs=True) for module in layers]
+    try:
+        yield records
+        if records and len(records) != len(layers):
+            raise RuntimeError(f"Captured {len(records)} attention outputs from a {len(layers)}-layer teacher: its "
+                               "self-attention modules were not each called once per forward.")
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def student_attention(student: LinformerPreTrainedModel, layer_idx: int, hidden_states, mask):
+    """Layer `layer_idx`'s Linformer self-attention output (before W^O) on the given layer input: (batch, L, d)."""
+    encoder = student.base_model.encoder
+    output, _ = encoder.layer[layer_idx].attention.self(hidden_states, mask, encoder.shared_projection)
+    return output
+
+
+def matching_loss(student_out, teacher_out, mask, kind: str) -> torch.Tensor:
+    """Distance between two (batch, L, d) tensors over real tokens: relative squared error, or mean squared error."""
+    squared = ((student_out - teacher_out) ** 2 * mask[..., None]).sum()
+    if kind == "relative":
+        return squared / (teacher_out**2 * mask[..., None]).sum().clamp(min=1e-12)
+    return squared / (mask.sum() * student_out.shape[-1])
+
+
+def relative_error(student_out, teacher_out, mask) -> float:
+    """||S - T|| / ||T|| over real tokens: the fidelity figure reported per layer."""
+    return math.sqrt(matching_loss(student_out, teacher_out, mask, "relative").item())
+
+
+def mean_pool(hidden_states, mask):
+    """Sentence embedding as sentence-transformers computes it: the mean of token vectors over real tokens."""
+    return (hidden_states * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1e-9)
+
+
+# ---- data ----
+
+
+def load_texts(args: TransferArguments) -> list[str]:
+    """The documents: lines of text files, or a column of a datasets dataset (Hub name or a local builder)."""
+    from datasets import load_dataset
+
+    if args.text_files:
+        missing = [path for path in args.text_files if not os.path.exists(path)]
+        if missing:
+            raise FileNotFoundError(f"--text_files not found: {missing}")
+        dataset, column = load_dataset("text", data_files=args.text_files, split="train"), "text"
+    else:
+        extra = {}
+        if args.dataset == "csv" and args.data_files and all(path.endswith(".tsv") for path in args.data_files):
+            extra = {"delimiter": "\t", "quoting": 3}  # GLUE's TSV files have no quoting
+        dataset = load_dataset(args.dataset, args.dataset_config, data_files=args.data_files,
+                               split=args.dataset_split, **extra)
+        column = args.text_column
+        if column not in dataset.column_names:
+            raise ValueError(f"{args.dataset} has no column {column!r} (columns: {dataset.column_names}); "
+                             "pass --text_column.")
+    texts = [text for text in dataset[column] if text and text.strip()]
+    if not texts:
+        raise ValueError("The text source holds no non-empty document.")
+    return texts
+
+
+@dataclasses.dataclass
+class TokenStreams:
+    """Training and held-out token streams (documents concatenated, no special tokens), split by document."""
+
+    train: torch.Tensor
+    held_out: torch.Tensor
+    held_out_documents: list[str]
+
+
+def tokenize_streams(texts: list[str], tokenizer, eval_fraction: float, seed: int) -> TokenStreams:
+    """Shuffle the documents (seeded), hold out the first `eval_fraction` of them, concatenate each part's tokens.
+
+    `eval_fraction=1` holds out everything (evaluation only)."""
+    order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()
+    held_out_count = max(1, round(len(texts) * eval_fraction))
+    if held_out_count >= len(texts) and eval_fraction < 1:
+        raise ValueError(f"{len(texts)} document(s) cannot be split into training and held-out text; give more.")
+    ids = tokenizer([texts[i] for i in order], add_special_tokens=False, verbose=False)["input_ids"]
+
+    def stream(documents):
+        return torch.tensor([token for document in documents for token in document], dtype=torch.long)
+
+    return TokenStreams(train=stream(ids[held_out_count:]), held_out=stream(ids[:held_out_count]),
+                        held_out_documents=[texts[i] for i in order[:held_out_count]])
+
+
+def num_special_tokens(tokenizer) -> int:
+    prefix, suffix = special_token_framing(tokenizer)
+    return len(prefix) + len(suffix)
+
+
+def special_token_framing(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer puts before and after a single text ([CLS] .. [SEP] for BERT, <s> .. </s> for RoBERTa)."""
+    bare = tokenizer("hello", add_special_tokens=False)["input_ids"]
+    framed = tokenizer("hello")["input_ids"]
+    for start in range(len(framed) - len(bare) + 1):
+        if framed[start:start + len(bare)] == bare:
+            return framed[:start], framed[start + len(bare):]
+    raise ValueError(f"Cannot tell where {type(tokenizer).__name__} puts its special tokens around a text.")
+
+
+def with_special_tokens(content: torch.Tensor, tokenizer) -> torch.Tensor:
+    """(batch, L - specials) -> (batch, L): the tokenizer's own framing around every window."""
+    prefix, suffix = special_token_framing(tokenizer)
+    batch = content.shape[0]
+    return torch.cat([torch.tensor(prefix, dtype=torch.long).expand(batch, -1), content,
+                      torch.tensor(suffix, dtype=torch.long).expand(batch, -1)], dim=1)
+
+
+def training_batch(streams: TokenStreams, tokenizer, args: TransferArguments, lengths: list[int], step: int,
+                   process_index: int = 0, num_processes: int = 1) -> torch.Tensor:
+    """The windows of step `step`: a pure function of (seed, step), so a resumed run sees the same batches.
+
+    Length lengths[step % len(lengths)]; each process takes its own rows of the global batch.
+    """
+    length = lengths[step % len(lengths)]
+    content = length - num_special_tokens(tokenizer)
+    generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+    starts = torch.randint(0, len(streams.train) - content + 1, (args.batch_size * num_processes,), generator=generator)
+    starts = starts[process_index::num_processes]
+    windows = torch.stack([streams.train[start:start + content] for start in starts.tolist()])
+    return with_special_tokens(windows, tokenizer)
+
+
+def held_out_batches(streams: TokenStreams, tokenizer, lengths: list[int], windows: int) -> dict[int, torch.Tensor]:
+    """`windows` consecutive held-out windows per length (the same for every evaluation)."""
+    batches = {}
+    for length in lengths:
+        content = length - num_special_tokens(tokenizer)
+        if len(streams.held_out) < content * windows:
+            raise ValueError(f"The held-out text has {len(streams.held_out)} tokens, fewer than {windows} windows of "
+                             f"{length}: raise --eval_fraction or lower --eval_windows.")
+        chunk = streams.held_out[: content * windows].view(windows, content)
+        batches[length] = with_special_tokens(chunk, tokenizer)
+    return batches
+
+
+# ---- evaluation ----
+
+
+@torch.no_grad()
+def evaluate_fidelity(teacher, student, batches: dict[int, torch.Tensor], batch_size: int = 8) -> dict:
+    """Per window length: each layer's attention-output relative error (layer-local, on the teacher's layer input) and
+    the cosine between the mean-pooled last hidden states of student and teacher (end to end)."""
+    device = next(student.parameters()).device
+    results = {}
+    for length, ids in batches.items():
+        layer_sq = torch.zeros(teacher.config.num_hidden_layers, dtype=torch.float64)
+        layer_norm = torch.zeros_like(layer_sq)
+        cosines = []
+        for chunk in ids.to(device).split(batch_size):
+            mask = torch.ones(chunk.shape, dtype=torch.float32, device=device)
+            with capture_attention(teacher) as records:
+                teacher_out = teacher.base_model(chunk, attention_mask=mask)
+            for layer_idx, (hidden, target) in enumerate(records):
+                output = student_attention(student, layer_idx, hidden, mask)
+                layer_sq[layer_idx] += ((output - target) ** 2).sum().item()
+                layer_norm[layer_idx] += (target**2).sum().item()
+            student_out = student.base_model(chunk, attention_mask=mask)
+            cosines.append(torch.nn.functional.cosine_similarity(
+                mean_pool(student_out.last_hidden_state, mask), mean_pool(teacher_out.last_hidden_state, mask), dim=-1))
+        errors = (layer_sq / layer_norm).sqrt()
+        results[str(length)] = {
+            "attention_relative_error_per_layer": [round(value, 5) for value in errors.tolist()],
+            "embedding_cosine_mean": round(torch.cat(cosines).mean().item(), 5),
+            "embedding_cosine_min": round(torch.cat(cosines).min().item(), 5),
+            "windows": int(ids.shape[0]),
+        }
+    return results
+
+
+@torch.no_grad()
+def evaluate_documents(teacher, student, tokenizer, documents: list[str], batch_size: int = 8) -> dict:
+    """Embedding cosine (mean pooling) between student and teacher on whole documents, as the model is used: each
+    document tokenized with the tokenizer's framing, truncated to the student's n, batches padded."""
+    device = next(student.parameters()).device
+    n = student.config.max_sequence_length
+    cosines, lengths = [], []
+    for start in range(0, len(documents), batch_size):
+        batch = tokenizer(documents[start:start + batch_size], truncation=True, max_length=n, padding=True,
+                          return_tensors="pt").to(device)
+        mask = batch["attention_mask"].float()
+        inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in batch}
+        teacher_out = teacher.base_model(**inputs).last_hidden_state
+        student_out = student.base_model(**inputs).last_hidden_state
+        cosines.append(torch.nn.functional.cosine_similarity(mean_pool(student_out, mask), mean_pool(teacher_out, mask),
+                                                             dim=-1))
+        lengths.append(batch["attention_mask"].sum(1))
+    cosines, lengths = torch.cat(cosines), torch.cat(lengths).float()
+    return {"documents": len(documents), "tokens_median": int(lengths.median().item()),
+            "embedding_cosine_mean": round(cosines.mean().item(), 5),
+            "embedding_cosine_min": round(cosines.min().item(), 5)}
+
+
+def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dict:
+    return {"windows": evaluate_fidelity(teacher, student, batches, batch_size),
+            "documents": evaluate_documents(teacher, student, tokenizer, documents, batch_size)}
+
+
+# ---- training ----
+
+
+class Progress:
+    """The step counter, saved and restored with the checkpoint (accelerate's register_for_checkpointing)."""
+
+    def __init__(self):
+        self.step = 0
+        self.seconds = 0.0
+
+    def state_dict(self):
+        return {"step": self.step, "seconds": self.seconds}
+
+    def load_state_dict(self, state):
+        self.step, self.seconds = int(state["step"]), float(state["seconds"])
+
+
+def parameter_groups(student, args: TransferArguments) -> dict[str, list[torch.nn.Parameter]]:
+    """Student parameters by role: the projections E, F; each layer's W^Q, W^K, W^V; everything else."""
+    groups = {"projections": [], "attention": [], "rest": []}
+    for name, parameter in student.named_parameters():
+        if "projection" in name:
+            groups["projections"].append(parameter)
+        elif ".attention.self." in name:
+            groups["attention"].append(parameter)
+        else:
+            groups["rest"].append(parameter)
+    if args.layer_steps and not groups["projections"] and not args.train_attention_weights:
+        raise ValueError(
+            "Stage 1 has nothing to train: the student's projections are frozen or parameter-free (mean/max pooling). "
+            "Pass --train_attention_weights, or convert without --freeze-projections."
+        )
+    return groups
+
+
+def trained_groups(args: TransferArguments, step: int) -> set[str]:
+    """The parameter groups that train at `step`: E, F (and optionally W^Q, W^K, W^V) in stage 1, all in stage 2."""
+    if args.stage_of(step) == "end_to_end":
+        return {"projections", "attention", "rest"}
+    return {"projections", "attention"} if args.train_attention_weights else {"projections"}
+
+
+def learning_rates(args: TransferArguments, step: int) -> dict[str, float]:
+    """Each group's learning rate at `step` (0 freezes it): linear warm-up at the start of each stage."""
+    if args.stage_of(step) == "layer":
+        warmup = min(1.0, (step + 1) / max(1, args.warmup_steps))
+        return {"projections": args.projection_learning_rate * warmup,
+                "attention": args.attention_learning_rate * warmup if args.train_attention_weights else 0.0,
+                "rest": 0.0}
+    warmup = min(1.0, (step - args.layer_steps + 1) / max(1, args.warmup_steps))
+    rate = args.end_to_end_learning_rate * warmup
+    return {"projections": rate, "attention": rate, "rest": rate}
+
+
+def layer_local_loss(teacher, student, ids, mask, kind: str):
+    """Stage 1: the mean over layers of each layer's attention-output loss, on the teacher's own layer inputs."""
+    with torch.no_grad(), capture_attention(teacher) as records:
+        teacher.base_model(ids, attention_mask=mask)
+    losses = [matching_loss(student_attention(student, layer_idx, hidden, mask), target, mask, kind)
+              for layer_idx, (hidden, target) in enumerate(records)]
+    return torch.stack(losses).mean(), [math.sqrt(loss.item()) if kind == "relative" else loss.item()
+                                        for loss in losses]
+
+
+def end_to_end_loss(teacher, student, ids, mask, args: TransferArguments):
+    """Stage 2: hidden states of every layer (and MLM logits when both models have the head) against the teacher's."""
+    use_logits = isinstance(student, LinformerForMaskedLM) and hasattr(teacher, "get_output_embeddings") \
+        and teacher.get_output_embeddings() is not None
+    with torch.no_grad():
+        teacher_out = teacher(ids, attention_mask=mask, output_hidden_states=True)
+    student_out = student(ids, attention_mask=mask, output_hidden_states=True)
+    pairs = list(zip(student_out.hidden_states[1:], teacher_out.hidden_states[1:]))
+    losses = [matching_loss(s, t, mask, args.loss) for s, t in pairs]
+    loss = torch.stack(losses).mean()
+    if use_logits:
+        teacher_log_probs = torch.log_softmax(teacher_out.logits, dim=-1)
+        student_log_probs = torch.log_softmax(student_out.logits, dim=-1)
+        kl = (teacher_log_probs.exp() * (teacher_log_probs - student_log_probs)).sum(-1)  # (batch, L)
+        loss = loss + args.mlm_weight * (kl * mask).sum() / mask.sum()
+    return loss, [math.sqrt(value.item()) if args.loss == "relative" else value.item() for value in losses]
+
+
+def checkpoint_dir(output_dir: str, step: int) -> str:
+    return os.path.join(output_dir, "checkpoints", f"step_{step:07d}")
+
+
+def resolve_resume(spec: str | None, output_dir: str) -> str | None:
+    if spec is None:
+        return None
+    if spec != "latest":
+        if not os.path.isdir(spec):
+            raise FileNotFoundError(f"--resume {spec}: no such checkpoint folder.")
+        return spec
+    root = os.path.join(output_dir, "checkpoints")
+    found = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    if not found:
+        raise FileNotFoundError(f"--resume latest: no checkpoint under {root}.")
+    return os.path.join(root, found[-1])
+
+
+def _truncate_log(path: str, after_step: int) -> None:
+    """Drop log records past a resumed step, so the log reads as one uninterrupted run."""
+    if not os.path.exists(path):
+        return
+    with open(path) as handle:
+        kept = [line for line in handle if json.loads(line).get("step", 0) <= after_step]
+    with open(path, "w") as handle:
+        handle.writelines(kept)
+
+
+def run_transfer(args: TransferArguments) -> dict:
+    """Transfer the teacher's attention into the student; save the result to `args.output_dir`; return the report."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
+    accelerator = Accelerator()
+    set_seed(args.seed)
+    student = _load_student(args.student)
+    tokenizer = AutoTokenizer.from_pretrained(args.student)
+    lengths = args.lengths or sorted({min(32, student.config.max_sequence_length), student.config.max_sequence_length})
+    teacher = load_teacher(args.teacher)
+    check_pair(teacher, student, lengths, len(tokenizer))
+    too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
+    if too_short:
+        raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
+
+    streams = tokenize_streams(load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed)
+    documents = streams.held_out_documents[: args.eval_documents]
+    longest = max(lengths)
+    if args.evaluate_only:
+        started = time.perf_counter()
+        report = {"teacher": args.teacher, "student": args.student, "lengths": lengths,
+                  "fidelity": evaluate(teacher, student.to(accelerator.device).eval(), tokenizer,
+                                       held_out_batches(streams, tokenizer, lengths, args.eval_windows), documents,
+                                       args.batch_size)}
+        report["eval_seconds"] = round(time.perf_counter() - started, 1)
+        if accelerator.is_main_process:
+            os.makedirs(args.output_dir, exist_ok=True)
+            with open(os.path.join(args.output_dir, "fidelity.json"), "w") as handle:
+                json.dump(report, handle, indent=2)
+            print(json.dumps(report["fidelity"], indent=1))
+        return report
+    if len(streams.train) < longest:
+        raise ValueError(f"The training text has {len(streams.train)} tokens, fewer than one window of {longest}.")
+    eval_batches = held_out_batches(streams, tokenizer, lengths, args.eval_windows)
+
+    device = accelerator.device
+    teacher.to(device)
+    student.to(device).eval()  # dropout off: match the teacher's deterministic output
+    groups = parameter_groups(student, args)
+    optimizer = torch.optim.AdamW(
+        [{"params": params, "name": name} for name, params in groups.items() if params], lr=0.0, weight_decay=0.0
+    )
+    progress = Progress()
+    # Neither model goes through accelerator.prepare: stage 1 calls the student's layers one by one, which a DDP
+    # wrapper would not see; gradients are averaged across processes by hand below.
+    accelerator.register_for_checkpointing(student, optimizer, progress)
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    log_path = os.path.join(args.output_dir, "transfer_log.jsonl")
+    resume_from = resolve_resume(args.resume, args.output_dir)
+    report = {"teacher": args.teacher, "student": args.student, "lengths": lengths,
+              "arguments": dataclasses.asdict(args)}
+    if resume_from:
+        accelerator.load_state(resume_from)
+        if accelerator.is_main_process:
+            _truncate_log(log_path, progress.step)
+        accelerator.print(f"Resumed from {resume_from} at step {progress.step}")
+    else:
+        report["before"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
+        if accelerator.is_main_process:
+            _truncate_log(log_path, -1)
+            with open(os.path.join(args.output_dir, "fidelity_before.json"), "w") as handle:
+                json.dump(report["before"], handle, indent=2)
+
+    bar = tqdm(total=args.total_steps, initial=progress.step, disable=not (args.show_progress
+                                                                           and accelerator.is_local_main_process))
+    stop_at = args.total_steps if args.stop_after_steps is None else min(args.stop_after_steps, args.total_steps)
+    while progress.step < stop_at:
+        started = time.perf_counter()
+        step, stage = progress.step, args.stage_of(progress.step)
+        rates, trained = learning_rates(args, step), trained_groups(args, step)
+        for group in optimizer.param_groups:
+            group["lr"] = rates[group["name"]]
+            for parameter in group["params"]:
+                parameter.requires_grad_(group["name"] in trained)
+        ids = training_batch(streams, tokenizer, args, lengths, step, accelerator.process_index,
+                             accelerator.num_processes).to(device)
+        mask = torch.ones(ids.shape, dtype=torch.float32, device=device)
+        if stage == "layer":
+            loss, per_layer = layer_local_loss(teacher, student, ids, mask, args.loss)
+        else:
+            loss, per_layer = end_to_end_loss(teacher, student, ids, mask, args)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if accelerator.num_processes > 1:
+            for parameter in student.parameters():
+                if parameter.grad is not None:
+                    parameter.grad = accelerator.reduce(parameter.grad, reduction="mean")
+        optimizer.step()
+        progress.step += 1
+        progress.seconds += time.perf_counter() - started
+        bar.update(1)
+        bar.set_postfix(stage=stage, loss=f"{loss.item():.4f}")
+
+        if accelerator.is_main_process and (progress.step % args.log_every == 0 or progress.step == args.total_steps):
+            record = {"step": progress.step, "stage": stage, "length": int(ids.shape[1]), "loss": loss.item(),
+                      ("layer_relative_error" if args.loss == "relative" else "layer_mse"): per_layer,
+                      "learning_rates": rates, "train_seconds": round(progress.seconds, 2)}
+            with open(log_path, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+        if progress.step < args.total_steps and (progress.step % args.checkpoint_every == 0
+                                                 or progress.step == stop_at):
+            accelerator.save_state(checkpoint_dir(args.output_dir, progress.step))
+            if accelerator.is_main_process:
+                _prune_checkpoints(args.output_dir, args.checkpoints_to_keep)
+    bar.close()
+    if progress.step < args.total_steps:
+        accelerator.print(f"Stopped at step {progress.step} of {args.total_steps}; resume with --resume latest")
+        accelerator.end_training()
+        return {"stopped_at": progress.step, **report}
+
+    for parameter in student.parameters():
+        parameter.requires_grad_(True)
+    report["after"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
+    report["train_seconds"] = round(progress.seconds, 1)
+    if accelerator.is_main_process:
+        _save_result(student, tokenizer, args, report)
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+    return report
+
+
+def _load_student(path: str) -> LinformerPreTrainedModel:
+    """The converted Linformer as the head its config names (LinformerForMaskedLM, LinformerModel, ...)."""
+    from .. import LINFORMER_HEADS
+
+    config = AutoConfig.from_pretrained(path)
+    if config.model_type != "linformer":
+        raise ValueError(f"The student {path} is a {config.model_type!r} model; convert the teacher first with "
+                         "scripts/convert_to_linformer.py.")
+    by_name = {cls.__name__: cls for cls in LINFORMER_HEADS.values()}
+    architecture = (config.architectures or ["LinformerModel"])[0]
+    if architecture not in by_name:
+        raise ValueError(f"The student's architecture {architecture} is not a Linformer head ({sorted(by_name)}).")
+    return by_name[architecture].from_pretrained(path)
+
+
+def _prune_checkpoints(output_dir: str, keep: int) -> None:
+    root = os.path.join(output_dir, "checkpoints")
+    found = sorted(os.listdir(root))
+    for name in found[:-keep] if keep > 0 else []:
+        shutil.rmtree(os.path.join(root, name))
+
+
+def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> None:
+    from ..conversion import copy_sentence_transformers_modules
+
+    student.save_pretrained(args.output_dir)
+    tokenizer.save_pretrained(args.output_dir)
+    copy_sentence_transformers_modules(args.student, args.output_dir)
+    with open(os.path.join(args.output_dir, "transfer_report.json"), "w") as handle:
+        json.dump(report, handle, indent=2)
+    for length, result in report["after"]["windows"].items():
+        before = report.get("before", {}).get("windows", {}).get(length)
+        was = f" (before: {before['embedding_cosine_mean']:.4f})" if before else ""
+        print(f"L={length}: embedding cosine {result['embedding_cosine_mean']:.4f}{was}; attention relative error "
+              f"per layer {result['attention_relative_error_per_layer']}")
+    print(f"held-out documents: embedding cosine {report['after']['documents']['embedding_cosine_mean']:.4f}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
+    return run_transfer(args)
+
+
+if __name__ == "__main__":
+    main()

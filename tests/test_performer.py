@@ -1,0 +1,531 @@
+"""Performer (FAVOR+): the config's checks, exact padding, causal attention without leaks, the measured
+approximation error, the redraw schedule, save/load, remote code, half precision, checkpointing and Trainer."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import transformers
+from conftest import random_batch
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoModel, Trainer, TrainingArguments
+
+import linformer_hf
+from linformer_hf import (
+    PerformerConfig,
+    PerformerForCausalLM,
+    PerformerForMaskedLM,
+    PerformerForMultipleChoice,
+    PerformerForSequenceClassification,
+    PerformerModel,
+)
+from linformer_hf.models import modeling_performer
+from linformer_hf.models.modeling_performer import draw_random_features, favor_attention
+from linformer_hf.research.approximation import (
+    error_table,
+    exact_attention,
+    favor_relative_error,
+    teacher_queries_keys,
+)
+
+HEADS = {name: (getattr(transformers, name), cls) for name, cls in linformer_hf.PERFORMER_HEADS.items()}
+
+
+def tiny_performer(**overrides) -> PerformerConfig:
+    settings = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        num_random_features=16,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        layer_norm_eps=1e-5,
+        causal_chunk_size=4,  # several chunks in every test input
+    )
+    settings.update(overrides)
+    return PerformerConfig(**settings)
+
+
+def config_for_head(model_class, **overrides):
+    if model_class is PerformerForCausalLM:
+        overrides.setdefault("is_decoder", True)
+    return tiny_performer(**overrides)
+
+
+def example_inputs(model_class, batch_size=2, seq_len=12):
+    ids = random_batch(batch_size, seq_len)
+    mask = torch.ones_like(ids)
+    mask[-1, seq_len // 2 :] = 0
+    if model_class is PerformerForMultipleChoice:  # (batch, choices, seq)
+        return {"input_ids": ids[:, None].repeat(1, 3, 1), "attention_mask": mask[:, None].repeat(1, 3, 1)}
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def first_output(outputs):
+    return outputs.logits if getattr(outputs, "logits", None) is not None else outputs[0]
+
+
+def features_of(model):
+    attentions = [m for m in model.modules() if isinstance(m, modeling_performer.PerformerSelfAttention)]
+    return [m.random_features.clone() for m in attentions]
+
+
+# --- the config ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        (dict(num_random_features=0), "num_random_features"),
+        (dict(kernel="tanh"), "kernel"),
+        (dict(orthogonal_row_norms="unit"), "orthogonal_row_norms"),
+        (dict(feature_redraw_interval=0), "feature_redraw_interval"),
+        (dict(kernel_epsilon=-1e-3), "kernel_epsilon"),
+        (dict(causal_chunk_size=0), "causal_chunk_size"),
+        (dict(add_cross_attention=True), "add_cross_attention"),
+    ],
+)
+def test_bad_settings_fail_at_construction_naming_the_field(bad, field):
+    with pytest.raises(StrictDataclassError, match=field):
+        tiny_performer(**bad)
+
+
+def test_kernel_epsilon_defaults_to_the_kernel_and_survives_a_round_trip(tmp_path):
+    assert tiny_performer().kernel_epsilon == 1e-6
+    assert tiny_performer(kernel="relu").kernel_epsilon == 1e-3
+    config = tiny_performer(kernel="relu", kernel_epsilon=1e-4, feature_redraw_interval=None)
+    config.save_pretrained(tmp_path)
+    loaded = PerformerConfig.from_pretrained(tmp_path)
+    assert (loaded.kernel_epsilon, loaded.feature_redraw_interval, loaded.kernel) == (1e-4, None, "relu")
+
+
+def test_causal_lm_needs_a_decoder_config():
+    with pytest.raises(ValueError, match="is_decoder=True"):
+        PerformerForCausalLM(tiny_performer())
+
+
+# --- FAVOR+ itself ------------------------------------------------------------------------------------------------
+
+
+def test_orthogonal_features_are_orthogonal_within_blocks_with_the_chosen_row_norms():
+    w = draw_random_features(20, 8, orthogonal=True, row_norms="sqrt_d", generator=torch.Generator().manual_seed(0))
+    assert w.shape == (20, 8)
+    torch.testing.assert_close(w.norm(dim=1), torch.full((20,), 8**0.5))
+    block = w[:8] / 8**0.5
+    torch.testing.assert_close(block @ block.T, torch.eye(8), atol=1e-5, rtol=0)
+    chi = draw_random_features(20, 8, orthogonal=True, row_norms="chi", generator=torch.Generator().manual_seed(0))
+    assert chi.norm(dim=1).std() > 0.1  # Gaussian lengths, not all sqrt(d)
+
+
+def test_favor_converges_to_exact_softmax_attention_as_m_grows():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 12, 8, generator=generator) * 0.7 for _ in range(3))
+    mask = torch.ones(1, 12)
+    exact = exact_attention(q, k, v, mask)
+    errors = []
+    for m in (64, 1 << 16):
+        w = draw_random_features(m, 8, orthogonal=False, generator=generator)
+        errors.append(float((favor_attention(q, k, v, mask, w, epsilon=0.0) - exact).norm() / exact.norm()))
+    assert errors[1] < 0.02 < errors[0], errors
+
+
+def test_the_measured_error_falls_as_m_grows_and_orthogonal_features_do_no_worse():
+    # Logits q^T k / sqrt(d) of std 0.5. (At std 1 the error is still ~70% at m = 1024: the variance of positive
+    # features grows as exp(||q + k||^2), which is what users of other implementations reported.)
+    generator = torch.Generator().manual_seed(1)
+    q, k = (torch.randn(2, 2, 24, 16, generator=generator) * 0.5 for _ in range(2))
+    rows = error_table(q, k, ms=(16, 64, 256, 1024), kernels=("softmax",), seeds=6)
+    for orthogonal in (True, False):
+        errors = [r.mean for r in rows if r.orthogonal is orthogonal]
+        assert errors == sorted(errors, reverse=True), (orthogonal, errors)
+        assert errors[-1] < errors[0] / 2.5  # 64x the features: measured 6.5x (orthogonal), 3.3x (i.i.d.) less error
+    orthogonal_mean = sum(r.mean for r in rows if r.orthogonal) / 4
+    iid_mean = sum(r.mean for r in rows if not r.orthogonal) / 4
+    assert orthogonal_mean <= iid_mean
+    # The relu kernel is another attention, not an estimate of softmax: its error does not vanish with m.
+    relu = error_table(q, k, ms=(1024,), kernels=("relu",), orthogonal=(True,), seeds=2)[0]
+    assert relu.mean > 2 * rows[3].mean
+    # Same seed, same figure: the measurement is reproducible.
+    assert favor_relative_error(q, k, 64, seed=3) == favor_relative_error(q, k, 64, seed=3)
+
+
+def test_causal_favor_at_position_i_is_bidirectional_favor_of_the_prefix():
+    """The causal prefix sums (chunked, with a running key stabiliser) compute exactly what FAVOR+ over tokens
+    0..i computes, for every i: nothing after i takes part, and chunk boundaries change nothing."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 11, 8, generator=generator) * 2 for _ in range(3))
+    mask = torch.ones(2, 11)
+    mask[1, :2] = 0  # left padding too
+    w = draw_random_features(16, 8, generator=generator)
+    for kernel in ("softmax", "relu"):
+        causal = favor_attention(q, k, v, mask, w, kernel=kernel, causal=True, chunk_size=3)
+        assert torch.isfinite(causal).all()
+        for i in range(2, 11):
+            prefix = favor_attention(q[..., : i + 1, :], k[..., : i + 1, :], v[..., : i + 1, :], mask[:, : i + 1], w,
+                                     kernel=kernel)
+            torch.testing.assert_close(causal[..., i, :], prefix[..., i, :], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_padded_keys_take_no_part_in_favor_not_even_in_the_stabiliser(kernel, causal):
+    """Padded keys aligned with a feature (whose log-features w^T k' - ||k'||^2 / 2 would set the key maximum) and a
+    large epsilon (so that a key kept in the normaliser, or a stabiliser that moved, would show): the real rows equal
+    FAVOR+ without them."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 10, 8, generator=generator) for _ in range(3))
+    w = draw_random_features(16, 8, generator=generator)
+    k[..., 6:, :] = w[0] * 8**0.25  # k' = k / d^(1/4) = w_0 maximises w_0^T k' - ||k'||^2 / 2
+    mask = torch.ones(2, 10)
+    mask[:, 6:] = 0
+    padded = favor_attention(q, k, v, mask, w, kernel=kernel, epsilon=0.05, causal=causal, chunk_size=4)
+    alone = favor_attention(q[..., :6, :], k[..., :6, :], v[..., :6, :], mask[:, :6], w, kernel=kernel, epsilon=0.05,
+                            causal=causal, chunk_size=4)
+    torch.testing.assert_close(padded[..., :6, :], alone, atol=1e-6, rtol=1e-5)
+
+
+def test_causal_favor_never_materialises_an_l_by_l_or_l_by_m_by_d_tensor():
+    """Forward and backward of causal FAVOR+ at L = 1024: the largest tensor any op creates is an (L x m) feature
+    map, not (L x L) scores nor one (m x d) state per position."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class LargestTensor(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            sizes = [t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            self.largest = max([self.largest, *sizes])
+            return out
+
+    seq_len, m, d = 1024, 16, 8
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, seq_len, d, generator=generator).requires_grad_() for _ in range(3))
+    w = draw_random_features(m, d, generator=generator)
+    with LargestTensor() as recorder:
+        favor_attention(q, k, v, torch.ones(1, seq_len), w, causal=True, chunk_size=32).sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+    assert recorder.largest <= seq_len * max(m, d), recorder.largest
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp16_autocast_key_sums_do_not_overflow(causal):
+    """phi(K)^T V over many large values exceeds fp16's 65504; FAVOR+ keeps its sums in fp32 under autocast."""
+    generator = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 1, 2048, 8, generator=generator) for _ in range(2))
+    v = torch.full((1, 1, 2048, 8), 20000.0)
+    mask = torch.ones(1, 2048)
+    w = draw_random_features(16, 8, generator=generator)
+    expected = favor_attention(q, k, v, mask, w, causal=causal, chunk_size=512)
+    for dtype in (torch.float16, torch.bfloat16):
+        with torch.autocast("cpu", dtype=dtype):
+            got = favor_attention(q.to(dtype), k.to(dtype), v.to(dtype), mask, w.to(dtype), causal=causal,
+                                  chunk_size=512)
+        assert got.dtype == torch.float32 and torch.isfinite(got).all()
+        # Inputs rounded to the half type: the output moves by that rounding only.
+        torch.testing.assert_close(got, expected, rtol=0.02, atol=0.0)
+
+
+# --- the model ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_outputs_at_real_positions_do_not_depend_on_right_padding_in_any_layer(kernel):
+    # A large epsilon, so that padded keys kept in the normaliser (as eps-sized features) would show.
+    model = PerformerModel(tiny_performer(kernel=kernel, kernel_epsilon=0.01)).eval()
+    ids = random_batch(2, 7)
+    short = model(ids, output_hidden_states=True).hidden_states
+    padded_ids = torch.cat([ids, torch.randint(3, 99, (2, 9))], dim=1)  # any tokens: the mask must hide them
+    mask = torch.zeros_like(padded_ids)
+    mask[:, :7] = 1
+    padded = model(padded_ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(short) == model.config.num_hidden_layers + 1
+    for layer, (a, b) in enumerate(zip(short, padded, strict=True)):
+        torch.testing.assert_close(b[:, :7], a, atol=1e-5, rtol=1e-5, msg=f"layer {layer}")
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_a_decoder_never_sees_the_future(kernel):
+    model = PerformerForCausalLM(tiny_performer(kernel=kernel, is_decoder=True)).eval()
+    ids = random_batch(2, 13)
+    changed = ids.clone()
+    changed[:, 6:] = torch.randint(3, 99, (2, 7))
+    a = model(ids, output_hidden_states=True)
+    b = model(changed, output_hidden_states=True)
+    for layer, (x, y) in enumerate(zip(a.hidden_states, b.hidden_states, strict=True)):
+        torch.testing.assert_close(y[:, :6], x[:, :6], atol=1e-5, rtol=1e-5, msg=f"layer {layer}")
+    torch.testing.assert_close(b.logits[:, :6], a.logits[:, :6], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(b.logits[:, 6:], a.logits[:, 6:])  # ... and it does see the present
+    # The bidirectional model with the same weights does see the future: the test can fail.
+    encoder = PerformerModel(tiny_performer(kernel=kernel)).eval()
+    assert not torch.allclose(encoder(changed).last_hidden_state[:, :6], encoder(ids).last_hidden_state[:, :6])
+
+
+def test_causal_lm_loss_and_generation():
+    model = PerformerForCausalLM(tiny_performer(is_decoder=True)).eval()
+    ids = random_batch(2, 9)
+    out = model(ids, labels=ids)
+    shifted = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, 99), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(out.loss, shifted)
+    assert model.lm_head.decoder.weight is model.roberta.embeddings.word_embeddings.weight  # tied, as RoBERTa's
+    generated = model.generate(ids[:1, :4], max_new_tokens=3, do_sample=False)  # no cache: re-reads the prefix
+    manual = ids[:1, :4]
+    for _ in range(3):
+        manual = torch.cat([manual, model(manual).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(generated, manual)
+
+
+def test_import_registers_every_auto_class():
+    for auto_name, (auto_class, model_class) in HEADS.items():
+        assert type(auto_class.from_config(config_for_head(model_class))) is model_class, auto_name
+
+
+@pytest.mark.parametrize("auto_name", list(HEADS))
+def test_save_and_load_gives_identical_outputs_for_every_head(auto_name, tmp_path):
+    auto_class, model_class = HEADS[auto_name]
+    model = model_class(config_for_head(model_class)).eval()
+    features = features_of(model)
+    assert len(features) == 3 and not torch.equal(features[0], features[1])  # one draw per layer
+    inputs = example_inputs(model_class)
+    expected = first_output(model(**inputs))
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["auto_map"] == modeling_performer.auto_map()
+    for name in ("modeling_performer.py", "configuration_performer.py", "modeling_roberta_with_attention.py"):
+        assert (tmp_path / name).exists(), name
+
+    loaded = auto_class.from_pretrained(tmp_path).eval()
+    assert type(loaded) is model_class
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    torch.testing.assert_close(first_output(loaded(**inputs)), expected, rtol=0, atol=1e-6)
+
+
+def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_package(tmp_path):
+    references = {}
+    for auto_name, (_, model_class) in HEADS.items():
+        model = model_class(config_for_head(model_class, kernel="relu" if "Token" in auto_name else "softmax")).eval()
+        model.save_pretrained(tmp_path / auto_name)
+        inputs = example_inputs(model_class)
+        references[auto_name] = (inputs, first_output(model(**inputs)).detach())
+    torch.save(references, tmp_path / "references.pt")
+    script = textwrap.dedent(
+        f"""
+        import sys, torch, transformers
+        references = torch.load({str(tmp_path / "references.pt")!r})
+        for auto_name, (inputs, expected) in references.items():
+            auto_class = getattr(transformers, auto_name)
+            model = auto_class.from_pretrained({str(tmp_path)!r} + "/" + auto_name, trust_remote_code=True).eval()
+            assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+            out = model(**inputs)
+            got = out.logits if getattr(out, "logits", None) is not None else out[0]
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+            print("loaded", auto_name, type(model).__name__)
+        assert not any(m.startswith("linformer_hf") for m in sys.modules), "the package was imported"
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("loaded") == len(HEADS)
+
+
+def _train_calls(model, n, ids):
+    model.train()
+    for _ in range(n):
+        model(ids)
+
+
+def test_features_are_redrawn_only_in_training_on_schedule_and_the_schedule_survives_save_load(tmp_path):
+    ids = random_batch(2, 8)
+    model = PerformerModel(tiny_performer(feature_redraw_interval=3))
+    start = features_of(model)
+    _train_calls(model, 2, ids)
+    model.eval()
+    for _ in range(5):
+        model(ids)  # eval calls neither redraw nor count
+    assert int(model.encoder.training_calls) == 2
+    assert all(torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))
+
+    model.save_pretrained(tmp_path)
+    resumed = PerformerModel.from_pretrained(tmp_path)
+    assert int(resumed.encoder.training_calls) == 2
+
+    _train_calls(model, 1, ids)  # call 3: redraw
+    _train_calls(resumed, 1, ids)
+    redrawn = features_of(model)
+    assert all(not torch.equal(a, b) for a, b in zip(redrawn, start, strict=True))
+    # The resumed run redraws on the same step, to the same features (seeded by the count, as on every process).
+    assert all(torch.equal(a, b) for a, b in zip(features_of(resumed), redrawn, strict=True))
+    _train_calls(model, 2, ids)  # calls 4, 5: no redraw
+    assert all(torch.equal(a, b) for a, b in zip(features_of(model), redrawn, strict=True))
+
+
+@pytest.mark.parametrize(
+    "settings", [dict(feature_redraw_interval=None), dict(feature_redraw_interval=1, freeze_features=True)]
+)
+def test_features_never_change_without_a_schedule_or_when_frozen(settings):
+    model = PerformerModel(tiny_performer(**settings))
+    start = features_of(model)
+    _train_calls(model, 3, random_batch(2, 8))
+    assert int(model.encoder.training_calls) == 3
+    assert all(torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(is_decoder):
+    """With a redraw on every call: the checkpointed layers re-run in backward with the features of their forward."""
+    config = tiny_performer(feature_redraw_interval=1, is_decoder=is_decoder)
+    model = (PerformerForCausalLM if is_decoder else PerformerForMaskedLM)(config).train()
+    checkpointed = copy.deepcopy(model)
+    checkpointed.activation_checkpointing_enable()
+    assert checkpointed.is_activation_checkpointing
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+
+    def loss_and_grads(m):
+        loss = m(ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+    loss, grads = loss_and_grads(model)
+    loss_ckpt, grads_ckpt = loss_and_grads(checkpointed)
+    torch.testing.assert_close(loss_ckpt, loss)
+    assert grads_ckpt.keys() == grads.keys() and any("attention.self.query" in n for n in grads)
+    for name in grads:
+        torch.testing.assert_close(grads_ckpt[name], grads[name], msg=name)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_bf16_autocast_and_half_weights_stay_finite_and_close(is_decoder, tmp_path):
+    model = PerformerModel(tiny_performer(is_decoder=is_decoder)).eval()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    expected = model(ids, attention_mask=mask).last_hidden_state
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(ids, attention_mask=mask).last_hidden_state
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
+    model.save_pretrained(tmp_path)
+    half = AutoModel.from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    got = half(ids, attention_mask=mask).last_hidden_state
+    assert got.dtype == torch.bfloat16 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), expected, rtol=0.1, atol=0.1)
+
+
+class _ListDataset(torch.utils.data.Dataset):
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+
+@pytest.mark.parametrize("model_class", [PerformerForCausalLM, PerformerForSequenceClassification])
+def test_trainer_runs_and_counts_every_training_call(model_class, tmp_path):
+    ids = random_batch(8, 10)
+    if model_class is PerformerForCausalLM:
+        rows = [{"input_ids": ids[i], "labels": ids[i]} for i in range(8)]
+    else:
+        rows = [{"input_ids": ids[i], "labels": i % 2} for i in range(8)]
+    model = model_class(config_for_head(model_class, num_labels=2, feature_redraw_interval=2))
+    start = features_of(model)
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=3, learning_rate=1e-3, report_to=[],
+        use_cpu=True, save_strategy="no", logging_steps=1,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=_ListDataset(rows))
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(loss == loss and loss < 10 for loss in losses)
+    assert int(model.roberta.encoder.training_calls) == 3
+    assert all(not torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))  # redrawn at call 2
+
+
+def test_a_roberta_checkpoint_loads_with_only_the_features_missing_and_approximates_roberta(tmp_path):
+    """Every RoBERTa weight carries over; the random features are drawn (not left empty), and with many of them the
+    Performer computes nearly what the RoBERTa it came from computes (the paper's backward compatibility)."""
+    from transformers import RobertaConfig, RobertaModel
+
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                 max_position_embeddings=66, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    roberta = RobertaModel(RobertaConfig(**sizes), add_pooling_layer=False).eval()
+    with torch.no_grad():  # attention logits of std ~0.5, not the near-uniform attention of a fresh init
+        for name, param in roberta.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                param.normal_(0.0, 0.12)
+    roberta.save_pretrained(tmp_path)
+    performer = PerformerModel.from_pretrained(
+        tmp_path, config=PerformerConfig(**sizes, num_random_features=8192), add_pooling_layer=False
+    ).eval()
+    for name, tensor in roberta.state_dict().items():
+        assert torch.equal(performer.state_dict()[name], tensor), name
+    extra = set(performer.state_dict()) - set(roberta.state_dict())
+    assert extra == {"encoder.training_calls"} | {f"encoder.layer.{i}.attention.self.random_features" for i in (0, 1)}
+    assert all(torch.isfinite(f).all() and f.std() > 0.5 for f in features_of(performer))
+
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    expected = roberta(ids, attention_mask=mask).last_hidden_state
+    got = performer(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[0], expected[0], atol=2e-3, rtol=0)
+    torch.testing.assert_close(got[1, :8], expected[1, :8], atol=2e-3, rtol=0)
+
+
+def test_teacher_queries_and_keys_are_what_each_layer_computes():
+    from transformers import RobertaConfig, RobertaModel
+
+    roberta = RobertaModel(RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=37, max_position_embeddings=66)).eval()
+    ids = random_batch(2, 9)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    pairs = teacher_queries_keys(roberta, ids, mask)
+    hidden = roberta(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(pairs) == 2
+    for layer, (q, k) in enumerate(pairs):
+        attention = roberta.encoder.layer[layer].attention.self
+        assert q.shape == k.shape == (2, 4, 9, 8)
+        torch.testing.assert_close(q, attention.query(hidden[layer]).view(2, 9, 4, 8).transpose(1, 2))
+        torch.testing.assert_close(k, attention.key(hidden[layer]).view(2, 9, 4, 8).transpose(1, 2))
+
+
+def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
+    """The measurement on a saved encoder and its tokenizer, end to end through the script."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+    import measure_favor_error
+    from tiny_roberta import WIKITEXT, build_tokenizer, tiny_roberta_config
+    from transformers import RobertaModel
+
+    tokenizer = build_tokenizer(str(tmp_path / "model"))
+    tokenizer.save_pretrained(tmp_path / "model")
+    RobertaModel(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "model")
+    result = measure_favor_error.main(
+        [str(tmp_path / "model"), WIKITEXT, str(tmp_path / "error.json"), "--seq-len", "16", "--max-inputs", "3",
+         "--ms", "8", "64", "--seeds", "2"]
+    )
+    assert json.loads((tmp_path / "error.json").read_text()) == result
+    assert result["inputs"] == 3 and result["seq_len"] == 16
+    assert [layer["layer"] for layer in result["layers"]] == [0, 1]
+    assert all(layer["logit_std"] > 0 for layer in result["layers"])
+    settings = {(r["kernel"], r["orthogonal"], r["num_random_features"]) for r in result["mean_over_layers"]}
+    assert settings == {(k, o, m) for k in ("softmax", "relu") for o in (True, False) for m in (8, 64)}
+    assert all(0 <= r["mean"] < 10 for r in result["mean_over_layers"])
