@@ -3,9 +3,9 @@
 
 Examples:
     python scripts/convert_to_linformer.py roberta-base outputs/linformer-base-n1024-k256 \
-        --max-sequence-length 1024 --projected-length 256 --sharing key_value
+        --max_sequence_length 1024 --projected_length 256 --sharing key_value
     python scripts/convert_to_linformer.py sentence-transformers/all-MiniLM-L6-v2 outputs/minilm-linformer-k128 \
-        --projected-length 128 --sharing key_value
+        --projected_length 128 --sharing key_value
 """
 
 import argparse
@@ -27,23 +27,44 @@ def parse_projected_length(text: str):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", help="RoBERTa or BERT checkpoint: a local directory or a Hub name such as roberta-base")
+    parser.add_argument(
+        "source", help="RoBERTa or BERT checkpoint: a local directory or a Hub name such as roberta-base"
+    )
     parser.add_argument("output_dir", help="where to save the Linformer (weights, config, modeling files, tokenizer)")
-    parser.add_argument("--architecture", choices=sorted(ARCHITECTURE_MAP),
-                        help="head to load (default: the first of the checkpoint's config.architectures)")
-    parser.add_argument("--max-sequence-length", type=int, help="n (default: the source's own number of positions, 512 for roberta-base)")
-    parser.add_argument("--projected-length", type=parse_projected_length,
-                        help="k, or a comma-separated k per layer (default: n / 4, fairseq's default)")
+    parser.add_argument(
+        "--architecture",
+        choices=sorted(ARCHITECTURE_MAP),
+        help="head to load (default: the first of the checkpoint's config.architectures)",
+    )
+    parser.add_argument(
+        "--max_sequence_length",
+        type=int,
+        help="n (default: the source's own number of positions, 512 for roberta-base)",
+    )
+    parser.add_argument(
+        "--projected_length",
+        type=parse_projected_length,
+        help="k, or a comma-separated k per layer (default: n / 4, fairseq's default)",
+    )
     parser.add_argument("--sharing", choices=SHARING_MODES, default="headwise")
     parser.add_argument("--projection", choices=PROJECTION_KINDS, default="linear")
-    parser.add_argument("--projection-init", default="neighbour_average",
-                        help=f"one of {PROJECTION_INITS}. neighbour_average: E averages contiguous bins of n/k "
-                             "positions (the identity when k = n); random: Linformer's own N(0, 1/n)")
-    parser.add_argument("--projection-noise-std", type=float, default=0.0,
-                        help="add N(0, std^2) noise to the initialised E/F (default: none)")
-    parser.add_argument("--freeze-projections", action="store_true")
-    parser.add_argument("--no-tokenizer", action="store_true", help="do not copy the tokenizer")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random projection init and of the projection noise")
+    parser.add_argument(
+        "--projection_init",
+        default="neighbour_average",
+        help=f"one of {PROJECTION_INITS}. neighbour_average: E averages contiguous bins of n/k "
+        "positions (the identity when k = n); random: Linformer's own N(0, 1/n)",
+    )
+    parser.add_argument(
+        "--projection_noise_std",
+        type=float,
+        default=0.0,
+        help="add N(0, std^2) noise to the initialised E/F (default: none)",
+    )
+    parser.add_argument("--freeze_projections", action="store_true")
+    parser.add_argument("--no_tokenizer", action="store_true", help="do not copy the tokenizer")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the random projection init and of the projection noise"
+    )
     args = parser.parse_args(argv)
     try:
         check_projection_init(args.projection_init)

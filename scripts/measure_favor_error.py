@@ -8,7 +8,7 @@ over layers. See linformer_hf.research.approximation.
 
 Example:
     python scripts/measure_favor_error.py outputs/roberta-base ../shared/data/wikitext-2/valid.txt \\
-        outputs/favor-error.json --seq-len 128 --max-inputs 4
+        outputs/favor-error.json --seq_len 128 --max_inputs 4
 """
 
 import argparse
@@ -22,11 +22,11 @@ def main(argv=None):
     parser.add_argument("model", help="a local model directory (with its tokenizer)")
     parser.add_argument("text", help="a .txt file (one text per line) or a .tsv/.csv file")
     parser.add_argument("output", help="the JSON file to write")
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--max-inputs", type=int, default=4)
+    parser.add_argument("--seq_len", type=int, default=128)
+    parser.add_argument("--max_inputs", type=int, default=4)
     parser.add_argument("--ms", type=int, nargs="+", default=[32, 64, 128, 256, 512, 1024], help="values of m")
     parser.add_argument("--seeds", type=int, default=3, help="draws of the random features per setting")
-    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--trust_remote_code", action="store_true")
     args = parser.parse_args(argv)
     result = measure_model(
         args.model, args.text, args.seq_len, args.max_inputs, tuple(args.ms), args.seeds, args.trust_remote_code

@@ -3,12 +3,13 @@
 
 The folder gets safetensors weights, the config with the full auto_map, the modeling files, the tokenizer and a
 README.md model card rendered from the package's template with the model's config and the result files given (see
-linformer_hf.hub for the --card-info format). Before pushing, the folder is loaded in a fresh process with
-trust_remote_code=True and without the package (skip with --skip-remote-check).
+linformer_hf.hub for the --card_info format). Before pushing, the folder is loaded in a fresh process with
+trust_remote_code=True and without the package (skip with --skip_remote_check).
 
 Examples:
-    python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --dry-run --output-dir hub/linformer-sst2
-    python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --card-info card.json
+    python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --dry_run \
+        --output_dir hub/linformer-sst2
+    python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --card_info card.json
 """
 
 import argparse
@@ -24,21 +25,21 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="a saved Linformer (save_pretrained output, e.g. from the conversion)")
     parser.add_argument("repo_id", help="Hub repository, e.g. user/linformer-base-n1024-k256")
-    parser.add_argument("--output-dir", help="where to write the folder (default: a temporary directory)")
-    parser.add_argument("--dry-run", action="store_true", help="write and check the folder, do not push")
-    parser.add_argument("--card-info", help="JSON with license, datasets, training text and eval_results")
+    parser.add_argument("--output_dir", help="where to write the folder (default: a temporary directory)")
+    parser.add_argument("--dry_run", action="store_true", help="write and check the folder, do not push")
+    parser.add_argument("--card_info", help="JSON with license, datasets, training text and eval_results")
     parser.add_argument("--efficiency", help="efficiency figures: CSV or JSON list of rows")
     parser.add_argument("--recipe", help="training recipe (YAML or JSON), shown in the card")
     parser.add_argument("--tokenizer", help="tokenizer directory, if not beside the model")
     parser.add_argument("--template", help="model card template (Jinja2; default: the one shipped with the package)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir")
-    parser.add_argument("--skip-remote-check", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
+    parser.add_argument("--skip_remote_check", action="store_true")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--token", help="Hub token (default: the saved login or HF_TOKEN)")
     args = parser.parse_args(argv)
 
     if args.dry_run and not args.output_dir:
-        parser.error("--dry-run needs --output-dir (the folder is the dry run's result)")
+        parser.error("--dry_run needs --output_dir (the folder is the dry run's result)")
     try:
         run(args)
     except (*USER_ERRORS, OSError, ValueError, RuntimeError) as err:
@@ -52,8 +53,14 @@ def main(argv=None):
 def run(args):
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="linformer-hub-")
     prepare_model_folder(
-        args.model_dir, output_dir, args.repo_id, card_info_path=args.card_info, efficiency_path=args.efficiency,
-        recipe_path=args.recipe, tokenizer_path=args.tokenizer, overwrite=args.overwrite,
+        args.model_dir,
+        output_dir,
+        args.repo_id,
+        card_info_path=args.card_info,
+        efficiency_path=args.efficiency,
+        recipe_path=args.recipe,
+        tokenizer_path=args.tokenizer,
+        overwrite=args.overwrite,
         template_path=args.template,
     )
     print(f"wrote {output_dir}: {', '.join(sorted(os.listdir(output_dir)))}")

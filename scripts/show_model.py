@@ -1,29 +1,37 @@
 #!/usr/bin/env python
 """Load a pretrained model dir with AutoModelForMaskedLM, print its validation perplexity and fill-mask predictions.
 
-    python scripts/show_model.py outputs/demo/pretrain/final --text "Returns a <mask> of the values."
+python scripts/show_model.py outputs/demo/pretrain/final --text "Returns a <mask> of the values."
 """
 
 import argparse
 import json
 import os
 
-import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+
+import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir")
-    parser.add_argument("--text", action="append", default=None,
-                        help="text with <mask> (repeatable); default: two sentences in the style of the docs corpus")
+    parser.add_argument(
+        "--text",
+        action="append",
+        default=None,
+        help="text with <mask> (repeatable); default: two sentences in the style of the docs corpus",
+    )
     parser.add_argument("--top_k", type=int, default=5)
     args = parser.parse_args(argv)
     model = AutoModelForMaskedLM.from_pretrained(args.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"loaded {type(model).__name__} from {args.model_dir}: {n_params / 1e6:.2f} M parameters, "
-          f"n = {getattr(model.config, 'max_sequence_length', None)}, k = {getattr(model.config, 'projected_length', None)}")
+    print(
+        f"loaded {type(model).__name__} from {args.model_dir}: {n_params / 1e6:.2f} M parameters, "
+        f"n = {getattr(model.config, 'max_sequence_length', None)}, "
+        f"k = {getattr(model.config, 'projected_length', None)}"
+    )
     results = os.path.join(args.model_dir, "eval_results.json")
     if os.path.isfile(results):
         with open(results) as fh:
@@ -31,8 +39,10 @@ def main(argv=None):
         print(f"validation MLM loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f} (step {r['step']})")
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=args.top_k)
     mask = tokenizer.mask_token
-    texts = args.text or [f"Return a copy of the array with the given {mask}.",
-                          f"This function is deprecated and will be {mask} in a future version."]
+    texts = args.text or [
+        f"Return a copy of the array with the given {mask}.",
+        f"This function is deprecated and will be {mask} in a future version.",
+    ]
     for text in texts:
         text = text.replace("<mask>", mask)
         preds = fill(text)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Thin wrapper: `python scripts/train_tokenizer.py ...` is `python -m linformer_hf.training.train_tokenizer ...` (see its --help)."""
+"""Thin wrapper: `python scripts/train_tokenizer.py ...` is `python -m linformer_hf.training.train_tokenizer ...`
+(see its --help)."""
 
 import sys
 

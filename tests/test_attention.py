@@ -370,5 +370,9 @@ def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sha
     ids = random_batch(2, 16, seed=4)
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
-    torch.testing.assert_close(linformer(ids, attention_mask=mask).last_hidden_state,
-                               roberta(ids, attention_mask=mask).last_hidden_state, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        linformer(ids, attention_mask=mask).last_hidden_state,
+        roberta(ids, attention_mask=mask).last_hidden_state,
+        rtol=1e-5,
+        atol=1e-5,
+    )

@@ -39,7 +39,10 @@ def test_round_trip_through_json_and_auto_config(tmp_path):
         (dict(projected_length=0), "`projected_length` \\(k\\) must be a positive integer"),
         (dict(projected_length=[64, 0]), "must be a positive integer"),
         (dict(max_sequence_length=0), "`max_sequence_length` \\(n\\) must be a positive integer"),
-        (dict(sharing="heads"), "'sharing' expected one of \\('none', 'headwise', 'key_value', 'layerwise'\\), got heads"),
+        (
+            dict(sharing="heads"),
+            "'sharing' expected one of \\('none', 'headwise', 'key_value', 'layerwise'\\), got heads",
+        ),
         (dict(projection="avg"), "'projection' expected one of \\('linear', 'mean', 'max', 'conv'\\), got avg"),
         (dict(projected_length=[64, 64, 64]), "has 3 entries but `num_hidden_layers` is 2"),
         (dict(projected_length=[64, 32], sharing="layerwise"), "per-layer list, but `sharing='layerwise'`"),

@@ -53,18 +53,25 @@ def padded_batch(vocab_size=300, length=16, seed=1):
     return ids, mask
 
 
+@pytest.mark.parametrize("architecture", ["RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification"])
 @pytest.mark.parametrize(
-    "architecture", ["RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification"]
+    "sharing,projection,n",
+    [
+        ("headwise", "linear", 16),  # same n as RoBERTa
+        ("none", "linear", 40),  # n > RoBERTa's positions: the table is extended
+        ("layerwise", "conv", 16),
+    ],
 )
-@pytest.mark.parametrize("sharing,projection,n", [
-    ("headwise", "linear", 16),   # same n as RoBERTa
-    ("none", "linear", 40),       # n > RoBERTa's positions: the table is extended
-    ("layerwise", "conv", 16),
-])
 def test_k_equal_n_reproduces_roberta_exactly(tmp_path, tokenizer, architecture, sharing, projection, n):
     roberta = save_roberta(architecture, tmp_path / "roberta", tokenizer)
-    report = convert_checkpoint(str(tmp_path / "roberta"), str(tmp_path / "linformer"), max_sequence_length=n,
-                                projected_length=n, sharing=sharing, projection=projection)
+    report = convert_checkpoint(
+        str(tmp_path / "roberta"),
+        str(tmp_path / "linformer"),
+        max_sequence_length=n,
+        projected_length=n,
+        sharing=sharing,
+        projection=projection,
+    )
     assert report.problems() == []
     linformer_class = getattr(linformer_hf, ARCHITECTURE_MAP[architecture])
     linformer = linformer_class.from_pretrained(str(tmp_path / "linformer")).eval()
@@ -107,8 +114,13 @@ def test_every_head_converts_with_every_weight_carried(architecture):
 
 def test_position_extension_repeats_the_learned_rows(tmp_path):
     roberta = save_roberta("RobertaForMaskedLM", tmp_path / "roberta")
-    report = convert_checkpoint(str(tmp_path / "roberta"), str(tmp_path / "linformer"), max_sequence_length=40,
-                                projected_length=10, copy_tokenizer=False)
+    report = convert_checkpoint(
+        str(tmp_path / "roberta"),
+        str(tmp_path / "linformer"),
+        max_sequence_length=40,
+        projected_length=10,
+        copy_tokenizer=False,
+    )
     old = roberta.roberta.embeddings.position_embeddings.weight  # 18 rows: 2 special + 16 learned
     new = linformer_hf.LinformerForMaskedLM.from_pretrained(str(tmp_path / "linformer")).roberta.embeddings
     new = new.position_embeddings.weight
@@ -116,7 +128,7 @@ def test_position_extension_repeats_the_learned_rows(tmp_path):
     torch.testing.assert_close(new[:18], old, rtol=0, atol=0)
     for block_start in (18, 34):  # positions 16..31 and 32..39 repeat learned rows 2.. in order
         rows = min(16, 42 - block_start)
-        torch.testing.assert_close(new[block_start:block_start + rows], old[2:2 + rows], rtol=0, atol=0)
+        torch.testing.assert_close(new[block_start : block_start + rows], old[2 : 2 + rows], rtol=0, atol=0)
     assert "18 -> 42 rows" in report.extended["roberta.embeddings.position_embeddings.weight"]
 
 
@@ -189,8 +201,9 @@ def test_unsupported_heads_and_models_are_refused(tmp_path):
     causal = transformers.RobertaForCausalLM(tiny_roberta_config(is_decoder=True))
     with pytest.raises(ValueError, match="RobertaForCausalLM has no Linformer counterpart"):
         convert_model(causal)
-    distilbert = transformers.DistilBertModel(transformers.DistilBertConfig(dim=32, n_layers=1, n_heads=4,
-                                                                            hidden_dim=37, vocab_size=99))
+    distilbert = transformers.DistilBertModel(
+        transformers.DistilBertConfig(dim=32, n_layers=1, n_heads=4, hidden_dim=37, vocab_size=99)
+    )
     distilbert.save_pretrained(tmp_path / "distilbert")
     with pytest.raises(ValueError, match="is a 'distilbert' checkpoint; only \\['bert', 'roberta'\\]"):
         convert_checkpoint(str(tmp_path / "distilbert"), str(tmp_path / "out"))
@@ -201,10 +214,18 @@ def test_unsupported_heads_and_models_are_refused(tmp_path):
 def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokenizer):
     save_roberta("RobertaForMaskedLM", tmp_path / "roberta", tokenizer)
     assert convert_roberta_to_linformer.main is convert_to_linformer.main  # the old name stays a thin alias
-    convert_to_linformer.main([
-        str(tmp_path / "roberta"), str(tmp_path / "linformer"), "--max-sequence-length", "32",
-        "--projected-length", "8,4", "--sharing", "key_value",
-    ])
+    convert_to_linformer.main(
+        [
+            str(tmp_path / "roberta"),
+            str(tmp_path / "linformer"),
+            "--max_sequence_length",
+            "32",
+            "--projected_length",
+            "8,4",
+            "--sharing",
+            "key_value",
+        ]
+    )
     config = linformer_hf.LinformerConfig.from_pretrained(str(tmp_path / "linformer"))
     assert (config.max_sequence_length, config.projected_length, config.sharing) == (32, [8, 4], "key_value")
     assert config.architectures == ["LinformerForMaskedLM"] and "AutoModelForMaskedLM" in config.auto_map
@@ -215,13 +236,16 @@ def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokeniz
 
 def test_script_explains_the_removed_identity_init(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), "--projection-init", "identity"])
+        convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), "--projection_init", "identity"])
     assert "'identity' was removed: it is 'neighbour_average' at k = n" in capsys.readouterr().err
 
 
 def test_fine_tuned_classifier_keeps_its_labels():
-    config = tiny_roberta_config(id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
-                                 problem_type="single_label_classification")
+    config = tiny_roberta_config(
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+        problem_type="single_label_classification",
+    )
     roberta = transformers.RobertaForSequenceClassification(config).eval()
     linformer, _ = convert_model(roberta, projected_length=4)
     assert linformer.config.id2label == {0: "negative", 1: "positive"}
@@ -244,8 +268,10 @@ def test_converted_config_records_the_projection_init(tmp_path):
         torch.testing.assert_close(expected[0], neighbour_average_projection(16, 4))
     linformer, _ = convert_model(roberta, projected_length=4, projection_init="random", seed=1)
     again, _ = convert_model(roberta, projected_length=4, projection_init="random", seed=1)
-    assert torch.equal(linformer.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"],
-                       again.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"])  # seeded
+    assert torch.equal(
+        linformer.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"],
+        again.state_dict()["roberta.encoder.layer.0.attention.self.key_projection.weight"],
+    )  # seeded
     assert linformer.config.projection_init == "random"
     weight = linformer.roberta.encoder.layer[0].attention.self.key_projection.weight
     assert 0.1 < weight.std().item() * 4 < 10  # N(0, 1/n) with n = 16, not the bins
@@ -284,20 +310,27 @@ def padded_bert_batch(vocab_size=300, length=16, seed=1):
     return ids, mask, types
 
 
-@pytest.mark.parametrize("architecture,output", [
-    ("BertModel", "last_hidden_state"),
-    ("BertForMaskedLM", "logits"),
-    ("BertForSequenceClassification", "logits"),
-    ("BertForTokenClassification", "logits"),
-])
+@pytest.mark.parametrize(
+    "architecture,output",
+    [
+        ("BertModel", "last_hidden_state"),
+        ("BertForMaskedLM", "logits"),
+        ("BertForSequenceClassification", "logits"),
+        ("BertForTokenClassification", "logits"),
+    ],
+)
 @pytest.mark.parametrize("sharing,n", [("headwise", 16), ("none", 40)])  # n = 40 > 16 positions: extended table
 def test_bert_k_equal_n_reproduces_bert_exactly(tmp_path, wordpiece, architecture, output, sharing, n):
     bert = save_bert(architecture, tmp_path / "bert", wordpiece)
-    report = convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "linformer"), max_sequence_length=n,
-                                projected_length=n, sharing=sharing)
+    report = convert_checkpoint(
+        str(tmp_path / "bert"), str(tmp_path / "linformer"), max_sequence_length=n, projected_length=n, sharing=sharing
+    )
     assert report.problems() == []
-    linformer = transformers.AutoModel.from_pretrained(str(tmp_path / "linformer")) if architecture == "BertModel" \
+    linformer = (
+        transformers.AutoModel.from_pretrained(str(tmp_path / "linformer"))
+        if architecture == "BertModel"
         else getattr(linformer_hf, ARCHITECTURE_MAP[architecture]).from_pretrained(str(tmp_path / "linformer"))
+    )
     linformer.eval()
     ids, mask, types = padded_bert_batch()
     with torch.no_grad():
@@ -341,8 +374,9 @@ def test_bert_positions_map_onto_robertas_layout():
     assert torch.equal(table[0], torch.zeros(32))
     torch.testing.assert_close(table[17], table[1], rtol=0, atol=0)  # the unused extra row repeats position 0
     assert linformer.config.type_vocab_size == 2
-    torch.testing.assert_close(linformer.embeddings.token_type_embeddings.weight,
-                               bert.embeddings.token_type_embeddings.weight, rtol=0, atol=0)
+    torch.testing.assert_close(
+        linformer.embeddings.token_type_embeddings.weight, bert.embeddings.token_type_embeddings.weight, rtol=0, atol=0
+    )
     assert "moved to rows 1..16" in report.extended["embeddings.position_embeddings.weight"]
 
 
@@ -356,7 +390,9 @@ def test_bert_tokenizer_round_trips_through_a_converted_folder(tmp_path, wordpie
     text = ("the first season of the series", "was released on DVD")
     expected, actual = wordpiece(*text), reloaded(*text)
     assert actual["input_ids"] == expected["input_ids"] and actual["token_type_ids"] == expected["token_type_ids"]
-    assert reloaded.pad_token_id == 0 == transformers.AutoConfig.from_pretrained(str(tmp_path / "linformer")).pad_token_id
+    assert (
+        reloaded.pad_token_id == 0 == transformers.AutoConfig.from_pretrained(str(tmp_path / "linformer")).pad_token_id
+    )
     assert reloaded.model_max_length == 16
     assert reloaded.convert_ids_to_tokens(actual["input_ids"])[0] == "[CLS]"
 
@@ -374,23 +410,33 @@ def test_bert_heads_without_a_linformer_layout_are_refused(tmp_path):
     save_bert("BertForPreTraining", tmp_path / "bert")
     with pytest.raises(ValueError, match="BertForPreTraining: its next-sentence head"):
         convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"))
-    report = convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"), architecture="BertForMaskedLM",
-                                projected_length=4, copy_tokenizer=False)
+    report = convert_checkpoint(
+        str(tmp_path / "bert"),
+        str(tmp_path / "out"),
+        architecture="BertForMaskedLM",
+        projected_length=4,
+        copy_tokenizer=False,
+    )
     assert report.target_architecture == "LinformerForMaskedLM"
     assert any("seq_relationship" in key for key in report.source_unexpected)  # the dropped NSP head is reported
 
 
 def test_sentence_transformers_pooling_is_copied(tmp_path, wordpiece):
     save_bert("BertModel", tmp_path / "st", wordpiece)
-    (tmp_path / "st" / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]))
+    (tmp_path / "st" / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            ]
+        )
+    )
     (tmp_path / "st" / "1_Pooling").mkdir()
     (tmp_path / "st" / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
     (tmp_path / "st" / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
     report = convert_checkpoint(str(tmp_path / "st"), str(tmp_path / "linformer"), projected_length=4)
     assert json.loads((tmp_path / "linformer" / "1_Pooling" / "config.json").read_text()) == {
-        "pooling_mode_mean_tokens": True}
+        "pooling_mode_mean_tokens": True
+    }
     assert (tmp_path / "linformer" / "modules.json").exists()
     assert any("sentence-transformers modules copied" in note for note in report.notes)

@@ -33,8 +33,16 @@ def test_rms_is_that_of_the_attention_output_and_scales_with_f():
 
 
 def test_works_for_roberta_and_restores_training_mode():
-    model = RobertaModel(RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                       intermediate_size=37, max_position_embeddings=40)).train()
+    model = RobertaModel(
+        RobertaConfig(
+            vocab_size=99,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=40,
+        )
+    ).train()
     ids = random_batch(2, 20)
     rms = attention_output_rms(model, ids, [4, 20], layers=[1])
     assert set(rms) == {4, 20} and all(len(v) == 1 and v[0] > 0 for v in rms.values())

@@ -1,4 +1,5 @@
-"""Hub packaging: the dry-run folder is complete, loads in a clean process without the package, and its card is valid."""
+"""Hub packaging: the dry-run folder is complete, loads in a clean process without the package, and its card is
+valid."""
 
 import json
 import os
@@ -13,7 +14,13 @@ from huggingface_hub import ModelCard
 from tiny_roberta import build_tokenizer, randomize_all, tiny_roberta_config
 
 from linformer_hf.conversion import convert_checkpoint
-from linformer_hf.hub import check_remote_loading, load_linformer, prepare_model_folder, render_model_card, validate_model_card
+from linformer_hf.hub import (
+    check_remote_loading,
+    load_linformer,
+    prepare_model_folder,
+    render_model_card,
+    validate_model_card,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import push_to_hub  # noqa: E402
@@ -25,11 +32,18 @@ CARD_INFO = {
     "language": "en",
     "datasets": ["glue"],
     "training_data": "SST-2 train split (fine-tuning)",
-    "eval_results": [{
-        "task_type": "text-classification", "task_name": "Sentiment", "dataset_type": "glue",
-        "dataset_name": "SST-2", "dataset_config": "sst2", "dataset_split": "validation",
-        "metric_type": "accuracy", "metric_value": 0.5123,
-    }],
+    "eval_results": [
+        {
+            "task_type": "text-classification",
+            "task_name": "Sentiment",
+            "dataset_type": "glue",
+            "dataset_name": "SST-2",
+            "dataset_config": "sst2",
+            "dataset_split": "validation",
+            "metric_type": "accuracy",
+            "metric_value": 0.5123,
+        }
+    ],
 }
 
 
@@ -44,8 +58,13 @@ def converted(tmp_path_factory):
         randomize_all(roberta)
         roberta.save_pretrained(root / architecture)
         tokenizer.save_pretrained(root / architecture)
-        convert_checkpoint(str(root / architecture), str(root / f"linformer-{architecture}"),
-                           max_sequence_length=32, projected_length=8, sharing=sharing)
+        convert_checkpoint(
+            str(root / architecture),
+            str(root / f"linformer-{architecture}"),
+            max_sequence_length=32,
+            projected_length=8,
+            sharing=sharing,
+        )
         folders[architecture] = str(root / f"linformer-{architecture}")
     return root, folders
 
@@ -56,10 +75,18 @@ def test_dry_run_folder_loads_in_a_clean_process_without_the_package(converted, 
     for architecture, folder in folders.items():
         repo_id = f"someone/linformer-{architecture.lower()}"
         output_dir = str(tmp_path / architecture)
-        push_to_hub.main([folder, repo_id, "--dry-run", "--output-dir", output_dir, "--skip-remote-check"])
+        push_to_hub.main([folder, repo_id, "--dry_run", "--output_dir", output_dir, "--skip_remote_check"])
         names = set(os.listdir(output_dir))
-        assert {"config.json", "model.safetensors", "modeling_linformer.py", "configuration_linformer.py",
-                "README.md", "tokenizer.json", "tokenizer_config.json", "conversion_report.json"} <= names
+        assert {
+            "config.json",
+            "model.safetensors",
+            "modeling_linformer.py",
+            "configuration_linformer.py",
+            "README.md",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "conversion_report.json",
+        } <= names
         assert not any(name.endswith(".bin") for name in names)
         config = json.loads(open(os.path.join(output_dir, "config.json")).read())
         assert config["auto_map"]["AutoModel"] == "modeling_linformer.LinformerModel"
@@ -68,10 +95,12 @@ def test_dry_run_folder_loads_in_a_clean_process_without_the_package(converted, 
         prepared[architecture] = output_dir
 
     # Every head saved, plus the bare encoder from each folder, all in one clean process.
-    jobs = [(prepared["RobertaForMaskedLM"], "AutoModelForMaskedLM"),
-            (prepared["RobertaForSequenceClassification"], "AutoModelForSequenceClassification"),
-            (prepared["RobertaForMaskedLM"], "AutoModel"),
-            (prepared["RobertaForSequenceClassification"], "AutoModel")]
+    jobs = [
+        (prepared["RobertaForMaskedLM"], "AutoModelForMaskedLM"),
+        (prepared["RobertaForSequenceClassification"], "AutoModelForSequenceClassification"),
+        (prepared["RobertaForMaskedLM"], "AutoModel"),
+        (prepared["RobertaForSequenceClassification"], "AutoModel"),
+    ]
     results = check_remote_loading([folder for folder, _ in jobs], TEXTS, [auto for _, auto in jobs])
     assert len(results) == len(jobs)
     for (folder, auto_name), result in zip(jobs, results, strict=True):
@@ -94,8 +123,14 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
     (tmp_path / "efficiency.csv").write_text("n,k,time_ms_linformer,time_ms_roberta\n32,8,1.5,2.0\n")
     (tmp_path / "recipe.yaml").write_text("optimizer:\n  lr: 0.0005\n  betas: [0.9, 0.98]\nmax_steps: 1000\n")
     output_dir = str(tmp_path / "folder")
-    prepare_model_folder(folder, output_dir, "someone/linformer-sst2", card_info_path=str(tmp_path / "card.json"),
-                         efficiency_path=str(tmp_path / "efficiency.csv"), recipe_path=str(tmp_path / "recipe.yaml"))
+    prepare_model_folder(
+        folder,
+        output_dir,
+        "someone/linformer-sst2",
+        card_info_path=str(tmp_path / "card.json"),
+        efficiency_path=str(tmp_path / "efficiency.csv"),
+        recipe_path=str(tmp_path / "recipe.yaml"),
+    )
     content = open(os.path.join(output_dir, "README.md")).read()
 
     metadata = yaml.safe_load(content.split("---\n", 2)[1])
@@ -117,8 +152,10 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
     assert "lr: 0.0005" in content  # recipe
     assert "| Sentiment | SST-2 (sst2) | validation | accuracy | 0.5123 |" in content
     assert "18 -> 34 rows" in content  # the conversion report's position extension
-    assert 'AutoModelForSequenceClassification.from_pretrained("someone/linformer-sst2", trust_remote_code=True)' \
+    assert (
+        'AutoModelForSequenceClassification.from_pretrained("someone/linformer-sst2", trust_remote_code=True)'
         in content
+    )
     assert "{{" not in content and "{%" not in content
 
 
@@ -151,8 +188,9 @@ def test_bad_inputs_are_errors(converted, tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         prepare_model_folder(folders["RobertaForMaskedLM"], str(tmp_path / "out"), "someone/x")
     with pytest.raises(FileNotFoundError, match="No tokenizer"):
-        prepare_model_folder(folders["RobertaForMaskedLM"], str(tmp_path / "o2"), "someone/x",
-                             tokenizer_path=str(tmp_path / "out"))
+        prepare_model_folder(
+            folders["RobertaForMaskedLM"], str(tmp_path / "o2"), "someone/x", tokenizer_path=str(tmp_path / "out")
+        )
 
 
 def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_path, capsys):
@@ -161,7 +199,7 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
     out.mkdir()
     (out / "keep.txt").write_text("an earlier folder")
     roberta_folder = str(root / "RobertaForMaskedLM")
-    args = ["someone/x", "--dry-run", "--output-dir", str(out), "--overwrite", "--skip-remote-check"]
+    args = ["someone/x", "--dry_run", "--output_dir", str(out), "--overwrite", "--skip_remote_check"]
     assert push_to_hub.main([roberta_folder] + args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and "holds a 'roberta' model, not a Linformer" in error
@@ -190,8 +228,10 @@ def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transform
     assert set(PIPELINE_TAGS) == {cls.__name__ for cls in linformer_hf.LINFORMER_HEADS.values()}
     for architecture, tag in PIPELINE_TAGS.items():
         if tag is not None:  # the pipeline of that task builds this head
-            assert transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__ == \
-                {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
+            assert (
+                transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__
+                == {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
+            )
     assert set(SHARING_MEANING) == set(linformer_hf.SHARING_MODES)  # every sharing mode is explained in the card
     assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"

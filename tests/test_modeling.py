@@ -330,7 +330,9 @@ def test_trainer_gradient_accumulation_matches_the_larger_batch_for_mlm(tokenize
 
 def test_trainer_gradient_accumulation_matches_the_larger_batch_for_classification(tmp_path):
     ids = random_batch(8, 10)
-    dataset = [{"input_ids": ids[i], "attention_mask": torch.ones(10, dtype=torch.long), "labels": i % 2} for i in range(8)]
+    dataset = [
+        {"input_ids": ids[i], "attention_mask": torch.ones(10, dtype=torch.long), "labels": i % 2} for i in range(8)
+    ]
     results = []
     for batch_size, accumulation in [(8, 1), (2, 4)]:
         torch.manual_seed(0)

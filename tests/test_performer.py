@@ -169,8 +169,9 @@ def test_causal_favor_at_position_i_is_bidirectional_favor_of_the_prefix():
         causal = favor_attention(q, k, v, mask, w, kernel=kernel, causal=True, chunk_size=3)
         assert torch.isfinite(causal).all()
         for i in range(2, 11):
-            prefix = favor_attention(q[..., : i + 1, :], k[..., : i + 1, :], v[..., : i + 1, :], mask[:, : i + 1], w,
-                                     kernel=kernel)
+            prefix = favor_attention(
+                q[..., : i + 1, :], k[..., : i + 1, :], v[..., : i + 1, :], mask[:, : i + 1], w, kernel=kernel
+            )
             torch.testing.assert_close(causal[..., i, :], prefix[..., i, :], atol=1e-5, rtol=1e-5)
 
 
@@ -187,8 +188,17 @@ def test_padded_keys_take_no_part_in_favor_not_even_in_the_stabiliser(kernel, ca
     mask = torch.ones(2, 10)
     mask[:, 6:] = 0
     padded = favor_attention(q, k, v, mask, w, kernel=kernel, epsilon=0.05, causal=causal, chunk_size=4)
-    alone = favor_attention(q[..., :6, :], k[..., :6, :], v[..., :6, :], mask[:, :6], w, kernel=kernel, epsilon=0.05,
-                            causal=causal, chunk_size=4)
+    alone = favor_attention(
+        q[..., :6, :],
+        k[..., :6, :],
+        v[..., :6, :],
+        mask[:, :6],
+        w,
+        kernel=kernel,
+        epsilon=0.05,
+        causal=causal,
+        chunk_size=4,
+    )
     torch.testing.assert_close(padded[..., :6, :], alone, atol=1e-6, rtol=1e-5)
 
 
@@ -228,8 +238,9 @@ def test_fp16_autocast_key_sums_do_not_overflow(causal):
     expected = favor_attention(q, k, v, mask, w, causal=causal, chunk_size=512)
     for dtype in (torch.float16, torch.bfloat16):
         with torch.autocast("cpu", dtype=dtype):
-            got = favor_attention(q.to(dtype), k.to(dtype), v.to(dtype), mask, w.to(dtype), causal=causal,
-                                  chunk_size=512)
+            got = favor_attention(
+                q.to(dtype), k.to(dtype), v.to(dtype), mask, w.to(dtype), causal=causal, chunk_size=512
+            )
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         # Inputs rounded to the half type: the output moves by that rounding only.
         torch.testing.assert_close(got, expected, rtol=0.02, atol=0.0)
@@ -448,8 +459,14 @@ def test_trainer_runs_and_counts_every_training_call(model_class, tmp_path):
     model = model_class(config_for_head(model_class, num_labels=2, feature_redraw_interval=2))
     start = features_of(model)
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=3, learning_rate=1e-3, report_to=[],
-        use_cpu=True, save_strategy="no", logging_steps=1,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        max_steps=3,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1,
     )
     trainer = Trainer(model=model, args=args, train_dataset=_ListDataset(rows))
     trainer.train()
@@ -464,8 +481,16 @@ def test_a_roberta_checkpoint_loads_with_only_the_features_missing_and_approxima
     Performer computes nearly what the RoBERTa it came from computes (the paper's backward compatibility)."""
     from transformers import RobertaConfig, RobertaModel
 
-    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                 max_position_embeddings=66, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    sizes = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     roberta = RobertaModel(RobertaConfig(**sizes), add_pooling_layer=False).eval()
     with torch.no_grad():  # attention logits of std ~0.5, not the near-uniform attention of a fresh init
         for name, param in roberta.named_parameters():
@@ -493,8 +518,16 @@ def test_a_roberta_checkpoint_loads_with_only_the_features_missing_and_approxima
 def test_teacher_queries_and_keys_are_what_each_layer_computes():
     from transformers import RobertaConfig, RobertaModel
 
-    roberta = RobertaModel(RobertaConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                         intermediate_size=37, max_position_embeddings=66)).eval()
+    roberta = RobertaModel(
+        RobertaConfig(
+            vocab_size=99,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=66,
+        )
+    ).eval()
     ids = random_batch(2, 9)
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0
@@ -519,8 +552,20 @@ def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
     tokenizer.save_pretrained(tmp_path / "model")
     RobertaModel(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "model")
     result = measure_favor_error.main(
-        [str(tmp_path / "model"), WIKITEXT, str(tmp_path / "error.json"), "--seq-len", "16", "--max-inputs", "3",
-         "--ms", "8", "64", "--seeds", "2"]
+        [
+            str(tmp_path / "model"),
+            WIKITEXT,
+            str(tmp_path / "error.json"),
+            "--seq_len",
+            "16",
+            "--max_inputs",
+            "3",
+            "--ms",
+            "8",
+            "64",
+            "--seeds",
+            "2",
+        ]
     )
     assert json.loads((tmp_path / "error.json").read_text()) == result
     assert result["inputs"] == 3 and result["seq_len"] == 16

@@ -5,7 +5,6 @@ items 2-4): schedule and step counts, held-out percentages, fp16 on a CPU, fine-
 import os
 
 import pytest
-
 from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, tiny_pretrain_overrides
 
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe
@@ -22,8 +21,15 @@ def model_dir(tmp_path_factory):
     from linformer_hf import LinformerConfig
 
     out = tmp_path_factory.mktemp("model")
-    LinformerConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                    intermediate_size=32, max_sequence_length=32, projected_length=8).save_pretrained(out)
+    LinformerConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_sequence_length=32,
+        projected_length=8,
+    ).save_pretrained(out)
     return str(out)
 
 
@@ -37,18 +43,25 @@ def finetune(model_dir, **extra):
 # Item 2: settings checked before the work, not after it
 # ------------------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("training, message", [
-    # The polynomial schedule divides by max_steps - warmup_steps at the last update.
-    ({"warmup_steps": 10}, r"warmup_steps=10 must be smaller than training.max_steps=10.*polynomial"),
-    ({"warmup_steps": 30, "lr_scheduler_type": "linear"}, r"warmup_steps=30 must be smaller than training.max_steps=10"),
-    ({"warmup_steps": -1}, r"training.warmup_steps must be >= 0, got -1"),
-    ({"max_steps": -5}, r"training.max_steps must be >= 1, got -5"),
-    ({"checkpointing_steps": -2}, r"training.checkpointing_steps must be >= 1 \(or null: never\), got -2"),
-    ({"eval_steps": -1}, r"training.eval_steps must be >= 1 \(or null: never\), got -1"),
-    ({"checkpoints_total_limit": -1}, r"training.checkpoints_total_limit must be >= 1"),
-    ({"stop_after_steps": 0}, r"training.stop_after_steps must be >= 1"),
-    ({"learning_rate": 0}, r"training.learning_rate must be > 0"),
-])
+
+@pytest.mark.parametrize(
+    "training, message",
+    [
+        # The polynomial schedule divides by max_steps - warmup_steps at the last update.
+        ({"warmup_steps": 10}, r"warmup_steps=10 must be smaller than training.max_steps=10.*polynomial"),
+        (
+            {"warmup_steps": 30, "lr_scheduler_type": "linear"},
+            r"warmup_steps=30 must be smaller than training.max_steps=10",
+        ),
+        ({"warmup_steps": -1}, r"training.warmup_steps must be >= 0, got -1"),
+        ({"max_steps": -5}, r"training.max_steps must be >= 1, got -5"),
+        ({"checkpointing_steps": -2}, r"training.checkpointing_steps must be >= 1 \(or null: never\), got -2"),
+        ({"eval_steps": -1}, r"training.eval_steps must be >= 1 \(or null: never\), got -1"),
+        ({"checkpoints_total_limit": -1}, r"training.checkpoints_total_limit must be >= 1"),
+        ({"stop_after_steps": 0}, r"training.stop_after_steps must be >= 1"),
+        ({"learning_rate": 0}, r"training.learning_rate must be > 0"),
+    ],
+)
 def test_pretraining_settings_refused_at_load(training, message):
     with pytest.raises(ConfigError, match=message):
         pretrain(**{f"training.{k}": v for k, v in training.items()})
@@ -67,13 +80,16 @@ def test_validation_split_percentage_must_be_inside_0_100(percentage, model_dir)
         finetune(model_dir, **{"data.validation_split_percentage": percentage})
 
 
-@pytest.mark.parametrize("training, message", [
-    ({"num_train_epochs": 0}, r"training.num_train_epochs must be > 0 \(or set training.max_steps\), got 0"),
-    ({"num_train_epochs": -1.5}, r"training.num_train_epochs must be > 0"),
-    ({"max_steps": -3}, r"training.max_steps must be >= 1 \(or null: train for num_train_epochs\), got -3"),
-    ({"eval_steps": -10}, r"training.eval_steps must be >= 1"),
-    ({"warmup_ratio": 1.0}, r"training.warmup_ratio must be in \[0, 1\), got 1.0"),
-])
+@pytest.mark.parametrize(
+    "training, message",
+    [
+        ({"num_train_epochs": 0}, r"training.num_train_epochs must be > 0 \(or set training.max_steps\), got 0"),
+        ({"num_train_epochs": -1.5}, r"training.num_train_epochs must be > 0"),
+        ({"max_steps": -3}, r"training.max_steps must be >= 1 \(or null: train for num_train_epochs\), got -3"),
+        ({"eval_steps": -10}, r"training.eval_steps must be >= 1"),
+        ({"warmup_ratio": 1.0}, r"training.warmup_ratio must be in \[0, 1\), got 1.0"),
+    ],
+)
 def test_finetuning_settings_refused_at_load(training, message, model_dir):
     with pytest.raises(ConfigError, match=message):
         finetune(model_dir, **{f"training.{k}": v for k, v in training.items()})
@@ -108,10 +124,11 @@ def test_fp16_on_cpu_says_it_runs_fp32(tmp_path, caplog):
 # Item 3: fine-tuning labels are checked against num_labels when the data is loaded
 # ------------------------------------------------------------------------------------------------------------------
 
+
 def write_sst2(path, labels):
     """An SST-2 layout file with real sentences and the given label cells (strings, written as they are)."""
     with open(SST2_TRAIN, encoding="utf-8") as fh:
-        sentences = [line.split("\t")[0] for line in list(fh)[1:len(labels) + 1]]
+        sentences = [line.split("\t")[0] for line in list(fh)[1 : len(labels) + 1]]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("sentence\tlabel\n")
         for sentence, label in zip(sentences, labels):
@@ -119,13 +136,16 @@ def write_sst2(path, labels):
     return str(path)
 
 
-@pytest.mark.parametrize("cell, shown", [
-    ("2", "2"),  # out of range for num_labels=2: crashed mid-training
-    ("1.5", "1.5"),  # was truncated to 1
-    ("pos", "'pos'"),
-    ("-1", "-1"),
-    ("", "missing"),  # was a TypeError
-])
+@pytest.mark.parametrize(
+    "cell, shown",
+    [
+        ("2", "2"),  # out of range for num_labels=2: crashed mid-training
+        ("1.5", "1.5"),  # was truncated to 1
+        ("pos", "'pos'"),
+        ("-1", "-1"),
+        ("", "missing"),  # was a TypeError
+    ],
+)
 @pytest.mark.parametrize("split", ["train", "validation"])
 def test_bad_label_names_file_line_and_value(model_dir, tmp_path, cell, shown, split):
     from linformer_hf.training.finetuning import load_task_data
@@ -134,8 +154,11 @@ def test_bad_label_names_file_line_and_value(model_dir, tmp_path, cell, shown, s
     labels[6] = cell  # data row 7 = line 8 of the file (after the header)
     bad = write_sst2(tmp_path / f"bad_{split}.tsv", labels)
     good = write_sst2(tmp_path / "good.tsv", ["0", "1"] * 10)
-    files = {"data.train_file": bad, "data.validation_file": good} if split == "train" else \
-        {"data.train_file": good, "data.validation_file": bad}
+    files = (
+        {"data.train_file": bad, "data.validation_file": good}
+        if split == "train"
+        else {"data.train_file": good, "data.validation_file": bad}
+    )
     with pytest.raises(ConfigError) as err:
         load_task_data(finetune(model_dir, **files))
     message = str(err.value)
@@ -167,6 +190,7 @@ def test_good_labels_load_unchanged(model_dir):
 # Item 4: the scripts print one `error:` line, never a traceback, for input the user can fix
 # ------------------------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     from linformer_hf.training.tokenizer import train_bpe_tokenizer
@@ -189,9 +213,24 @@ def run_main(script, argv, capsys):
 
 
 def pretrain_argv(tokenizer_dir, tmp_path, *extra):
-    return ["--config", "configs/pretrain/demo.yaml", "--no_progress", "--model.config_file", "configs/model/tiny_test.yaml",
-            "--tokenizer.name_or_path", tokenizer_dir, "--data.train_files", f"[{WIKITEXT}]", "--data.validation_files",
-            "[]", "--data.block_size", "64", "--training.output_dir", str(tmp_path / "out"), *extra]
+    return [
+        "--config",
+        "configs/pretrain/demo.yaml",
+        "--no_progress",
+        "--model.config_file",
+        "configs/model/tiny_test.yaml",
+        "--tokenizer.name_or_path",
+        tokenizer_dir,
+        "--data.train_files",
+        f"[{WIKITEXT}]",
+        "--data.validation_files",
+        "[]",
+        "--data.block_size",
+        "64",
+        "--training.output_dir",
+        str(tmp_path / "out"),
+        *extra,
+    ]
 
 
 def test_invalid_yaml_is_an_error_line(tokenizer_dir, tmp_path, capsys):
@@ -207,11 +246,14 @@ def test_invalid_yaml_is_an_error_line(tokenizer_dir, tmp_path, capsys):
     assert str(model_yaml) in line and "not valid YAML" in line
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "has no text (it is empty or only blank lines)"),
-    ("\n   \n\n", "has no text (it is empty or only blank lines)"),
-    ("A single document on a single line.\n\n", "hold a single document"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "has no text (it is empty or only blank lines)"),
+        ("\n   \n\n", "has no text (it is empty or only blank lines)"),
+        ("A single document on a single line.\n\n", "hold a single document"),
+    ],
+)
 def test_empty_or_one_line_corpus_is_an_error_line(tokenizer_dir, tmp_path, capsys, content, message):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(content)
@@ -223,18 +265,26 @@ def test_empty_or_one_line_corpus_is_an_error_line(tokenizer_dir, tmp_path, caps
         with pytest.raises(ConfigError, match="no block of 64 tokens"):  # too short for a block: a clear error too
             from linformer_hf.training.pretraining import run_pretraining
 
-            run_pretraining(load_recipe(PretrainRecipe, None, extra=tiny_pretrain_overrides(
-                tokenizer_dir, tmp_path / "o2", max_steps=3) | {"data.train_files": [str(corpus)],
-                                                                "data.validation_files": [WIKITEXT]}),
-                            show_progress=False)
+            run_pretraining(
+                load_recipe(
+                    PretrainRecipe,
+                    None,
+                    extra=tiny_pretrain_overrides(tokenizer_dir, tmp_path / "o2", max_steps=3)
+                    | {"data.train_files": [str(corpus)], "data.validation_files": [WIKITEXT]},
+                ),
+                show_progress=False,
+            )
 
 
 @pytest.mark.parametrize("content", ["", "\n \n"])
 def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, content):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(content)
-    line = run_main("train_tokenizer", ["--files", str(corpus), "--vocab_size", "300", "--output_dir",
-                                        str(tmp_path / "tok")], capsys)
+    line = run_main(
+        "train_tokenizer",
+        ["--files", str(corpus), "--vocab_size", "300", "--output_dir", str(tmp_path / "tok")],
+        capsys,
+    )
     assert "tokenizer training text is empty" in line
     assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
 
@@ -261,9 +311,22 @@ def test_model_config_rejected_by_the_strict_dataclass_is_an_error_line(tokenize
     config["sharing"] = "bogus"
     (saved / "config.json").write_text(json.dumps(config))
     (tmp_path / "sst2.yaml").write_text("data: {task: sst2}\n")
-    line = run_main("finetune", ["--config", str(tmp_path / "sst2.yaml"), "--model.pretrained", str(saved),
-                                 "--model.tokenizer", tokenizer_dir, "--data.train_file", SST2_DEV,
-                                 "--training.output_dir", str(tmp_path / "ft")], capsys)
+    line = run_main(
+        "finetune",
+        [
+            "--config",
+            str(tmp_path / "sst2.yaml"),
+            "--model.pretrained",
+            str(saved),
+            "--model.tokenizer",
+            tokenizer_dir,
+            "--data.train_file",
+            SST2_DEV,
+            "--training.output_dir",
+            str(tmp_path / "ft"),
+        ],
+        capsys,
+    )
     assert "invalid model config" in line and "sharing" in line and "bogus" in line
 
 
@@ -280,17 +343,28 @@ def test_conversion_script_errors(tmp_path, capsys):
     assert "'gpt2' checkpoint" in line and "'bert', 'roberta'" in line
     # The same missing directory given to fine-tuning's on-the-fly conversion.
     with pytest.raises(ConfigError, match="no such directory"):
-        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path / "no_such_model"),
-                                                 "model.convert_from_roberta": {}, "data.train_file": SST2_TRAIN})
+        load_recipe(
+            FinetuneRecipe,
+            None,
+            extra={
+                "model.pretrained": str(tmp_path / "no_such_model"),
+                "model.convert_from_roberta": {},
+                "data.train_file": SST2_TRAIN,
+            },
+        )
 
 
 def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
     from transformers import RobertaConfig
 
     RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32).save_pretrained(
-        tmp_path / "roberta")
-    line = run_main("push_to_hub", [str(tmp_path / "roberta"), "me/model", "--dry-run", "--output-dir",
-                                    str(tmp_path / "hub")], capsys)
+        tmp_path / "roberta"
+    )
+    line = run_main(
+        "push_to_hub",
+        [str(tmp_path / "roberta"), "me/model", "--dry_run", "--output_dir", str(tmp_path / "hub")],
+        capsys,
+    )
     assert "holds a 'roberta' model, not a Linformer" in line and "convert_roberta_to_linformer" in line
 
 
@@ -304,14 +378,19 @@ def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
     # What the Trainer leaves in output_dir when the run is killed: its checkpoint and TensorBoard logs.
     (out / "checkpoint-3").mkdir()
     (out / "runs" / "Nov22_host").mkdir(parents=True)
-    with pytest.raises(ConfigError, match=rf"training.output_dir={out} is not empty \(it holds best, checkpoint-3, "
-                                          r"notes.txt, results.json, runs\).*--training.overwrite_output_dir true"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"training.output_dir={out} is not empty \(it holds best, checkpoint-3, "
+        r"notes.txt, results.json, runs\).*--training.overwrite_output_dir true",
+    ):
         run_finetuning(finetune(model_dir, **{"training.output_dir": str(out)}), show_progress=False)
     assert (out / "best").is_dir() and (out / "results.json").exists() and (out / "checkpoint-3").is_dir()
     # Overwriting deletes the earlier run's outputs only (the model dir here has no weights: the run stops there).
     with pytest.raises(OSError, match="no file named model.safetensors"):
-        run_finetuning(finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
-                       show_progress=False)
+        run_finetuning(
+            finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
+            show_progress=False,
+        )
     assert sorted(os.listdir(out)) == [".run.lock", "notes.txt"]
 
 
@@ -329,15 +408,26 @@ def test_finetuning_is_refused_while_another_run_holds_its_output_dir(model_dir,
     out = tmp_path / "ft"
     out.mkdir()
     (out / "checkpoint-2").mkdir()  # the live run's
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
-                               "from linformer_hf.training.checkpointing import RunLock\n"
-                               "RunLock.acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)", str(out)],
-                              env=script_env(), stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from linformer_hf.training.checkpointing import RunLock\n"
+            "RunLock.acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
+            str(out),
+        ],
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
-            run_finetuning(finetune(model_dir, **{"training.output_dir": str(out),
-                                                  "training.overwrite_output_dir": True}), show_progress=False)
+            run_finetuning(
+                finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
+                show_progress=False,
+            )
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()

@@ -13,11 +13,16 @@ import time
 import pytest
 import torch
 import yaml
-
 from training_utils import REPO, WIKITEXT, script_env, tiny_pretrain_overrides
 
-from linformer_hf.training.checkpointing import (COMPLETE_MARKER, LOCK_FILE, RECIPE_FILE, UPDATE_LOG, list_checkpoints,
-                                                 read_update_log)
+from linformer_hf.training.checkpointing import (
+    COMPLETE_MARKER,
+    LOCK_FILE,
+    RECIPE_FILE,
+    UPDATE_LOG,
+    list_checkpoints,
+    read_update_log,
+)
 from linformer_hf.training.config import ConfigError, PretrainRecipe, apply_overrides, load_recipe
 from linformer_hf.training.pretraining import run_pretraining
 
@@ -47,8 +52,9 @@ def overrides(tokenizer_dir, corpus, out, **training):
 
 
 def run(tokenizer_dir, corpus, out, **training):
-    return run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides(tokenizer_dir, corpus, out, **training)),
-                           show_progress=False)
+    return run_pretraining(
+        load_recipe(PretrainRecipe, None, extra=overrides(tokenizer_dir, corpus, out, **training)), show_progress=False
+    )
 
 
 def losses_by_step(output_dir):
@@ -66,6 +72,7 @@ def losses_by_step(output_dir):
 # Item 1: whose output directory
 # ------------------------------------------------------------------------------------------------------------------
 
+
 def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_dir, small_corpus, tmp_path):
     out = tmp_path / "run"
     first = run(tokenizer_dir, small_corpus, out, max_steps=4)
@@ -81,34 +88,63 @@ def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_di
 
     # `latest` finding the state of a run with another recipe says so, naming every difference.
     with pytest.raises(ConfigError) as err:
-        run(tokenizer_dir, small_corpus, out, max_steps=6, seed=7, per_device_train_batch_size=4,
-            resume_from_checkpoint="latest")
+        run(
+            tokenizer_dir,
+            small_corpus,
+            out,
+            max_steps=6,
+            seed=7,
+            per_device_train_batch_size=4,
+            resume_from_checkpoint="latest",
+        )
     message = str(err.value)
     assert "(step_4) was written by another run" in message
     assert "training.seed: 42 in the checkpoint, 7 now" in message
     assert "training.per_device_train_batch_size: 8 in the checkpoint, 4 now" in message
     with pytest.raises(ConfigError, match=r"model.hidden_size: 32 in the checkpoint, 48 now"):
-        run_pretraining(load_recipe(PretrainRecipe, None, extra={
-            **overrides(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest"),
-            "model.config": {"hidden_size": 48}}), show_progress=False)
+        run_pretraining(
+            load_recipe(
+                PretrainRecipe,
+                None,
+                extra={
+                    **overrides(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest"),
+                    "model.config": {"hidden_size": 48},
+                },
+            ),
+            show_progress=False,
+        )
     with pytest.raises(ConfigError, match=r"data.block_size: 64 in the checkpoint, 32 now"):
-        run_pretraining(load_recipe(PretrainRecipe, None, extra={
-            **overrides(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest"),
-            "data.block_size": 32}), show_progress=False)
+        run_pretraining(
+            load_recipe(
+                PretrainRecipe,
+                None,
+                extra={
+                    **overrides(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest"),
+                    "data.block_size": 32,
+                },
+            ),
+            show_progress=False,
+        )
     # ... and one past this run's max_steps is not taken as this run's.
     with pytest.raises(ConfigError, match=r"at step 4, past training.max_steps=3"):
         run(tokenizer_dir, small_corpus, out, max_steps=3, resume_from_checkpoint="latest")
 
     # Overwrite: the earlier run's checkpoints and final model are gone, so nothing of it is resumed or reported.
-    second = run(tokenizer_dir, small_corpus, out, max_steps=3, checkpointing_steps=3, seed=7,
-                 overwrite_output_dir=True)
+    second = run(
+        tokenizer_dir, small_corpus, out, max_steps=3, checkpointing_steps=3, seed=7, overwrite_output_dir=True
+    )
     assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_3"]
     assert json.loads((out / "final" / "eval_results.json").read_text())["step"] == 3
     assert second["train_losses"][1] != pytest.approx(first["train_losses"][1], abs=1e-6)
     assert not (out / "summary_step4.json").exists()
     with pytest.raises(ConfigError, match="overwrite_output_dir deletes the checkpoints"):
-        load_recipe(PretrainRecipe, None, extra=overrides(tokenizer_dir, small_corpus, out, overwrite_output_dir=True,
-                                                          resume_from_checkpoint="latest"))
+        load_recipe(
+            PretrainRecipe,
+            None,
+            extra=overrides(
+                tokenizer_dir, small_corpus, out, overwrite_output_dir=True, resume_from_checkpoint="latest"
+            ),
+        )
 
 
 def test_an_output_dir_that_cannot_be_written_fails_before_the_work(tokenizer_dir, small_corpus, tmp_path):
@@ -127,12 +163,14 @@ time.sleep(600)
 """
 
 
-def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(tokenizer_dir, small_corpus, tmp_path,
-                                                                            caplog):
+def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(
+    tokenizer_dir, small_corpus, tmp_path, caplog
+):
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(ConfigError) as err:
@@ -153,6 +191,7 @@ def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(tokeni
 # ------------------------------------------------------------------------------------------------------------------
 # Item 5: atomic checkpoints; a torn or corrupt newest one is skipped
 # ------------------------------------------------------------------------------------------------------------------
+
 
 def test_latest_falls_back_past_corrupt_and_torn_checkpoints(tokenizer_dir, small_corpus, tmp_path, caplog):
     full = run(tokenizer_dir, small_corpus, tmp_path / "full")
@@ -234,8 +273,14 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
     recipe = write_recipe(tmp_path / "run.yaml", tokenizer_dir, small_corpus, out, max_steps=max_steps)
 
     # 1) killed during the save of step_4: its files are written, its marker and rename are not.
-    killed = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, "step_4", *pretrain_command(recipe)[2:]],
-                            cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_DURING_SAVE, "step_4", *pretrain_command(recipe)[2:]],
+        cwd=REPO,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert sorted(os.listdir(out / "checkpoints")) == [".tmp-step_4", "step_2"]
 
@@ -245,8 +290,13 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
     rng.seed(seed)
     kill_after, delay = rng.randrange(5, max_steps), rng.uniform(0.0, 0.3)
     context = f"random seed {seed}: second segment killed {delay:.2f} s after update {kill_after}"
-    proc = subprocess.Popen(pretrain_command(recipe, "--resume_from_checkpoint", "latest"), cwd=REPO,
-                            env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        pretrain_command(recipe, "--resume_from_checkpoint", "latest"),
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 240
         while time.time() < deadline and proc.poll() is None:
@@ -260,8 +310,14 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
 
     # 3) resumed to the end (unless the kill came after it: then there is nothing left to do).
     if not (out / "final").exists():
-        resumed = subprocess.run(pretrain_command(recipe, "--resume_from_checkpoint", "latest"), cwd=REPO,
-                                 env=subprocess_env(), capture_output=True, text=True, timeout=300)
+        resumed = subprocess.run(
+            pretrain_command(recipe, "--resume_from_checkpoint", "latest"),
+            cwd=REPO,
+            env=subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert resumed.returncode == 0, f"{context}\n{resumed.stderr[-3000:]}"
     losses = losses_by_step(out)  # every segment, agreeing where they overlap
     assert sorted(losses) == list(range(1, max_steps + 1)), context
@@ -277,14 +333,33 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
 # The orphan of a SIGKILLed `accelerate launch` keeps the lock
 # ------------------------------------------------------------------------------------------------------------------
 
+
 def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tokenizer_dir, small_corpus, tmp_path):
     out = tmp_path / "run"
-    recipe = write_recipe(tmp_path / "r.yaml", tokenizer_dir, small_corpus, out, max_steps=5000,
-                          checkpointing_steps=None)
-    launcher = subprocess.Popen([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
-                                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                                 *pretrain_command(recipe)[1:]], cwd=REPO, env=subprocess_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tokenizer_dir, small_corpus, out, max_steps=5000, checkpointing_steps=None
+    )
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--cpu",
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            *pretrain_command(recipe)[1:],
+        ],
+        cwd=REPO,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     orphan = None
     try:
         deadline = time.time() + 240
@@ -297,8 +372,7 @@ def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tok
         launcher.wait()
         os.kill(orphan, 0)  # still running, and writing
         with pytest.raises(ConfigError) as err:
-            run(tokenizer_dir, small_corpus, out, max_steps=5000, checkpointing_steps=None,
-                overwrite_output_dir=True)
+            run(tokenizer_dir, small_corpus, out, max_steps=5000, checkpointing_steps=None, overwrite_output_dir=True)
         assert f"pid {orphan}" in str(err.value) and "accelerate launch" in str(err.value)
     finally:
         if launcher.poll() is None:

@@ -8,8 +8,8 @@ import os
 import pytest
 from conftest import SHARED_DATA
 
-from linformer_hf.training.config import ConfigError
 from linformer_hf.research.replication import load_plan, prepare_data, pretrain_variant, run_plan, summarize
+from linformer_hf.training.config import ConfigError
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")
@@ -22,21 +22,53 @@ def tiny_overrides(tmp_path, **extra):
         vocab_size=512,
         block_size=64,
         max_eval_blocks=8,
-        model=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                   max_sequence_length=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+        model=dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_sequence_length=64,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        ),
         variants=[
             dict(name="roberta", model_type="roberta"),
             dict(name="linformer_k16", config=dict(projected_length=16)),
-            dict(name="linformer_n128", config=dict(max_sequence_length=128, projected_length=32), block_size=128,
-                 per_device_train_batch_size=2),
+            dict(
+                name="linformer_n128",
+                config=dict(max_sequence_length=128, projected_length=32),
+                block_size=128,
+                per_device_train_batch_size=2,
+            ),
         ],
-        pretrain=dict(seed=3, per_device_train_batch_size=4, max_steps=6, learning_rate=1e-3, warmup_steps=1,
-                      eval_steps=3, logging_steps=3),
+        pretrain=dict(
+            seed=3,
+            per_device_train_batch_size=4,
+            max_steps=6,
+            learning_rate=1e-3,
+            warmup_steps=1,
+            eval_steps=3,
+            logging_steps=3,
+        ),
         finetune=[
-            dict(name="sst2", task="sst2", max_seq_length=32, max_train_samples=64, max_eval_samples=32,
-                 num_train_epochs=1, variants=["roberta", "linformer_k16"]),
-            dict(name="imdb_n128", task="imdb", max_seq_length=128, max_train_samples=32, max_eval_samples=16,
-                 num_train_epochs=1, seeds=[2]),
+            dict(
+                name="sst2",
+                task="sst2",
+                max_seq_length=32,
+                max_train_samples=64,
+                max_eval_samples=32,
+                num_train_epochs=1,
+                variants=["roberta", "linformer_k16"],
+            ),
+            dict(
+                name="imdb_n128",
+                task="imdb",
+                max_seq_length=128,
+                max_train_samples=32,
+                max_eval_samples=16,
+                num_train_epochs=1,
+                seeds=[2],
+            ),
         ],
         seeds=[1],
     )
@@ -64,17 +96,26 @@ def test_heldout_reviews_never_reach_pretraining(tmp_path):
     "overrides,message",
     [
         (dict(variants=[dict(name="a"), dict(name="a")]), "unique names"),
-        (dict(finetune=[dict(name="x", task="qnli", max_seq_length=64)]), r"finetune\[0\].task: must be one of 'sst2', 'imdb'"),
+        (
+            dict(finetune=[dict(name="x", task="qnli", max_seq_length=64)]),
+            r"finetune\[0\].task: must be one of 'sst2', 'imdb'",
+        ),
         (dict(finetune=[dict(name="x", task="sst2", max_seq_length=64, variants=["nope"])]), "unknown variants"),
         (dict(variants=[dict(name="a", sharing="none")]), r"Unknown key\(s\) 'variants\[0\].sharing'"),
-        (dict(variants=[dict(name="a", config=dict(projected_lenght=8))]), r"Unknown LinformerConfig field.*projected_lenght"),
+        (
+            dict(variants=[dict(name="a", config=dict(projected_lenght=8))]),
+            r"Unknown LinformerConfig field.*projected_lenght",
+        ),
         (dict(variants=[dict(name="a", config=dict(projected_length=1024))]), "Invalid LinformerConfig"),
         (dict(pretrain=dict(max_steps="many")), "pretrain.max_steps: expected an integer"),
         (dict(pretrain=dict(lr_scheduler_type="cosin")), "lr_scheduler_type must be one of"),
         (dict(pretrain_data=dict(mlm_probability=1.5)), "mlm_probability must be in"),
         (dict(pretrain_data=dict(block_size=128)), "pretrain_data.block_size is set by the replication"),
         # every run starts over in its own directory: neither resumed nor left to the plan to overwrite
-        (dict(pretrain=dict(resume_from_checkpoint="latest")), "pretrain.resume_from_checkpoint is set by the replication"),
+        (
+            dict(pretrain=dict(resume_from_checkpoint="latest")),
+            "pretrain.resume_from_checkpoint is set by the replication",
+        ),
         (dict(pretrain=dict(overwrite_output_dir=True)), "pretrain.overwrite_output_dir is set by the replication"),
         (dict(data_dir="/nonexistent"), "not found under data_dir"),
         (dict(learning_rate=1.0), "Unknown key"),
@@ -104,6 +145,7 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
             started.append(message)
             if len(started) == 2:
                 raise Stop
+
     with pytest.raises(Stop):
         run_plan(plan, log=stop_at_second_finetune)
     partial = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -158,8 +200,20 @@ def test_plan_overrides_use_the_recipe_parser(tmp_path):
     """One override style: --key value and --section.key value, parsed and applied as a recipe's are."""
     from linformer_hf.training.config import parse_overrides
 
-    overrides = parse_overrides(["--output_dir", str(tmp_path), "--data_dir", SHARED_DATA, "--pretrain.seed=43",
-                                 "--model.hidden_size", "32", "--seeds", "[1, 2]"], top_level_keys=True)
+    overrides = parse_overrides(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--data_dir",
+            SHARED_DATA,
+            "--pretrain.seed=43",
+            "--model.hidden_size",
+            "32",
+            "--seeds",
+            "[1, 2]",
+        ],
+        top_level_keys=True,
+    )
     plan = load_plan(QUICK, overrides)
     quick = load_plan(QUICK, dict(data_dir=SHARED_DATA))
     assert plan.pretrain == dataclasses.replace(quick.pretrain, seed=43)
@@ -175,10 +229,18 @@ def test_variant_n_is_the_models_longest_input():
     from linformer_hf.research.replication import variant_model_fields, variant_n
     from linformer_hf.training.model_setup import make_config
 
-    plan = load_plan(QUICK, dict(data_dir=SHARED_DATA, variants=[
-        dict(name="r", model_type="roberta"), dict(name="r1024", model_type="roberta", block_size=1024),
-        dict(name="l", config=dict(projected_length=64)),
-        dict(name="l1024", config=dict(max_sequence_length=1024, projected_length=64), block_size=1024)]))
+    plan = load_plan(
+        QUICK,
+        dict(
+            data_dir=SHARED_DATA,
+            variants=[
+                dict(name="r", model_type="roberta"),
+                dict(name="r1024", model_type="roberta", block_size=1024),
+                dict(name="l", config=dict(projected_length=64)),
+                dict(name="l1024", config=dict(max_sequence_length=1024, projected_length=64), block_size=1024),
+            ],
+        ),
+    )
     assert [variant_n(plan, v) for v in plan.variants] == [512, 1024, 512, 1024]
     for v in plan.variants:
         config = make_config(v.model_type, {**variant_model_fields(plan, v), "pad_token_id": 1})
@@ -189,8 +251,11 @@ def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_pa
     """No pretrain.max_steps (the recipe default applies) and a time budget that ends the run after one update."""
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
-    overrides = tiny_overrides(tmp_path, pretrain=dict(seed=3, per_device_train_batch_size=4, max_train_minutes=0.0,
-                                                       warmup_steps=1), rms_lengths=[16])
+    overrides = tiny_overrides(
+        tmp_path,
+        pretrain=dict(seed=3, per_device_train_batch_size=4, max_train_minutes=0.0, warmup_steps=1),
+        rms_lengths=[16],
+    )
     plan = load_plan(QUICK, overrides)
     paths = prepare_data(plan)
     tokenizer_dir = str(tmp_path / "tok")

@@ -40,11 +40,14 @@ def test_roberta_spectrum_averages_per_input_svds():
 
     attentions = model(ids, output_attentions=True).attentions
     layer, head = 1, 2
-    by_hand = sum(
-        torch.linalg.svdvals(attentions[layer][i, head].double()).cumsum(0)
-        / torch.linalg.svdvals(attentions[layer][i, head].double()).sum()
-        for i in range(3)
-    ) / 3
+    by_hand = (
+        sum(
+            torch.linalg.svdvals(attentions[layer][i, head].double()).cumsum(0)
+            / torch.linalg.svdvals(attentions[layer][i, head].double()).sum()
+            for i in range(3)
+        )
+        / 3
+    )
     torch.testing.assert_close(spectrum.curves[layer, head], by_hand.float(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(spectrum.at_index(5), spectrum.curves[..., 4])
     with pytest.raises(ValueError, match="index 13 is outside 1..12"):
@@ -52,9 +55,17 @@ def test_roberta_spectrum_averages_per_input_svds():
 
 
 def test_linformer_spectrum_has_k_singular_values():
-    config = LinformerConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=37, max_sequence_length=16, projected_length=[8, 4], sharing="none",
-                             attn_implementation="eager")
+    config = LinformerConfig(
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_sequence_length=16,
+        projected_length=[8, 4],
+        sharing="none",
+        attn_implementation="eager",
+    )
     model = LinformerModel(config).eval()
     spectrum = compute_spectrum(model, torch.randint(3, 300, (2, 16)))
     assert spectrum.curves.shape == (2, 4, 8)
@@ -83,7 +94,7 @@ def test_script_writes_csv_plots_and_summary(tmp_path):
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
 
-    analyze_spectrum.main([str(directory), SST2_DEV, str(tmp_path / "out"), "--max-inputs", "4", "--index", "4"])
+    analyze_spectrum.main([str(directory), SST2_DEV, str(tmp_path / "out"), "--max_inputs", "4", "--index", "4"])
     out = tmp_path / "out"
     with open(out / "spectrum_curves.csv") as handle:
         rows = list(csv.DictReader(handle))

@@ -1,12 +1,12 @@
-"""Bad input fails clearly, before any training: unknown keys, missing files/columns, block size > n, bad checkpoints."""
+"""Bad input fails clearly, before any training: unknown keys, missing files/columns, block size > n, bad
+checkpoints."""
 
 import os
 
 import pytest
-
 from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, run_script, tiny_pretrain_overrides
 
-from linformer_hf.training.config import (ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe, parse_overrides)
+from linformer_hf.training.config import ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe, parse_overrides
 from linformer_hf.training.pretraining import run_pretraining
 from linformer_hf.training.tokenizer import train_bpe_tokenizer
 
@@ -40,16 +40,33 @@ def test_unknown_key_is_named_and_allowed_keys_listed(tmp_path):
 
 
 def test_overrides_are_typed():
-    extra = parse_overrides(["--training.learning_rate", "5e-4", "--training.max_steps=10", "--training.warmup_steps=2",
-                             "--data.train_files",
-                             f"[{WIKITEXT}]", "--training.max_grad_norm", "null", "--training.report_to", "tensorboard"])
+    extra = parse_overrides(
+        [
+            "--training.learning_rate",
+            "5e-4",
+            "--training.max_steps=10",
+            "--training.warmup_steps=2",
+            "--data.train_files",
+            f"[{WIKITEXT}]",
+            "--training.max_grad_norm",
+            "null",
+            "--training.report_to",
+            "tensorboard",
+        ]
+    )
     recipe = load_recipe(PretrainRecipe, None, extra=extra)
     assert recipe.training.learning_rate == 5e-4 and isinstance(recipe.training.learning_rate, float)
     assert recipe.training.max_steps == 10 and recipe.training.max_grad_norm is None
     assert recipe.training.report_to == ["tensorboard"]
     # The defaults are the paper's (fairseq RoBERTa) recipe.
     t = recipe.training
-    assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay, t.learning_rate) == (0.9, 0.98, 1e-6, 0.01, 5e-4)
+    assert (t.adam_beta1, t.adam_beta2, t.adam_epsilon, t.weight_decay, t.learning_rate) == (
+        0.9,
+        0.98,
+        1e-6,
+        0.01,
+        5e-4,
+    )
     with pytest.raises(ConfigError, match="training.max_steps: expected an integer"):
         load_recipe(PretrainRecipe, None, extra={"training.max_steps": "many", "data.train_files": [WIKITEXT]})
 
@@ -93,8 +110,9 @@ def test_bad_checkpoint_dirs(tokenizer_dir, tmp_path):
 
 
 def test_missing_tokenizer_dir_says_how_to_make_one(tmp_path):
-    recipe = load_recipe(PretrainRecipe, None, extra={"data.train_files": [WIKITEXT],
-                                                      "tokenizer.name_or_path": str(tmp_path / "tok")})
+    recipe = load_recipe(
+        PretrainRecipe, None, extra={"data.train_files": [WIKITEXT], "tokenizer.name_or_path": str(tmp_path / "tok")}
+    )
     with pytest.raises(ConfigError, match="python -m linformer_hf.training.train_tokenizer"):
         run_pretraining(recipe, show_progress=False)
 
@@ -104,19 +122,37 @@ def test_finetune_missing_column_and_not_a_model_dir(tmp_path):
 
     with pytest.raises(ConfigError, match="has no config.json"):
         load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path), "data.train_file": SST2_TRAIN})
-    LinformerConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                    intermediate_size=32, max_sequence_length=32, projected_length=8).save_pretrained(tmp_path)
-    recipe = load_recipe(FinetuneRecipe, None, extra={
-        "model.pretrained": str(tmp_path), "data.task": "qnli", "data.train_file": SST2_TRAIN,
-        "data.validation_file": SST2_DEV, "training.output_dir": str(tmp_path / "o")})
+    LinformerConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_sequence_length=32,
+        projected_length=8,
+    ).save_pretrained(tmp_path)
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": str(tmp_path),
+            "data.task": "qnli",
+            "data.train_file": SST2_TRAIN,
+            "data.validation_file": SST2_DEV,
+            "training.output_dir": str(tmp_path / "o"),
+        },
+    )
     from linformer_hf.training.finetuning import run_finetuning
 
     with pytest.raises(ConfigError, match=r"lacks column\(s\) \['question'\].*has \['sentence', 'label'\]"):
         run_finetuning(recipe, show_progress=False)
     assert not os.path.exists(tmp_path / "o")
     with pytest.raises(ConfigError, match="data.task must be one of"):
-        load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path), "data.task": "mnli",
-                                                 "data.train_file": SST2_TRAIN})
+        load_recipe(
+            FinetuneRecipe,
+            None,
+            extra={"model.pretrained": str(tmp_path), "data.task": "mnli", "data.train_file": SST2_TRAIN},
+        )
 
 
 def test_script_exits_with_a_clear_message(tmp_path):

@@ -5,12 +5,10 @@ import os
 
 import pytest
 import yaml
-
 from training_utils import REPO
 
-from linformer_hf.training.config import FinetuneRecipe, PretrainRecipe, build_recipe
-from linformer_hf.training.config import ModelSection
 from linformer_hf.models import max_input_length
+from linformer_hf.training.config import FinetuneRecipe, ModelSection, PretrainRecipe, build_recipe
 from linformer_hf.training.model_setup import build_model_config
 
 
@@ -21,8 +19,9 @@ class _Tok:  # what build_model_config reads from a tokenizer
         return 50265
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "model", "*.yaml"))),
-                         ids=os.path.basename)
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(REPO, "configs", "model", "*.yaml"))), ids=os.path.basename
+)
 def test_model_configs_build(path):
     with open(path) as fh:
         model_type = yaml.safe_load(fh)["model_type"]
@@ -31,9 +30,11 @@ def test_model_configs_build(path):
     if model_type == "linformer":
         name = os.path.basename(path)
         if name.startswith("linformer_n"):
-            n, k = name[len("linformer_n"):].split(".")[0].split("_")[:2]
+            n, k = name[len("linformer_n") :].split(".")[0].split("_")[:2]
             assert config.max_sequence_length == int(n) and config.projected_length == int(k[1:])
-            assert config.sharing == ("layerwise" if "kv_layer" in name else "key_value" if "_kv" in name else "headwise")
+            assert config.sharing == (
+                "layerwise" if "kv_layer" in name else "key_value" if "_kv" in name else "headwise"
+            )
     else:
         assert max_input_length(config) == 512
 
@@ -48,8 +49,9 @@ def test_recipes_have_known_keys(kind, cls):
         recipe.training.validate()  # and on a bad value (scheduler name, batch size ...)
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "configs", "replication", "*.yaml"))),
-                         ids=os.path.basename)
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(REPO, "configs", "replication", "*.yaml"))), ids=os.path.basename
+)
 def test_replication_plans_load(path):
     from training_utils import DATA
 
@@ -70,15 +72,24 @@ def test_accelerate_configs_load():
 
 
 def test_every_config_path_named_in_the_repository_exists():
-    """Scripts, configs, docs and the package name only config files that exist (a renamed recipe breaks no usage line)."""
+    """Scripts, configs, docs and the package name only config files that exist (a renamed recipe breaks no usage
+    line)."""
     import re
 
     named = {}
     roots = ["scripts", "configs", "docs", "src", "README.md"]
     for root in roots:
         path = os.path.join(REPO, root)
-        files = [path] if os.path.isfile(path) else [
-            os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith((".py", ".md", ".yaml", ".sh"))]
+        files = (
+            [path]
+            if os.path.isfile(path)
+            else [
+                os.path.join(d, f)
+                for d, _, fs in os.walk(path)
+                for f in fs
+                if f.endswith((".py", ".md", ".yaml", ".sh"))
+            ]
+        )
         for file in files:
             with open(file, encoding="utf-8") as fh:
                 for ref in re.findall(r"configs/[a-z_]+/[A-Za-z0-9_.-]+\.yaml", fh.read()):

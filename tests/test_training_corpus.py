@@ -24,13 +24,16 @@ def test_docs_corpus_is_deterministic_cached_and_prose(tmp_path):
 
 def test_corpus_and_tokenizer_scripts(tmp_path, capsys):
     corpus = tmp_path / "docs.txt"
-    load_script("build_corpus").main(["--output", str(corpus), "--max_chars", "60000",
-                                      "--max_chars_per_package", "15000"])
+    load_script("build_corpus").main(
+        ["--output", str(corpus), "--max_chars", "60000", "--max_chars_per_package", "15000"]
+    )
     train, valid = tmp_path / "docs.train.txt", tmp_path / "docs.valid.txt"
     n_train, n_valid = (len(p.read_text().splitlines()) for p in (train, valid))
     assert n_train + n_valid == len(corpus.read_text().splitlines()) and n_valid > 0
     train_tokenizer = load_script("train_tokenizer")
-    assert train_tokenizer.main(["--files", str(train), "--vocab_size", "600", "--output_dir", str(tmp_path / "tok")]) == 0
+    assert (
+        train_tokenizer.main(["--files", str(train), "--vocab_size", "600", "--output_dir", str(tmp_path / "tok")]) == 0
+    )
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tmp_path / "tok")

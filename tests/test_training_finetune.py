@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from training_utils import IMDB, REPO, SST2_DEV, SST2_TRAIN, WIKITEXT, free_port, run_script, script_env
 
 from linformer_hf.training.config import FinetuneRecipe, load_recipe
@@ -18,7 +17,8 @@ from linformer_hf.training.metrics import classification_metrics
 
 @pytest.fixture(scope="module")
 def pretrained_dir(tmp_path_factory):
-    """A tiny Linformer (n = 256 for long documents) with a tokenizer trained on real text, saved like pretrain.py does."""
+    """A tiny Linformer (n = 256 for long documents) with a tokenizer trained on real text, saved like pretrain.py
+    does."""
     import torch
 
     from linformer_hf import LinformerConfig, LinformerForMaskedLM
@@ -27,9 +27,18 @@ def pretrained_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("pretrained")
     tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=256)
     torch.manual_seed(0)
-    config = LinformerConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                             intermediate_size=64, max_sequence_length=256, projected_length=32,
-                             pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    config = LinformerConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_sequence_length=256,
+        projected_length=32,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     LinformerForMaskedLM(config).save_pretrained(out)
     return str(out)
 
@@ -44,13 +53,36 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
     from transformers import AutoModelForSequenceClassification
 
     out = tmp_path / "sst2"
-    res = run_script(["scripts/finetune.py", "--config", "configs/finetune/sst2.yaml", "--no_progress",
-                      "--model.pretrained", pretrained_dir, "--data.train_file", SST2_TRAIN,
-                      "--data.validation_file", SST2_DEV, "--data.test_file", SST2_DEV,
-                      "--data.max_train_samples", "384", "--data.max_seq_length", "64",
-                      "--training.output_dir", str(out), "--training.num_train_epochs", "2",
-                      "--training.learning_rate", "1e-3", "--training.per_device_train_batch_size", "32",
-                      "--training.report_to", "[tensorboard]"])
+    res = run_script(
+        [
+            "scripts/finetune.py",
+            "--config",
+            "configs/finetune/sst2.yaml",
+            "--no_progress",
+            "--model.pretrained",
+            pretrained_dir,
+            "--data.train_file",
+            SST2_TRAIN,
+            "--data.validation_file",
+            SST2_DEV,
+            "--data.test_file",
+            SST2_DEV,
+            "--data.max_train_samples",
+            "384",
+            "--data.max_seq_length",
+            "64",
+            "--training.output_dir",
+            str(out),
+            "--training.num_train_epochs",
+            "2",
+            "--training.learning_rate",
+            "1e-3",
+            "--training.per_device_train_batch_size",
+            "32",
+            "--training.report_to",
+            "[tensorboard]",
+        ]
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     with open(out / "results.json") as fh:
         result = json.load(fh)
@@ -77,12 +109,23 @@ def test_sst2_script_reports_accuracy_keeps_best_and_writes_predictions(pretrain
 
 
 def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
-    recipe = load_recipe(FinetuneRecipe, None, extra={
-        "model.pretrained": pretrained_dir, "data.task": "imdb", "data.train_file": IMDB,
-        "data.max_train_samples": 96, "data.max_eval_samples": 64, "data.validation_split_percentage": 10,
-        "training.output_dir": str(tmp_path / "imdb"), "training.num_train_epochs": 1,
-        "training.per_device_train_batch_size": 16, "training.learning_rate": 1e-3,
-        "training.eval_steps": 100})  # beyond the run's 6 updates: the final model is evaluated once
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": pretrained_dir,
+            "data.task": "imdb",
+            "data.train_file": IMDB,
+            "data.max_train_samples": 96,
+            "data.max_eval_samples": 64,
+            "data.validation_split_percentage": 10,
+            "training.output_dir": str(tmp_path / "imdb"),
+            "training.num_train_epochs": 1,
+            "training.per_device_train_batch_size": 16,
+            "training.learning_rate": 1e-3,
+            "training.eval_steps": 100,
+        },
+    )  # beyond the run's 6 updates: the final model is evaluated once
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 6 and 0.0 <= result["best"]["accuracy"] <= 1.0
     assert [h["step"] for h in result["history"]] == [6]
@@ -94,7 +137,7 @@ def test_imdb_long_documents_truncated_to_n(pretrained_dir, tmp_path):
 def write_pair_file(path, rows):
     """A QQP-layout file made from SST-2 sentences: label 1 when both sentences have the same sentiment."""
     with open(SST2_TRAIN, encoding="utf-8") as fh:
-        lines = [line.rstrip("\n").split("\t") for line in list(fh)[1:2 * rows + 1]]
+        lines = [line.rstrip("\n").split("\t") for line in list(fh)[1 : 2 * rows + 1]]
     with open(path, "w", encoding="utf-8") as fh:
         fh.write("question1\tquestion2\tlabel\n")
         for (s1, l1), (s2, l2) in zip(lines[0::2], lines[1::2]):
@@ -106,14 +149,45 @@ def test_pairs_qqp_layout_report_accuracy_and_f1_with_two_processes(pretrained_d
     write_pair_file(train, 128)
     write_pair_file(dev, 150)  # 150 rows: not a multiple of the 2 x 16 eval batch, so padding must be dropped
     out = tmp_path / "qqp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "scripts/finetune.py", "--config", "configs/finetune/qqp.yaml", "--no_progress",
-           "--model.pretrained", pretrained_dir, "--data.train_file", str(train), "--data.validation_file", str(dev),
-           "--data.max_seq_length", "96", "--training.output_dir", str(out), "--training.num_train_epochs", "1",
-           "--training.per_device_train_batch_size", "8", "--training.per_device_eval_batch_size", "16",
-           "--training.learning_rate", "1e-3"]
-    res = subprocess.run(cmd, cwd=REPO, env=script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1"),
-                         capture_output=True, text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "scripts/finetune.py",
+        "--config",
+        "configs/finetune/qqp.yaml",
+        "--no_progress",
+        "--model.pretrained",
+        pretrained_dir,
+        "--data.train_file",
+        str(train),
+        "--data.validation_file",
+        str(dev),
+        "--data.max_seq_length",
+        "96",
+        "--training.output_dir",
+        str(out),
+        "--training.num_train_epochs",
+        "1",
+        "--training.per_device_train_batch_size",
+        "8",
+        "--training.per_device_eval_batch_size",
+        "16",
+        "--training.learning_rate",
+        "1e-3",
+    ]
+    res = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     with open(out / "results.json") as fh:
         result = json.load(fh)
@@ -141,14 +215,33 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
     roberta_dir = tmp_path / "roberta"
     tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(roberta_dir), vocab_size=500, model_max_length=64)
     torch.manual_seed(0)
-    RobertaForMaskedLM(RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=66, pad_token_id=1)
-                       ).save_pretrained(roberta_dir)
-    recipe = load_recipe(FinetuneRecipe, None, extra={
-        "model.pretrained": str(roberta_dir), "model.convert_from_roberta": {"projected_length": 16},
-        "data.task": "sst2", "data.train_file": SST2_TRAIN, "data.validation_file": SST2_DEV,
-        "data.max_train_samples": 64, "data.max_eval_samples": 64, "training.output_dir": str(tmp_path / "out"),
-        "training.num_train_epochs": 1, "training.per_device_train_batch_size": 16})
+    RobertaForMaskedLM(
+        RobertaConfig(
+            vocab_size=len(tok),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=66,
+            pad_token_id=1,
+        )
+    ).save_pretrained(roberta_dir)
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": str(roberta_dir),
+            "model.convert_from_roberta": {"projected_length": 16},
+            "data.task": "sst2",
+            "data.train_file": SST2_TRAIN,
+            "data.validation_file": SST2_DEV,
+            "data.max_train_samples": 64,
+            "data.max_eval_samples": 64,
+            "training.output_dir": str(tmp_path / "out"),
+            "training.num_train_epochs": 1,
+            "training.per_device_train_batch_size": 16,
+        },
+    )
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 4
     config = AutoConfig.from_pretrained(tmp_path / "out" / "best")
@@ -162,14 +255,27 @@ def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrai
         train.write_text("".join(line for _, line in zip(range(65), fh)), encoding="utf-8")
 
     def run(batch, accumulation):
-        recipe = load_recipe(FinetuneRecipe, None, extra={
-            "model.pretrained": pretrained_dir, "model.config": {"hidden_dropout_prob": 0.0,
-                                                                 "attention_probs_dropout_prob": 0.0},
-            "data.task": "sst2", "data.train_file": str(train), "data.validation_file": SST2_DEV,
-            "data.max_train_samples": 64, "data.max_eval_samples": 16, "data.max_seq_length": 64,
-            "training.output_dir": str(tmp_path / f"b{batch}"), "training.num_train_epochs": 1,
-            "training.per_device_train_batch_size": batch, "training.gradient_accumulation_steps": accumulation,
-            "training.learning_rate": 1e-3, "training.save_best": False, "training.logging_steps": 1})
+        recipe = load_recipe(
+            FinetuneRecipe,
+            None,
+            extra={
+                "model.pretrained": pretrained_dir,
+                "model.config": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+                "data.task": "sst2",
+                "data.train_file": str(train),
+                "data.validation_file": SST2_DEV,
+                "data.max_train_samples": 64,
+                "data.max_eval_samples": 16,
+                "data.max_seq_length": 64,
+                "training.output_dir": str(tmp_path / f"b{batch}"),
+                "training.num_train_epochs": 1,
+                "training.per_device_train_batch_size": batch,
+                "training.gradient_accumulation_steps": accumulation,
+                "training.learning_rate": 1e-3,
+                "training.save_best": False,
+                "training.logging_steps": 1,
+            },
+        )
         return run_finetuning(recipe, show_progress=False)["train_losses"]
 
     whole, accumulated = run(16, 1), run(8, 2)

@@ -7,8 +7,7 @@ import sys
 
 import pytest
 import torch
-
-from training_utils import (REPO, WIKITEXT, as_argv, free_port, script_env, tiny_pretrain_overrides)
+from training_utils import REPO, WIKITEXT, as_argv, free_port, script_env, tiny_pretrain_overrides
 
 from linformer_hf.training.config import PretrainRecipe, load_recipe
 from linformer_hf.training.pretraining import run_pretraining
@@ -41,9 +40,15 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
     out = tmp_path / "run"
-    summary = run_pretraining(recipe(tokenizer_dir, out, training=dict(max_steps=60, eval_steps=30, learning_rate=4e-3,
-                                                                  warmup_steps=5, report_to=["tensorboard"]),
-                                     **{"data.max_train_blocks": 1200}), show_progress=False)
+    summary = run_pretraining(
+        recipe(
+            tokenizer_dir,
+            out,
+            training=dict(max_steps=60, eval_steps=30, learning_rate=4e-3, warmup_steps=5, report_to=["tensorboard"]),
+            **{"data.max_train_blocks": 1200},
+        ),
+        show_progress=False,
+    )
     evals = summary["evals"]
     start, end = evals[0]["eval_loss"], evals[60]["eval_loss"]
     # From ~ln(vocab) = 6.9 at init: a model that learns the corpus' statistics gets well below (perplexity / 2+).
@@ -72,12 +77,16 @@ def test_resume_reproduces_uninterrupted_run(tokenizer_dir, small_corpus, tmp_pa
     train = dict(max_steps=12, gradient_accumulation_steps=2, checkpointing_steps=4)
     full = run_pretraining(recipe(tokenizer_dir, tmp_path / "full", training=train, **common), show_progress=False)
 
-    part = run_pretraining(recipe(tokenizer_dir, tmp_path / "part", training=dict(train, stop_after_steps=8), **common),
-                           show_progress=False)
+    part = run_pretraining(
+        recipe(tokenizer_dir, tmp_path / "part", training=dict(train, stop_after_steps=8), **common),
+        show_progress=False,
+    )
     assert part["completed_steps"] == 8 and "final_eval" not in part
     assert sorted(os.listdir(tmp_path / "part" / "checkpoints")) == ["step_4", "step_8"]
-    resumed = run_pretraining(recipe(tokenizer_dir, tmp_path / "part", training=dict(train, resume_from_checkpoint="latest"),
-                                     **common), show_progress=False)
+    resumed = run_pretraining(
+        recipe(tokenizer_dir, tmp_path / "part", training=dict(train, resume_from_checkpoint="latest"), **common),
+        show_progress=False,
+    )
     assert resumed["resumed_from"].endswith("step_8")
     for step in range(1, 9):
         assert part["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6)
@@ -85,10 +94,17 @@ def test_resume_reproduces_uninterrupted_run(tokenizer_dir, small_corpus, tmp_pa
         assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6), step
     assert resumed["final_eval"]["eval_loss"] == pytest.approx(full["final_eval"]["eval_loss"], abs=1e-6)
 
-    # An explicit checkpoint dir works too (and resumes mid-epoch: 40 blocks / 8 = 5 batches an epoch, step 4 = batch 8).
-    again = run_pretraining(recipe(tokenizer_dir, tmp_path / "again",
-                                   training=dict(train, resume_from_checkpoint=str(tmp_path / "part/checkpoints/step_4")),
-                                   **common), show_progress=False)
+    # An explicit checkpoint dir works too (and resumes mid-epoch: 40 blocks / 8 = 5 batches an epoch,
+    # step 4 = batch 8).
+    again = run_pretraining(
+        recipe(
+            tokenizer_dir,
+            tmp_path / "again",
+            training=dict(train, resume_from_checkpoint=str(tmp_path / "part/checkpoints/step_4")),
+            **common,
+        ),
+        show_progress=False,
+    )
     for step in range(5, 13):
         assert again["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6), step
     # The losses did change along the way (guards against a run that does nothing).
@@ -97,19 +113,48 @@ def test_resume_reproduces_uninterrupted_run(tokenizer_dir, small_corpus, tmp_pa
 
 def test_two_processes_match_one_process(tokenizer_dir, small_corpus, tmp_path):
     """torchrun with 2 gloo processes, per-device batch 4, equals one process with batch 8 (dropout off)."""
+
     def overrides(out, batch):
         o = tiny_pretrain_overrides(tokenizer_dir, out, max_steps=8, eval_steps=4, per_device_train_batch_size=batch)
-        o.update({"data.max_train_blocks": 96, "data.train_files": [small_corpus], "model.config.hidden_dropout_prob": 0.0,
-                  "model.config.attention_probs_dropout_prob": 0.0})
+        o.update(
+            {
+                "data.max_train_blocks": 96,
+                "data.train_files": [small_corpus],
+                "model.config.hidden_dropout_prob": 0.0,
+                "model.config.attention_probs_dropout_prob": 0.0,
+            }
+        )
         return o
 
     one = run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides(tmp_path / "one", 8)), show_progress=False)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "scripts/pretrain.py", "--config", os.path.join(REPO, "configs", "pretrain", "demo.yaml"), "--no_progress",
-           *as_argv(overrides(tmp_path / "two", 4)), "--training.report_to", "[]",
-           "--training.checkpointing_steps", "null", "--data.validation_files", "[]"]
-    res = subprocess.run(cmd, cwd=REPO, env=script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1"),
-                         capture_output=True, text=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "scripts/pretrain.py",
+        "--config",
+        os.path.join(REPO, "configs", "pretrain", "demo.yaml"),
+        "--no_progress",
+        *as_argv(overrides(tmp_path / "two", 4)),
+        "--training.report_to",
+        "[]",
+        "--training.checkpointing_steps",
+        "null",
+        "--data.validation_files",
+        "[]",
+    ]
+    res = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     with open(tmp_path / "two" / "summary_step8.json") as fh:
         two = json.load(fh)
@@ -122,21 +167,37 @@ def test_two_processes_match_one_process(tokenizer_dir, small_corpus, tmp_path):
 
 
 def test_streaming_local_files_train_and_resume(tokenizer_dir, small_corpus, tmp_path):
-    common = {"data.train_files": [small_corpus], "data.streaming": True, "data.validation_examples_streaming": 60, "data.shuffle_buffer_size": 100}
+    common = {
+        "data.train_files": [small_corpus],
+        "data.streaming": True,
+        "data.validation_examples_streaming": 60,
+        "data.shuffle_buffer_size": 100,
+    }
     train = dict(max_steps=6, checkpointing_steps=3)
     full = run_pretraining(recipe(tokenizer_dir, tmp_path / "full", training=train, **common), show_progress=False)
-    run_pretraining(recipe(tokenizer_dir, tmp_path / "part", training=dict(train, stop_after_steps=3), **common),
-                    show_progress=False)
-    resumed = run_pretraining(recipe(tokenizer_dir, tmp_path / "part", training=dict(train, resume_from_checkpoint="latest"),
-                                     **common), show_progress=False)
+    run_pretraining(
+        recipe(tokenizer_dir, tmp_path / "part", training=dict(train, stop_after_steps=3), **common),
+        show_progress=False,
+    )
+    resumed = run_pretraining(
+        recipe(tokenizer_dir, tmp_path / "part", training=dict(train, resume_from_checkpoint="latest"), **common),
+        show_progress=False,
+    )
     for step in range(4, 7):
         assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6)
     assert resumed["final_eval"]["eval_loss"] == pytest.approx(full["final_eval"]["eval_loss"], abs=1e-6)
 
 
 def test_time_budget_stops_then_evaluates_and_saves(tokenizer_dir, small_corpus, tmp_path):
-    summary = run_pretraining(recipe(tokenizer_dir, tmp_path / "t", training=dict(max_steps=50, max_train_minutes=0.0),
-                                     **{"data.train_files": [small_corpus]}), show_progress=False)
+    summary = run_pretraining(
+        recipe(
+            tokenizer_dir,
+            tmp_path / "t",
+            training=dict(max_steps=50, max_train_minutes=0.0),
+            **{"data.train_files": [small_corpus]},
+        ),
+        show_progress=False,
+    )
     assert summary["stopped_by_time_budget"] and summary["completed_steps"] == 1
     assert os.path.isfile(os.path.join(summary["final_dir"], "eval_results.json"))
 
@@ -144,17 +205,29 @@ def test_time_budget_stops_then_evaluates_and_saves(tokenizer_dir, small_corpus,
 def test_roberta_baseline_same_recipe(tokenizer_dir, small_corpus, tmp_path):
     from linformer_hf.training.config import ConfigError
 
-    extra = {"data.train_files": [small_corpus], "model.model_type": "roberta", "model.config_file": None,
-             "model.config": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-                              "intermediate_size": 64, "max_position_embeddings": 66}}
-    summary = run_pretraining(recipe(tokenizer_dir, tmp_path / "r", training=dict(max_steps=3), **extra),
-                              show_progress=False)
+    extra = {
+        "data.train_files": [small_corpus],
+        "model.model_type": "roberta",
+        "model.config_file": None,
+        "model.config": {
+            "hidden_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "intermediate_size": 64,
+            "max_position_embeddings": 66,
+        },
+    }
+    summary = run_pretraining(
+        recipe(tokenizer_dir, tmp_path / "r", training=dict(max_steps=3), **extra), show_progress=False
+    )
     from transformers import AutoModelForMaskedLM
 
     assert type(AutoModelForMaskedLM.from_pretrained(summary["final_dir"])).__name__ == "RobertaForMaskedLM"
     extra["model.config"] = dict(extra["model.config"], max_position_embeddings=50)  # n = 48 < block 64
     with pytest.raises(ConfigError, match="larger than the model's longest input n=48"):
-        run_pretraining(recipe(tokenizer_dir, tmp_path / "r2", training=dict(max_steps=3), **extra), show_progress=False)
+        run_pretraining(
+            recipe(tokenizer_dir, tmp_path / "r2", training=dict(max_steps=3), **extra), show_progress=False
+        )
 
 
 def test_short_blocks_keep_every_token_and_validation_stays_full(tokenizer_dir, small_corpus, tmp_path):
@@ -163,9 +236,15 @@ def test_short_blocks_keep_every_token_and_validation_stays_full(tokenizer_dir, 
     from linformer_hf.training.data import build_mlm_collator, prepare_pretraining_data
 
     def prepare(probability):
-        cfg = recipe(tokenizer_dir, tmp_path, **{"data.train_files": [small_corpus],
-                                                 "data.short_block_probability": probability,
-                                                 "data.short_block_min_length": 8}).data
+        cfg = recipe(
+            tokenizer_dir,
+            tmp_path,
+            **{
+                "data.train_files": [small_corpus],
+                "data.short_block_probability": probability,
+                "data.short_block_min_length": 8,
+            },
+        ).data
         return cfg, prepare_pretraining_data(cfg, AutoTokenizer.from_pretrained(tokenizer_dir), seed=3)
 
     _, full = prepare(0.0)
@@ -186,8 +265,9 @@ def test_short_blocks_keep_every_token_and_validation_stays_full(tokenizer_dir, 
     # Batches of mixed lengths are right-padded: padding is masked out and never a label.
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     collator = build_mlm_collator(tokenizer, cfg, seed=0)
-    examples = [mixed["train"][i] for i in range(len(lengths)) if lengths[i] < 64][:2] + [mixed["train"][
-        lengths.index(64)]]
+    examples = [mixed["train"][i] for i in range(len(lengths)) if lengths[i] < 64][:2] + [
+        mixed["train"][lengths.index(64)]
+    ]
     batch = collator(examples)
     assert batch["input_ids"].shape == (3, 64)
     for row, example in enumerate(examples):
@@ -199,9 +279,15 @@ def test_short_blocks_keep_every_token_and_validation_stays_full(tokenizer_dir, 
 
 
 def test_pretraining_with_short_blocks_runs_and_learns(tokenizer_dir, small_corpus, tmp_path):
-    summary = run_pretraining(recipe(tokenizer_dir, tmp_path / "run", training=dict(max_steps=20, eval_steps=20),
-                                     **{"data.train_files": [small_corpus], "data.short_block_probability": 0.3}),
-                              show_progress=False)
+    summary = run_pretraining(
+        recipe(
+            tokenizer_dir,
+            tmp_path / "run",
+            training=dict(max_steps=20, eval_steps=20),
+            **{"data.train_files": [small_corpus], "data.short_block_probability": 0.3},
+        ),
+        show_progress=False,
+    )
     assert summary["final_eval"]["eval_loss"] < summary["evals"][0]["eval_loss"] - 0.3
 
 
@@ -213,9 +299,17 @@ def test_the_masked_lm_loss_is_computed_once_and_normalised_by_the_given_count(m
     from linformer_hf.training.pretraining import masked_lm_loss
 
     torch.manual_seed(0)
-    model = LinformerForMaskedLM(LinformerConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                 num_attention_heads=2, intermediate_size=32, max_sequence_length=16,
-                                                 projected_length=4)).eval()
+    model = LinformerForMaskedLM(
+        LinformerConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_sequence_length=16,
+            projected_length=4,
+        )
+    ).eval()
     input_ids = torch.randint(5, 50, (3, 16))
     labels = torch.full_like(input_ids, -100)
     labels[:, ::3] = input_ids[:, ::3]

@@ -13,7 +13,6 @@ import sysconfig
 import venv
 
 import pytest
-
 from training_utils import OFFLINE_ENV, REPO, WIKITEXT
 
 from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
@@ -24,20 +23,46 @@ def installed_python(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel_venv")
     venv.EnvBuilder(with_pip=False).create(root / "venv")  # pip runs from the test interpreter (--python)
     python = str(root / "venv" / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     # The dependencies (torch, transformers ...) come from the test interpreter's site-packages. A plain path line:
     # that directory's own .pth files (an editable install of some checkout among them) are not processed.
     with open(os.path.join(site, "_reuse_test_dependencies.pth"), "w", encoding="utf-8") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
     # Built from a copy: pip builds in the source tree, and the checkout gets no build/ or egg-info from a test.
     source = root / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests", "docs"))
-    res = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
-                          "--no-build-isolation", "--no-index", "--no-cache-dir", "--quiet", str(source)],
-                         capture_output=True, text=True, timeout=300, cwd=root,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests", "docs"
+        ),
+    )
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--no-cache-dir",
+            "--quiet",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return python
 
@@ -68,9 +93,24 @@ def test_installed_training_modules_run_outside_the_checkout(installed_python, t
         "                 max_sequence_length: 32, projected_length: 8}}\n"
         "tokenizer: {name_or_path: tok}\n"
         f"data: {{train_files: [{corpus}], block_size: 32, max_eval_blocks: 8}}\n"
-        "training: {output_dir: run, max_steps: 2, warmup_steps: 1, per_device_train_batch_size: 4}\n")
-    res = run_installed(installed_python, ["-m", "linformer_hf.training.pretrain", "--config", "recipe.yaml",
-                                           "--no_progress"], tmp_path)
+        "training: {output_dir: run, max_steps: 2, warmup_steps: 1, per_device_train_batch_size: 4}\n"
+    )
+    res = run_installed(
+        installed_python, ["-m", "linformer_hf.training.pretrain", "--config", "recipe.yaml", "--no_progress"], tmp_path
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert (tmp_path / "run" / "final" / "config.json").is_file()
     assert (tmp_path / "run" / "summary_step2.json").is_file()
+
+    # The model card template is package data: the installed copy renders a card for the model just trained.
+    card = run_installed(
+        installed_python,
+        [
+            "-c",
+            "import sys; from linformer_hf.hub import load_linformer, render_model_card; "
+            "print(render_model_card(load_linformer('run/final'), 'user/tiny-linformer', model_dir='run/final'))",
+        ],
+        tmp_path,
+    )
+    assert card.returncode == 0, card.stderr[-3000:]
+    assert "user/tiny-linformer" in card.stdout and "LinformerForMaskedLM" in card.stdout, card.stdout[:2000]

@@ -31,18 +31,34 @@ def pair(tmp_path_factory):
     teacher.save_pretrained(root / "teacher")
     tokenizer.save_pretrained(root / "teacher")
     for k, init in ((4, "random"), (16, "neighbour_average")):
-        convert_checkpoint(str(root / "teacher"), str(root / f"student_k{k}"), projected_length=k,
-                           sharing="key_value", projection_init=init)
+        convert_checkpoint(
+            str(root / "teacher"),
+            str(root / f"student_k{k}"),
+            projected_length=k,
+            sharing="key_value",
+            projection_init=init,
+        )
     text = root / "text.txt"
     text.write_text("\n".join(wikitext_lines(300)) + "\n")
     return root
 
 
 def arguments(pair, output_dir, **overrides):
-    settings = dict(teacher=str(pair / "teacher"), student=str(pair / "student_k4"), output_dir=str(output_dir),
-                    text_files=[str(pair / "text.txt")], lengths=[8, 16], batch_size=4, layer_steps=30,
-                    projection_learning_rate=1e-2, warmup_steps=2, eval_windows=4, log_every=1, checkpoint_every=100,
-                    show_progress=False)
+    settings = dict(
+        teacher=str(pair / "teacher"),
+        student=str(pair / "student_k4"),
+        output_dir=str(output_dir),
+        text_files=[str(pair / "text.txt")],
+        lengths=[8, 16],
+        batch_size=4,
+        layer_steps=30,
+        projection_learning_rate=1e-2,
+        warmup_steps=2,
+        eval_windows=4,
+        log_every=1,
+        checkpoint_every=100,
+        show_progress=False,
+    )
     settings.update(overrides)
     return TransferArguments(**settings)
 
@@ -54,8 +70,9 @@ def mean_error(fidelity, length):
 
 def test_at_k_equal_n_the_student_already_matches_its_teacher(pair, tmp_path):
     """Checks the capture itself: identity projections reproduce the teacher's attention output and embeddings."""
-    report = run_transfer(arguments(pair, tmp_path, student=str(pair / "student_k16"), layer_steps=1,
-                                    projection_learning_rate=0.0))
+    report = run_transfer(
+        arguments(pair, tmp_path, student=str(pair / "student_k16"), layer_steps=1, projection_learning_rate=0.0)
+    )
     for length in ("8", "16"):
         assert max(report["before"]["windows"][length]["attention_relative_error_per_layer"]) < 1e-5
         assert report["before"]["windows"][length]["embedding_cosine_min"] > 0.99999
@@ -73,7 +90,10 @@ def test_layer_local_transfer_lowers_the_attention_error(pair, tmp_path):
     assert {record["length"] for record in log} == {8, 16}
     assert {record["stage"] for record in log} == {"layer"}
     # Only the projections moved in stage 1: every other weight is the teacher's, as converted.
-    before, after = load_file(str(pair / "student_k4" / "model.safetensors")), load_file(str(tmp_path / "model.safetensors"))
+    before, after = (
+        load_file(str(pair / "student_k4" / "model.safetensors")),
+        load_file(str(tmp_path / "model.safetensors")),
+    )
     changed = {key for key in before if not torch.equal(before[key], after[key])}
     assert changed and all("projection" in key for key in changed)
     reloaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
@@ -87,14 +107,23 @@ def test_resume_is_exact_across_both_stages(pair, tmp_path):
     assert stopped["stopped_at"] == 5
     resumed = run_transfer(arguments(pair, tmp_path / "resumed", resume="latest", **overrides))
     assert resumed["after"] == straight["after"]
-    a, b = load_file(str(tmp_path / "straight" / "model.safetensors")), load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    a, b = (
+        load_file(str(tmp_path / "straight" / "model.safetensors")),
+        load_file(str(tmp_path / "resumed" / "model.safetensors")),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
-    logs = [[json.loads(line) for line in (tmp_path / run / "transfer_log.jsonl").read_text().splitlines()]
-            for run in ("straight", "resumed")]
-    assert [(r["step"], r["stage"], r["loss"]) for r in logs[0]] == [(r["step"], r["stage"], r["loss"]) for r in logs[1]]
+    logs = [
+        [json.loads(line) for line in (tmp_path / run / "transfer_log.jsonl").read_text().splitlines()]
+        for run in ("straight", "resumed")
+    ]
+    assert [(r["step"], r["stage"], r["loss"]) for r in logs[0]] == [
+        (r["step"], r["stage"], r["loss"]) for r in logs[1]
+    ]
     assert [r["stage"] for r in logs[0]] == ["layer"] * 4 + ["end_to_end"] * 4
     # stage 2 trained everything, the teacher's MLM head included
-    changed = {key for key in a if not torch.equal(a[key], load_file(str(pair / "student_k4" / "model.safetensors"))[key])}
+    changed = {
+        key for key in a if not torch.equal(a[key], load_file(str(pair / "student_k4" / "model.safetensors"))[key])
+    }
     assert any(key.startswith("lm_head.") for key in changed)
 
 
@@ -111,18 +140,55 @@ def test_a_teacher_that_does_not_match_is_refused(pair, tmp_path):
 
 def test_script_flags(pair, tmp_path):
     """The command line reaches the same run (HfArgumentParser over TransferArguments)."""
-    report = main(["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"),
-                   "--output_dir", str(tmp_path), "--dataset", "text", "--data_files", str(pair / "text.txt"),
-                   "--lengths", "8", "16", "--batch_size", "2", "--layer_steps", "2", "--eval_windows", "2",
-                   "--show_progress", "false"])
+    report = main(
+        [
+            "--teacher",
+            str(pair / "teacher"),
+            "--student",
+            str(pair / "student_k4"),
+            "--output_dir",
+            str(tmp_path),
+            "--dataset",
+            "text",
+            "--data_files",
+            str(pair / "text.txt"),
+            "--lengths",
+            "8",
+            "16",
+            "--batch_size",
+            "2",
+            "--layer_steps",
+            "2",
+            "--eval_windows",
+            "2",
+            "--show_progress",
+            "false",
+        ]
+    )
     assert report["lengths"] == [8, 16] and report["arguments"]["layer_steps"] == 2
     assert (tmp_path / "transfer_report.json").exists()
 
 
 def test_evaluate_only_measures_without_training(pair, tmp_path):
-    report = main(["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"),
-                   "--output_dir", str(tmp_path), "--text_files", str(pair / "text.txt"), "--lengths", "16",
-                   "--evaluate_only", "--eval_documents", "20", "--show_progress", "false"])
+    report = main(
+        [
+            "--teacher",
+            str(pair / "teacher"),
+            "--student",
+            str(pair / "student_k4"),
+            "--output_dir",
+            str(tmp_path),
+            "--text_files",
+            str(pair / "text.txt"),
+            "--lengths",
+            "16",
+            "--evaluate_only",
+            "--eval_documents",
+            "20",
+            "--show_progress",
+            "false",
+        ]
+    )
     documents = report["fidelity"]["documents"]
     assert documents["documents"] == 20 and documents["embedding_cosine_mean"] < 0.999  # random E, F: off
     assert json.loads((tmp_path / "fidelity.json").read_text())["fidelity"] == report["fidelity"]

@@ -2,9 +2,8 @@
 
 import os
 
-from transformers import BertConfig, BertTokenizer
-
 from tiny_roberta import randomize_all, wikitext_lines  # noqa: F401  (re-exported for the BERT tests)
+from transformers import BertConfig, BertTokenizer
 
 
 def build_wordpiece_tokenizer(directory: str, vocab_size: int = 300, model_max_length: int = 16) -> BertTokenizer:
@@ -13,7 +12,9 @@ def build_wordpiece_tokenizer(directory: str, vocab_size: int = 300, model_max_l
 
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     wordpiece.train_from_iterator(
-        wikitext_lines(), vocab_size=vocab_size, min_frequency=2,
+        wikitext_lines(),
+        vocab_size=vocab_size,
+        min_frequency=2,
         special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
     )
     os.makedirs(directory, exist_ok=True)

@@ -20,7 +20,9 @@ def build_tokenizer(directory: str, vocab_size: int = 300, model_max_length: int
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(
-        wikitext_lines(), vocab_size=vocab_size, min_frequency=2,
+        wikitext_lines(),
+        vocab_size=vocab_size,
+        min_frequency=2,
         special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
     )
     os.makedirs(directory, exist_ok=True)

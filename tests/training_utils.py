@@ -32,8 +32,9 @@ def script_env(**extra):
 
 
 def run_script(args, timeout=300, **env):
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=script_env(**env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=script_env(**env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def free_port():

@@ -6,6 +6,7 @@ Importing this package registers Linformer and Performer with transformers' Auto
 """
 
 from .models.configuration_linformer import PROJECTION_INITS, PROJECTION_KINDS, SHARING_MODES, LinformerConfig
+from .models.configuration_performer import KERNELS, ROW_NORMS, PerformerConfig
 from .models.modeling_linformer import (
     LINFORMER_HEADS,
     LinformerForMaskedLM,
@@ -18,7 +19,6 @@ from .models.modeling_linformer import (
     LinformerProjection,
     LinformerSelfAttention,
 )
-from .models.configuration_performer import KERNELS, ROW_NORMS, PerformerConfig
 from .models.modeling_performer import (
     PERFORMER_HEADS,
     PerformerForCausalLM,

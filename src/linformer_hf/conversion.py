@@ -62,13 +62,12 @@ ARCHITECTURE_MAP: dict[str, str] = {
 # Heads of the source families that have no Linformer counterpart, and why (for the error message).
 UNSUPPORTED_HEADS = {
     "RobertaForCausalLM": "Linformer's projections mix future positions into every compressed row, so it cannot be "
-                          "causal",
-    "BertLMHeadModel": "Linformer's projections mix future positions into every compressed row, so it cannot be "
-                       "causal",
+    "causal",
+    "BertLMHeadModel": "Linformer's projections mix future positions into every compressed row, so it cannot be causal",
     "BertForPreTraining": "its next-sentence head has no Linformer counterpart; load the checkpoint as "
-                          "BertForMaskedLM (architecture='BertForMaskedLM') to convert the MLM head, dropping NSP",
+    "BertForMaskedLM (architecture='BertForMaskedLM') to convert the MLM head, dropping NSP",
     "BertForNextSentencePrediction": "the next-sentence head has no Linformer counterpart; convert BertModel or "
-                                     "BertForMaskedLM instead",
+    "BertForMaskedLM instead",
 }
 
 # BERT key prefix -> Linformer key prefix, tried in order (first match wins). Module trees below each prefix match.
@@ -87,8 +86,14 @@ BERT_SEQUENCE_CLASSIFIER_PREFIXES = (
 )
 
 # Config entries that describe the saved file rather than the model; the Linformer config sets its own.
-_CONFIG_KEYS_NOT_CARRIED = ("model_type", "transformers_version", "architectures", "_name_or_path", "auto_map",
-                            "position_embedding_type")
+_CONFIG_KEYS_NOT_CARRIED = (
+    "model_type",
+    "transformers_version",
+    "architectures",
+    "_name_or_path",
+    "auto_map",
+    "position_embedding_type",
+)
 
 # sentence-transformers keeps its pooling outside the transformer, in these files and folders beside the weights.
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
@@ -129,18 +134,24 @@ class ConversionReport:
         """Everything that did not come over from a trained weight, in words."""
         found = []
         if self.missing:
-            found.append(f"{len(self.missing)} Linformer parameter(s) had no source value and keep a random init: "
-                         f"{self.missing}")
+            found.append(
+                f"{len(self.missing)} Linformer parameter(s) had no source value and keep a random init: {self.missing}"
+            )
         if self.source_missing:
-            found.append(f"the source checkpoint lacked {len(self.source_missing)} weight(s) of "
-                         f"{self.source_architecture}, which transformers initialised randomly before conversion: "
-                         f"{self.source_missing}")
+            found.append(
+                f"the source checkpoint lacked {len(self.source_missing)} weight(s) of "
+                f"{self.source_architecture}, which transformers initialised randomly before conversion: "
+                f"{self.source_missing}"
+            )
         if self.source_unexpected:
-            found.append(f"the source checkpoint had {len(self.source_unexpected)} weight(s) that "
-                         f"{self.source_architecture} does not use (not converted): {self.source_unexpected}")
+            found.append(
+                f"the source checkpoint had {len(self.source_unexpected)} weight(s) that "
+                f"{self.source_architecture} does not use (not converted): {self.source_unexpected}"
+            )
         if self.source_mismatched:
-            found.append(f"the source checkpoint had weight(s) of the wrong shape for its own config: "
-                         f"{self.source_mismatched}")
+            found.append(
+                f"the source checkpoint had weight(s) of the wrong shape for its own config: {self.source_mismatched}"
+            )
         if self.tokenizer.startswith("not found"):
             found.append(f"tokenizer {self.tokenizer}")
         return found
@@ -244,8 +255,10 @@ def linformer_config_from_source(
 def linformer_config_from_roberta(roberta_config: RobertaConfig, *args, **kwargs) -> LinformerConfig:
     """`linformer_config_from_source` for a RoBERTa config (kept for existing callers)."""
     if roberta_config.model_type != "roberta":
-        raise ValueError(f"Expected a RoBERTa config (model_type 'roberta'), got {roberta_config.model_type!r}; "
-                         "use linformer_config_from_source for BERT.")
+        raise ValueError(
+            f"Expected a RoBERTa config (model_type 'roberta'), got {roberta_config.model_type!r}; "
+            "use linformer_config_from_source for BERT."
+        )
     return linformer_config_from_source(roberta_config, *args, **kwargs)
 
 
@@ -289,15 +302,17 @@ def linformer_key(source_key: str, source_architecture: str) -> str:
         prefixes = BERT_SEQUENCE_CLASSIFIER_PREFIXES + prefixes
     for old, new in prefixes:
         if source_key.startswith(old):
-            return new + source_key[len(old):]
+            return new + source_key[len(old) :]
     return source_key  # BertModel: the same names as RobertaModel
 
 
 def _check_source_head(model: PreTrainedModel) -> str:
     architecture = type(model).__name__
     if architecture in UNSUPPORTED_HEADS:
-        raise ValueError(f"Cannot convert {architecture}: {architecture} has no Linformer counterpart "
-                         f"({UNSUPPORTED_HEADS[architecture]}).")
+        raise ValueError(
+            f"Cannot convert {architecture}: {architecture} has no Linformer counterpart "
+            f"({UNSUPPORTED_HEADS[architecture]})."
+        )
     if architecture not in ARCHITECTURE_MAP:
         raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(ARCHITECTURE_MAP)}.")
     hidden_act = model.config.hidden_act
@@ -383,8 +398,9 @@ def convert_model(
                 laid_out = roberta_position_table(value, source.config)
                 target.copy_(extend_position_embeddings(laid_out, target.shape[0], position_offset))
                 if laid_out is not value or laid_out.shape[0] < target.shape[0]:
-                    report.extended[key] = _describe_positions(value.shape[0], laid_out.shape[0], target.shape[0],
-                                                               position_offset, laid_out is not value)
+                    report.extended[key] = _describe_positions(
+                        value.shape[0], laid_out.shape[0], target.shape[0], position_offset, laid_out is not value
+                    )
                 else:
                     report.carried.append(key)
                 continue
@@ -431,12 +447,16 @@ def convert_model(
 def _describe_positions(source_rows: int, laid_out_rows: int, target_rows: int, offset: int, moved: bool) -> str:
     parts = []
     if moved:
-        parts.append(f"BERT rows 0..{source_rows - 1} moved to rows {offset}..{laid_out_rows - 1} (RoBERTa's layout, "
-                     f"positions from pad_token_id + 1 = {offset}); rows 0..{offset - 1} zero")
+        parts.append(
+            f"BERT rows 0..{source_rows - 1} moved to rows {offset}..{laid_out_rows - 1} (RoBERTa's layout, "
+            f"positions from pad_token_id + 1 = {offset}); rows 0..{offset - 1} zero"
+        )
     if target_rows > laid_out_rows:
         learned = laid_out_rows - offset
-        parts.append(f"{laid_out_rows} -> {target_rows} rows; new rows repeat learned rows {offset}..{laid_out_rows - 1}"
-                     f" ({learned} positions) cyclically")
+        parts.append(
+            f"{laid_out_rows} -> {target_rows} rows; new rows repeat learned rows {offset}..{laid_out_rows - 1}"
+            f" ({learned} positions) cyclically"
+        )
     return "; ".join(parts)
 
 
@@ -483,8 +503,7 @@ def _copy_tokenizer(source: str, output_dir: str, max_sequence_length: int) -> s
     previous = tokenizer.model_max_length
     tokenizer.model_max_length = max_sequence_length
     tokenizer.save_pretrained(output_dir)
-    return (f"copied from {source} ({type(tokenizer).__name__}); model_max_length {previous} -> "
-            f"{max_sequence_length}")
+    return f"copied from {source} ({type(tokenizer).__name__}); model_max_length {previous} -> {max_sequence_length}"
 
 
 def copy_sentence_transformers_modules(source: str, output_dir: str) -> list[str]:

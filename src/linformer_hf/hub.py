@@ -70,7 +70,14 @@ SHARING_MEANING = {
 }
 
 CARD_INFO_KEYS = {
-    "model_name", "license", "language", "datasets", "tags", "training_data", "training_description", "eval_results",
+    "model_name",
+    "license",
+    "language",
+    "datasets",
+    "tags",
+    "training_data",
+    "training_description",
+    "eval_results",
 }
 PROVENANCE_FILES = ("conversion_report.json", "eval_results.json")
 
@@ -165,8 +172,13 @@ def render_model_card(
 
     eval_results = [EvalResult(**entry) for entry in card_info.get("eval_results", [])]
     eval_rows = [
-        {"task": r.task_name or r.task_type, "dataset": r.dataset_name + (f" ({r.dataset_config})" if r.dataset_config else ""),
-         "split": r.dataset_split or "", "metric": r.metric_name or r.metric_type, "value": r.metric_value}
+        {
+            "task": r.task_name or r.task_type,
+            "dataset": r.dataset_name + (f" ({r.dataset_config})" if r.dataset_config else ""),
+            "split": r.dataset_split or "",
+            "metric": r.metric_name or r.metric_type,
+            "value": r.metric_value,
+        }
         for r in eval_results
     ]
     base_model = None
@@ -215,7 +227,8 @@ def render_model_card(
         num_projection_parameters=f"{num_projection_parameters:,}",
         conversion=conversion,
         conversion_inits="; ".join(sorted(set(conversion["initialised"].values()))) or "none (parameter-free pooling)"
-        if conversion else None,
+        if conversion
+        else None,
         conversion_problems=ConversionReport(**conversion).problems() if conversion else [],
         conversion_extended=bool(conversion and conversion["extended"]),
         training_data=card_info.get("training_data"),
@@ -333,8 +346,9 @@ torch.save(results, result_path)
 """
 
 
-def check_remote_loading(folders, texts: list[str], auto_classes: list[str] | None = None,
-                         timeout: int = 600) -> list[dict]:
+def check_remote_loading(
+    folders, texts: list[str], auto_classes: list[str] | None = None, timeout: int = 600
+) -> list[dict]:
     """Load folders in one fresh Python process as a user without the package would, and run them on `texts`.
 
     `folders` is one path or a list; `auto_classes` the Auto class to use for each (default: the one matching the
@@ -355,16 +369,26 @@ def check_remote_loading(folders, texts: list[str], auto_classes: list[str] | No
         jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes, strict=True)])
         completed = subprocess.run(
             [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path],
-            cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=scratch,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if completed.returncode != 0:
-            raise RuntimeError(f"Loading {jobs} with trust_remote_code=True in a fresh process failed:\n"
-                               f"{completed.stderr[-4000:]}")
+            raise RuntimeError(
+                f"Loading {jobs} with trust_remote_code=True in a fresh process failed:\n{completed.stderr[-4000:]}"
+            )
         return torch.load(result_path, weights_only=False)
 
 
-def push_folder(folder: str, repo_id: str, token: str | None = None, private: bool = False,
-                commit_message: str = "Upload Linformer model") -> str:
+def push_folder(
+    folder: str,
+    repo_id: str,
+    token: str | None = None,
+    private: bool = False,
+    commit_message: str = "Upload Linformer model",
+) -> str:
     """Create `repo_id` if needed and upload `folder`; returns the commit URL."""
     from huggingface_hub import HfApi, get_token
 
@@ -372,7 +396,7 @@ def push_folder(folder: str, repo_id: str, token: str | None = None, private: bo
     if not token:
         raise RuntimeError(
             "No Hugging Face credentials: run `hf auth login`, set HF_TOKEN, or pass --token. "
-            "Use --dry-run to only write the folder."
+            "Use --dry_run to only write the folder."
         )
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)

@@ -253,9 +253,7 @@ class PerformerSelfAttention(nn.Module):
         )
         self.random_features.copy_(fresh)
 
-    def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, **kwargs
-    ) -> tuple[torch.Tensor, None]:
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, None]:
         """
         Args:
             hidden_states: (batch, L, d).

@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 
 
-def attention_output_rms(model, input_ids: torch.Tensor, lengths: list[int], layers: list[int] | None = None,
-                         batch_size: int = 16) -> dict[int, list[float]]:
+def attention_output_rms(
+    model, input_ids: torch.Tensor, lengths: list[int], layers: list[int] | None = None, batch_size: int = 16
+) -> dict[int, list[float]]:
     """Root mean square of each layer's self-attention output (before the output projection), over real tokens.
 
     Args:
@@ -27,14 +28,17 @@ def attention_output_rms(model, input_ids: torch.Tensor, lengths: list[int], lay
     all_layers = base.encoder.layer
     layers = list(range(len(all_layers))) if layers is None else layers
     if input_ids.shape[1] < max(lengths):
-        raise ValueError(f"input_ids has {input_ids.shape[1]} tokens per sequence, fewer than the longest length "
-                         f"asked for ({max(lengths)}); give longer sequences or shorter lengths.")
+        raise ValueError(
+            f"input_ids has {input_ids.shape[1]} tokens per sequence, fewer than the longest length "
+            f"asked for ({max(lengths)}); give longer sequences or shorter lengths."
+        )
     eos = base.config.eos_token_id
     captured: dict[int, list[torch.Tensor]] = {}
 
     def hook(index):
         def store(_module, _inputs, output):
             captured.setdefault(index, []).append(output[0].detach())  # (batch, L, d)
+
         return store
 
     handles = [all_layers[i].attention.self.register_forward_hook(hook(i)) for i in layers]
@@ -49,7 +53,7 @@ def attention_output_rms(model, input_ids: torch.Tensor, lengths: list[int], lay
                 ids[:, -1] = eos
             with torch.no_grad():
                 for start in range(0, ids.shape[0], batch_size):
-                    chunk = ids[start:start + batch_size]
+                    chunk = ids[start : start + batch_size]
                     model(input_ids=chunk, attention_mask=torch.ones_like(chunk))
             result[length] = [torch.cat(captured[i]).float().pow(2).mean().sqrt().item() for i in layers]
     finally:

@@ -8,7 +8,8 @@ only in their attention settings), one pretraining recipe and the fine-tuning ta
 2. trains one byte-level BPE tokenizer on the pretraining text, shared by every variant;
 3. pretrains every variant with `python -m linformer_hf.training.pretrain` (same data order, masking, seed, steps
    and tokens);
-4. fine-tunes every pretrained model with `python -m linformer_hf.training.finetune` on each task that fits its n, for each seed,
+4. fine-tunes every pretrained model with `python -m linformer_hf.training.finetune` on each task that fits its n,
+   for each seed,
    choosing the checkpoint on a validation split carved out of the training data and reporting the held-out split;
 5. writes `results.json`, a Markdown report and a perplexity plot.
 
@@ -40,10 +41,22 @@ from typing import Any, Literal
 import yaml
 
 from ..models import max_input_length
-from ..training.config import (ConfigError, FinetuneDataSection, FinetuneModelSection, FinetuneRecipe,
-                               FinetuneTrainingSection, ModelSection, PretrainDataSection, PretrainRecipe,
-                               PretrainTrainingSection, TokenizerSection, apply_overrides, build_section, load_yaml,
-                               parse_overrides)
+from ..training.config import (
+    ConfigError,
+    FinetuneDataSection,
+    FinetuneModelSection,
+    FinetuneRecipe,
+    FinetuneTrainingSection,
+    ModelSection,
+    PretrainDataSection,
+    PretrainRecipe,
+    PretrainTrainingSection,
+    TokenizerSection,
+    apply_overrides,
+    build_section,
+    load_yaml,
+    parse_overrides,
+)
 from ..training.errors import USER_ERRORS, report
 from ..training.model_setup import make_config
 from ..training.pretraining import read_final_summary
@@ -80,8 +93,14 @@ class FinetuneTask:
 
 
 # Keys of the pretraining recipe that the replication sets itself (from the plan's data_dir, block_size, ...).
-OWNED_DATA_KEYS = ("datasets", "train_files", "validation_files", "validation_split_percentage", "block_size",
-                   "max_eval_blocks")
+OWNED_DATA_KEYS = (
+    "datasets",
+    "train_files",
+    "validation_files",
+    "validation_split_percentage",
+    "block_size",
+    "max_eval_blocks",
+)
 # output_dir per run; an interrupted run starts over in it (overwrite), so none resumes
 OWNED_TRAINING_KEYS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint")
 
@@ -111,16 +130,22 @@ class ReplicationPlan:
             unknown = sorted(set(t.variants or []) - set(names))
             if unknown:
                 raise ConfigError(f"finetune task {t.name!r} names unknown variants {unknown}; variants are {names}.")
-        for section, owned, defaults in (("pretrain_data", OWNED_DATA_KEYS, PretrainDataSection()),
-                                         ("pretrain", OWNED_TRAINING_KEYS, PretrainTrainingSection())):
+        for section, owned, defaults in (
+            ("pretrain_data", OWNED_DATA_KEYS, PretrainDataSection()),
+            ("pretrain", OWNED_TRAINING_KEYS, PretrainTrainingSection()),
+        ):
             for key in owned:
                 if getattr(getattr(self, section), key) != getattr(defaults, key):
-                    raise ConfigError(f"{section}.{key} is set by the replication itself (from data_dir, "
-                                      f"output_dir, block_size, max_eval_blocks; every run starts over in its "
-                                      f"own directory); remove it from the plan.")
+                    raise ConfigError(
+                        f"{section}.{key} is set by the replication itself (from data_dir, "
+                        f"output_dir, block_size, max_eval_blocks; every run starts over in its "
+                        f"own directory); remove it from the plan."
+                    )
         if self.pretrain.stop_after_steps is not None:
-            raise ConfigError("pretrain.stop_after_steps interrupts a run without its final evaluation; a replication "
-                              "needs finished runs. Use pretrain.max_steps or pretrain.max_train_minutes.")
+            raise ConfigError(
+                "pretrain.stop_after_steps interrupts a run without its final evaluation; a replication "
+                "needs finished runs. Use pretrain.max_steps or pretrain.max_train_minutes."
+            )
         self.pretrain.validate()
         for name in ("wikitext-2/valid.txt", "imdb/train.csv", "sst2/train.tsv", "sst2/dev.tsv"):
             if not os.path.isfile(os.path.join(self.data_dir, name)):
@@ -128,8 +153,11 @@ class ReplicationPlan:
         wikitext = os.path.join(self.data_dir, "wikitext-2", "valid.txt")
         dataclasses.replace(self.pretrain_data, train_files=[wikitext], block_size=self.block_size).validate()
         for index, variant in enumerate(self.variants):  # a bad model field fails here, not inside a run
-            make_config(variant.model_type, variant_model_fields(self, variant),
-                        where=f"the plan's model + variants[{index}].config")
+            make_config(
+                variant.model_type,
+                variant_model_fields(self, variant),
+                where=f"the plan's model + variants[{index}].config",
+            )
 
 
 def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ReplicationPlan:
@@ -242,9 +270,17 @@ def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
     tokenizer_dir = os.path.join(plan.output_dir, "tokenizer")
     if not os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")):
         _run(
-            _module_command("training.train_tokenizer", "--files", paths["pretrain_text"], "--output_dir",
-                            tokenizer_dir, "--vocab_size", str(plan.vocab_size), "--model_max_length",
-                            str(max(variant_n(plan, v) for v in plan.variants))),
+            _module_command(
+                "training.train_tokenizer",
+                "--files",
+                paths["pretrain_text"],
+                "--output_dir",
+                tokenizer_dir,
+                "--vocab_size",
+                str(plan.vocab_size),
+                "--model_max_length",
+                str(max(variant_n(plan, v) for v in plan.variants)),
+            ),
             os.path.join(plan.output_dir, "logs", "tokenizer.log"),
         )
     return tokenizer_dir
@@ -269,9 +305,14 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         # the same held-out text for every variant: longer blocks are fewer
         max_eval_blocks=plan.max_eval_blocks * plan.block_size // block_size if plan.max_eval_blocks else None,
     )
-    recipe = dataclasses.asdict(PretrainRecipe(
-        model=ModelSection(model_type=variant.model_type, config=variant_model_fields(plan, variant)),
-        tokenizer=TokenizerSection(name_or_path=tokenizer_dir), data=data, training=training))
+    recipe = dataclasses.asdict(
+        PretrainRecipe(
+            model=ModelSection(model_type=variant.model_type, config=variant_model_fields(plan, variant)),
+            tokenizer=TokenizerSection(name_or_path=tokenizer_dir),
+            data=data,
+            training=training,
+        )
+    )
     recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
     command = _module_command("training.pretrain", "--config", recipe_path, "--no_progress")
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
@@ -289,18 +330,24 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
         "steps": steps,
         "tokens": steps * tokens_per_update(plan, variant),
         "model_dir": summary["final_dir"],
-        "attention_rms": attention_rms_of(summary["final_dir"], tokenizer_dir, paths["imdb_heldout"],
-                                          [length for length in plan.rms_lengths if length <= block_size]),
+        "attention_rms": attention_rms_of(
+            summary["final_dir"],
+            tokenizer_dir,
+            paths["imdb_heldout"],
+            [length for length in plan.rms_lengths if length <= block_size],
+        ),
     }
     _write_json(result_path, result)
     return result
 
 
-def attention_rms_of(model_dir: str, tokenizer_dir: str, text_csv: str, lengths: list[int],
-                     num_sequences: int = 16) -> dict[str, float]:
+def attention_rms_of(
+    model_dir: str, tokenizer_dir: str, text_csv: str, lengths: list[int], num_sequences: int = 16
+) -> dict[str, float]:
     """First-layer attention output RMS of a pretrained model at each input length, on held-out reviews.
 
-    The check for the short-input failure (`linformer_hf.research.diagnostics`): a model whose attention output shrinks with L
+    The check for the short-input failure (`linformer_hf.research.diagnostics`): a model whose attention output
+    shrinks with L
     passes little between tokens on SST-2's short sentences.
     """
     import torch
@@ -329,8 +376,9 @@ def attention_rms_of(model_dir: str, tokenizer_dir: str, text_csv: str, lengths:
     return {str(length): values[0] for length, values in rms.items()}
 
 
-def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int, paths: dict,
-                     model_dir: str) -> dict:
+def finetune_variant(
+    plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int, paths: dict, model_dir: str
+) -> dict:
     result_path = os.path.join(plan.output_dir, "results", f"finetune_{variant.name}_{task.name}_seed{seed}.json")
     if os.path.isfile(result_path):
         with open(result_path, encoding="utf-8") as fh:
@@ -340,17 +388,29 @@ def finetune_variant(plan: ReplicationPlan, variant: Variant, task: FinetuneTask
         files = {"train_file": paths["sst2_train"], "test_file": paths["sst2_dev"]}
     else:
         files = {"train_file": paths["imdb_train"], "test_file": paths["imdb_heldout"]}
-    recipe = dataclasses.asdict(FinetuneRecipe(
-        model=FinetuneModelSection(pretrained=model_dir),
-        data=FinetuneDataSection(task=task.task, **files, validation_split_percentage=10,
-                                 max_seq_length=task.max_seq_length, max_train_samples=task.max_train_samples,
-                                 max_eval_samples=task.max_eval_samples),
-        # overwrite_output_dir: a run interrupted before its result file was written starts over
-        training=FinetuneTrainingSection(output_dir=run_dir, overwrite_output_dir=True, seed=seed,
-                                         num_train_epochs=task.num_train_epochs,
-                                         per_device_train_batch_size=task.per_device_train_batch_size,
-                                         per_device_eval_batch_size=64, learning_rate=task.learning_rate),
-    ))
+    recipe = dataclasses.asdict(
+        FinetuneRecipe(
+            model=FinetuneModelSection(pretrained=model_dir),
+            data=FinetuneDataSection(
+                task=task.task,
+                **files,
+                validation_split_percentage=10,
+                max_seq_length=task.max_seq_length,
+                max_train_samples=task.max_train_samples,
+                max_eval_samples=task.max_eval_samples,
+            ),
+            # overwrite_output_dir: a run interrupted before its result file was written starts over
+            training=FinetuneTrainingSection(
+                output_dir=run_dir,
+                overwrite_output_dir=True,
+                seed=seed,
+                num_train_epochs=task.num_train_epochs,
+                per_device_train_batch_size=task.per_device_train_batch_size,
+                per_device_eval_batch_size=64,
+                learning_rate=task.learning_rate,
+            ),
+        )
+    )
     recipe_path = _write_yaml(
         os.path.join(plan.output_dir, "recipes", f"finetune_{variant.name}_{task.name}_seed{seed}.yaml"), recipe
     )
@@ -444,7 +504,9 @@ def summarize(results: dict) -> list[dict]:
         }
         for task in tasks:
             accs = [f["test_accuracy"] for f in results["finetune"] if f["variant"] == name and f["task"] == task]
-            row[task] = (statistics.mean(accs), statistics.stdev(accs) if len(accs) > 1 else 0.0, len(accs)) if accs else None
+            row[task] = (
+                (statistics.mean(accs), statistics.stdev(accs) if len(accs) > 1 else 0.0, len(accs)) if accs else None
+            )
         rows.append(row)
     return rows
 
@@ -488,8 +550,13 @@ def plot_perplexity(results: dict, path: str) -> None:
     colours = plt.get_cmap("tab20").colors
     for index, (name, pre) in enumerate(results["pretrain"].items()):
         evals = [e for e in pre["evals"] if e["step"] > 0]
-        style = dict(marker="o", ms=3, label=name, color=colours[index % len(colours)],
-                     linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-")
+        style = dict(
+            marker="o",
+            ms=3,
+            label=name,
+            color=colours[index % len(colours)],
+            linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-",
+        )
         left.plot([e["step"] for e in evals], [e["perplexity"] for e in evals], **style)
         baseline = baseline_of(results, name)
         if baseline is not None:
@@ -514,8 +581,11 @@ def plot_perplexity(results: dict, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m linformer_hf.research.replication", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m linformer_hf.research.replication",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--plan", required=True, help="configs/replication/*.yaml")
     args, rest = parser.parse_known_args(argv)
     try:

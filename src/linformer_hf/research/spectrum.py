@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import AutoModel, AutoTokenizer
+
 from ..models import max_input_length
 
 
@@ -55,8 +56,6 @@ def load_encoder(name_or_path: str, trust_remote_code: bool = False):
     return model.eval(), tokenizer
 
 
-
-
 def read_texts(path: str, column: str | None = None, limit: int | None = None) -> list[str]:
     """Texts from a .txt file (one per non-empty line, wikitext '= heading =' lines skipped) or a .tsv/.csv column."""
     texts = []
@@ -67,7 +66,7 @@ def read_texts(path: str, column: str | None = None, limit: int | None = None) -
             if column is None:
                 column = next((name for name in ("sentence", "text", "review") if name in reader.fieldnames), None)
             if column not in (reader.fieldnames or []):
-                raise ValueError(f"{path} has columns {reader.fieldnames}; name the text column with --text-column.")
+                raise ValueError(f"{path} has columns {reader.fieldnames}; name the text column with --text_column.")
             for row in reader:
                 texts.append(row[column])
                 if limit and len(texts) >= limit:
@@ -99,10 +98,12 @@ def pack_inputs(tokenizer, texts: list[str], seq_len: int, max_inputs: int) -> t
             break
     count = min(len(stream) // body, max_inputs)
     if count == 0:
-        raise ValueError(f"The text gives {len(stream)} tokens, fewer than one input of {seq_len}: give more text or "
-                         "a smaller --seq-len.")
+        raise ValueError(
+            f"The text gives {len(stream)} tokens, fewer than one input of {seq_len}: give more text or "
+            "a smaller --seq_len."
+        )
     chunks = [
-        [tokenizer.bos_token_id] + stream[i * body:(i + 1) * body] + [tokenizer.eos_token_id] for i in range(count)
+        [tokenizer.bos_token_id] + stream[i * body : (i + 1) * body] + [tokenizer.eos_token_id] for i in range(count)
     ]
     return torch.tensor(chunks)
 
@@ -119,7 +120,7 @@ def compute_spectrum(model, input_ids: torch.Tensor, batch_size: int = 8, model_
     """Average, over the rows of `input_ids`, each layer's and head's cumulative spectrum of P."""
     totals = None  # per layer: (heads, r_layer) summed over inputs
     for start in range(0, input_ids.shape[0], batch_size):
-        batch = input_ids[start:start + batch_size]
+        batch = input_ids[start : start + batch_size]
         attentions = model(batch, attention_mask=torch.ones_like(batch), output_attentions=True).attentions
         if not attentions:
             raise ValueError(
@@ -166,19 +167,23 @@ def write_csv(spectrum: Spectrum, index: int, output_dir: str) -> dict[str, str]
             for head in range(heads):
                 writer.writerow([layer, head, f"{values[layer, head].item():.6f}"])
     with open(paths["summary"], "w") as handle:
-        json.dump({
-            "model": spectrum.model_name,
-            "num_inputs": spectrum.num_inputs,
-            "seq_len": spectrum.seq_len,
-            "rank": rank,
-            "layer_ranks": spectrum.layer_ranks,
-            "index": index,
-            "mean_at_index_per_layer": [round(v, 6) for v in values.mean(-1).tolist()],
-            "mean_at_index": round(values.mean().item(), 6),
-            # c_1 near 1 means P is close to rank one, e.g. near-uniform attention in an untrained model: low rank
-            # for a trivial reason, which the paper's claim is not about.
-            "mean_first_singular_share_per_layer": [round(v, 6) for v in spectrum.curves[..., 0].mean(-1).tolist()],
-        }, handle, indent=2)
+        json.dump(
+            {
+                "model": spectrum.model_name,
+                "num_inputs": spectrum.num_inputs,
+                "seq_len": spectrum.seq_len,
+                "rank": rank,
+                "layer_ranks": spectrum.layer_ranks,
+                "index": index,
+                "mean_at_index_per_layer": [round(v, 6) for v in values.mean(-1).tolist()],
+                "mean_at_index": round(values.mean().item(), 6),
+                # c_1 near 1 means P is close to rank one, e.g. near-uniform attention in an untrained model: low rank
+                # for a trivial reason, which the paper's claim is not about.
+                "mean_first_singular_share_per_layer": [round(v, 6) for v in spectrum.curves[..., 0].mean(-1).tolist()],
+            },
+            handle,
+            indent=2,
+        )
     return paths
 
 
@@ -217,8 +222,15 @@ def plot(spectrum: Spectrum, index: int, output_dir: str, title: str | None = No
     if layers * heads <= 256:  # numbers stay legible
         for layer in range(layers):
             for head in range(heads):
-                axes.text(head, layer, f"{values[layer, head]:.3f}", ha="center", va="center", fontsize=6,
-                          color="white" if values[layer, head] < values.mean() else "black")
+                axes.text(
+                    head,
+                    layer,
+                    f"{values[layer, head]:.3f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if values[layer, head] < values.mean() else "black",
+                )
     axes.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
     axes.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)], fontsize=7)
     axes.set_xlabel("head")

@@ -46,9 +46,18 @@ UPDATE_LOG = "train_log.jsonl"
 TMP_PREFIX = ".tmp-"  # a checkpoint being written
 TRASH_PREFIX = ".trash-"  # a checkpoint being deleted
 # What a run writes in its output directory; an overwrite deletes these (and nothing else) of the earlier run.
-RUN_OUTPUTS = ("checkpoints", "final", "logs", UPDATE_LOG,  # pretraining
-               "best", "converted", "results.json", "predictions_validation.tsv", "predictions_test.tsv",  # fine-tuning
-               "runs")  # fine-tuning: the Trainer's TensorBoard logs
+RUN_OUTPUTS = (
+    "checkpoints",
+    "final",
+    "logs",
+    UPDATE_LOG,  # pretraining
+    "best",
+    "converted",
+    "results.json",
+    "predictions_validation.tsv",
+    "predictions_test.tsv",  # fine-tuning
+    "runs",
+)  # fine-tuning: the Trainer's TensorBoard logs
 # summary_step<N>.json: pretraining; checkpoint-<N>: the Trainer's checkpoints (transformers' PREFIX_CHECKPOINT_DIR),
 # left in a fine-tuning run's output_dir when it was killed before its end
 RUN_OUTPUT_PATTERNS = (r"summary_step\d+\.json", r"checkpoint-\d+")
@@ -57,6 +66,7 @@ RUN_OUTPUT_PATTERNS = (r"summary_step\d+\.json", r"checkpoint-\d+")
 # ----------------------------------------------------------------------------------------------------------------
 # Durable writes
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def _fsync_path(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
@@ -118,6 +128,7 @@ def temporary_name(path: str) -> str:
 # Checkpoints
 # ----------------------------------------------------------------------------------------------------------------
 
+
 def checkpoint_root(output_dir: str) -> str:
     return os.path.join(output_dir, "checkpoints")
 
@@ -139,8 +150,10 @@ def checkpoint_problem(path: str) -> str | None:
     """Why the checkpoint in ``path`` cannot be resumed from (torn, corrupt), or None when it is complete."""
     marker = os.path.join(path, COMPLETE_MARKER)
     if not os.path.isfile(marker):
-        return (f"it has no {COMPLETE_MARKER} (the run was killed while writing it, or an older version of this "
-                f"script wrote it)")
+        return (
+            f"it has no {COMPLETE_MARKER} (the run was killed while writing it, or an older version of this "
+            f"script wrote it)"
+        )
     try:
         with open(marker, encoding="utf-8") as fh:
             files = json.load(fh)["files"]
@@ -177,22 +190,31 @@ def resolve_checkpoint(spec: str | None, output_dir: str) -> str | None:
             problem = checkpoint_problem(path)
             if problem is None:
                 for bad, why in skipped:
-                    logger.warning("Skipping checkpoint %s: %s. Resuming from the previous complete one, %s.",
-                                   bad, why, path)
+                    logger.warning(
+                        "Skipping checkpoint %s: %s. Resuming from the previous complete one, %s.", bad, why, path
+                    )
                 return path
             skipped.append((path, problem))
-        raise ConfigError(f"--resume_from_checkpoint latest: no complete checkpoint under {checkpoint_root(output_dir)}: "
-                          + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in skipped))
+        raise ConfigError(
+            f"--resume_from_checkpoint latest: no complete checkpoint under {checkpoint_root(output_dir)}: "
+            + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in skipped)
+        )
     if not os.path.isdir(spec):
-        raise ConfigError(f"Checkpoint dir not found: {spec}. Give a dir written by this script "
-                          f"(<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N) or 'latest'.")
+        raise ConfigError(
+            f"Checkpoint dir not found: {spec}. Give a dir written by this script "
+            f"(<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N) or 'latest'."
+        )
     if not os.path.isfile(os.path.join(spec, STATE_FILE)):
-        raise ConfigError(f"{spec} is not a checkpoint of this script: it has no {STATE_FILE}. Give a dir like "
-                          f"<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N or 'latest'.")
+        raise ConfigError(
+            f"{spec} is not a checkpoint of this script: it has no {STATE_FILE}. Give a dir like "
+            f"<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N or 'latest'."
+        )
     problem = checkpoint_problem(spec)
     if problem is not None:
-        raise ConfigError(f"Checkpoint {spec} is incomplete or corrupt: {problem}. Give an earlier checkpoint, "
-                          f"or 'latest' to take the newest complete one.")
+        raise ConfigError(
+            f"Checkpoint {spec} is incomplete or corrupt: {problem}. Give an earlier checkpoint, "
+            f"or 'latest' to take the newest complete one."
+        )
     return spec
 
 
@@ -210,12 +232,13 @@ def _prune_checkpoints(output_dir: str, limit: int | None):
     if len(complete) <= limit:
         return
     oldest_kept = complete[-limit]
-    for path in found[:found.index(oldest_kept)]:
+    for path in found[: found.index(oldest_kept)]:
         _remove_dir(path)
 
 
-def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, fingerprint: dict,
-                    limit: int | None = None) -> str:
+def save_checkpoint(
+    accelerator, output_dir: str, step: int, state: dict, fingerprint: dict, limit: int | None = None
+) -> str:
     """``accelerator.save_state`` into ``checkpoints/.tmp-step_N``, plus the step state and the recipe fingerprint;
     every file fsynced, the completion marker last, then renamed to ``checkpoints/step_N``. Call on every process."""
     path = os.path.join(checkpoint_root(output_dir), f"{CHECKPOINT_PREFIX}{step}")
@@ -236,8 +259,11 @@ def save_checkpoint(accelerator, output_dir: str, step: int, state: dict, finger
 
 
 def write_completion_marker(path: str) -> None:
-    files = {rel: {"size": os.path.getsize(os.path.join(path, rel)), "sha256": _sha256(os.path.join(path, rel))}
-             for rel in _files_under(path) if rel != COMPLETE_MARKER}
+    files = {
+        rel: {"size": os.path.getsize(os.path.join(path, rel)), "sha256": _sha256(os.path.join(path, rel))}
+        for rel in _files_under(path)
+        if rel != COMPLETE_MARKER
+    }
     atomic_write_json(os.path.join(path, COMPLETE_MARKER), {"files": files, "written": time.time()})
 
 
@@ -247,8 +273,17 @@ def write_completion_marker(path: str) -> None:
 
 # Fields that change what is trained (refused on resume) and fields that change only how (a warning).
 _DATA_FIELDS_NOT_COMPARED = ("preprocessing_num_workers", "cache_dir", "max_eval_blocks")
-_SCHEDULE_FIELDS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "max_steps", "weight_decay", "adam_beta1",
-                    "adam_beta2", "adam_epsilon", "max_grad_norm")
+_SCHEDULE_FIELDS = (
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "max_steps",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+)
 
 
 def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> dict:
@@ -276,18 +311,27 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
 
 def _differences(saved: dict, now: dict) -> list[str]:
     keys = sorted(set(saved) | set(now))
-    return [f"{k}: {saved.get(k, '(absent)')!r} in the checkpoint, {now.get(k, '(absent)')!r} now"
-            for k in keys if saved.get(k) != now.get(k)]
+    return [
+        f"{k}: {saved.get(k, '(absent)')!r} in the checkpoint, {now.get(k, '(absent)')!r} now"
+        for k in keys
+        if saved.get(k) != now.get(k)
+    ]
 
 
 def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, latest: bool) -> None:
     """Refuse to resume ``checkpoint`` with a recipe that trains something else; warn when the schedule changed."""
-    whose = (f"The newest checkpoint under {os.path.dirname(checkpoint)} ({os.path.basename(checkpoint)}) was written "
-             f"by another run" if latest else f"Checkpoint {checkpoint} was made with another recipe")
+    whose = (
+        f"The newest checkpoint under {os.path.dirname(checkpoint)} ({os.path.basename(checkpoint)}) was written "
+        f"by another run"
+        if latest
+        else f"Checkpoint {checkpoint} was made with another recipe"
+    )
     path = os.path.join(checkpoint, RECIPE_FILE)
     if not os.path.isfile(path):
-        raise ConfigError(f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. Start over "
-                          f"with training.overwrite_output_dir: true, or use another training.output_dir.")
+        raise ConfigError(
+            f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. Start over "
+            f"with training.overwrite_output_dir: true, or use another training.output_dir."
+        )
     with open(path, encoding="utf-8") as fh:
         saved = json.load(fh)
     differs = _differences(saved["must_match"], fingerprint["must_match"])
@@ -299,17 +343,24 @@ def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, 
         )
     step = read_checkpoint_state(checkpoint)["completed_steps"]
     if step > max_steps:
-        raise ConfigError(f"{whose}: it is at step {step}, past training.max_steps={max_steps}. Raise max_steps to "
-                          f"continue it, or start over with training.overwrite_output_dir: true.")
+        raise ConfigError(
+            f"{whose}: it is at step {step}, past training.max_steps={max_steps}. Raise max_steps to "
+            f"continue it, or start over with training.overwrite_output_dir: true."
+        )
     changed = _differences(saved["schedule"], fingerprint["schedule"])
     if changed:
-        logger.warning("Resuming %s with another optimisation schedule (%s): the run continues, but does not "
-                       "reproduce an uninterrupted one.", checkpoint, "; ".join(changed))
+        logger.warning(
+            "Resuming %s with another optimisation schedule (%s): the run continues, but does not "
+            "reproduce an uninterrupted one.",
+            checkpoint,
+            "; ".join(changed),
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # The output directory: policy and lock
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class RunLock:
     """The flock on ``<output_dir>/.run.lock``, held from the first write to the end of the run."""
@@ -341,12 +392,22 @@ class RunLock:
             ) from None
         previous = _read_holder(handle)
         if previous:
-            logger.warning("Taking over the lock of %s in %s: that run ended without releasing it (it was killed).",
-                           _describe(previous), output_dir)
+            logger.warning(
+                "Taking over the lock of %s in %s: that run ended without releasing it (it was killed).",
+                _describe(previous),
+                output_dir,
+            )
         handle.seek(0)
         handle.truncate()
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "command": " ".join(sys.argv)}, handle)
+        json.dump(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(sys.argv),
+            },
+            handle,
+        )
         handle.flush()
         os.fsync(handle.fileno())
         lock = cls(path, handle)
@@ -377,8 +438,10 @@ def _read_holder(handle) -> dict:
 def _describe(holder: dict) -> str:
     if not holder:
         return "a run"
-    return (f"the run of pid {holder.get('pid')} on host {holder.get('host')} (started {holder.get('started')}: "
-            f"{holder.get('command')})")
+    return (
+        f"the run of pid {holder.get('pid')} on host {holder.get('host')} (started {holder.get('started')}: "
+        f"{holder.get('command')})"
+    )
 
 
 def _earlier_outputs(output_dir: str) -> list[str]:
@@ -398,8 +461,10 @@ def claim_output_dir(output_dir: str, resuming: bool, overwrite: bool, is_main_p
     except ConfigError:
         raise
     except OSError as err:
-        raise ConfigError(f"training.output_dir={output_dir} cannot be written: {err.strerror or err} "
-                          f"({err.filename or output_dir}). Give a directory this user can create and write.") from None
+        raise ConfigError(
+            f"training.output_dir={output_dir} cannot be written: {err.strerror or err} "
+            f"({err.filename or output_dir}). Give a directory this user can create and write."
+        ) from None
     earlier = _earlier_outputs(output_dir)
     if earlier and not resuming and not overwrite:
         lock.release()
@@ -428,8 +493,10 @@ def claim_output_dir(output_dir: str, resuming: bool, overwrite: bool, is_main_p
 # The update log
 # ----------------------------------------------------------------------------------------------------------------
 
+
 class UpdateLog:
-    """``<output_dir>/train_log.jsonl``: one JSON line per update, each flushed when written (kept if the run is killed).
+    """``<output_dir>/train_log.jsonl``: one JSON line per update, each flushed when written (kept if the run is
+    killed).
 
     A resumed run appends: a ``{"event": "start"}`` line marks where, so a step logged twice (once by a killed segment,
     once after the resume) reads as two segments of the same run.

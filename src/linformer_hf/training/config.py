@@ -58,8 +58,9 @@ def _check_at_least(section, names: tuple[str, ...], minimum, optional_means: st
 
 def _check_percentage(name: str, value: float):
     if not 0 < value < 100:
-        raise ConfigError(f"data.{name} must be in (0, 100) (the share of train held out for validation, in percent), "
-                          f"got {value}.")
+        raise ConfigError(
+            f"data.{name} must be in (0, 100) (the share of train held out for validation, in percent), got {value}."
+        )
 
 
 def _field_types(cls) -> dict[str, Any]:
@@ -265,12 +266,15 @@ class ModelSection:
 
 @dataclasses.dataclass
 class TokenizerSection:
-    name_or_path: str = "outputs/tokenizer"  # a local dir written by linformer_hf.training.train_tokenizer, or a Hub name
+    name_or_path: str = (
+        "outputs/tokenizer"  # a local dir written by linformer_hf.training.train_tokenizer, or a Hub name
+    )
 
 
 @dataclasses.dataclass
 class PretrainDataSection:
-    # Hub datasets, each {path: ..., name: ..., split: ..., text_column: ...}; concatenated (paper: BookCorpus + Wikipedia)
+    # Hub datasets, each {path: ..., name: ..., split: ..., text_column: ...}; concatenated
+    # (paper: BookCorpus + Wikipedia)
     datasets: list = dataclasses.field(default_factory=list)
     train_files: list[str] = dataclasses.field(default_factory=list)  # local text files, one document a line
     validation_files: list[str] = dataclasses.field(default_factory=list)
@@ -300,8 +304,9 @@ class PretrainDataSection:
                 raise ConfigError(f"Data file not found: {f}. Check data.train_files / data.validation_files.")
         from .validation import check_text_files
 
-        check_text_files(self.train_files, self.validation_files,
-                         hold_out=not self.validation_files and not self.streaming)
+        check_text_files(
+            self.train_files, self.validation_files, hold_out=not self.validation_files and not self.streaming
+        )
         for entry in self.datasets:
             if not isinstance(entry, dict) or "path" not in entry:
                 raise ConfigError(f"Each entry of data.datasets needs at least a 'path' key, got {entry!r}.")
@@ -317,8 +322,10 @@ class PretrainDataSection:
         if not 0 <= self.short_block_probability <= 1:
             raise ConfigError(f"data.short_block_probability must be in [0, 1], got {self.short_block_probability}.")
         if not 2 <= self.short_block_min_length <= self.block_size:
-            raise ConfigError(f"data.short_block_min_length must be in [2, block_size={self.block_size}], "
-                              f"got {self.short_block_min_length}.")
+            raise ConfigError(
+                f"data.short_block_min_length must be in [2, block_size={self.block_size}], "
+                f"got {self.short_block_min_length}."
+            )
         _check_percentage("validation_split_percentage", self.validation_split_percentage)
         for name in ("validation_examples_streaming", "shuffle_buffer_size", "max_train_blocks", "max_eval_blocks"):
             value = getattr(self, name)
@@ -347,12 +354,14 @@ class OptimizerSection:
         if self.learning_rate <= 0:
             raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
         if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
-            raise ConfigError(f"training.adam_beta1 / adam_beta2 must be in [0, 1), got "
-                              f"{self.adam_beta1} / {self.adam_beta2}.")
+            raise ConfigError(
+                f"training.adam_beta1 / adam_beta2 must be in [0, 1), got {self.adam_beta1} / {self.adam_beta2}."
+            )
         schedulers = [kind.value for kind in SchedulerType]
         if self.lr_scheduler_type not in schedulers:
-            raise ConfigError(f"training.lr_scheduler_type must be one of {', '.join(schedulers)}; "
-                              f"got {self.lr_scheduler_type!r}.")
+            raise ConfigError(
+                f"training.lr_scheduler_type must be one of {', '.join(schedulers)}; got {self.lr_scheduler_type!r}."
+            )
 
 
 @dataclasses.dataclass
@@ -378,8 +387,17 @@ class PretrainTrainingSection(OptimizerSection):
 
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
-        _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                               "max_steps", "logging_steps"), 1)
+        _check_at_least(
+            self,
+            (
+                "per_device_train_batch_size",
+                "per_device_eval_batch_size",
+                "gradient_accumulation_steps",
+                "max_steps",
+                "logging_steps",
+            ),
+            1,
+        )
         _check_at_least(self, ("checkpointing_steps", "eval_steps"), 1, optional_means="never")
         _check_at_least(self, ("checkpoints_total_limit",), 1, optional_means="keep all")
         _check_at_least(self, ("stop_after_steps",), 1, optional_means="run to max_steps")
@@ -396,8 +414,10 @@ class PretrainTrainingSection(OptimizerSection):
         if self.mixed_precision not in (None, "no", "fp16", "bf16"):
             raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
         if self.overwrite_output_dir and self.resume_from_checkpoint:
-            raise ConfigError("training.overwrite_output_dir deletes the checkpoints that resume_from_checkpoint="
-                              f"{self.resume_from_checkpoint!r} would resume from; give one or the other.")
+            raise ConfigError(
+                "training.overwrite_output_dir deletes the checkpoints that resume_from_checkpoint="
+                f"{self.resume_from_checkpoint!r} would resume from; give one or the other."
+            )
 
 
 @dataclasses.dataclass
@@ -468,13 +488,22 @@ class FinetuneTrainingSection(OptimizerSection):
 
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
-        _check_at_least(self, ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                               "logging_steps"), 1)
+        _check_at_least(
+            self,
+            (
+                "per_device_train_batch_size",
+                "per_device_eval_batch_size",
+                "gradient_accumulation_steps",
+                "logging_steps",
+            ),
+            1,
+        )
         _check_at_least(self, ("max_steps",), 1, optional_means="train for num_train_epochs")
         _check_at_least(self, ("eval_steps",), 1, optional_means="evaluate at the end of every epoch")
         if self.max_steps is None and not self.num_train_epochs > 0:
-            raise ConfigError(f"training.num_train_epochs must be > 0 (or set training.max_steps), "
-                              f"got {self.num_train_epochs}.")
+            raise ConfigError(
+                f"training.num_train_epochs must be > 0 (or set training.max_steps), got {self.num_train_epochs}."
+            )
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"training.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
         if self.mixed_precision not in (None, "no", "fp16", "bf16"):
@@ -490,20 +519,32 @@ class FinetuneModelSection:
     # linformer_hf.conversion; the options go to convert_model, e.g. {max_sequence_length: 512, projected_length: 128}.
     convert_from_roberta: dict | None = None
 
-    CONVERSION_KEYS = ("max_sequence_length", "projected_length", "sharing", "projection", "projection_init",
-                       "projection_noise_std", "freeze_projections", "seed")
+    CONVERSION_KEYS = (
+        "max_sequence_length",
+        "projected_length",
+        "sharing",
+        "projection",
+        "projection_init",
+        "projection_noise_std",
+        "freeze_projections",
+        "seed",
+    )
 
     def validate(self):
         if self.convert_from_roberta is not None:
             unknown = sorted(set(self.convert_from_roberta) - set(self.CONVERSION_KEYS))
             if unknown:
-                raise ConfigError(f"Unknown key(s) {unknown} in model.convert_from_roberta; allowed: "
-                                  f"{', '.join(self.CONVERSION_KEYS)}.")
+                raise ConfigError(
+                    f"Unknown key(s) {unknown} in model.convert_from_roberta; allowed: "
+                    f"{', '.join(self.CONVERSION_KEYS)}."
+                )
             from .validation import check_model_source
 
             check_model_source(self.pretrained, "model.pretrained")
             if os.path.exists(self.pretrained) and not os.path.isfile(os.path.join(self.pretrained, "config.json")):
-                raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; not a RoBERTa checkpoint dir.")
+                raise ConfigError(
+                    f"model.pretrained={self.pretrained} has no config.json; not a RoBERTa checkpoint dir."
+                )
             return
         if not os.path.isdir(self.pretrained):
             raise ConfigError(

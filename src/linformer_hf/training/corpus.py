@@ -58,8 +58,9 @@ def _docstrings(path: str) -> list[str]:
     return out
 
 
-def build_docs_corpus(output_path: str, max_chars: int = 5_000_000, max_chars_per_package: int = 150_000,
-                      force: bool = False) -> dict:
+def build_docs_corpus(
+    output_path: str, max_chars: int = 5_000_000, max_chars_per_package: int = 150_000, force: bool = False
+) -> dict:
     """Write the corpus (one paragraph a line) to ``output_path`` unless it is cached; return its manifest."""
     manifest_path = output_path + ".manifest.json"
     if not force and os.path.isfile(output_path) and os.path.isfile(manifest_path):
@@ -109,8 +110,16 @@ def build_docs_corpus(output_path: str, max_chars: int = 5_000_000, max_chars_pe
     os.replace(tmp, output_path)
     with open(output_path, "rb") as fh:
         sha = hashlib.sha256(fh.read()).hexdigest()
-    manifest = {"path": output_path, "chars": total, "paragraphs": len(seen), "sha256": sha, "max_chars": max_chars,
-                "max_chars_per_package": max_chars_per_package, "packages": packages, "cached": False}
+    manifest = {
+        "path": output_path,
+        "chars": total,
+        "paragraphs": len(seen),
+        "sha256": sha,
+        "max_chars": max_chars,
+        "max_chars_per_package": max_chars_per_package,
+        "packages": packages,
+        "cached": False,
+    }
     with open(manifest_path, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=1)
     return manifest

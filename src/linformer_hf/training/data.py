@@ -26,8 +26,10 @@ INDEX_COLUMN = "block_index"
 def _select_text(ds, text_column: str, source: str):
     columns = ds.column_names
     if columns is not None and text_column not in columns:
-        raise ConfigError(f"Column {text_column!r} not found in {source}; it has columns {columns}. "
-                          f"Set data.text_column (or text_column in the data.datasets entry).")
+        raise ConfigError(
+            f"Column {text_column!r} not found in {source}; it has columns {columns}. "
+            f"Set data.text_column (or text_column in the data.datasets entry)."
+        )
     if columns is not None:
         ds = ds.remove_columns([c for c in columns if c != text_column])
     if text_column != "text":
@@ -47,12 +49,21 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
     else:
         parts = []
         for entry in cfg.datasets:
-            ds = load_dataset(entry["path"], entry.get("name"), split=entry.get("split", "train"),
-                              revision=entry.get("revision"), streaming=cfg.streaming, cache_dir=cfg.cache_dir)
+            ds = load_dataset(
+                entry["path"],
+                entry.get("name"),
+                split=entry.get("split", "train"),
+                revision=entry.get("revision"),
+                streaming=cfg.streaming,
+                cache_dir=cfg.cache_dir,
+            )
             parts.append(_select_text(ds, entry.get("text_column", cfg.text_column), entry["path"]))
         if cfg.streaming:
-            train = parts[0] if len(parts) == 1 else interleave_datasets(parts, seed=seed,
-                                                                         stopping_strategy="all_exhausted")
+            train = (
+                parts[0]
+                if len(parts) == 1
+                else interleave_datasets(parts, seed=seed, stopping_strategy="all_exhausted")
+            )
         else:
             train = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
         validation = None
@@ -66,8 +77,9 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
     return {"train": train, "validation": validation}
 
 
-def block_lengths(total: int, block_size: int, short_block_probability: float = 0.0, short_block_min_length: int = 8,
-                  seed: int = 0) -> list[int]:
+def block_lengths(
+    total: int, block_size: int, short_block_probability: float = 0.0, short_block_min_length: int = 8, seed: int = 0
+) -> list[int]:
     """Lengths of the consecutive blocks cut from ``total`` packed tokens (the tail that fills no block is dropped).
 
     Each block is ``block_size`` long, except that with probability ``short_block_probability`` it is cut to a length
@@ -88,8 +100,15 @@ def block_lengths(total: int, block_size: int, short_block_probability: float = 
         used += length
 
 
-def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = None,
-                      short_block_probability: float = 0.0, short_block_min_length: int = 8, seed: int = 0):
+def tokenize_and_pack(
+    ds,
+    tokenizer,
+    block_size: int,
+    num_proc: int | None = None,
+    short_block_probability: float = 0.0,
+    short_block_min_length: int = 8,
+    seed: int = 0,
+):
     """Tokenise documents (with special tokens) and pack them into blocks of ``block_size`` tokens.
 
     With ``short_block_probability`` > 0 a share of the blocks is shorter (see `block_lengths`), so that the model
@@ -104,11 +123,16 @@ def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = Non
     def pack(batch, indices):
         ids = list(chain.from_iterable(batch["input_ids"]))
         # Seeded by the batch's first document, so the cut is the same on every run and in every process.
-        lengths = block_lengths(len(ids), block_size, short_block_probability, short_block_min_length,
-                                seed=_example_seed(seed, indices[0] if indices else 0))
+        lengths = block_lengths(
+            len(ids),
+            block_size,
+            short_block_probability,
+            short_block_min_length,
+            seed=_example_seed(seed, indices[0] if indices else 0),
+        )
         blocks, start = [], 0
         for length in lengths:
-            blocks.append(ids[start:start + length])
+            blocks.append(ids[start : start + length])
             start += length
         return {"input_ids": blocks}
 
@@ -119,13 +143,14 @@ def tokenize_and_pack(ds, tokenizer, block_size: int, num_proc: int | None = Non
         kwargs["desc"] = f"Packing into blocks of {block_size}"
     ds = ds.map(pack, batched=True, batch_size=1000, with_indices=True, **kwargs)
     if not streaming:
-        ds = ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True,
-                    desc="Indexing blocks")
+        ds = ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True, desc="Indexing blocks")
     return ds
 
 
 def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, accelerator=None):
-    """Load, tokenise and pack the corpus. Map-style data is cached by ``datasets``; the main process builds it first."""
+    """Load, tokenise and pack the corpus.
+
+    Map-style data is cached by ``datasets``; the main process builds it first."""
     from contextlib import nullcontext
 
     ctx = accelerator.main_process_first() if accelerator is not None else nullcontext()
@@ -135,15 +160,20 @@ def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, acc
         for split, ds in raw.items():
             # Validation keeps full blocks, so that perplexity is measured at length n whatever the training mix.
             short = cfg.short_block_probability if split == "train" else 0.0
-            out[split] = tokenize_and_pack(ds, tokenizer, cfg.block_size, cfg.preprocessing_num_workers,
-                                           short, cfg.short_block_min_length, seed)
+            out[split] = tokenize_and_pack(
+                ds, tokenizer, cfg.block_size, cfg.preprocessing_num_workers, short, cfg.short_block_min_length, seed
+            )
     if not cfg.streaming:
         if len(out["train"]) == 0:
-            raise ConfigError(f"The training corpus gives no block of {cfg.block_size} tokens; "
-                              f"use more text or a smaller data.block_size.")
+            raise ConfigError(
+                f"The training corpus gives no block of {cfg.block_size} tokens; "
+                f"use more text or a smaller data.block_size."
+            )
         if len(out["validation"]) == 0:
-            raise ConfigError(f"The validation split gives no block of {cfg.block_size} tokens; "
-                              f"raise data.validation_split_percentage or give data.validation_files.")
+            raise ConfigError(
+                f"The validation split gives no block of {cfg.block_size} tokens; "
+                f"raise data.validation_split_percentage or give data.validation_files."
+            )
         if cfg.max_train_blocks is not None:
             out["train"] = out["train"].select(range(min(cfg.max_train_blocks, len(out["train"]))))
         if cfg.max_eval_blocks is not None:
@@ -202,8 +232,9 @@ class SeededMaskingCollator:
         for key in outs[0]:
             if key not in pad_values and any(o[key].shape[1] != longest for o in outs):
                 raise ValueError(f"Cannot pad collator output {key!r} of blocks with different lengths.")
-            batch[key] = torch.cat([F.pad(o[key], (0, longest - o[key].shape[1]), value=pad_values.get(key, 0))
-                                    for o in outs], dim=0)
+            batch[key] = torch.cat(
+                [F.pad(o[key], (0, longest - o[key].shape[1]), value=pad_values.get(key, 0)) for o in outs], dim=0
+            )
         return batch
 
 
@@ -224,6 +255,12 @@ def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_i
 
 
 __all__ = [
-    "INDEX_COLUMN", "SeededMaskingCollator", "block_lengths", "build_mlm_collator", "load_raw_corpus",
-    "prepare_pretraining_data", "shard_stream", "tokenize_and_pack",
+    "INDEX_COLUMN",
+    "SeededMaskingCollator",
+    "block_lengths",
+    "build_mlm_collator",
+    "load_raw_corpus",
+    "prepare_pretraining_data",
+    "shard_stream",
+    "tokenize_and_pack",
 ]

@@ -19,8 +19,11 @@ from .errors import USER_ERRORS, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linformer_hf.training.finetune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m linformer_hf.training.finetune",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", required=True, help="fine-tuning recipe YAML (configs/finetune/*.yaml)")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
     args, rest = parser.parse_known_args(argv)

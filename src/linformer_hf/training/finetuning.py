@@ -12,8 +12,8 @@ metrics, the training loss per logged update). The output directory is claimed b
 locked until the end); fine-tuning does not resume, so an interrupted run starts over with ``overwrite_output_dir``.
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
-on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone (``fp16`` / ``bf16``), not from the Accelerate
-config file.
+on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone
+(``fp16`` / ``bf16``), not from the Accelerate config file.
 """
 
 from __future__ import annotations
@@ -69,10 +69,14 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
     needed = list(task.text_columns) + ([task.label_column] if need_labels else [])
     missing = [c for c in needed if c not in ds.column_names]
     if missing:
-        raise ConfigError(f"{source} lacks column(s) {missing} needed by this task; it has {ds.column_names}. "
-                          f"The task expects columns {needed}.")
+        raise ConfigError(
+            f"{source} lacks column(s) {missing} needed by this task; it has {ds.column_names}. "
+            f"The task expects columns {needed}."
+        )
     if task.label_column in ds.column_names:
-        header_rows = 1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
+        header_rows = (
+            1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
+        )
         check_labels(ds, task.label_column, task.num_labels, source, header_rows)
 
 
@@ -102,7 +106,9 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
         for name, ds in splits.items():
             check_columns(ds, task, f"{hub} split {name}")
     if dcfg.max_train_samples is not None:
-        splits["train"] = splits["train"].shuffle(seed=seed).select(range(min(dcfg.max_train_samples, len(splits["train"]))))
+        splits["train"] = (
+            splits["train"].shuffle(seed=seed).select(range(min(dcfg.max_train_samples, len(splits["train"]))))
+        )
     if dcfg.max_eval_samples is not None:
         splits["validation"] = splits["validation"].select(range(min(dcfg.max_eval_samples, len(splits["validation"]))))
     return splits
@@ -118,8 +124,9 @@ def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc
 
     out = {}
     for name, ds in splits.items():
-        out[name] = ds.map(encode, batched=True, remove_columns=ds.column_names, num_proc=num_proc,
-                           desc=f"Tokenising {name}")
+        out[name] = ds.map(
+            encode, batched=True, remove_columns=ds.column_names, num_proc=num_proc, desc=f"Tokenising {name}"
+        )
     return out
 
 
@@ -167,15 +174,23 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
 def evaluations(log_history: list[dict], task: Task) -> list[dict]:
     """The evaluations in a Trainer's log, as {metric: value, "step", "epoch"} (the Trainer prefixes eval_)."""
     names = ("accuracy", "f1") if task.with_f1 else ("accuracy",)
-    return [{**{name: entry[f"eval_{name}"] for name in names}, "step": entry["step"], "epoch": entry["epoch"]}
-            for entry in log_history if f"eval_{task.main_metric}" in entry]
+    return [
+        {**{name: entry[f"eval_{name}"] for name in names}, "step": entry["step"], "epoch": entry["epoch"]}
+        for entry in log_history
+        if f"eval_{task.main_metric}" in entry
+    ]
 
 
 def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test."""
-    from transformers import (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
-                              Trainer, set_seed)
-
+    from transformers import (
+        AutoConfig,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        set_seed,
+    )
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from ..models import max_input_length
@@ -187,8 +202,12 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     splits = load_task_data(recipe)
     # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
     # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
-    lock = claim_output_dir(tcfg.output_dir, resuming=False, overwrite=tcfg.overwrite_output_dir,
-                            is_main_process=int(os.environ.get("RANK", "0")) == 0)
+    lock = claim_output_dir(
+        tcfg.output_dir,
+        resuming=False,
+        overwrite=tcfg.overwrite_output_dir,
+        is_main_process=int(os.environ.get("RANK", "0")) == 0,
+    )
     if mcfg.convert_from_roberta is not None:
         mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)
     tok_dir = mcfg.tokenizer or mcfg.pretrained
@@ -218,9 +237,15 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         return classification_metrics(prediction.predictions.argmax(-1), prediction.label_ids, with_f1=task.with_f1)
 
     trainer = Trainer(
-        model=model, args=args, train_dataset=encoded["train"], eval_dataset=encoded["validation"],
-        data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8 if tcfg.mixed_precision in ("fp16", "bf16") else None),
-        processing_class=tokenizer, compute_metrics=compute_metrics,
+        model=model,
+        args=args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded["validation"],
+        data_collator=DataCollatorWithPadding(
+            tokenizer, pad_to_multiple_of=8 if tcfg.mixed_precision in ("fp16", "bf16") else None
+        ),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
     )
     warn_if_mixed_precision_ignored(trainer.accelerator)
     trainer.train()
@@ -237,10 +262,19 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     # The validation predictions of the model kept (the best one, or the last without save_best).
     validation = trainer.predict(encoded["validation"])
     if trainer.is_world_process_zero():
-        _write_predictions(os.path.join(tcfg.output_dir, "predictions_validation.tsv"),
-                           validation.predictions.argmax(-1), validation.label_ids)
-    result = {"task": dcfg.task, "best": best, "history": history, "steps": trainer.state.global_step,
-              "train_losses": train_losses, "best_dir": best_dir if tcfg.save_best else None}
+        _write_predictions(
+            os.path.join(tcfg.output_dir, "predictions_validation.tsv"),
+            validation.predictions.argmax(-1),
+            validation.label_ids,
+        )
+    result = {
+        "task": dcfg.task,
+        "best": best,
+        "history": history,
+        "steps": trainer.state.global_step,
+        "train_losses": train_losses,
+        "best_dir": best_dir if tcfg.save_best else None,
+    }
     if "test" in encoded:
         test = trainer.predict(encoded["test"])
         preds, labels = test.predictions.argmax(-1), test.label_ids
@@ -276,8 +310,9 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str):
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
             except (OSError, ValueError, StrictDataclassError) as err:
-                raise ConfigError(f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: "
-                                  f"{' '.join(str(err).split())}") from err
+                raise ConfigError(
+                    f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {' '.join(str(err).split())}"
+                ) from err
     tokenizer = mcfg.tokenizer
     if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
         tokenizer = mcfg.pretrained

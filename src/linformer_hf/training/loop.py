@@ -19,8 +19,7 @@ def build_optimizer(model, cfg) -> torch.optim.Optimizer:
         {"params": [p for name, p in named if not name.endswith(NO_DECAY)], "weight_decay": cfg.weight_decay},
         {"params": [p for name, p in named if name.endswith(NO_DECAY)], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                             eps=cfg.adam_epsilon)
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_epsilon)
 
 
 def build_accelerator(cfg, gradient_accumulation_plugin=None, **kwargs):
@@ -34,8 +33,9 @@ def build_accelerator(cfg, gradient_accumulation_plugin=None, **kwargs):
         gradient_accumulation_plugin=gradient_accumulation_plugin,
         mixed_precision=cfg.mixed_precision,
         log_with=cfg.report_to or None,
-        project_config=ProjectConfiguration(project_dir=cfg.output_dir,
-                                            logging_dir=os.path.join(cfg.output_dir, "logs")),
+        project_config=ProjectConfiguration(
+            project_dir=cfg.output_dir, logging_dir=os.path.join(cfg.output_dir, "logs")
+        ),
         **kwargs,
     )
 
@@ -44,8 +44,11 @@ def init_trackers(accelerator, recipe, project: str) -> None:
     """Start the trackers (TensorBoard ...) with the recipe as flat ``section.key`` hyper-parameters."""
     if not recipe.training.report_to:
         return
-    flat: dict[str, Any] = {f"{section}.{key}": (value if isinstance(value, (int, float, str, bool)) else str(value))
-                            for section, fields in asdict(recipe).items() for key, value in fields.items()}
+    flat: dict[str, Any] = {
+        f"{section}.{key}": (value if isinstance(value, (int, float, str, bool)) else str(value))
+        for section, fields in asdict(recipe).items()
+        for key, value in fields.items()
+    }
     accelerator.init_trackers(project, config=flat)
 
 

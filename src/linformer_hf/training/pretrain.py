@@ -20,8 +20,11 @@ from .errors import USER_ERRORS, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linformer_hf.training.pretrain", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m linformer_hf.training.pretrain",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", required=True, help="pretraining recipe YAML (configs/pretrain/*.yaml)")
     parser.add_argument("--resume_from_checkpoint", default=None, help="checkpoint dir, or 'latest'")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")

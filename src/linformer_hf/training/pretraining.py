@@ -33,8 +33,18 @@ from torch.utils.data import DataLoader
 
 from ..models import max_input_length
 from . import checkpointing
-from .checkpointing import (RunLock, UpdateLog, atomic_write_json, check_resume_compatible, claim_output_dir,
-                            publish_dir, read_checkpoint_state, recipe_fingerprint, resolve_checkpoint, temporary_name)
+from .checkpointing import (
+    RunLock,
+    UpdateLog,
+    atomic_write_json,
+    check_resume_compatible,
+    claim_output_dir,
+    publish_dir,
+    read_checkpoint_state,
+    recipe_fingerprint,
+    resolve_checkpoint,
+    temporary_name,
+)
 from .config import ConfigError, PretrainRecipe
 from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
@@ -48,6 +58,7 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------------------------------------------
 # Summaries
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def summary_path(output_dir: str, completed_steps: int) -> str:
     """Where a run writes its summary: one file per run, named by the updates completed when it ended."""
@@ -70,6 +81,7 @@ def read_final_summary(output_dir: str) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 # Loss and evaluation
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def masked_lm_loss(model, batch, num_masked) -> torch.Tensor:
     """The masked tokens' summed cross-entropy divided by ``num_masked``, computed once, by the model's own loss.
@@ -103,6 +115,7 @@ def evaluate_mlm(model, dataloader, accelerator) -> dict[str, float]:
 # ----------------------------------------------------------------------------------------------------------------
 # The run: setup, one update, evaluation and saving, and the loop that ties them
 # ----------------------------------------------------------------------------------------------------------------
+
 
 def check_block_size(recipe: PretrainRecipe, model_config) -> None:
     n = max_input_length(model_config)
@@ -162,14 +175,19 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, int(os.environ.get("WORLD_SIZE", "1")))
     if resume_dir:
         check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
-    lock = claim_output_dir(tcfg.output_dir, resuming=resume_dir is not None, overwrite=tcfg.overwrite_output_dir,
-                            is_main_process=int(os.environ.get("RANK", "0")) == 0)
+    lock = claim_output_dir(
+        tcfg.output_dir,
+        resuming=resume_dir is not None,
+        overwrite=tcfg.overwrite_output_dir,
+        is_main_process=int(os.environ.get("RANK", "0")) == 0,
+    )
 
     accelerator = build_accelerator(
         tcfg,
         # The loop, not the data loader, says when an update ends (a streamed epoch has no known length).
         gradient_accumulation_plugin=GradientAccumulationPlugin(
-            num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False),
+            num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False
+        ),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=tcfg.seed),
     )
     set_seed(tcfg.seed)
@@ -183,22 +201,30 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     set_seed(tcfg.seed)  # the model init does not depend on how much RNG the data preparation used
     model = build_mlm_model(recipe.model, tokenizer)
     optimizer = build_optimizer(model, tcfg)
-    scheduler = get_scheduler(tcfg.lr_scheduler_type, optimizer, num_warmup_steps=tcfg.warmup_steps,
-                              num_training_steps=tcfg.max_steps)
+    scheduler = get_scheduler(
+        tcfg.lr_scheduler_type, optimizer, num_warmup_steps=tcfg.warmup_steps, num_training_steps=tcfg.max_steps
+    )
 
     # Each process evaluates its own shard of the validation blocks (no block twice, none padded in), and the
     # losses and token counts are summed over processes.
-    eval_shard = split_dataset_by_node(data["validation"], rank=accelerator.process_index,
-                                       world_size=accelerator.num_processes)
+    eval_shard = split_dataset_by_node(
+        data["validation"], rank=accelerator.process_index, world_size=accelerator.num_processes
+    )
     eval_dl = DataLoader(eval_shard, batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
     if dcfg.streaming:
-        train_ds = shard_stream(data["train"], accelerator.process_index, accelerator.num_processes, tcfg.seed,
-                                dcfg.shuffle_buffer_size)
+        train_ds = shard_stream(
+            data["train"], accelerator.process_index, accelerator.num_processes, tcfg.seed, dcfg.shuffle_buffer_size
+        )
         train_dl = DataLoader(train_ds, batch_size=tcfg.per_device_train_batch_size, collate_fn=collator)
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
-        train_dl = DataLoader(data["train"], batch_size=tcfg.per_device_train_batch_size, shuffle=True,
-                              drop_last=True, collate_fn=collator)
+        train_dl = DataLoader(
+            data["train"],
+            batch_size=tcfg.per_device_train_batch_size,
+            shuffle=True,
+            drop_last=True,
+            collate_fn=collator,
+        )
         model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
         if len(train_dl) == 0:
             raise ConfigError(
@@ -210,10 +236,26 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     accelerator.register_for_checkpointing(scheduler)
     init_trackers(accelerator, recipe, "pretrain")
 
-    run = PretrainingRun(recipe, accelerator, tokenizer, model, optimizer, scheduler, collator, train_dl, eval_dl,
-                         summary={"train_losses": {}, "evals": {}, "output_dir": tcfg.output_dir,
-                                  "resumed_from": resume_dir, "num_processes": accelerator.num_processes},
-                         fingerprint=fingerprint, lock=lock)
+    run = PretrainingRun(
+        recipe,
+        accelerator,
+        tokenizer,
+        model,
+        optimizer,
+        scheduler,
+        collator,
+        train_dl,
+        eval_dl,
+        summary={
+            "train_losses": {},
+            "evals": {},
+            "output_dir": tcfg.output_dir,
+            "resumed_from": resume_dir,
+            "num_processes": accelerator.num_processes,
+        },
+        fingerprint=fingerprint,
+        lock=lock,
+    )
     if resume_dir:
         accelerator.print(f"Resuming from {resume_dir}")
         accelerator.load_state(resume_dir)
@@ -275,9 +317,14 @@ def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, floa
 def save_checkpoint(run: PretrainingRun) -> str:
     """``<output_dir>/checkpoints/step_N``, written atomically with the recipe fingerprint; older ones pruned."""
     tcfg = run.recipe.training
-    path = checkpointing.save_checkpoint(run.accelerator, tcfg.output_dir, run.completed_steps,
-                                         {"completed_steps": run.completed_steps, "epoch": run.epoch}, run.fingerprint,
-                                         tcfg.checkpoints_total_limit)
+    path = checkpointing.save_checkpoint(
+        run.accelerator,
+        tcfg.output_dir,
+        run.completed_steps,
+        {"completed_steps": run.completed_steps, "epoch": run.epoch},
+        run.fingerprint,
+        tcfg.checkpoints_total_limit,
+    )
     run.update_log.write(event="checkpoint", step=run.completed_steps, path=path)
     return path
 
@@ -291,8 +338,9 @@ def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
     final_dir = os.path.join(run.recipe.training.output_dir, "final")
     final_tmp = temporary_name(final_dir)
     accelerator.wait_for_everyone()
-    accelerator.unwrap_model(run.model).save_pretrained(final_tmp, is_main_process=accelerator.is_main_process,
-                                                        save_function=accelerator.save)
+    accelerator.unwrap_model(run.model).save_pretrained(
+        final_tmp, is_main_process=accelerator.is_main_process, save_function=accelerator.save
+    )
     if accelerator.is_main_process:
         run.tokenizer.save_pretrained(final_tmp)
         atomic_write_json(os.path.join(final_tmp, "eval_results.json"), {"step": run.completed_steps, **metrics})
@@ -316,11 +364,20 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
 
     run = setup_pretraining(recipe)
     tcfg, accelerator, summary = recipe.training, run.accelerator, run.summary
-    tokens_per_update = (tcfg.per_device_train_batch_size * tcfg.gradient_accumulation_steps
-                         * accelerator.num_processes * recipe.data.block_size)
+    tokens_per_update = (
+        tcfg.per_device_train_batch_size
+        * tcfg.gradient_accumulation_steps
+        * accelerator.num_processes
+        * recipe.data.block_size
+    )
     stop_at = min(tcfg.max_steps, tcfg.stop_after_steps) if tcfg.stop_after_steps else tcfg.max_steps
-    progress = tqdm(total=tcfg.max_steps, initial=run.completed_steps, desc="pretrain", dynamic_ncols=True,
-                    disable=not (show_progress and accelerator.is_local_main_process))
+    progress = tqdm(
+        total=tcfg.max_steps,
+        initial=run.completed_steps,
+        desc="pretrain",
+        dynamic_ncols=True,
+        disable=not (show_progress and accelerator.is_local_main_process),
+    )
     run.model.train()
     update_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     t_start = t_last = time.perf_counter()
@@ -328,8 +385,12 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
 
     def out_of_time() -> bool:
         # All processes must agree: stop everywhere as soon as one process is out of time.
-        flag = torch.tensor(float(time.perf_counter() - t_start > 60 * tcfg.max_train_minutes), device=accelerator.device)
-        return bool(accelerator.reduce(flag, reduction="sum").item() > 0) if accelerator.num_processes > 1 else bool(flag)
+        flag = torch.tensor(
+            float(time.perf_counter() - t_start > 60 * tcfg.max_train_minutes), device=accelerator.device
+        )
+        return (
+            bool(accelerator.reduce(flag, reduction="sum").item() > 0) if accelerator.num_processes > 1 else bool(flag)
+        )
 
     if tcfg.eval_steps and run.completed_steps == 0:  # the starting point of the validation curve
         evaluate_and_log(run)
@@ -366,8 +427,10 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             if step >= stop_at:
                 break
             if tcfg.max_train_minutes is not None and out_of_time():
-                accelerator.print(f"time budget of {tcfg.max_train_minutes} min reached after {step} "
-                                  f"updates (of {tcfg.max_steps}); evaluating and saving now")
+                accelerator.print(
+                    f"time budget of {tcfg.max_train_minutes} min reached after {step} "
+                    f"updates (of {tcfg.max_steps}); evaluating and saving now"
+                )
                 summary["stopped_by_time_budget"] = True
                 stop_at = step
                 break

@@ -26,8 +26,9 @@ def iter_text_files(files: list[str]) -> Iterator[str]:
                     yield line
 
 
-def train_bpe_tokenizer(texts: Iterable[str], output_dir: str, vocab_size: int = 8192, min_frequency: int = 2,
-                        model_max_length: int = 512):
+def train_bpe_tokenizer(
+    texts: Iterable[str], output_dir: str, vocab_size: int = 8192, min_frequency: int = 2, model_max_length: int = 512
+):
     """Train byte-level BPE on ``texts`` and save a ``RobertaTokenizer`` to ``output_dir``; returns the tokenizer."""
     from tokenizers import ByteLevelBPETokenizer
     from transformers import RobertaTokenizer
@@ -44,14 +45,25 @@ def train_bpe_tokenizer(texts: Iterable[str], output_dir: str, vocab_size: int =
                 yield text
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(counted(texts), vocab_size=vocab_size, min_frequency=min_frequency,
-                            special_tokens=SPECIAL_TOKENS, show_progress=False)
+    bpe.train_from_iterator(
+        counted(texts),
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
     if documents == 0:  # the trainer would save a tokenizer of the 256 bytes alone
-        raise ConfigError("The tokenizer training text is empty (no non-blank document); give text files with one "
-                          "document a line.")
+        raise ConfigError(
+            "The tokenizer training text is empty (no non-blank document); give text files with one document a line."
+        )
     if bpe.get_vocab_size() < vocab_size:
-        logger.warning("The text (%d documents) gave %d tokens, fewer than vocab_size=%d: too little text to learn "
-                       "the vocabulary asked for.", documents, bpe.get_vocab_size(), vocab_size)
+        logger.warning(
+            "The text (%d documents) gave %d tokens, fewer than vocab_size=%d: too little text to learn "
+            "the vocabulary asked for.",
+            documents,
+            bpe.get_vocab_size(),
+            vocab_size,
+        )
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file, merges_file = bpe.save_model(tmp)
         tokenizer = RobertaTokenizer(vocab=vocab_file, merges=merges_file, model_max_length=model_max_length)
@@ -86,4 +98,6 @@ def load_tokenizer(name_or_path: str):
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except OSError as err:
-        raise ConfigError(f"Could not load tokenizer {name_or_path!r} (not a local dir, and the Hub failed): {err}") from err
+        raise ConfigError(
+            f"Could not load tokenizer {name_or_path!r} (not a local dir, and the Hub failed): {err}"
+        ) from err

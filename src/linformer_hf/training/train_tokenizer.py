@@ -22,8 +22,11 @@ from .tokenizer import iter_text_files, train_bpe_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linformer_hf.training.train_tokenizer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m linformer_hf.training.train_tokenizer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--files", nargs="*", default=[], help="text files, one document a line")
     parser.add_argument("--dataset", default=None, help="Hub dataset name (used when no --files)")
     parser.add_argument("--dataset_config", default=None)

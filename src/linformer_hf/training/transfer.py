@@ -49,54 +49,72 @@ class TransferArguments:
     """Everything a transfer run needs. Field names are the script's flags (`--teacher`, `--layer_steps`, ...)."""
 
     teacher: str = dataclasses.field(metadata={"help": "the original model: a local folder or a Hub name"})
-    student: str = dataclasses.field(metadata={"help": "the converted Linformer folder (scripts/convert_to_linformer.py)"})
+    student: str = dataclasses.field(
+        metadata={"help": "the converted Linformer folder (scripts/convert_to_linformer.py)"}
+    )
     output_dir: str = dataclasses.field(metadata={"help": "where the transferred model, log and checkpoints go"})
     text_files: list[str] | None = dataclasses.field(
-        default=None, metadata={"help": "plain-text files, one document per line"})
+        default=None, metadata={"help": "plain-text files, one document per line"}
+    )
     dataset: str | None = dataclasses.field(
-        default=None, metadata={"help": "a datasets name (Hub) or builder ('csv', 'json', 'text') with --data_files"})
+        default=None, metadata={"help": "a datasets name (Hub) or builder ('csv', 'json', 'text') with --data_files"}
+    )
     dataset_config: str | None = None
     data_files: list[str] | None = None
     dataset_split: str = "train"
     text_column: str = "text"
     lengths: list[int] | None = dataclasses.field(
-        default=None, metadata={"help": "window lengths in tokens, used in turn (default: 32 and n)"})
+        default=None, metadata={"help": "window lengths in tokens, used in turn (default: 32 and n)"}
+    )
     batch_size: int = 8
     layer_steps: int = dataclasses.field(default=200, metadata={"help": "stage 1 (layer-local) steps"})
     end_to_end_steps: int = dataclasses.field(default=0, metadata={"help": "stage 2 (end-to-end) steps; 0: none"})
     train_attention_weights: bool = dataclasses.field(
-        default=False, metadata={"help": "stage 1 also trains each layer's W^Q, W^K, W^V"})
+        default=False, metadata={"help": "stage 1 also trains each layer's W^Q, W^K, W^V"}
+    )
     loss: Literal["relative", "mse"] = dataclasses.field(
-        default="relative", metadata={"help": "relative: ||S - T||^2 / ||T||^2 per layer; mse: mean squared error"})
+        default="relative", metadata={"help": "relative: ||S - T||^2 / ||T||^2 per layer; mse: mean squared error"}
+    )
     projection_learning_rate: float = 1e-3
     attention_learning_rate: float = 1e-4
     end_to_end_learning_rate: float = 2e-5
     warmup_steps: int = 10
     mlm_weight: float = dataclasses.field(
-        default=1.0, metadata={"help": "stage 2: weight of KL(teacher || student) on MLM logits, if both have a head"})
+        default=1.0, metadata={"help": "stage 2: weight of KL(teacher || student) on MLM logits, if both have a head"}
+    )
     eval_fraction: float = dataclasses.field(
-        default=0.1, metadata={"help": "share of documents held out for the fidelity evaluation"})
+        default=0.1, metadata={"help": "share of documents held out for the fidelity evaluation"}
+    )
     eval_windows: int = dataclasses.field(default=8, metadata={"help": "held-out windows per length"})
     eval_documents: int = dataclasses.field(
-        default=64, metadata={"help": "held-out documents embedded whole (truncated to n) for the cosine figure"})
+        default=64, metadata={"help": "held-out documents embedded whole (truncated to n) for the cosine figure"}
+    )
     evaluate_only: bool = dataclasses.field(
-        default=False, metadata={"help": "measure the student's fidelity on all the given text, train nothing"})
+        default=False, metadata={"help": "measure the student's fidelity on all the given text, train nothing"}
+    )
     log_every: int = 10
     checkpoint_every: int = 100
     checkpoints_to_keep: int = 2
     resume: str | None = dataclasses.field(
-        default=None, metadata={"help": "'latest' or a checkpoint folder to resume from"})
+        default=None, metadata={"help": "'latest' or a checkpoint folder to resume from"}
+    )
     stop_after_steps: int | None = dataclasses.field(
-        default=None, metadata={"help": "stop this process at this step, with a checkpoint, to resume later"})
+        default=None, metadata={"help": "stop this process at this step, with a checkpoint, to resume later"}
+    )
     seed: int = 0
     show_progress: bool = True
 
     def __post_init__(self):
         if (self.text_files is None) == (self.dataset is None):
-            raise ValueError("Give the text either as --text_files or as --dataset (with --data_files for a local "
-                             "csv/json/text builder), not both and not neither.")
-        if self.layer_steps < 0 or self.end_to_end_steps < 0 or (
-                self.layer_steps + self.end_to_end_steps == 0 and not self.evaluate_only):
+            raise ValueError(
+                "Give the text either as --text_files or as --dataset (with --data_files for a local "
+                "csv/json/text builder), not both and not neither."
+            )
+        if (
+            self.layer_steps < 0
+            or self.end_to_end_steps < 0
+            or (self.layer_steps + self.end_to_end_steps == 0 and not self.evaluate_only)
+        ):
             raise ValueError("Nothing to train: set --layer_steps and/or --end_to_end_steps to a positive number.")
         if self.batch_size <= 0 or self.eval_windows <= 0:
             raise ValueError("--batch_size and --eval_windows must be positive.")
@@ -120,8 +138,10 @@ def load_teacher(name_or_path: str):
     the bare encoder."""
     config = AutoConfig.from_pretrained(name_or_path)
     if config.model_type not in TEACHER_MODEL_TYPES:
-        raise ValueError(f"The teacher {name_or_path} is a {config.model_type!r} model; transfer reads the attention "
-                         f"of {TEACHER_MODEL_TYPES} encoders (the layouts conversion accepts).")
+        raise ValueError(
+            f"The teacher {name_or_path} is a {config.model_type!r} model; transfer reads the attention "
+            f"of {TEACHER_MODEL_TYPES} encoders (the layouts conversion accepts)."
+        )
     has_mlm = any(name.endswith(MLM_ARCHITECTURE_SUFFIXES) for name in (config.architectures or []))
     auto_class = AutoModelForMaskedLM if has_mlm else AutoModel
     teacher = auto_class.from_pretrained(name_or_path)
@@ -131,8 +151,10 @@ def load_teacher(name_or_path: str):
 def check_pair(teacher, student: LinformerPreTrainedModel, lengths: list[int], vocab_in_use: int) -> None:
     """Refuse a teacher and student that do not describe the same network, before any work is done."""
     if not isinstance(student, LinformerPreTrainedModel):
-        raise ValueError(f"The student must be a Linformer (converted with scripts/convert_to_linformer.py), got "
-                         f"{type(student).__name__}.")
+        raise ValueError(
+            f"The student must be a Linformer (converted with scripts/convert_to_linformer.py), got "
+            f"{type(student).__name__}."
+        )
     t, s = teacher.config, student.config
     for field in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"):
         if getattr(t, field) != getattr(s, field):
@@ -141,16 +163,22 @@ def check_pair(teacher, student: LinformerPreTrainedModel, lengths: list[int], v
                 "The student must be converted from this teacher (scripts/convert_to_linformer.py TEACHER STUDENT)."
             )
     if vocab_in_use > s.vocab_size:
-        raise ValueError(f"The tokenizer has {vocab_in_use} tokens but the models only {s.vocab_size} embeddings: "
-                         "use the tokenizer saved with the student.")
+        raise ValueError(
+            f"The tokenizer has {vocab_in_use} tokens but the models only {s.vocab_size} embeddings: "
+            "use the tokenizer saved with the student."
+        )
     teacher_positions = t.max_position_embeddings - (t.pad_token_id + 1 if t.model_type == "roberta" else 0)
     for length in lengths:
         if length > s.max_sequence_length:
-            raise ValueError(f"Window length {length} exceeds the student's n={s.max_sequence_length}: drop it from "
-                             "--lengths or convert with a larger --max-sequence-length.")
+            raise ValueError(
+                f"Window length {length} exceeds the student's n={s.max_sequence_length}: drop it from "
+                "--lengths or convert with a larger --max_sequence_length."
+            )
         if length > teacher_positions:
-            raise ValueError(f"Window length {length} exceeds the teacher's {teacher_positions} positions, so the "
-                             "teacher has no output to match there: drop it from --lengths.")
+            raise ValueError(
+                f"Window length {length} exceeds the teacher's {teacher_positions} positions, so the "
+                "teacher has no output to match there: drop it from --lengths."
+            )
 
 
 def teacher_attention_layers(teacher) -> list[torch.nn.Module]:
@@ -174,8 +202,10 @@ def capture_attention(teacher):
     try:
         yield records
         if records and len(records) != len(layers):
-            raise RuntimeError(f"Captured {len(records)} attention outputs from a {len(layers)}-layer teacher: its "
-                               "self-attention modules were not each called once per forward.")
+            raise RuntimeError(
+                f"Captured {len(records)} attention outputs from a {len(layers)}-layer teacher: its "
+                "self-attention modules were not each called once per forward."
+            )
     finally:
         for handle in handles:
             handle.remove()
@@ -222,12 +252,14 @@ def load_texts(args: TransferArguments) -> list[str]:
         extra = {}
         if args.dataset == "csv" and args.data_files and all(path.endswith(".tsv") for path in args.data_files):
             extra = {"delimiter": "\t", "quoting": 3}  # GLUE's TSV files have no quoting
-        dataset = load_dataset(args.dataset, args.dataset_config, data_files=args.data_files,
-                               split=args.dataset_split, **extra)
+        dataset = load_dataset(
+            args.dataset, args.dataset_config, data_files=args.data_files, split=args.dataset_split, **extra
+        )
         column = args.text_column
         if column not in dataset.column_names:
-            raise ValueError(f"{args.dataset} has no column {column!r} (columns: {dataset.column_names}); "
-                             "pass --text_column.")
+            raise ValueError(
+                f"{args.dataset} has no column {column!r} (columns: {dataset.column_names}); pass --text_column."
+            )
     texts = [text for text in dataset[column] if text and text.strip()]
     if not texts:
         raise ValueError("The text source holds no non-empty document.")
@@ -256,8 +288,11 @@ def tokenize_streams(texts: list[str], tokenizer, eval_fraction: float, seed: in
     def stream(documents):
         return torch.tensor([token for document in documents for token in document], dtype=torch.long)
 
-    return TokenStreams(train=stream(ids[held_out_count:]), held_out=stream(ids[:held_out_count]),
-                        held_out_documents=[texts[i] for i in order[:held_out_count]])
+    return TokenStreams(
+        train=stream(ids[held_out_count:]),
+        held_out=stream(ids[:held_out_count]),
+        held_out_documents=[texts[i] for i in order[:held_out_count]],
+    )
 
 
 def num_special_tokens(tokenizer) -> int:
@@ -270,8 +305,8 @@ def special_token_framing(tokenizer) -> tuple[list[int], list[int]]:
     bare = tokenizer("hello", add_special_tokens=False)["input_ids"]
     framed = tokenizer("hello")["input_ids"]
     for start in range(len(framed) - len(bare) + 1):
-        if framed[start:start + len(bare)] == bare:
-            return framed[:start], framed[start + len(bare):]
+        if framed[start : start + len(bare)] == bare:
+            return framed[:start], framed[start + len(bare) :]
     raise ValueError(f"Cannot tell where {type(tokenizer).__name__} puts its special tokens around a text.")
 
 
@@ -279,12 +314,25 @@ def with_special_tokens(content: torch.Tensor, tokenizer) -> torch.Tensor:
     """(batch, L - specials) -> (batch, L): the tokenizer's own framing around every window."""
     prefix, suffix = special_token_framing(tokenizer)
     batch = content.shape[0]
-    return torch.cat([torch.tensor(prefix, dtype=torch.long).expand(batch, -1), content,
-                      torch.tensor(suffix, dtype=torch.long).expand(batch, -1)], dim=1)
+    return torch.cat(
+        [
+            torch.tensor(prefix, dtype=torch.long).expand(batch, -1),
+            content,
+            torch.tensor(suffix, dtype=torch.long).expand(batch, -1),
+        ],
+        dim=1,
+    )
 
 
-def training_batch(streams: TokenStreams, tokenizer, args: TransferArguments, lengths: list[int], step: int,
-                   process_index: int = 0, num_processes: int = 1) -> torch.Tensor:
+def training_batch(
+    streams: TokenStreams,
+    tokenizer,
+    args: TransferArguments,
+    lengths: list[int],
+    step: int,
+    process_index: int = 0,
+    num_processes: int = 1,
+) -> torch.Tensor:
     """The windows of step `step`: a pure function of (seed, step), so a resumed run sees the same batches.
 
     Length lengths[step % len(lengths)]; each process takes its own rows of the global batch.
@@ -294,7 +342,7 @@ def training_batch(streams: TokenStreams, tokenizer, args: TransferArguments, le
     generator = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
     starts = torch.randint(0, len(streams.train) - content + 1, (args.batch_size * num_processes,), generator=generator)
     starts = starts[process_index::num_processes]
-    windows = torch.stack([streams.train[start:start + content] for start in starts.tolist()])
+    windows = torch.stack([streams.train[start : start + content] for start in starts.tolist()])
     return with_special_tokens(windows, tokenizer)
 
 
@@ -304,8 +352,10 @@ def held_out_batches(streams: TokenStreams, tokenizer, lengths: list[int], windo
     for length in lengths:
         content = length - num_special_tokens(tokenizer)
         if len(streams.held_out) < content * windows:
-            raise ValueError(f"The held-out text has {len(streams.held_out)} tokens, fewer than {windows} windows of "
-                             f"{length}: raise --eval_fraction or lower --eval_windows.")
+            raise ValueError(
+                f"The held-out text has {len(streams.held_out)} tokens, fewer than {windows} windows of "
+                f"{length}: raise --eval_fraction or lower --eval_windows."
+            )
         chunk = streams.held_out[: content * windows].view(windows, content)
         batches[length] = with_special_tokens(chunk, tokenizer)
     return batches
@@ -333,8 +383,13 @@ def evaluate_fidelity(teacher, student, batches: dict[int, torch.Tensor], batch_
                 layer_sq[layer_idx] += ((output - target) ** 2).sum().item()
                 layer_norm[layer_idx] += (target**2).sum().item()
             student_out = student.base_model(chunk, attention_mask=mask)
-            cosines.append(torch.nn.functional.cosine_similarity(
-                mean_pool(student_out.last_hidden_state, mask), mean_pool(teacher_out.last_hidden_state, mask), dim=-1))
+            cosines.append(
+                torch.nn.functional.cosine_similarity(
+                    mean_pool(student_out.last_hidden_state, mask),
+                    mean_pool(teacher_out.last_hidden_state, mask),
+                    dim=-1,
+                )
+            )
         errors = (layer_sq / layer_norm).sqrt()
         results[str(length)] = {
             "attention_relative_error_per_layer": [round(value, 5) for value in errors.tolist()],
@@ -353,24 +408,31 @@ def evaluate_documents(teacher, student, tokenizer, documents: list[str], batch_
     n = student.config.max_sequence_length
     cosines, lengths = [], []
     for start in range(0, len(documents), batch_size):
-        batch = tokenizer(documents[start:start + batch_size], truncation=True, max_length=n, padding=True,
-                          return_tensors="pt").to(device)
+        batch = tokenizer(
+            documents[start : start + batch_size], truncation=True, max_length=n, padding=True, return_tensors="pt"
+        ).to(device)
         mask = batch["attention_mask"].float()
         inputs = {key: batch[key] for key in ("input_ids", "attention_mask", "token_type_ids") if key in batch}
         teacher_out = teacher.base_model(**inputs).last_hidden_state
         student_out = student.base_model(**inputs).last_hidden_state
-        cosines.append(torch.nn.functional.cosine_similarity(mean_pool(student_out, mask), mean_pool(teacher_out, mask),
-                                                             dim=-1))
+        cosines.append(
+            torch.nn.functional.cosine_similarity(mean_pool(student_out, mask), mean_pool(teacher_out, mask), dim=-1)
+        )
         lengths.append(batch["attention_mask"].sum(1))
     cosines, lengths = torch.cat(cosines), torch.cat(lengths).float()
-    return {"documents": len(documents), "tokens_median": int(lengths.median().item()),
-            "embedding_cosine_mean": round(cosines.mean().item(), 5),
-            "embedding_cosine_min": round(cosines.min().item(), 5)}
+    return {
+        "documents": len(documents),
+        "tokens_median": int(lengths.median().item()),
+        "embedding_cosine_mean": round(cosines.mean().item(), 5),
+        "embedding_cosine_min": round(cosines.min().item(), 5),
+    }
 
 
 def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dict:
-    return {"windows": evaluate_fidelity(teacher, student, batches, batch_size),
-            "documents": evaluate_documents(teacher, student, tokenizer, documents, batch_size)}
+    return {
+        "windows": evaluate_fidelity(teacher, student, batches, batch_size),
+        "documents": evaluate_documents(teacher, student, tokenizer, documents, batch_size),
+    }
 
 
 # ---- training ----
@@ -403,7 +465,7 @@ def parameter_groups(student, args: TransferArguments) -> dict[str, list[torch.n
     if args.layer_steps and not groups["projections"] and not args.train_attention_weights:
         raise ValueError(
             "Stage 1 has nothing to train: the student's projections are frozen or parameter-free (mean/max pooling). "
-            "Pass --train_attention_weights, or convert without --freeze-projections."
+            "Pass --train_attention_weights, or convert without --freeze_projections."
         )
     return groups
 
@@ -419,9 +481,11 @@ def learning_rates(args: TransferArguments, step: int) -> dict[str, float]:
     """Each group's learning rate at `step` (0 freezes it): linear warm-up at the start of each stage."""
     if args.stage_of(step) == "layer":
         warmup = min(1.0, (step + 1) / max(1, args.warmup_steps))
-        return {"projections": args.projection_learning_rate * warmup,
-                "attention": args.attention_learning_rate * warmup if args.train_attention_weights else 0.0,
-                "rest": 0.0}
+        return {
+            "projections": args.projection_learning_rate * warmup,
+            "attention": args.attention_learning_rate * warmup if args.train_attention_weights else 0.0,
+            "rest": 0.0,
+        }
     warmup = min(1.0, (step - args.layer_steps + 1) / max(1, args.warmup_steps))
     rate = args.end_to_end_learning_rate * warmup
     return {"projections": rate, "attention": rate, "rest": rate}
@@ -431,16 +495,22 @@ def layer_local_loss(teacher, student, ids, mask, kind: str):
     """Stage 1: the mean over layers of each layer's attention-output loss, on the teacher's own layer inputs."""
     with torch.no_grad(), capture_attention(teacher) as records:
         teacher.base_model(ids, attention_mask=mask)
-    losses = [matching_loss(student_attention(student, layer_idx, hidden, mask), target, mask, kind)
-              for layer_idx, (hidden, target) in enumerate(records)]
-    return torch.stack(losses).mean(), [math.sqrt(loss.item()) if kind == "relative" else loss.item()
-                                        for loss in losses]
+    losses = [
+        matching_loss(student_attention(student, layer_idx, hidden, mask), target, mask, kind)
+        for layer_idx, (hidden, target) in enumerate(records)
+    ]
+    return torch.stack(losses).mean(), [
+        math.sqrt(loss.item()) if kind == "relative" else loss.item() for loss in losses
+    ]
 
 
 def end_to_end_loss(teacher, student, ids, mask, args: TransferArguments):
     """Stage 2: hidden states of every layer (and MLM logits when both models have the head) against the teacher's."""
-    use_logits = isinstance(student, LinformerForMaskedLM) and hasattr(teacher, "get_output_embeddings") \
+    use_logits = (
+        isinstance(student, LinformerForMaskedLM)
+        and hasattr(teacher, "get_output_embeddings")
         and teacher.get_output_embeddings() is not None
+    )
     with torch.no_grad():
         teacher_out = teacher(ids, attention_mask=mask, output_hidden_states=True)
     student_out = student(ids, attention_mask=mask, output_hidden_states=True)
@@ -500,15 +570,26 @@ def run_transfer(args: TransferArguments) -> dict:
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
 
-    streams = tokenize_streams(load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed)
+    streams = tokenize_streams(
+        load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed
+    )
     documents = streams.held_out_documents[: args.eval_documents]
     longest = max(lengths)
     if args.evaluate_only:
         started = time.perf_counter()
-        report = {"teacher": args.teacher, "student": args.student, "lengths": lengths,
-                  "fidelity": evaluate(teacher, student.to(accelerator.device).eval(), tokenizer,
-                                       held_out_batches(streams, tokenizer, lengths, args.eval_windows), documents,
-                                       args.batch_size)}
+        report = {
+            "teacher": args.teacher,
+            "student": args.student,
+            "lengths": lengths,
+            "fidelity": evaluate(
+                teacher,
+                student.to(accelerator.device).eval(),
+                tokenizer,
+                held_out_batches(streams, tokenizer, lengths, args.eval_windows),
+                documents,
+                args.batch_size,
+            ),
+        }
         report["eval_seconds"] = round(time.perf_counter() - started, 1)
         if accelerator.is_main_process:
             os.makedirs(args.output_dir, exist_ok=True)
@@ -535,8 +616,12 @@ def run_transfer(args: TransferArguments) -> dict:
     os.makedirs(args.output_dir, exist_ok=True)
     log_path = os.path.join(args.output_dir, "transfer_log.jsonl")
     resume_from = resolve_resume(args.resume, args.output_dir)
-    report = {"teacher": args.teacher, "student": args.student, "lengths": lengths,
-              "arguments": dataclasses.asdict(args)}
+    report = {
+        "teacher": args.teacher,
+        "student": args.student,
+        "lengths": lengths,
+        "arguments": dataclasses.asdict(args),
+    }
     if resume_from:
         accelerator.load_state(resume_from)
         if accelerator.is_main_process:
@@ -549,8 +634,11 @@ def run_transfer(args: TransferArguments) -> dict:
             with open(os.path.join(args.output_dir, "fidelity_before.json"), "w") as handle:
                 json.dump(report["before"], handle, indent=2)
 
-    bar = tqdm(total=args.total_steps, initial=progress.step, disable=not (args.show_progress
-                                                                           and accelerator.is_local_main_process))
+    bar = tqdm(
+        total=args.total_steps,
+        initial=progress.step,
+        disable=not (args.show_progress and accelerator.is_local_main_process),
+    )
     stop_at = args.total_steps if args.stop_after_steps is None else min(args.stop_after_steps, args.total_steps)
     while progress.step < stop_at:
         started = time.perf_counter()
@@ -560,8 +648,9 @@ def run_transfer(args: TransferArguments) -> dict:
             group["lr"] = rates[group["name"]]
             for parameter in group["params"]:
                 parameter.requires_grad_(group["name"] in trained)
-        ids = training_batch(streams, tokenizer, args, lengths, step, accelerator.process_index,
-                             accelerator.num_processes).to(device)
+        ids = training_batch(
+            streams, tokenizer, args, lengths, step, accelerator.process_index, accelerator.num_processes
+        ).to(device)
         mask = torch.ones(ids.shape, dtype=torch.float32, device=device)
         if stage == "layer":
             loss, per_layer = layer_local_loss(teacher, student, ids, mask, args.loss)
@@ -580,13 +669,20 @@ def run_transfer(args: TransferArguments) -> dict:
         bar.set_postfix(stage=stage, loss=f"{loss.item():.4f}")
 
         if accelerator.is_main_process and (progress.step % args.log_every == 0 or progress.step == args.total_steps):
-            record = {"step": progress.step, "stage": stage, "length": int(ids.shape[1]), "loss": loss.item(),
-                      ("layer_relative_error" if args.loss == "relative" else "layer_mse"): per_layer,
-                      "learning_rates": rates, "train_seconds": round(progress.seconds, 2)}
+            record = {
+                "step": progress.step,
+                "stage": stage,
+                "length": int(ids.shape[1]),
+                "loss": loss.item(),
+                ("layer_relative_error" if args.loss == "relative" else "layer_mse"): per_layer,
+                "learning_rates": rates,
+                "train_seconds": round(progress.seconds, 2),
+            }
             with open(log_path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
-        if progress.step < args.total_steps and (progress.step % args.checkpoint_every == 0
-                                                 or progress.step == stop_at):
+        if progress.step < args.total_steps and (
+            progress.step % args.checkpoint_every == 0 or progress.step == stop_at
+        ):
             accelerator.save_state(checkpoint_dir(args.output_dir, progress.step))
             if accelerator.is_main_process:
                 _prune_checkpoints(args.output_dir, args.checkpoints_to_keep)
@@ -613,8 +709,10 @@ def _load_student(path: str) -> LinformerPreTrainedModel:
 
     config = AutoConfig.from_pretrained(path)
     if config.model_type != "linformer":
-        raise ValueError(f"The student {path} is a {config.model_type!r} model; convert the teacher first with "
-                         "scripts/convert_to_linformer.py.")
+        raise ValueError(
+            f"The student {path} is a {config.model_type!r} model; convert the teacher first with "
+            "scripts/convert_to_linformer.py."
+        )
     by_name = {cls.__name__: cls for cls in LINFORMER_HEADS.values()}
     architecture = (config.architectures or ["LinformerModel"])[0]
     if architecture not in by_name:
@@ -640,8 +738,10 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     for length, result in report["after"]["windows"].items():
         before = report.get("before", {}).get("windows", {}).get(length)
         was = f" (before: {before['embedding_cosine_mean']:.4f})" if before else ""
-        print(f"L={length}: embedding cosine {result['embedding_cosine_mean']:.4f}{was}; attention relative error "
-              f"per layer {result['attention_relative_error_per_layer']}")
+        print(
+            f"L={length}: embedding cosine {result['embedding_cosine_mean']:.4f}{was}; attention relative error "
+            f"per layer {result['attention_relative_error_per_layer']}"
+        )
     print(f"held-out documents: embedding cosine {report['after']['documents']['embedding_cosine_mean']:.4f}")
 
 

@@ -60,9 +60,11 @@ def check_labels(ds, label_column: str, num_labels: int, source: str, header_row
 def warn_if_mixed_precision_ignored(accelerator) -> str | None:
     """Say so when fp16 was asked for but the device runs fp32 (Accelerate ignores fp16 on a CPU without a word)."""
     if accelerator.mixed_precision == "fp16" and not accelerator.native_amp:
-        message = (f"mixed_precision fp16 was asked for, but the device {accelerator.device.type!r} has no fp16 autocast: "
-                   f"this run computes in fp32 (speed and numbers are fp32's). Set mixed_precision: no (or bf16) to "
-                   f"silence this.")
+        message = (
+            f"mixed_precision fp16 was asked for, but the device {accelerator.device.type!r} has no fp16 autocast: "
+            f"this run computes in fp32 (speed and numbers are fp32's). Set mixed_precision: no (or bf16) to "
+            f"silence this."
+        )
         if accelerator.is_main_process:
             logger.warning(message)
         return message
@@ -86,8 +88,10 @@ def check_model_source(name_or_path: str, what: str) -> None:
     try:
         validate_repo_id(name_or_path)
     except HFValidationError:
-        raise ConfigError(f"{what}={name_or_path}: no such directory (and not a Hub name such as roberta-base or "
-                          f"user/model). Check the path.") from None
+        raise ConfigError(
+            f"{what}={name_or_path}: no such directory (and not a Hub name such as roberta-base or "
+            f"user/model). Check the path."
+        ) from None
 
 
 def count_documents(path: str, up_to: int) -> int:
@@ -107,8 +111,10 @@ def check_text_files(train_files: list[str], validation_files: list[str], hold_o
     of train (one document cannot be split into a train and a validation part)."""
     for path in list(train_files) + list(validation_files):
         if count_documents(path, 1) == 0:
-            raise ConfigError(f"Data file {path} has no text (it is empty or only blank lines); give text files with "
-                              f"one document a line.")
+            raise ConfigError(
+                f"Data file {path} has no text (it is empty or only blank lines); give text files with "
+                f"one document a line."
+            )
     if hold_out and sum(count_documents(path, 2) for path in train_files) < 2:
         raise ConfigError(
             f"data.train_files {list(train_files)} hold a single document (one non-blank line): too few to hold out "
