@@ -28,10 +28,10 @@ else
 fi
 
 echo "== 3/4 pretraining a small Linformer (n = 128, k = 32) with masked LM"
-rm -rf outputs/demo/pretrain
+# A rerun replaces the previous demo's outputs through the run-directory policy (never while another run holds them).
 "$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" \
   -m linformer_hf.training.pretrain \
-  --config configs/pretrain/demo.yaml "$@"
+  --config configs/pretrain/demo.yaml --training.overwrite_output_dir true "$@"
 
 echo "== 4/4 reload with AutoModelForMaskedLM and fill-mask"
 "$PY" scripts/show_model.py outputs/demo/pretrain/final
