@@ -47,10 +47,13 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
         if not ns:
             continue
         for model in compressed:
-            ks, header = (cfg.ks, "n \\ k") if MODELS[model].takes_k else ([None], f"n \\ m={cfg.num_random_features}")
+            if MODELS[model].takes_k:
+                ks, header = cfg.ks, "| n \\ k | " + " | ".join(str(k) for k in cfg.ks) + " |"
+            else:
+                ks, header = [None], f"| n | m={cfg.num_random_features} |"
             for baseline in baselines:
                 out.append(f"**{title} of {model} over {baseline}** (baseline / {model})\n")
-                out.append(f"| {header} | " + " | ".join("" if k is None else str(k) for k in ks) + " |")
+                out.append(header)
                 out.append("| --- |" + " --- |" * len(ks))
                 for n in ns:
                     cells = [_cell(_find(rows, mode, baseline, n), _find(rows, mode, model, n, k), column) for k in ks]
@@ -97,7 +100,7 @@ def scaling_table(rows: list[BenchmarkRow]) -> str:
         first = points[0]
         for r in points:
             out.append(
-                f"| {model} | {k} | {r.n} | {r.time_s} | {r.time_s / first.time_s:.2f} | "
+                f"| {model} | {'' if k is None else k} | {r.n} | {r.time_s} | {r.time_s / first.time_s:.2f} | "
                 f"{r.gflop / first.gflop:.2f} | {r.fraction_of_peak:.0%} |"
             )
     return "\n".join(out)
