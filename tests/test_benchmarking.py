@@ -35,7 +35,7 @@ from linformer_hf.research.benchmark.workers import MemoryTask, WorkerFailed, ru
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
 
-TINY = dict(hidden_size=32, heads=4, intermediate_size=48, layers=2, vocab_size=99)
+TINY = dict(hidden_size=32, heads=4, intermediate_size=48, layers=2, vocab_size=99, num_random_features=12)
 
 
 def tiny_benchmark(**overrides) -> BenchmarkConfig:
@@ -71,6 +71,14 @@ def test_flop_count_matches_a_hand_count():
     # E = F compresses X once and finds the reached slots once
     shared = model_config("linformer", 16, 8, dataclasses.replace(cfg, sharing="key_value"))
     assert forward_flops(shared, 16) == 2 * (2 * (114944 - 4096 - 128) + 1024)
+    # Performer, m = 12: Q, K, V, output 4 * 16 * 32 * 32 = 65536; features of Q and K 2 * 16 * 12 * 32 = 12288;
+    #   phi(K)^T V and phi(Q) (.) 2 * 16 * 12 * 32 = 12288; normaliser 4 * 16 * 12 = 768; feed-forward 24576
+    #   -> 115456 (twice the feed-forward: 49152 + 65536 + 12288 * 2 + 768 = 140032)
+    # causal, chunks of 8 and 8: + 2 * 8 * 8 * (4 * 12 + 32) = 10240
+    assert forward_flops(model_config("performer", 16, None, cfg), 16) == 2 * (2 * 140032 + 1024)
+    causal = model_config("performer-causal", 16, None, cfg)
+    causal.causal_chunk_size = 8
+    assert forward_flops(causal, 16) == 2 * (2 * (140032 + 10240) + 1024)
 
 
 LINFORMER_VARIANTS = [
@@ -101,6 +109,15 @@ def test_linformer_flop_count_matches_torch_flop_counter(sharing, projection, se
     assert counted_flops(config, seq_len) == forward_flops(config, seq_len)
 
 
+@pytest.mark.parametrize("model", ["performer", "performer-causal"])
+@pytest.mark.parametrize("seq_len,chunk_size", [(16, 128), (16, 8), (13, 4)])  # one chunk, several, a partial last
+def test_performer_flop_count_matches_torch_flop_counter(model, seq_len, chunk_size):
+    config = model_config(model, 16, None, BenchmarkConfig(**TINY))
+    assert config.is_decoder == (model == "performer-causal")
+    config.causal_chunk_size = chunk_size
+    assert counted_flops(config, seq_len, batch=2) == forward_flops(config, seq_len, batch=2)
+
+
 def test_linformer_flop_count_with_a_k_per_layer():
     config = model_config("linformer", 16, 8, BenchmarkConfig(**TINY))
     config.projected_length = [8, 4]
@@ -108,7 +125,9 @@ def test_linformer_flop_count_with_a_k_per_layer():
     assert forward_flops(config, 16) < forward_flops(model_config("linformer", 16, 8, BenchmarkConfig(**TINY)), 16)
 
 
-@pytest.mark.parametrize("model,k", [("roberta-sdpa", None), ("linformer", 8)])
+@pytest.mark.parametrize(
+    "model,k", [("roberta-sdpa", None), ("linformer", 8), ("performer", None), ("performer-causal", None)]
+)
 def test_training_step_costs_three_forwards(model, k):
     config = model_config(model, 16, k, BenchmarkConfig(**TINY))
     counted = counted_flops(config, 16, batch=2, train=True)
@@ -124,32 +143,35 @@ def test_memory_estimate_is_quadratic_only_for_eager_attention():
     eager = [estimate("roberta-eager", n) for n in (4096, 8192)]
     sdpa = [estimate("roberta-sdpa", n) for n in (4096, 8192)]
     linformer = [estimate("linformer", n, 256) for n in (4096, 8192)]
+    performers = [[estimate(model, n) for n in (4096, 8192)] for model in ("performer", "performer-causal")]
     assert eager[1] / eager[0] > 3.5
     assert sdpa[1] / sdpa[0] < 2.1 and linformer[1] / linformer[0] < 2.1
+    assert all(performer[1] / performer[0] < 2.1 for performer in performers)
     # n = 65536: the eager score matrices alone are 2 * 12 * 65536^2 * 4 bytes = 384 GiB
     assert estimate("roberta-eager", 65536) > 384 * 2**30
 
 
 def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
-    # A budget between the eager model's estimate at n = 64 and everything else's.
-    cfg = tiny_benchmark(scaling_ns=[16, 64])
+    # A budget between the eager model's estimate at n = 256 and everything else's. (At n <= 128, one chunk of causal
+    # FAVOR+ holds (L x L) weights as eager attention does: n = 256 is two chunks.)
+    cfg = tiny_benchmark(ns=[16, 256], scaling_ns=[16, 64])
 
     def estimate(model, n, k, training=False):
         return estimate_activation_bytes(model_config(model, n, k, cfg), n, cfg.batch, 4, training)
 
-    eager_64 = estimate("roberta-eager", 64, None)
-    others = [estimate("roberta-sdpa", 64, None), estimate("linformer", 64, 8)]
+    eager_256 = estimate("roberta-eager", 256, None)
+    others = [estimate(model, 256, k) for model, k in cfg.points(256) if model != "roberta-eager"]
     others += [estimate(model, 16, k, training) for model, k in cfg.points(16) for training in (False, True)]
-    assert max(others) < eager_64
-    cfg.memory_budget_gb = (max(others) + eager_64) / 2 / 2**30
+    assert max(others) < eager_256
+    cfg.memory_budget_gb = (max(others) + eager_256) / 2 / 2**30
 
     rows, info = run_benchmark(cfg, log=lambda message: None)
     assert info.matmul_peak_gflops > 0
-    # inference at two n and training at one, three models each; the linear-cost check at two n
-    assert len(rows) == 2 * 3 + 3 + 2
+    # inference at two n and training at one, five models each; the linear-cost check at two n, three models
+    assert len(rows) == 2 * 5 + 5 + 2 * 3
     by_key = {(r.mode, r.model, r.n): r for r in rows}
 
-    skipped = by_key[(Mode.INFERENCE, "roberta-eager", 64)]
+    skipped = by_key[(Mode.INFERENCE, "roberta-eager", 256)]
     assert skipped.status == Status.SKIPPED and "would not fit" in skipped.reason
     assert skipped.time_s is None and skipped.activation_mb is None
     for key, row in by_key.items():
@@ -161,14 +183,20 @@ def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
         if row.mode == Mode.INFERENCE:
             assert row.memory_method in ("vmhwm", "ru_maxrss")
             assert row.activation_mb >= 0 and row.weights_mb > 0
-    assert by_key[(Mode.SCALING, "linformer", 64)].gflop > by_key[(Mode.SCALING, "linformer", 16)].gflop
+    for model in ("linformer", "performer", "performer-causal"):
+        assert by_key[(Mode.SCALING, model, 64)].gflop > by_key[(Mode.SCALING, model, 16)].gflop
 
     path = tmp_path / "results.csv"
     write_csv(rows, str(path))
     with open(path) as f:
         assert f.readline().strip().split(",") == CSV_COLUMNS == [f.name for f in dataclasses.fields(BenchmarkRow)]
     assert read_csv(str(path)) == rows  # every field, its type and None survive the round trip
-    assert "baseline OOM" in ratio_tables(rows, cfg)
+    tables = ratio_tables(rows, cfg)
+    assert "baseline OOM" in tables
+    assert (
+        "**Inference speed-up of performer-causal over roberta-sdpa**" in tables
+        and "| n | m=12 |\n| --- | --- |" in tables
+    )
 
 
 @pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(DOCS, "efficiency_runs", "*.csv"))))
@@ -238,6 +266,7 @@ def test_every_config_field_is_a_flag_spelled_with_underscores():
     wanted = BenchmarkConfig(
         ns=[64], ks=[8], train_ns=[], scaling_ns=[64], models=["linformer"], device="cuda:1", dtype="fp16", layers=3,
         batch=2, hidden_size=64, heads=2, intermediate_size=96, vocab_size=77, sharing="key_value",
+        num_random_features=32,
         projection="mean", reps=4, warmup=0, threads=1, memory_budget_gb=1.5, measure_memory=False, peer=True,
         peer_ns=[64], peer_k=8, timeout_s=60.0,
     )  # fmt: skip

@@ -15,6 +15,7 @@ from torch import nn
 import linformer_hf
 from linformer_hf.conversion import (
     ARCHITECTURE_MAP,
+    TARGET_FAMILIES,
     convert_checkpoint,
     convert_model,
     extend_position_embeddings,
@@ -440,3 +441,150 @@ def test_sentence_transformers_pooling_is_copied(tmp_path, wordpiece):
     }
     assert (tmp_path / "linformer" / "modules.json").exists()
     assert any("sentence-transformers modules copied" in note for note in report.notes)
+
+
+# ---- Performer as the target family ----
+
+PERFORMER_MAP = TARGET_FAMILIES["performer"].architecture_map
+
+
+def performer_source(architecture, seed=0):
+    """A tiny RoBERTa/BERT head with dense random weights, LayerNorm gains near 1 and W^Q, W^K of std 0.12, so that
+    attention logits have std ~0.5 and attention matters to the outputs (randomize_all's LayerNorm gains of ~0 leave
+    near-uniform attention, which any m approximates)."""
+    config_of = tiny_bert_config if architecture.startswith("Bert") else tiny_roberta_config
+    decoder = architecture in ("RobertaForCausalLM", "BertLMHeadModel")
+    model = getattr(transformers, architecture)(config_of(num_labels=3, is_decoder=decoder)).eval()
+    randomize_all(model, seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.12)
+            elif name.endswith(("LayerNorm.weight", "layer_norm.weight")):
+                param.add_(1.0)
+    return model
+
+
+def test_performer_head_map_has_every_performer_head_including_causal_lm():
+    assert sorted(PERFORMER_MAP.values()) == sorted(
+        cls.__name__ for cls in linformer_hf.PERFORMER_HEADS.values() for _ in range(2)
+    )  # one RoBERTa and one BERT head per Performer head
+    assert PERFORMER_MAP["RobertaForCausalLM"] == PERFORMER_MAP["BertLMHeadModel"] == "PerformerForCausalLM"
+
+
+@pytest.mark.parametrize("architecture", sorted(PERFORMER_MAP))
+def test_every_head_converts_to_performer_with_every_weight_carried(architecture):
+    source = performer_source(architecture)
+    performer, report = convert_model(source, target="performer", num_random_features=8, seed=3)
+    assert type(performer).__name__ == PERFORMER_MAP[architecture] == report.target_architecture
+    assert report.missing == [] and report.problems() == [] and report.target_family == "performer"
+    assert performer.config.num_random_features == report.attention_settings["num_random_features"] == 8
+    assert performer.config.is_decoder == source.config.is_decoder
+    target_state = performer.state_dict()
+    for key, value in source.state_dict().items():
+        target_key = report.renamed.get(key, key)
+        if architecture.startswith("Bert") and key.endswith("position_embeddings.weight"):
+            torch.testing.assert_close(target_state[target_key][1:17], value, rtol=0, atol=0)  # pad id 0: offset 1
+            continue
+        assert torch.equal(target_state[target_key], value), key
+    generated = set(target_state) - {report.renamed.get(key, key) for key in source.state_dict()}
+    assert generated == set(report.initialised)
+    assert all(key.endswith(("random_features", "training_calls")) for key in generated)
+    features = [value for key, value in target_state.items() if key.endswith("random_features")]
+    assert len(features) == 2 and all(f.shape == (8, 8) and f.std() > 0.5 for f in features)
+    again, _ = convert_model(source, target="performer", num_random_features=8, seed=3)
+    assert all(torch.equal(again.state_dict()[key], target_state[key]) for key in generated)  # seeded
+
+
+@pytest.mark.parametrize("architecture", ["RobertaForMaskedLM", "BertModel", "RobertaForCausalLM"])
+def test_a_performer_with_many_features_computes_what_its_source_does_and_with_few_it_does_not(architecture):
+    source = performer_source(architecture)
+    bert = architecture.startswith("Bert")
+    ids, mask, types = padded_bert_batch() if bert else (*padded_batch(), None)
+    extra = {"token_type_ids": types} if bert else {}
+    real = mask.bool()
+
+    def relative_error(num_random_features):
+        performer, _ = convert_model(source, target="performer", num_random_features=num_random_features)
+        with torch.no_grad():
+            expected = source(ids, attention_mask=mask, **extra)[0][real]
+            actual = performer(ids, attention_mask=mask, **extra)[0][real]
+        return ((actual - expected).norm() / expected.norm()).item()
+
+    many, few = relative_error(8192), relative_error(2)
+    assert many < 0.06, many  # measured 0.02-0.04
+    assert few > 5 * many, (few, many)  # measured 0.27-0.73
+
+
+def test_relu_kernel_converts_and_says_it_is_another_attention():
+    performer, report = convert_model(performer_source("RobertaModel"), target="performer", kernel="relu")
+    assert performer.config.kernel == "relu" and performer.config.kernel_epsilon == 1e-3
+    assert any("not an estimate of softmax" in note for note in report.notes)
+
+
+def test_settings_of_the_wrong_family_are_refused():
+    roberta = performer_source("RobertaModel")
+    with pytest.raises(ValueError, match=r"\['projected_length'\] are not Performer settings.*num_random_features"):
+        convert_model(roberta, target="performer", projected_length=4)
+    with pytest.raises(ValueError, match=r"\['kernel'\] are not Linformer settings"):
+        convert_model(roberta, kernel="relu")
+    with pytest.raises(ValueError, match="projection_noise_std applies to Linformer's projections"):
+        convert_model(roberta, target="performer", projection_noise_std=0.1)
+    with pytest.raises(ValueError, match=r"target must be one of \['linformer', 'performer'\]"):
+        convert_model(roberta, target="reformer")
+    with pytest.raises(ValueError, match="BertForPreTraining has no Performer counterpart"):
+        convert_model(transformers.BertForPreTraining(tiny_bert_config()), target="performer")
+
+
+@pytest.mark.parametrize("source_family", ["roberta", "bert"])
+def test_script_converts_to_performer_keeping_the_tokenizer_and_the_folder_loads_with_automodel(
+    tmp_path, tokenizer, wordpiece, source_family
+):
+    if source_family == "roberta":
+        source = save_roberta("RobertaForMaskedLM", tmp_path / "source", tokenizer)
+        source_tokenizer = tokenizer
+    else:
+        source = save_bert("BertForMaskedLM", tmp_path / "source", wordpiece)
+        source_tokenizer = wordpiece
+    convert_to_linformer.main(
+        [
+            str(tmp_path / "source"),
+            str(tmp_path / "performer"),
+            "--family",
+            "performer",
+            "--num_random_features",
+            "16",
+            "--iid_features",
+            "--feature_redraw_interval",
+            "50",
+        ]
+    )
+    config = linformer_hf.PerformerConfig.from_pretrained(str(tmp_path / "performer"))
+    assert (config.num_random_features, config.orthogonal_features, config.feature_redraw_interval) == (16, False, 50)
+    assert config.kernel == "softmax" and config.architectures == ["PerformerForMaskedLM"]
+    report = json.loads((tmp_path / "performer" / "conversion_report.json").read_text())
+    assert report["target_family"] == "performer" and report["missing"] == []
+    model = transformers.AutoModel.from_pretrained(str(tmp_path / "performer"))
+    assert type(model) is linformer_hf.PerformerModel
+    masked_lm = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "performer"))
+    assert torch.equal(
+        masked_lm.lm_head.decoder.weight,
+        source.state_dict()[
+            "lm_head.decoder.weight" if source_family == "roberta" else "cls.predictions.decoder.weight"
+        ],
+    )
+    reloaded = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "performer"))
+    assert type(reloaded).__name__ == type(source_tokenizer).__name__ or reloaded.is_fast
+    assert reloaded("a cat")["input_ids"] == source_tokenizer("a cat")["input_ids"]
+
+
+def test_script_refuses_flags_of_the_other_family(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        convert_to_linformer.main(
+            [str(tmp_path / "roberta"), str(tmp_path / "out"), "--family", "performer", "--projected_length", "4"]
+        )
+    assert "['--projected_length'] do not apply to --family performer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), "--kernel", "relu"])
+    assert "['--kernel'] do not apply to --family linformer" in capsys.readouterr().err

@@ -38,6 +38,9 @@ def pair(tmp_path_factory):
             sharing="key_value",
             projection_init=init,
         )
+    convert_checkpoint(  # few features: FAVOR+ is a coarse estimate of the teacher's attention
+        str(root / "teacher"), str(root / "student_performer"), target="performer", num_random_features=4
+    )
     text = root / "text.txt"
     text.write_text("\n".join(wikitext_lines(300)) + "\n")
     return root
@@ -193,3 +196,31 @@ def test_evaluate_only_measures_without_training(pair, tmp_path):
     assert documents["documents"] == 20 and documents["embedding_cosine_mean"] < 0.999  # random E, F: off
     assert json.loads((tmp_path / "fidelity.json").read_text())["fidelity"] == report["fidelity"]
     assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_a_performer_student_trains_its_attention_weights_only_when_asked(pair, tmp_path):
+    """FAVOR+ has no parameters of its own: stage 1 refuses to run without --train_attention_weights, and with it
+    only W^Q, W^K, W^V move (the random features stay), and the attention error falls."""
+    performer = str(pair / "student_performer")
+    with pytest.raises(ValueError, match="nothing to train for a Performer student.*--train_attention_weights"):
+        run_transfer(arguments(pair, tmp_path / "refused", student=performer))
+    report = run_transfer(
+        arguments(
+            pair,
+            tmp_path / "out",
+            student=performer,
+            train_attention_weights=True,
+            attention_learning_rate=1e-2,
+            layer_steps=20,
+        )
+    )
+    for length in (8, 16):
+        before, after = mean_error(report["before"], length), mean_error(report["after"], length)
+        assert after < 0.8 * before, (length, before, after)
+    before = load_file(str(pair / "student_performer" / "model.safetensors"))
+    after = load_file(str(tmp_path / "out" / "model.safetensors"))
+    changed = {key for key in before if not torch.equal(before[key], after[key])}
+    assert changed and all(
+        key.endswith(("query.weight", "query.bias", "key.weight", "key.bias", "value.weight", "value.bias"))
+        for key in changed
+    ), changed

@@ -1,4 +1,10 @@
-"""Warm start: turn a RoBERTa or BERT checkpoint into the matching Linformer model.
+"""Warm start: turn a RoBERTa or BERT checkpoint into the matching Linformer (or Performer) model.
+
+Both target families are RoBERTa with another self-attention (models/modeling_roberta_with_attention.py), so one
+conversion serves both: `TARGET_FAMILIES` says, per family, which heads exist, how its config is built from the
+source's, and which of its tensors the family initialises itself (Linformer's E, F; Performer's random features and
+redraw count). The rest of this docstring describes Linformer, the default target; for Performer
+(`target="performer"`) step 1 takes m and the kernel instead of n, k, and step 4 draws the random features.
 
 No pretrained Linformer weights were ever released, so the cheapest way in is to start from a pretrained encoder.
 Linformer is RoBERTa with another self-attention, and RoBERTa is BERT with another position numbering, so both
@@ -29,18 +35,22 @@ what the source does on right-padded batches.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
-from .models import modeling_linformer
+from .models import modeling_linformer, modeling_performer
 from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
+from .models.configuration_performer import PerformerConfig
 from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
+from .models.modeling_performer import PERFORMER_HEADS
 from .registration import TOKENIZER_FILES
 
 # The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
@@ -51,23 +61,36 @@ def _source_head(auto_name: str, config_class: type[PretrainedConfig]) -> str:
     return getattr(transformers, auto_name)._model_mapping[config_class].__name__
 
 
-# Source head -> Linformer head, e.g. "BertForMaskedLM" -> "LinformerForMaskedLM": the head that the same Auto class
-# resolves to, derived from LINFORMER_HEADS and transformers' Auto mappings.
-ARCHITECTURE_MAP: dict[str, str] = {
-    _source_head(auto_name, config_class): linformer_class.__name__
-    for config_class in SOURCE_CONFIGS.values()
-    for auto_name, linformer_class in LINFORMER_HEADS.items()
-}
+def architecture_map(heads: dict[str, type]) -> dict[str, str]:
+    """Source head -> target head, e.g. "BertForMaskedLM" -> "LinformerForMaskedLM": the head that the same Auto
+    class resolves to, derived from a family's heads table and transformers' Auto mappings. A family head whose Auto
+    class has no source head (none here) is skipped."""
+    return {
+        _source_head(auto_name, config_class): target_class.__name__
+        for config_class in SOURCE_CONFIGS.values()
+        for auto_name, target_class in heads.items()
+        if config_class in getattr(transformers, auto_name)._model_mapping
+    }
 
+
+ARCHITECTURE_MAP: dict[str, str] = architecture_map(LINFORMER_HEADS)  # the Linformer one (the default target)
+
+
+def _unsupported_bert_heads(family: str) -> dict[str, str]:
+    return {
+        "BertForPreTraining": f"its next-sentence head has no {family} counterpart; load the checkpoint as "
+        "BertForMaskedLM (architecture='BertForMaskedLM') to convert the MLM head, dropping NSP",
+        "BertForNextSentencePrediction": f"the next-sentence head has no {family} counterpart; convert BertModel or "
+        "BertForMaskedLM instead",
+    }
+
+
+_NOT_CAUSAL = "Linformer's projections mix future positions into every compressed row, so it cannot be causal"
 # Heads of the source families that have no Linformer counterpart, and why (for the error message).
 UNSUPPORTED_HEADS = {
-    "RobertaForCausalLM": "Linformer's projections mix future positions into every compressed row, so it cannot be "
-    "causal",
-    "BertLMHeadModel": "Linformer's projections mix future positions into every compressed row, so it cannot be causal",
-    "BertForPreTraining": "its next-sentence head has no Linformer counterpart; load the checkpoint as "
-    "BertForMaskedLM (architecture='BertForMaskedLM') to convert the MLM head, dropping NSP",
-    "BertForNextSentencePrediction": "the next-sentence head has no Linformer counterpart; convert BertModel or "
-    "BertForMaskedLM instead",
+    "RobertaForCausalLM": _NOT_CAUSAL,
+    "BertLMHeadModel": _NOT_CAUSAL,
+    **_unsupported_bert_heads("Linformer"),
 }
 
 # BERT key prefix -> Linformer key prefix, tried in order (first match wins). Module trees below each prefix match.
@@ -110,15 +133,20 @@ class ConversionReport:
     source_architecture: str
     target_architecture: str
     max_sequence_length: int
-    projected_length: int | list[int]
-    sharing: str
-    projection: str
-    projection_init: str
+    # Linformer's settings (None for another target family)
+    projected_length: int | list[int] | None = None
+    sharing: str | None = None
+    projection: str | None = None
+    projection_init: str | None = None
+    target_family: str = "linformer"
+    # The target family's attention settings as its config holds them (for Performer: m, kernel, features...)
+    attention_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     carried: list[str] = dataclasses.field(default_factory=list)  # copied unchanged (under the Linformer name)
     renamed: dict[str, str] = dataclasses.field(default_factory=dict)  # source key -> Linformer key, where they differ
     extended: dict[str, str] = dataclasses.field(default_factory=dict)  # key -> how it was re-laid out or extended
-    initialised: dict[str, str] = dataclasses.field(default_factory=dict)  # projection key -> how
-    # Linformer parameters the source had no value for, other than projections: left at Linformer's random init.
+    # key -> how, for the tensors the target family initialises itself (E, F; Performer's features and count)
+    initialised: dict[str, str] = dataclasses.field(default_factory=dict)
+    # Target parameters the source had no value for, other than those above: left at the target's random init.
     missing: list[str] = dataclasses.field(default_factory=list)
     # What transformers reported while loading the source checkpoint itself (randomly initialised or dropped).
     source_missing: list[str] = dataclasses.field(default_factory=list)
@@ -135,7 +163,8 @@ class ConversionReport:
         found = []
         if self.missing:
             found.append(
-                f"{len(self.missing)} Linformer parameter(s) had no source value and keep a random init: {self.missing}"
+                f"{len(self.missing)} {self.target_architecture} parameter(s) had no source value and keep a random "
+                f"init: {self.missing}"
             )
         if self.source_missing:
             found.append(
@@ -157,16 +186,24 @@ class ConversionReport:
         return found
 
     def summary(self) -> str:
+        if self.target_family == "linformer":
+            settings = (
+                f"n={self.max_sequence_length} k={self.projected_length} sharing={self.sharing} "
+                f"projection={self.projection} projection_init={self.projection_init}"
+            )
+        else:
+            settings = " ".join(
+                [f"n={self.max_sequence_length}"] + [f"{k}={v}" for k, v in self.attention_settings.items()]
+            )
         lines = [
             f"Converted {self.source} ({self.source_architecture}) -> {self.target_architecture}",
-            f"  n={self.max_sequence_length} k={self.projected_length} sharing={self.sharing} "
-            f"projection={self.projection} projection_init={self.projection_init}",
+            f"  {settings}",
             f"  {len(self.carried)} tensor(s) copied unchanged ({len(self.renamed)} under a new name)",
         ]
         lines += [f"  extended {key}: {how}" for key, how in self.extended.items()]
         if self.initialised:
             methods = sorted(set(self.initialised.values()))
-            lines.append(f"  {len(self.initialised)} projection tensor(s) initialised: {'; '.join(methods)}")
+            lines.append(f"  {len(self.initialised)} {self.target_family} tensor(s) initialised: {'; '.join(methods)}")
         lines.append(f"  tokenizer: {self.tokenizer}")
         lines += [f"  note: {note}" for note in self.notes]
         problems = self.problems()
@@ -215,6 +252,17 @@ def _check_source_config(source_config: PretrainedConfig) -> None:
         )
 
 
+def _carried_settings(source_config: PretrainedConfig, max_sequence_length: int | None) -> tuple[dict[str, Any], int]:
+    """The source config's settings for a target config, with room for n positions; and n (default: the source's)."""
+    _check_source_config(source_config)
+    _, learned = source_position_layout(source_config)
+    n = learned if max_sequence_length is None else max_sequence_length
+    offset = source_config.pad_token_id + 1  # where the target's (RoBERTa's) positions start
+    settings = {key: value for key, value in source_config.to_dict().items() if key not in _CONFIG_KEYS_NOT_CARRIED}
+    settings["max_position_embeddings"] = max(offset + learned, offset + n)
+    return settings, n
+
+
 def linformer_config_from_source(
     source_config: PretrainedConfig,
     max_sequence_length: int | None = None,
@@ -230,17 +278,12 @@ def linformer_config_from_source(
     Linformer default). `max_position_embeddings` fits both the source's positions and n, laid out from
     `pad_token_id + 1`, and never shrinks, so no learned position is dropped when n is smaller.
     """
-    _check_source_config(source_config)
     check_projection_init(projection_init)
-    _, learned = source_position_layout(source_config)
-    n = learned if max_sequence_length is None else max_sequence_length
+    settings, n = _carried_settings(source_config, max_sequence_length)
     k = max(1, n // 4) if projected_length is None else projected_length
-
-    offset = source_config.pad_token_id + 1  # where the Linformer's (RoBERTa's) positions start
-    settings = {key: value for key, value in source_config.to_dict().items() if key not in _CONFIG_KEYS_NOT_CARRIED}
     # At least n + 2 rows: LinformerConfig's validation assumes RoBERTa's pad id 1 (TODO model side: use
     # pad_token_id + 1 + n); with BERT's pad id 0 the last row is then unused.
-    settings["max_position_embeddings"] = max(offset + learned, offset + n, n + 2)
+    settings["max_position_embeddings"] = max(settings["max_position_embeddings"], n + 2)
     return LinformerConfig(
         **settings,
         max_sequence_length=n,
@@ -249,6 +292,35 @@ def linformer_config_from_source(
         projection=projection,
         projection_init=projection_init,
         freeze_projections=freeze_projections,
+    )
+
+
+def performer_config_from_source(
+    source_config: PretrainedConfig,
+    max_sequence_length: int | None = None,
+    num_random_features: int = 256,
+    kernel: str = "softmax",
+    orthogonal_features: bool = True,
+    orthogonal_row_norms: str = "chi",
+    feature_redraw_interval: int | None = 1000,
+    freeze_features: bool = False,
+    kernel_epsilon: float | None = None,
+) -> PerformerConfig:
+    """A `PerformerConfig` with every setting of a RoBERTa or BERT `source_config` plus the FAVOR+ ones.
+
+    FAVOR+ has no length of its own: n only sizes the position table (default: the source's positions; a longer n
+    repeats the learned rows, as for Linformer). A source decoder (`is_decoder=True`) gives causal FAVOR+.
+    """
+    settings, _ = _carried_settings(source_config, max_sequence_length)
+    return PerformerConfig(
+        **settings,
+        num_random_features=num_random_features,
+        kernel=kernel,
+        orthogonal_features=orthogonal_features,
+        orthogonal_row_norms=orthogonal_row_norms,
+        feature_redraw_interval=feature_redraw_interval,
+        freeze_features=freeze_features,
+        kernel_epsilon=kernel_epsilon,
     )
 
 
@@ -306,19 +378,99 @@ def linformer_key(source_key: str, source_architecture: str) -> str:
     return source_key  # BertModel: the same names as RobertaModel
 
 
-def _check_source_head(model: PreTrainedModel) -> str:
-    architecture = type(model).__name__
-    if architecture in UNSUPPORTED_HEADS:
-        raise ValueError(
-            f"Cannot convert {architecture}: {architecture} has no Linformer counterpart "
-            f"({UNSUPPORTED_HEADS[architecture]})."
+def _initialise_linformer(model, report: ConversionReport, seed: int, projection_noise_std: float) -> None:
+    """Describe the E, F that the model's `_init_weights` set (as `config.projection_init` says); add the noise."""
+    generator = torch.Generator().manual_seed(seed)
+    for name, module in model.named_modules():
+        if isinstance(module, modeling_linformer.LinformerProjection) and module.weight is not None:
+            how = _describe_projection(module, report.projection_init)
+            if projection_noise_std > 0:
+                with torch.no_grad():
+                    module.weight.add_(torch.randn(module.weight.shape, generator=generator) * projection_noise_std)
+                how += f" + N(0, {projection_noise_std:g}^2) noise"
+            report.initialised[f"{name}.weight"] = how
+    if report.projection in ("mean", "max"):
+        report.notes.append(f"'{report.projection}' pooling has no parameters: nothing to initialise")
+
+
+def _initialise_performer(model, report: ConversionReport, seed: int, projection_noise_std: float) -> None:
+    """Describe the random features and redraw count that the model's `_init_weights` set (seeded by `seed`)."""
+    config = model.config
+    kind = f"orthogonal ({config.orthogonal_row_norms} row norms)" if config.orthogonal_features else "i.i.d."
+    for name, module in model.named_modules():
+        if isinstance(module, modeling_performer.PerformerSelfAttention):
+            report.initialised[f"{name}.random_features"] = (
+                f"{config.num_random_features} {kind} Gaussian features, drawn with seed {seed}"
+            )
+        elif isinstance(module, modeling_performer.PerformerEncoder):
+            report.initialised[f"{name}.training_calls"] = "redraw count 0"
+    if config.kernel == "relu":
+        report.notes.append(
+            "kernel='relu' is the paper's generalised attention, not an estimate of softmax: the converted model "
+            "computes something else than the source until it is fine-tuned"
         )
-    if architecture not in ARCHITECTURE_MAP:
-        raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(ARCHITECTURE_MAP)}.")
-    hidden_act = model.config.hidden_act
-    if architecture == "BertForMaskedLM" and hidden_act != "gelu":
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetFamily:
+    """What the conversion needs to know about a target family; everything else is shared."""
+
+    name: str  # as in messages ("Linformer")
+    heads: dict[str, type]  # Auto class name -> target class: the family's own heads table
+    unsupported_heads: dict[str, str]  # source heads with no counterpart -> why
+    build_config: Callable[..., PretrainedConfig]  # (source_config, max_sequence_length, **settings) -> config
+    generated: Callable[[str], bool]  # target keys the family initialises itself (no source value expected)
+    initialise: Callable[[PreTrainedModel, ConversionReport, int, float], None]  # describe (and adjust) those
+
+    @property
+    def architecture_map(self) -> dict[str, str]:
+        return architecture_map(self.heads)
+
+    @property
+    def setting_names(self) -> tuple[str, ...]:
+        parameters = list(inspect.signature(self.build_config).parameters)
+        return tuple(parameters[2:])  # after (source_config, max_sequence_length)
+
+
+TARGET_FAMILIES: dict[str, TargetFamily] = {
+    "linformer": TargetFamily(
+        name="Linformer",
+        heads=LINFORMER_HEADS,
+        unsupported_heads=UNSUPPORTED_HEADS,
+        build_config=linformer_config_from_source,
+        generated=lambda key: "projection" in key,
+        initialise=_initialise_linformer,
+    ),
+    "performer": TargetFamily(
+        name="Performer",
+        heads=PERFORMER_HEADS,
+        unsupported_heads=_unsupported_bert_heads("Performer"),  # causal LM heads convert: FAVOR+ can be causal
+        build_config=performer_config_from_source,
+        generated=lambda key: key.endswith(("attention.self.random_features", "encoder.training_calls")),
+        initialise=_initialise_performer,
+    ),
+}
+
+
+def target_family(target: str) -> TargetFamily:
+    if target not in TARGET_FAMILIES:
+        raise ValueError(f"target must be one of {sorted(TARGET_FAMILIES)}, got {target!r}.")
+    return TARGET_FAMILIES[target]
+
+
+def _check_source_head(model: PreTrainedModel, family: TargetFamily) -> str:
+    architecture = type(model).__name__
+    if architecture in family.unsupported_heads:
         raise ValueError(
-            f"BertForMaskedLM's head applies hidden_act={hidden_act!r}, but the Linformer (RoBERTa) MLM head always "
+            f"Cannot convert {architecture}: {architecture} has no {family.name} counterpart "
+            f"({family.unsupported_heads[architecture]})."
+        )
+    if architecture not in family.architecture_map:
+        raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(family.architecture_map)}.")
+    hidden_act = model.config.hidden_act
+    if architecture in ("BertForMaskedLM", "BertLMHeadModel") and hidden_act != "gelu":
+        raise ValueError(
+            f"{architecture}'s head applies hidden_act={hidden_act!r}, but the {family.name} (RoBERTa) LM head always "
             "applies 'gelu', so the converted logits would differ. Convert BertModel instead and train a new head."
         )
     return architecture
@@ -338,78 +490,101 @@ def _describe_projection(module: modeling_linformer.LinformerProjection, project
 def convert_model(
     source: PreTrainedModel,
     max_sequence_length: int | None = None,
-    projected_length: int | list[int] | None = None,
-    sharing: str = "headwise",
-    projection: str = "linear",
-    projection_init: str = "neighbour_average",
+    *,
+    target: str = "linformer",
     projection_noise_std: float = 0.0,
-    freeze_projections: bool = False,
     seed: int = 0,
     source_name: str | None = None,
-) -> tuple[modeling_linformer.LinformerPreTrainedModel, ConversionReport]:
-    """Convert an in-memory RoBERTa or BERT model (any head of `ARCHITECTURE_MAP`) to the matching Linformer head.
+    **settings,
+) -> tuple[PreTrainedModel, ConversionReport]:
+    """Convert an in-memory RoBERTa or BERT model to the matching head of the `target` family.
 
-    Raises ValueError for a head it cannot map, a source tensor with no Linformer counterpart, or a shape that
-    differs other than the position table growing.
+    `settings` are the family's (see `linformer_config_from_source`: projected_length, sharing, projection,
+    projection_init, freeze_projections; `performer_config_from_source`: num_random_features, kernel, ...).
+    `projection_noise_std` is Linformer's only. `seed` seeds what the family initialises itself (a random E, F;
+    Performer's features), without touching the caller's random state.
+
+    Raises ValueError for an unknown target or setting, a head it cannot map, a source tensor with no counterpart,
+    or a shape that differs other than the position table growing.
     """
-    check_projection_init(projection_init)
-    source_architecture = _check_source_head(source)
-    config = linformer_config_from_source(
-        source.config, max_sequence_length, projected_length, sharing, projection, projection_init, freeze_projections
+    family = target_family(target)
+    unknown = sorted(set(settings) - set(family.setting_names))
+    if unknown:
+        raise ValueError(
+            f"{unknown} are not {family.name} settings; the {family.name} ones are {family.setting_names}."
+        )
+    if projection_noise_std and target != "linformer":
+        raise ValueError(f"projection_noise_std applies to Linformer's projections; {family.name} has none.")
+    if "projection_init" in settings:
+        check_projection_init(settings["projection_init"])
+    source_architecture = _check_source_head(source, family)
+    config = family.build_config(source.config, max_sequence_length, **settings)
+    target_class = next(
+        cls for cls in family.heads.values() if cls.__name__ == family.architecture_map[source_architecture]
     )
-    target_class = getattr(modeling_linformer, ARCHITECTURE_MAP[source_architecture])
     config.architectures = [target_class.__name__]
-    # The projections are initialised here by the model's own _init_weights, as config.projection_init says; seeded,
-    # so that a conversion with a random init is reproducible, without touching the caller's random state.
+    # What the family initialises itself is set here by the model's own _init_weights, as the config says; seeded,
+    # so that a conversion is reproducible, without touching the caller's random state.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if target_class is modeling_linformer.LinformerModel:
-            linformer = target_class(config, add_pooling_layer=source.pooler is not None)
+        if target_class is family.heads["AutoModel"]:
+            model = target_class(config, add_pooling_layer=source.pooler is not None)
         else:
-            linformer = target_class(config)
-    linformer.eval()
+            model = target_class(config)
+    model.eval()
 
+    _, source_positions = source_position_layout(source.config)
     report = ConversionReport(
         source=source_name or source.config._name_or_path or "<in-memory model>",
         source_architecture=source_architecture,
         target_architecture=target_class.__name__,
-        max_sequence_length=config.max_sequence_length,
-        projected_length=config.projected_length,
-        sharing=sharing,
-        projection=projection,
-        projection_init=projection_init,
+        # Performer has no n of its own: the length the position table (and the tokenizer) is set up for
+        max_sequence_length=getattr(config, "max_sequence_length", max_sequence_length or source_positions),
+        target_family=target,
+        attention_settings={name: getattr(config, name) for name in family.setting_names if hasattr(config, name)},
     )
+    if target == "linformer":
+        report.projected_length = config.projected_length
+        report.sharing = config.sharing
+        report.projection = config.projection
+        report.projection_init = config.projection_init
+        report.attention_settings = {}
 
     position_offset = config.pad_token_id + 1
     source_state = {linformer_key(key, source_architecture): (key, value) for key, value in source.state_dict().items()}
-    target_state = linformer.state_dict()  # tensors share storage with the parameters: copy_ writes the model
+    target_state = model.state_dict()  # tensors share storage with the parameters: copy_ writes the model
     consumed = set()
     with torch.no_grad():
-        for key, target in target_state.items():
+        for key, target_tensor in target_state.items():
             if key not in source_state:
-                if "projection" not in key:
+                if not family.generated(key):
                     report.missing.append(key)
-                continue  # projections are initialised by the model
+                continue  # initialised by the model
             source_key, value = source_state[key]
             consumed.add(source_key)
             if source_key != key:
                 report.renamed[source_key] = key
             if key.endswith(POSITION_EMBEDDINGS_SUFFIX):
                 laid_out = roberta_position_table(value, source.config)
-                target.copy_(extend_position_embeddings(laid_out, target.shape[0], position_offset))
-                if laid_out is not value or laid_out.shape[0] < target.shape[0]:
+                target_tensor.copy_(extend_position_embeddings(laid_out, target_tensor.shape[0], position_offset))
+                if laid_out is not value or laid_out.shape[0] < target_tensor.shape[0]:
                     report.extended[key] = _describe_positions(
-                        value.shape[0], laid_out.shape[0], target.shape[0], position_offset, laid_out is not value
+                        value.shape[0],
+                        laid_out.shape[0],
+                        target_tensor.shape[0],
+                        position_offset,
+                        laid_out is not value,
                     )
                 else:
                     report.carried.append(key)
                 continue
-            if value.shape != target.shape:
+            if value.shape != target_tensor.shape:
                 raise ValueError(
-                    f"{source_key}: the source has shape {tuple(value.shape)} but Linformer's {key} has "
-                    f"{tuple(target.shape)}; the conversion only knows how to lay out and grow the position table."
+                    f"{source_key}: the source has shape {tuple(value.shape)} but {family.name}'s {key} has "
+                    f"{tuple(target_tensor.shape)}; the conversion only knows how to lay out and grow the position "
+                    "table."
                 )
-            target.copy_(value)
+            target_tensor.copy_(value)
             report.carried.append(key)
 
     dropped = sorted({key for key, _ in source_state.values()} - consumed)
@@ -419,29 +594,18 @@ def convert_model(
             f"{dropped}. This conversion does not know how to map them."
         )
 
-    generator = torch.Generator().manual_seed(seed)
-    for name, module in linformer.named_modules():
-        if isinstance(module, modeling_linformer.LinformerProjection) and module.weight is not None:
-            how = _describe_projection(module, projection_init)
-            if projection_noise_std > 0:
-                with torch.no_grad():
-                    module.weight.add_(torch.randn(module.weight.shape, generator=generator) * projection_noise_std)
-                how += f" + N(0, {projection_noise_std:g}^2) noise"
-            report.initialised[f"{name}.weight"] = how
-    if projection in ("mean", "max"):
-        report.notes.append(f"'{projection}' pooling has no parameters: nothing to initialise")
-    _, source_positions = source_position_layout(source.config)
-    if config.max_sequence_length > source_positions:
+    family.initialise(model, report, seed, projection_noise_std)
+    if report.max_sequence_length > source_positions:
         report.notes.append(
-            f"n={config.max_sequence_length} is longer than the source's {source_positions} positions: positions past "
-            "it are copies, so fine-tune on long inputs before relying on them"
+            f"n={report.max_sequence_length} is longer than the source's {source_positions} positions: positions "
+            "past it are copies, so fine-tune on long inputs before relying on them"
         )
     if source.config.model_type == "bert":
         report.notes.append(
             "BERT positions count from 0 over the whole row, RoBERTa's from pad_token_id + 1 over non-padding tokens: "
             "the same on right-padded inputs (what BERT tokenizers produce), different on left-padded ones"
         )
-    return linformer, report
+    return model, report
 
 
 def _describe_positions(source_rows: int, laid_out_rows: int, target_rows: int, offset: int, moved: bool) -> str:
@@ -460,8 +624,14 @@ def _describe_positions(source_rows: int, laid_out_rows: int, target_rows: int, 
     return "; ".join(parts)
 
 
-def load_source(name_or_path: str, architecture: str | None = None) -> tuple[PreTrainedModel, dict[str, list[str]]]:
-    """Load a RoBERTa or BERT checkpoint (local dir or Hub name) as its saved head, with transformers' loading info."""
+def load_source(
+    name_or_path: str, architecture: str | None = None, target: str = "linformer"
+) -> tuple[PreTrainedModel, dict[str, list[str]]]:
+    """Load a RoBERTa or BERT checkpoint (local dir or Hub name) as its saved head, with transformers' loading info.
+
+    The head must have a counterpart in the `target` family."""
+    family = target_family(target)
+    supported, unsupported = family.architecture_map, family.unsupported_heads
     config = AutoConfig.from_pretrained(name_or_path)
     if config.model_type not in SOURCE_CONFIGS:
         raise ValueError(
@@ -470,13 +640,13 @@ def load_source(name_or_path: str, architecture: str | None = None) -> tuple[Pre
     if architecture is None:
         if not config.architectures:
             raise ValueError(
-                f"{name_or_path}'s config names no architecture: pass one of {sorted(ARCHITECTURE_MAP)} explicitly."
+                f"{name_or_path}'s config names no architecture: pass one of {sorted(supported)} explicitly."
             )
         architecture = config.architectures[0]
-    if architecture in UNSUPPORTED_HEADS:
-        raise ValueError(f"Cannot convert {architecture}: {UNSUPPORTED_HEADS[architecture]}.")
-    if architecture not in ARCHITECTURE_MAP:
-        raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(ARCHITECTURE_MAP)}.")
+    if architecture in unsupported:
+        raise ValueError(f"Cannot convert {architecture}: {unsupported[architecture]}.")
+    if architecture not in supported:
+        raise ValueError(f"Cannot convert {architecture}: supported heads are {sorted(supported)}.")
     family = "bert" if architecture.startswith("Bert") else "roberta"
     if family != config.model_type:
         raise ValueError(f"{architecture} is a {family} head but {name_or_path} is a {config.model_type!r} checkpoint.")
@@ -530,21 +700,23 @@ def convert_checkpoint(
     output_dir: str,
     architecture: str | None = None,
     copy_tokenizer: bool = True,
+    target: str = "linformer",
     **conversion_options,
 ) -> ConversionReport:
-    """Convert the RoBERTa or BERT checkpoint `source` (local dir or Hub name) and save the Linformer to `output_dir`.
+    """Convert the RoBERTa or BERT checkpoint `source` (local dir or Hub name) and save the `target` family's model
+    (Linformer by default, or Performer) to `output_dir`.
 
     Writes the weights (safetensors), the config with the full `auto_map`, the modeling files, the source's tokenizer
     (with `model_max_length` set to n), a sentence-transformers folder's pooling modules, and
     `conversion_report.json`; prints the report's summary.
     """
-    model, loading_info = load_source(source, architecture)
-    linformer, report = convert_model(model, source_name=source, **conversion_options)
+    model, loading_info = load_source(source, architecture, target)
+    converted, report = convert_model(model, target=target, source_name=source, **conversion_options)
     report.source_missing = sorted(loading_info.get("missing_keys", []))
     report.source_unexpected = sorted(loading_info.get("unexpected_keys", []))
     report.source_mismatched = sorted(str(item) for item in loading_info.get("mismatched_keys", []))
 
-    linformer.save_pretrained(output_dir)
+    converted.save_pretrained(output_dir)
     if copy_tokenizer:
         report.tokenizer = _copy_tokenizer(source, output_dir, report.max_sequence_length)
     copied = copy_sentence_transformers_modules(source, output_dir)
@@ -563,7 +735,10 @@ __all__ = [
     "ARCHITECTURE_MAP",
     "PROJECTION_INITS",
     "SOURCE_CONFIGS",
+    "TARGET_FAMILIES",
     "ConversionReport",
+    "TargetFamily",
+    "architecture_map",
     "convert_checkpoint",
     "copy_sentence_transformers_modules",
     "convert_model",
@@ -573,5 +748,7 @@ __all__ = [
     "linformer_key",
     "load_roberta",
     "load_source",
+    "performer_config_from_source",
+    "target_family",
     "neighbour_average_projection",
 ]

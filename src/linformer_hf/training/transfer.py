@@ -16,6 +16,11 @@ turn, with dropout off in both models: the target is a deterministic function of
 function of (seed, step), so a run resumed from a checkpoint (`accelerator.save_state`) continues exactly as it would
 have gone on.
 
+The student may also be a Performer (`scripts/convert_to_linformer.py --family performer`). FAVOR+ has no
+parameters of its own (its random features are a fixed buffer), so stage 1 trains W^Q, W^K, W^V only, and only with
+`--train_attention_weights`; with the softmax kernel a converted Performer already estimates the teacher's attention,
+and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
+
 This module lives in `training/` beside the pretraining and fine-tuning loops: it is a training loop run under
 `accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and is not part of the model API.
 
@@ -37,7 +42,13 @@ from typing import Literal
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
 
+from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
+from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
+
+# The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
+STUDENT_FAMILIES = {"linformer": LinformerPreTrainedModel, "performer": PerformerPreTrainedModel}
+STUDENT_MASKED_LM = (LinformerForMaskedLM, PerformerForMaskedLM)
 
 TEACHER_MODEL_TYPES = ("bert", "roberta")
 # Whether a source checkpoint carries an MLM head that stage 2 can match.
@@ -148,14 +159,19 @@ def load_teacher(name_or_path: str):
     return teacher.eval().requires_grad_(False)
 
 
-def check_pair(teacher, student: LinformerPreTrainedModel, lengths: list[int], vocab_in_use: int) -> None:
+def check_pair(teacher, student, lengths: list[int], vocab_in_use: int) -> None:
     """Refuse a teacher and student that do not describe the same network, before any work is done."""
-    if not isinstance(student, LinformerPreTrainedModel):
+    if not isinstance(student, tuple(STUDENT_FAMILIES.values())):
         raise ValueError(
-            f"The student must be a Linformer (converted with scripts/convert_to_linformer.py), got "
-            f"{type(student).__name__}."
+            f"The student must be a Linformer or a Performer (converted with scripts/convert_to_linformer.py "
+            f"[--family performer]), got {type(student).__name__}."
         )
     t, s = teacher.config, student.config
+    if bool(t.is_decoder) != bool(s.is_decoder):
+        raise ValueError(
+            f"The teacher is {'causal' if t.is_decoder else 'bidirectional'} (is_decoder={t.is_decoder}) but the "
+            f"student is {'causal' if s.is_decoder else 'bidirectional'}: convert the student from this teacher."
+        )
     for field in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size"):
         if getattr(t, field) != getattr(s, field):
             raise ValueError(
@@ -169,9 +185,9 @@ def check_pair(teacher, student: LinformerPreTrainedModel, lengths: list[int], v
         )
     teacher_positions = t.max_position_embeddings - (t.pad_token_id + 1 if t.model_type == "roberta" else 0)
     for length in lengths:
-        if length > s.max_sequence_length:
+        if length > max_input_length(s):
             raise ValueError(
-                f"Window length {length} exceeds the student's n={s.max_sequence_length}: drop it from "
+                f"Window length {length} exceeds the student's n={max_input_length(s)}: drop it from "
                 "--lengths or convert with a larger --max_sequence_length."
             )
         if length > teacher_positions:
@@ -211,10 +227,17 @@ def capture_attention(teacher):
             handle.remove()
 
 
-def student_attention(student: LinformerPreTrainedModel, layer_idx: int, hidden_states, mask):
-    """Layer `layer_idx`'s Linformer self-attention output (before W^O) on the given layer input: (batch, L, d)."""
+def student_attention(student, layer_idx: int, hidden_states, mask):
+    """Layer `layer_idx`'s self-attention output (before W^O) on the given layer input: (batch, L, d).
+
+    Linformer's layers take the layerwise-shared projection beside the padding mask; Performer's the mask alone (its
+    random features stay as they are: the encoder, not run here, owns the redraw schedule)."""
     encoder = student.base_model.encoder
-    output, _ = encoder.layer[layer_idx].attention.self(hidden_states, mask, encoder.shared_projection)
+    attention = encoder.layer[layer_idx].attention.self
+    if isinstance(student, LinformerPreTrainedModel):
+        output, _ = attention(hidden_states, mask, encoder.shared_projection)
+    else:
+        output, _ = attention(hidden_states, mask)
     return output
 
 
@@ -405,7 +428,7 @@ def evaluate_documents(teacher, student, tokenizer, documents: list[str], batch_
     """Embedding cosine (mean pooling) between student and teacher on whole documents, as the model is used: each
     document tokenized with the tokenizer's framing, truncated to the student's n, batches padded."""
     device = next(student.parameters()).device
-    n = student.config.max_sequence_length
+    n = max_input_length(student.config)
     cosines, lengths = [], []
     for start in range(0, len(documents), batch_size):
         batch = tokenizer(
@@ -462,6 +485,13 @@ def parameter_groups(student, args: TransferArguments) -> dict[str, list[torch.n
             groups["attention"].append(parameter)
         else:
             groups["rest"].append(parameter)
+    if args.layer_steps and isinstance(student, PerformerPreTrainedModel) and not args.train_attention_weights:
+        raise ValueError(
+            "Stage 1 has nothing to train for a Performer student: FAVOR+ has no parameters of its own (its random "
+            "features are a fixed buffer, redrawn, never trained), and with the softmax kernel it already estimates "
+            "the teacher's attention from the teacher's W^Q, W^K, W^V. Pass --train_attention_weights to adapt "
+            "W^Q, W^K, W^V to the features, or --layer_steps 0 to train end to end only."
+        )
     if args.layer_steps and not groups["projections"] and not args.train_attention_weights:
         raise ValueError(
             "Stage 1 has nothing to train: the student's projections are frozen or parameter-free (mean/max pooling). "
@@ -507,7 +537,7 @@ def layer_local_loss(teacher, student, ids, mask, kind: str):
 def end_to_end_loss(teacher, student, ids, mask, args: TransferArguments):
     """Stage 2: hidden states of every layer (and MLM logits when both models have the head) against the teacher's."""
     use_logits = (
-        isinstance(student, LinformerForMaskedLM)
+        isinstance(student, STUDENT_MASKED_LM)
         and hasattr(teacher, "get_output_embeddings")
         and teacher.get_output_embeddings() is not None
     )
@@ -563,7 +593,8 @@ def run_transfer(args: TransferArguments) -> dict:
     set_seed(args.seed)
     student = _load_student(args.student)
     tokenizer = AutoTokenizer.from_pretrained(args.student)
-    lengths = args.lengths or sorted({min(32, student.config.max_sequence_length), student.config.max_sequence_length})
+    n = max_input_length(student.config)
+    lengths = args.lengths or sorted({min(32, n), n})
     teacher = load_teacher(args.teacher)
     check_pair(teacher, student, lengths, len(tokenizer))
     too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
@@ -703,20 +734,23 @@ def run_transfer(args: TransferArguments) -> dict:
     return report
 
 
-def _load_student(path: str) -> LinformerPreTrainedModel:
-    """The converted Linformer as the head its config names (LinformerForMaskedLM, LinformerModel, ...)."""
-    from .. import LINFORMER_HEADS
+def _load_student(path: str):
+    """The converted Linformer or Performer as the head its config names (LinformerForMaskedLM, PerformerModel...)."""
+    from .. import LINFORMER_HEADS, PERFORMER_HEADS
 
     config = AutoConfig.from_pretrained(path)
-    if config.model_type != "linformer":
+    heads = {"linformer": LINFORMER_HEADS, "performer": PERFORMER_HEADS}
+    if config.model_type not in heads:
         raise ValueError(
             f"The student {path} is a {config.model_type!r} model; convert the teacher first with "
-            "scripts/convert_to_linformer.py."
+            "scripts/convert_to_linformer.py (--family linformer or performer)."
         )
-    by_name = {cls.__name__: cls for cls in LINFORMER_HEADS.values()}
-    architecture = (config.architectures or ["LinformerModel"])[0]
+    by_name = {cls.__name__: cls for cls in heads[config.model_type].values()}
+    architecture = (config.architectures or [heads[config.model_type]["AutoModel"].__name__])[0]
     if architecture not in by_name:
-        raise ValueError(f"The student's architecture {architecture} is not a Linformer head ({sorted(by_name)}).")
+        raise ValueError(
+            f"The student's architecture {architecture} is not one of its family's heads ({sorted(by_name)})."
+        )
     return by_name[architecture].from_pretrained(path)
 
 

@@ -29,7 +29,8 @@ class BenchmarkConfig:
         default_factory=lambda: [512, 2048], metadata={"help": "n of the training (forward + backward) timing"}
     )
     scaling_ns: list[int] = field(
-        default_factory=list, metadata={"help": "n at which the Linformer is timed side by side in one process"}
+        default_factory=list,
+        metadata={"help": "n at which the linear-cost models are timed side by side in one process"},
     )
     models: list[str] = field(default_factory=lambda: list(MODELS), metadata={"help": f"a subset of {tuple(MODELS)}"})
     device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
@@ -43,6 +44,7 @@ class BenchmarkConfig:
     intermediate_size: int = 3072
     vocab_size: int = 50265
     sharing: Literal["none", "headwise", "key_value", "layerwise"] = "headwise"
+    num_random_features: int = field(default=256, metadata={"help": "Performer's m, random features per head"})
     projection: Literal["linear", "mean", "max", "conv"] = "linear"
     reps: int = field(default=3, metadata={"help": "timed repetitions per point (the median is reported)"})
     warmup: int = field(default=1, metadata={"help": "untimed repetitions per model before timing"})
@@ -83,6 +85,8 @@ class BenchmarkConfig:
         unknown = set(self.models) - set(MODELS)
         if unknown:
             raise ValueError(f"unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")
+        if self.num_random_features <= 0:
+            raise ValueError(f"num_random_features must be positive, got {self.num_random_features}")
         if self.hidden_size % self.heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
         if self.peer and self.peer_k > min(self.peer_ns):

@@ -5,7 +5,8 @@ tests check the two agree on the real models. Elementwise work (GELU, LayerNorm,
 not counted. Each attention family contributes its terms through a table keyed by `config.model_type`, so a peer
 model joins with one function per table.
 
-Notation: L tokens in the input (L <= n), width d, H heads, feed-forward width d_ff, k projected rows (Linformer).
+Notation: L tokens in the input (L <= n), width d, H heads, feed-forward width d_ff, k projected rows (Linformer),
+m random features per head and chunks of C positions (Performer).
 """
 
 from __future__ import annotations
@@ -56,6 +57,28 @@ def _linformer_attention_multiply_adds(config: PretrainedConfig, seq_len: int, l
     return total
 
 
+def _causal_chunk_sizes(config: PretrainedConfig, seq_len: int) -> list[int]:
+    """The lengths of causal FAVOR+'s chunks: C = `causal_chunk_size` each, the last one shorter."""
+    chunk = config.causal_chunk_size
+    return [min(chunk, seq_len - start) for start in range(0, seq_len, chunk)]
+
+
+def _performer_attention_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """Q, K, V and output maps 4 L d^2; the features of queries and keys, x W^T, 2 L m d; then
+
+    - bidirectional: phi(K)^T V and phi(Q) (phi(K)^T V) L m d each, the normaliser phi(Q) (phi(K)^T 1) H L m;
+    - causal: the same three from the carried state (phi(q_i)^T S, phi(q_i)^T z and the state update psi^T V, chunk
+      by chunk), plus within each chunk of C positions the C x C weights phi(Q_c) psi_c^T H C^2 m and their product
+      with V_c C^2 d.
+    Elementwise work (exp, the stabilisers, prefix sums, row sums) is not counted.
+    """
+    d, L, m, H = config.hidden_size, seq_len, config.num_random_features, config.num_attention_heads
+    total = 4 * L * d * d + 2 * L * m * d + 2 * L * m * d + H * L * m
+    if config.is_decoder:
+        total += sum(C * C * (H * m + d) for C in _causal_chunk_sizes(config, seq_len))
+    return total
+
+
 def _roberta_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
     """One (heads, L, L) score matrix for eager attention; SDPA never holds one."""
     if config._attn_implementation == "eager":
@@ -69,13 +92,25 @@ def _linformer_attention_elements(config: PretrainedConfig, seq_len: int) -> int
     return config.num_attention_heads * seq_len * k_out
 
 
+def _performer_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
+    """Three (heads, L, m) feature tensors alive at once (x W^T, its log-features, phi) for queries and keys alike
+    (generous); causal adds the (heads, C, C) weights of a chunk. Linear in L."""
+    H, m = config.num_attention_heads, config.num_random_features
+    elements = 3 * H * seq_len * m
+    if config.is_decoder:
+        elements += H * max(_causal_chunk_sizes(config, seq_len)) ** 2
+    return elements
+
+
 ATTENTION_MULTIPLY_ADDS = {
     "roberta": _roberta_attention_multiply_adds,
     "linformer": _linformer_attention_multiply_adds,
+    "performer": _performer_attention_multiply_adds,
 }
 ATTENTION_ELEMENTS = {
     "roberta": _roberta_attention_elements,
     "linformer": _linformer_attention_elements,
+    "performer": _performer_attention_elements,
 }
 
 
@@ -97,9 +132,39 @@ def forward_flops(config: PretrainedConfig, seq_len: int, batch: int = 1, pooler
     return 2 * batch * (layers + (d * d if pooler else 0))
 
 
+def _performer_backward_savings(config: PretrainedConfig, seq_len: int, layer_idx: int) -> tuple[int, int]:
+    """(multiply-adds of products with one constant operand, multiply-adds of products nothing uses).
+
+    Constant operand: x W^T for queries and keys, 2 L m d (W, the random features, is a buffer); causal: the first
+    chunk's phi(Q_c) S and phi(Q_c) z, C m (d + H), against the zero initial state. Unused: causal attention's
+    last state update psi_c^T V_c, C m d, which no later chunk reads.
+    """
+    d, m, H = config.hidden_size, config.num_random_features, config.num_attention_heads
+    constant, unused = 2 * seq_len * m * d, 0
+    if config.is_decoder:
+        chunks = _causal_chunk_sizes(config, seq_len)
+        constant += chunks[0] * m * (d + H)
+        unused += chunks[-1] * m * d
+    return constant, unused
+
+
+# Products of the forward pass whose backward is not two products: one where an operand needs no gradient, none
+# where nothing uses the result. By model_type; the rest: two.
+BACKWARD_SAVINGS = {"performer": _performer_backward_savings}
+
+
 def step_flops(config: PretrainedConfig, seq_len: int, batch: int, training: bool = False) -> int:
-    """FLOPs of one measured step: a forward pass, or forward + backward (the backward of a product is two)."""
-    return forward_flops(config, seq_len, batch) * (3 if training else 1)
+    """FLOPs of one measured step: a forward pass, or forward + backward (the backward of a product is two products,
+    except those of `BACKWARD_SAVINGS`)."""
+    forward = forward_flops(config, seq_len, batch)
+    if not training:
+        return forward
+    savings = BACKWARD_SAVINGS.get(config.model_type)
+    constant = unused = 0
+    for layer_idx in range(config.num_hidden_layers if savings else 0):
+        layer_constant, layer_unused = savings(config, seq_len, layer_idx)
+        constant, unused = constant + layer_constant, unused + layer_unused
+    return 3 * forward - 2 * batch * (constant + 2 * unused)
 
 
 def estimate_activation_bytes(
@@ -109,7 +174,8 @@ def estimate_activation_bytes(
 
     Linear in L: a few (L, d) and (L, d_ff) tensors alive at once in inference; every layer's in training.
     Attention: scores and probabilities alive together (two score tensors) in inference; in training every
-    layer's probabilities plus the live pair (layers + 2). Quadratic only for eager RoBERTa.
+    layer's probabilities plus the live pair (layers + 2) (Performer: its feature tensors in their place). Quadratic
+    only for eager RoBERTa.
     """
     d, d_ff, layers, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers, seq_len
     scores = _term(ATTENTION_ELEMENTS, config)(config, seq_len)

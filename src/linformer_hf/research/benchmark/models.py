@@ -1,7 +1,8 @@
 """The models the benchmark compares, by name: each a transformers config of the run's shape, dropout 0.
 
 A model joins the benchmark with one entry in `MODELS` (how to configure it at length n) and, in `costs.py`, the
-FLOP and memory terms of its attention keyed by its `model_type`.
+FLOP and memory terms of its attention keyed by its `model_type`. The models of linear cost in n (Linformer,
+Performer) are compared against the quadratic baselines (RoBERTa eager and SDPA).
 """
 
 from __future__ import annotations
@@ -53,16 +54,30 @@ def _linformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
     )
 
 
+def _performer(causal: bool):
+    def make(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
+        from ...models.configuration_performer import PerformerConfig
+
+        # is_decoder: causal FAVOR+ by prefix sums (the bare PerformerModel, as for the bidirectional one)
+        return PerformerConfig(**_shape(cfg, n), num_random_features=cfg.num_random_features, is_decoder=causal)
+
+    return make
+
+
 @dataclass(frozen=True)
 class BenchmarkModel:
     make_config: Callable[[BenchmarkConfig, int, int | None], PretrainedConfig]
     takes_k: bool = False  # measured once per projected length k <= n
+    # Cost linear in n: compared against the quadratic baselines, and timed in the linear-cost check.
+    linear: bool = False
 
 
 MODELS: dict[str, BenchmarkModel] = {
     "roberta-eager": BenchmarkModel(_roberta("eager")),
     "roberta-sdpa": BenchmarkModel(_roberta("sdpa")),
-    "linformer": BenchmarkModel(_linformer, takes_k=True),
+    "linformer": BenchmarkModel(_linformer, takes_k=True, linear=True),
+    "performer": BenchmarkModel(_performer(causal=False), linear=True),
+    "performer-causal": BenchmarkModel(_performer(causal=True), linear=True),
 }
 
 
@@ -73,7 +88,8 @@ def model_config(model: str, n: int, k: int | None, cfg: BenchmarkConfig) -> Pre
 
 
 def build_model(config: PretrainedConfig):
-    """The bare encoder (with pooler) of `config` through the Auto classes (`linformer_hf` registers Linformer)."""
+    """The bare encoder (with pooler) of `config` through the Auto classes (`linformer_hf` registers Linformer and
+    Performer)."""
     from transformers import AutoModel
 
     return AutoModel.from_config(config)

@@ -34,10 +34,11 @@ def _cell(baseline: BenchmarkRow | None, compressed: BenchmarkRow | None, column
 
 
 def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
-    """Markdown: each k-model's speed-up and memory saving over each baseline (Table 3's layout: n down, k across)."""
+    """Markdown: each linear-cost model's speed-up and memory saving over each baseline (Table 3's layout: n down,
+    k across; one column, m, for Performer)."""
     out = []
-    baselines = [m for m in cfg.models if not MODELS[m].takes_k]
-    compressed = [m for m in cfg.models if MODELS[m].takes_k]
+    baselines = [m for m in cfg.models if not MODELS[m].linear]
+    compressed = [m for m in cfg.models if MODELS[m].linear]
     sections = [(Mode.INFERENCE, "time_s", "Inference speed-up", cfg.ns)]
     if cfg.measure_memory:
         sections.append((Mode.INFERENCE, "activation_mb", "Inference activation-memory saving", cfg.ns))
@@ -46,14 +47,16 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
         if not ns:
             continue
         for model in compressed:
+            if MODELS[model].takes_k:
+                ks, header = cfg.ks, "| n \\ k | " + " | ".join(str(k) for k in cfg.ks) + " |"
+            else:
+                ks, header = [None], f"| n | m={cfg.num_random_features} |"
             for baseline in baselines:
                 out.append(f"**{title} of {model} over {baseline}** (baseline / {model})\n")
-                out.append("| n \\ k | " + " | ".join(str(k) for k in cfg.ks) + " |")
-                out.append("| --- |" + " --- |" * len(cfg.ks))
+                out.append(header)
+                out.append("| --- |" + " --- |" * len(ks))
                 for n in ns:
-                    cells = [
-                        _cell(_find(rows, mode, baseline, n), _find(rows, mode, model, n, k), column) for k in cfg.ks
-                    ]
+                    cells = [_cell(_find(rows, mode, baseline, n), _find(rows, mode, model, n, k), column) for k in ks]
                     out.append(f"| {n} | " + " | ".join(cells) + " |")
                 out.append("")
     return "\n".join(out)
@@ -97,7 +100,7 @@ def scaling_table(rows: list[BenchmarkRow]) -> str:
         first = points[0]
         for r in points:
             out.append(
-                f"| {model} | {k} | {r.n} | {r.time_s} | {r.time_s / first.time_s:.2f} | "
+                f"| {model} | {'' if k is None else k} | {r.n} | {r.time_s} | {r.time_s / first.time_s:.2f} | "
                 f"{r.gflop / first.gflop:.2f} | {r.fraction_of_peak:.0%} |"
             )
     return "\n".join(out)
@@ -191,7 +194,8 @@ def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfi
         f"Dense matmul peak measured in this run: {info.matmul_peak_gflops:.1f} GFLOP/s ({cfg.dtype})  ",
         f"Runtime: {info.runtime_s / 60:.1f} min  ",
         f"Models: width {cfg.hidden_size}, {cfg.heads} heads, d_ff {cfg.intermediate_size}, {cfg.layers} layers, "
-        f"batch {cfg.batch}; Linformer sharing={cfg.sharing}, projection={cfg.projection}\n",
+        f"batch {cfg.batch}; Linformer sharing={cfg.sharing}, projection={cfg.projection}; Performer "
+        f"m={cfg.num_random_features} (softmax kernel, orthogonal features)\n",
         ratio_tables(rows, cfg),
         "## All points\n",
         absolute_table(rows),

@@ -133,11 +133,11 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[BenchmarkRow], 
                     _measure_memory(cfg, row)
                 stamp(f"{mode.value} n={n}: memory done")
 
-    # Linear cost: each model with a k at several n in one process, side by side, so load drift cannot fake a trend.
+    # Linear cost: each linear-cost model at several n in one process, side by side, so load drift cannot fake a trend.
     scaling = {}
     for n in cfg.scaling_ns:
         for model, k in cfg.points(n):
-            if MODELS[model].takes_k:
+            if MODELS[model].linear:
                 row = _new_row(cfg, Mode.SCALING, model, n, k, peak)
                 rows.append(row)
                 scaling[f"{row.label} n={n}"] = row
