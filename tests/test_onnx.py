@@ -21,6 +21,7 @@ from linformer_hf.onnx_export import (  # noqa: E402
     INT8_FILE,
     ONNX_FILE,
     export_onnx,
+    feed_forward_unchunked,
     load_linformer,
     onnx_session,
     quantize_int8,
@@ -98,6 +99,22 @@ def test_classifier_matches_pytorch_on_padded_batches(classifier_export, batch_s
     with torch.no_grad():
         expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
     torch.testing.assert_close(run_onnx(session, input_ids, attention_mask)["logits"], expected, atol=1e-4, rtol=0)
+
+
+def test_pooled_projection_and_chunked_feed_forward_export_for_every_length(tmp_path):
+    """Max pooling pads L to whole bins and the feed-forward may be chunked: neither may be fixed at the traced
+    length (8). L = 9 needs a padded bin; L = 12 is a multiple of the chunk size other than the traced one."""
+    model = tiny_model(LinformerModel, projection="max", sharing="none", chunk_size_feed_forward=4)
+    path = str(tmp_path / ONNX_FILE)
+    export_onnx(model, path)
+    assert {layer.chunk_size_feed_forward for layer in model.encoder.layer} == {4}, "export left chunking off"
+    session = onnx_session(path)
+    for batch_size, seq_len, real_lengths in [(2, 9, [9, 4]), (3, 12, [12, 5, 1])]:
+        input_ids, attention_mask = right_padded(batch_size, seq_len, real_lengths, seed=seq_len)
+        with torch.no_grad(), feed_forward_unchunked(model):  # eager chunking needs L % 4 == 0
+            expected = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        got = run_onnx(session, input_ids, attention_mask)["last_hidden_state"]
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
 def test_the_exported_mask_is_used(encoder_export):

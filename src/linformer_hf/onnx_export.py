@@ -22,6 +22,7 @@ Needs the `onnx` extra: `pip install linformer-hf[onnx]` (onnx, onnxruntime, onn
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -121,19 +122,38 @@ def export_onnx(model: LinformerPreTrainedModel, path: str, opset_version: int |
     if input_ids.dim() == 3:
         axes[1] = torch.export.Dim("num_choices")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch.onnx.export(
-        _OnnxWrapper(model, output_names).eval(),
-        (input_ids, attention_mask),
-        path,
-        input_names=list(INPUT_NAMES),
-        output_names=output_names,
-        dynamic_shapes={"input_ids": axes, "attention_mask": axes},
-        opset_version=opset_version,
-        dynamo=True,
-        external_data=False,
-        verbose=False,
-    )
+    with feed_forward_unchunked(model):
+        torch.onnx.export(
+            _OnnxWrapper(model, output_names).eval(),
+            (input_ids, attention_mask),
+            path,
+            input_names=list(INPUT_NAMES),
+            output_names=output_names,
+            dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+            opset_version=opset_version,
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
     return output_names
+
+
+@contextlib.contextmanager
+def feed_forward_unchunked(model: torch.nn.Module):
+    """Trace the feed-forward in one piece (`chunk_size_feed_forward` = 0 in every layer), restored afterwards.
+
+    Chunking only bounds PyTorch's peak memory and gives the same outputs, but its chunk count L / chunk_size would be
+    fixed at the traced L, and it needs L to be a multiple of the chunk size: neither fits a dynamic L.
+    """
+    layers = [module for module in model.modules() if hasattr(module, "chunk_size_feed_forward")]
+    saved = [layer.chunk_size_feed_forward for layer in layers]
+    try:
+        for layer in layers:
+            layer.chunk_size_feed_forward = 0
+        yield
+    finally:
+        for layer, chunk_size in zip(layers, saved):
+            layer.chunk_size_feed_forward = chunk_size
 
 
 def quantize_int8(onnx_path: str, int8_path: str) -> str:
