@@ -144,7 +144,8 @@ def test_int8_model_is_quantised_and_close_to_fp32(classifier_export):
     expected = run_onnx(fp32, input_ids, attention_mask)["logits"]
     got = run_onnx(int8, input_ids, attention_mask)["logits"]
     cosine = F.cosine_similarity(got.flatten(), expected.flatten(), dim=0).item()
-    # Measured on this tiny random model: 0.9999 (hidden states and logits); int8 weights do change the output.
+    # Measured on this tiny random model: 0.99985 (logits), >= 0.99996 per token (hidden states); the floor leaves
+    # room for other seeds. int8 weights do change the output.
     assert not torch.equal(got, expected)
     assert cosine >= 0.999, f"int8 logits cosine {cosine:.5f} against fp32"
 
