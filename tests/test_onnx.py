@@ -9,15 +9,11 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import random_batch, randomize_projections, tiny_config
+from transformers import RobertaConfig, RobertaModel
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
-
-from conftest import random_batch, randomize_projections, tiny_config  # noqa: E402
-from transformers import RobertaConfig, RobertaModel  # noqa: E402
-
-from linformer_hf import LinformerForSequenceClassification, LinformerModel  # noqa: E402
-from linformer_hf.onnx_export import (  # noqa: E402
+from linformer_hf import LinformerForSequenceClassification, LinformerModel
+from linformer_hf.onnx_export import (
     INT8_FILE,
     ONNX_FILE,
     export_onnx,
