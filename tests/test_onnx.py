@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import random_batch, randomize_projections, tiny_config
 from transformers import RobertaConfig, RobertaModel
 
-from linformer_hf import LinformerForSequenceClassification, LinformerModel
+from linformer_hf import LinformerForMultipleChoice, LinformerForSequenceClassification, LinformerModel
 from linformer_hf.onnx_export import (
     INT8_FILE,
     ONNX_FILE,
@@ -111,6 +111,19 @@ def test_pooled_projection_and_chunked_feed_forward_export_for_every_length(tmp_
             expected = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         got = run_onnx(session, input_ids, attention_mask)["last_hidden_state"]
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+def test_multiple_choice_exports_with_a_dynamic_choice_axis(tmp_path):
+    """The one head with (batch, choices, L) inputs: traced with 2 choices, run with 3, rows right-padded."""
+    model = tiny_model(LinformerForMultipleChoice)
+    path = str(tmp_path / ONNX_FILE)
+    assert export_onnx(model, path) == ["logits"]
+    input_ids, attention_mask = right_padded(6, 11, [11, 4, 7, 11, 2, 9], seed=5)
+    input_ids, attention_mask = input_ids.view(2, 3, 11), attention_mask.view(2, 3, 11)
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (2, 3)
+    got = run_onnx(onnx_session(path), input_ids, attention_mask)["logits"]
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
 def test_the_exported_mask_is_used(encoder_export):
