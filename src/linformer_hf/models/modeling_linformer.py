@@ -9,7 +9,6 @@ Notation (the paper's): n = `config.max_sequence_length`, k = projected length o
 the current batch, d = hidden size, d_h = head size, H = number of heads.
 """
 
-import math
 import re
 
 import torch
@@ -145,14 +144,13 @@ class LinformerProjection(nn.Module):
 
     def _split_into_bins(self, x: torch.Tensor, mask: torch.Tensor):
         s = self.bin_size
-        seq_len = x.shape[-2]
-        bins = math.ceil(seq_len / s)
-        pad = bins * s - seq_len
-        if pad:
-            x = F.pad(x, (0, 0, 0, pad))
-            mask = F.pad(mask, (0, pad))
-        x_bins = x.unflatten(-2, (bins, s))  # (batch, heads, bins, s, features)
-        mask_bins = mask[:, None, :, None].unflatten(-2, (bins, s))  # (batch, 1, bins, s, 1)
+        # To a whole number of bins, ceil(L / s). Padded unconditionally and split with -1 bins, no branch on L: an
+        # exported graph (torch.export, ONNX) traced at one L then stays valid for every L.
+        pad = -x.shape[-2] % s
+        x = F.pad(x, (0, 0, 0, pad))
+        mask = F.pad(mask, (0, pad))
+        x_bins = x.unflatten(-2, (-1, s))  # (batch, heads, bins, s, features)
+        mask_bins = mask[:, None, :, None].unflatten(-2, (-1, s))  # (batch, 1, bins, s, 1)
         return x_bins, mask_bins
 
     def reached_slots(self, mask: torch.Tensor) -> torch.Tensor:
@@ -172,9 +170,8 @@ class LinformerProjection(nn.Module):
             # Detached: a boolean needs no gradient, so autograd need not record the product.
             magnitude = self.weight[:, :, :seq_len].detach().abs()
             return torch.einsum("hkl,bl->bhk", magnitude, mask) > 0
-        bins = math.ceil(seq_len / self.bin_size)
-        padded = F.pad(mask, (0, bins * self.bin_size - seq_len))
-        return (padded.view(mask.shape[0], 1, bins, self.bin_size).sum(-1)) > 0
+        padded = F.pad(mask, (0, -seq_len % self.bin_size))
+        return padded.unflatten(-1, (-1, self.bin_size)).sum(-1)[:, None] > 0
 
 
 def eager_attention_forward(

@@ -1,0 +1,38 @@
+#!/usr/bin/env python
+"""Export a saved Linformer to ONNX (dynamic batch and sequence length, L <= n) and quantise it to int8 for ONNX
+Runtime; see linformer_hf.onnx_export. Needs the `onnx` extra (pip install -e .[onnx]).
+
+Examples:
+    python scripts/export_onnx.py outputs/sst2/final outputs/sst2/onnx
+    python scripts/export_onnx.py outputs/demo/pretrain/final outputs/demo/onnx --head AutoModel --no_int8
+"""
+
+import argparse
+import sys
+
+from linformer_hf.onnx_export import LINFORMER_HEADS, export_folder
+from linformer_hf.training.errors import report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", help="a saved Linformer folder (save_pretrained output)")
+    parser.add_argument("output_dir", help="where to write model.onnx, model_int8.onnx and config.json")
+    parser.add_argument(
+        "--head",
+        choices=sorted(LINFORMER_HEADS),
+        help="head to export (default: the one the folder was saved as, config.architectures)",
+    )
+    parser.add_argument("--no_int8", action="store_true", help="skip the int8 dynamic quantisation")
+    args = parser.parse_args(argv)
+    try:
+        paths = export_folder(args.model_dir, args.output_dir, head=args.head, int8=not args.no_int8)
+    except (OSError, ValueError) as err:
+        return report(err)
+    for precision, path in paths.items():
+        print(f"{precision}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

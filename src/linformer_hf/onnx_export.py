@@ -1,0 +1,190 @@
+"""Deployment: export a saved Linformer to ONNX, and quantise it to int8 for ONNX Runtime.
+
+The export goes through `torch.onnx.export(..., dynamo=True)` (torch.export, then ONNX). optimum is not used: its
+ONNX exporter now lives in `optimum-onnx`, whose releases require transformers < 4.58, and this package pins
+transformers 5.23 (setup.cfg); `optimum-cli export onnx` therefore cannot run beside it.
+
+The exported graph takes `input_ids` and `attention_mask` (int64, (batch, L), 1 = token, 0 = padding; for the
+multiple-choice head (batch, choices, L)), with batch and L dynamic for any L <= n: one file serves every batch
+shape. The mask is a real graph input and is applied as in PyTorch: padding is zeroed before E, F compress the
+sequence and compressed slots that no token reaches are masked out. Outputs are the head's ModelOutput fields
+(`last_hidden_state` and `pooler_output` for LinformerModel, `logits` for the classification heads, ...).
+
+The forward's value check of the mask (only 0 and 1) is data-dependent, so it is skipped inside the exported graph
+(see `check_padding_mask`); ONNX Runtime callers must pass the 0/1 mask tokenizers return. Its shape and length
+checks (L <= n) are kept: L <= n is the upper bound of the dynamic sequence axis.
+
+int8: `onnxruntime.quantization.quantize_dynamic` stores the weights of every MatMul/Gemm in int8 and quantises
+activations on the fly (per tensor, at run time), so no calibration data is needed.
+
+Needs the `onnx` extra: `pip install linformer-hf[onnx]` (onnx, onnxruntime, onnxscript).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import torch
+from transformers import AutoConfig
+
+from .models.configuration_linformer import LinformerConfig
+from .models.modeling_linformer import LINFORMER_HEADS, LinformerForMultipleChoice, LinformerPreTrainedModel
+
+ONNX_FILE = "model.onnx"
+INT8_FILE = "model_int8.onnx"
+INPUT_NAMES = ("input_ids", "attention_mask")
+# ModelOutput fields that are not inference outputs: the loss needs labels, the captured states are optional.
+NOT_EXPORTED = ("loss", "hidden_states", "attentions")
+
+
+def _heads_by_name() -> dict[str, type[LinformerPreTrainedModel]]:
+    """Both spellings of a head: the Auto class name ("AutoModelForSequenceClassification") and the class name."""
+    names = dict(LINFORMER_HEADS)
+    names.update({cls.__name__: cls for cls in LINFORMER_HEADS.values()})
+    return names
+
+
+def load_linformer(model_dir: str, head: str | None = None) -> LinformerPreTrainedModel:
+    """Load a saved Linformer for export, in eval mode.
+
+    Args:
+        model_dir: a folder written by `save_pretrained` (config.json with model_type "linformer", and weights).
+        head: an Auto class name ("AutoModel", "AutoModelForSequenceClassification", ...) or a Linformer class name;
+            default: the head the folder was saved as (`config.architectures`).
+    """
+    if not os.path.isfile(os.path.join(model_dir, "config.json")):
+        raise ValueError(
+            f"{model_dir!r} holds no config.json: it is not a saved model folder. Pass the folder that "
+            "`save_pretrained` (or scripts/convert_to_linformer.py) wrote."
+        )
+    config = AutoConfig.from_pretrained(model_dir)
+    if not isinstance(config, LinformerConfig):
+        raise ValueError(
+            f"{model_dir!r} holds a {config.model_type!r} model, not a Linformer (model_type 'linformer'); only "
+            "Linformer models are exported here. Convert a RoBERTa or BERT checkpoint first with "
+            "scripts/convert_to_linformer.py."
+        )
+    heads = _heads_by_name()
+    if head is None:
+        saved = [name for name in (config.architectures or []) if name in heads]
+        head = saved[0] if saved else "AutoModel"
+    if head not in heads:
+        raise ValueError(
+            f"Unknown head {head!r}; choose one of {', '.join(LINFORMER_HEADS)} (or the Linformer class names)."
+        )
+    return heads[head].from_pretrained(model_dir).eval()
+
+
+def example_inputs(model: LinformerPreTrainedModel, batch_size: int = 2, seq_len: int | None = None):
+    """(input_ids, attention_mask) to trace with; the second row right-padded, so the traced path sees padding.
+
+    Any sizes work (the exported axes are dynamic); a length below n keeps the traced example general.
+    """
+    n = model.config.max_sequence_length
+    seq_len = seq_len or max(2, min(n, 8))
+    shape = (batch_size, 2, seq_len) if isinstance(model, LinformerForMultipleChoice) else (batch_size, seq_len)
+    input_ids = torch.randint(3, model.config.vocab_size, shape)  # ids 0-2 are special (bos, pad, eos)
+    attention_mask = torch.ones(shape, dtype=torch.long)
+    attention_mask[1, ..., seq_len // 2 :] = 0
+    input_ids = input_ids.masked_fill(attention_mask == 0, model.config.pad_token_id)
+    return input_ids, attention_mask
+
+
+class _OnnxWrapper(torch.nn.Module):
+    """The head called with (input_ids, attention_mask) and returning its output fields as a tuple."""
+
+    def __init__(self, model: LinformerPreTrainedModel, output_names: list[str]):
+        super().__init__()
+        self.model = model
+        self.output_names = output_names
+
+    def forward(self, input_ids, attention_mask):
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        return tuple(outputs[name] for name in self.output_names)
+
+
+def export_onnx(model: LinformerPreTrainedModel, path: str, opset_version: int | None = None) -> list[str]:
+    """Write `model` (any Linformer head) as an ONNX graph with dynamic batch and sequence axes; return its output
+    names."""
+    if not isinstance(model, LinformerPreTrainedModel):
+        raise TypeError(f"Expected a Linformer model, got {type(model).__name__}.")
+    model = model.eval()
+    input_ids, attention_mask = example_inputs(model)
+    with torch.no_grad():
+        outputs = model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+    output_names = [name for name in outputs.keys() if name not in NOT_EXPORTED]
+
+    batch = torch.export.Dim("batch")
+    # L <= n: the bound keeps the traced length check (and the slice of E's first L columns) valid for every L.
+    sequence = torch.export.Dim("sequence", max=model.config.max_sequence_length)
+    axes = {0: batch, input_ids.dim() - 1: sequence}
+    if input_ids.dim() == 3:
+        axes[1] = torch.export.Dim("num_choices")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with feed_forward_unchunked(model):
+        torch.onnx.export(
+            _OnnxWrapper(model, output_names).eval(),
+            (input_ids, attention_mask),
+            path,
+            input_names=list(INPUT_NAMES),
+            output_names=output_names,
+            dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+            opset_version=opset_version,
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
+    return output_names
+
+
+@contextlib.contextmanager
+def feed_forward_unchunked(model: torch.nn.Module):
+    """Trace the feed-forward in one piece (`chunk_size_feed_forward` = 0 in every layer), restored afterwards.
+
+    Chunking only bounds PyTorch's peak memory and gives the same outputs, but its chunk count L / chunk_size would be
+    fixed at the traced L, and it needs L to be a multiple of the chunk size: neither fits a dynamic L.
+    """
+    layers = [module for module in model.modules() if hasattr(module, "chunk_size_feed_forward")]
+    saved = [layer.chunk_size_feed_forward for layer in layers]
+    try:
+        for layer in layers:
+            layer.chunk_size_feed_forward = 0
+        yield
+    finally:
+        for layer, chunk_size in zip(layers, saved):
+            layer.chunk_size_feed_forward = chunk_size
+
+
+def quantize_int8(onnx_path: str, int8_path: str) -> str:
+    """Dynamic int8 quantisation with ONNX Runtime: int8 weights, activations quantised at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8)
+    return int8_path
+
+
+def export_folder(model_dir: str, output_dir: str, head: str | None = None, int8: bool = True) -> dict[str, str]:
+    """Export a saved Linformer folder to `output_dir/model.onnx` (and `model_int8.onnx`); return the paths written."""
+    model = load_linformer(model_dir, head)
+    paths = {"fp32": os.path.join(output_dir, ONNX_FILE)}
+    export_onnx(model, paths["fp32"])
+    if int8:
+        paths["int8"] = quantize_int8(paths["fp32"], os.path.join(output_dir, INT8_FILE))
+    # The config beside the graph, so a reader knows n, k and the head (and a tokenizer can be put beside it).
+    model.config.save_pretrained(output_dir)
+    return paths
+
+
+def onnx_session(path: str):
+    """An ONNX Runtime CPU session for an exported file."""
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+
+def run_onnx(session, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Run an exported graph on int64 inputs; outputs by name, as tensors."""
+    feeds = {"input_ids": input_ids.long().numpy(), "attention_mask": attention_mask.long().numpy()}
+    names = [output.name for output in session.get_outputs()]
+    return {name: torch.from_numpy(value) for name, value in zip(names, session.run(names, feeds))}
