@@ -10,7 +10,8 @@ Examples:
 import argparse
 import sys
 
-from linformer_hf.onnx_export import LINFORMER_HEADS, export_folder
+from linformer_hf import LINFORMER_HEADS
+from linformer_hf.onnx_export import export_folder
 from linformer_hf.training.errors import report
 
 

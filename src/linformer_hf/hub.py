@@ -34,8 +34,8 @@ import torch
 import transformers
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import PretrainedConfig
 
+from .loading import load_linformer
 from .models import modeling_linformer
 from .models.configuration_linformer import LinformerConfig
 from .registration import TOKENIZER_FILES
@@ -80,35 +80,6 @@ CARD_INFO_KEYS = {
     "eval_results",
 }
 PROVENANCE_FILES = ("conversion_report.json", "eval_results.json")
-
-
-def load_linformer(model_dir: str):
-    """The saved Linformer head of `model_dir` (the class named in its config's `architectures`).
-
-    Raises FileNotFoundError for a path that is not a saved model folder, ValueError for a folder holding another
-    kind of model (its config's `model_type` is read as written, before any Linformer class touches it).
-    """
-    if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        raise FileNotFoundError(
-            f"{model_dir} is not a saved model folder (no config.json): give the directory written by "
-            "save_pretrained, e.g. the output of scripts/convert_roberta_to_linformer.py or of fine-tuning."
-        )
-    config_dict, _ = PretrainedConfig.get_config_dict(model_dir)
-    model_type = config_dict.get("model_type")
-    if model_type != LinformerConfig.model_type:
-        hint = (
-            "convert it first with scripts/convert_roberta_to_linformer.py"
-            if model_type == "roberta"
-            else "only Linformer models (model_type 'linformer') are packaged here"
-        )
-        raise ValueError(f"{model_dir} holds a {model_type!r} model, not a Linformer: {hint}.")
-    architecture = (config_dict.get("architectures") or ["LinformerModel"])[0]
-    if architecture not in AUTO_CLASS_OF:
-        raise ValueError(
-            f"{model_dir}: its config names the architecture {architecture!r}, which is not a Linformer head; "
-            f"expected one of {sorted(AUTO_CLASS_OF)}."
-        )
-    return getattr(modeling_linformer, architecture).from_pretrained(model_dir).eval()
 
 
 def _read_json(path: str):

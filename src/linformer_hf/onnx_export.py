@@ -26,54 +26,15 @@ import contextlib
 import os
 
 import torch
-from transformers import AutoConfig
 
-from .models.configuration_linformer import LinformerConfig
-from .models.modeling_linformer import LINFORMER_HEADS, LinformerForMultipleChoice, LinformerPreTrainedModel
+from .loading import load_linformer
+from .models.modeling_linformer import LinformerForMultipleChoice, LinformerPreTrainedModel
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 INPUT_NAMES = ("input_ids", "attention_mask")
 # ModelOutput fields that are not inference outputs: the loss needs labels, the captured states are optional.
 NOT_EXPORTED = ("loss", "hidden_states", "attentions")
-
-
-def _heads_by_name() -> dict[str, type[LinformerPreTrainedModel]]:
-    """Both spellings of a head: the Auto class name ("AutoModelForSequenceClassification") and the class name."""
-    names = dict(LINFORMER_HEADS)
-    names.update({cls.__name__: cls for cls in LINFORMER_HEADS.values()})
-    return names
-
-
-def load_linformer(model_dir: str, head: str | None = None) -> LinformerPreTrainedModel:
-    """Load a saved Linformer for export, in eval mode.
-
-    Args:
-        model_dir: a folder written by `save_pretrained` (config.json with model_type "linformer", and weights).
-        head: an Auto class name ("AutoModel", "AutoModelForSequenceClassification", ...) or a Linformer class name;
-            default: the head the folder was saved as (`config.architectures`).
-    """
-    if not os.path.isfile(os.path.join(model_dir, "config.json")):
-        raise ValueError(
-            f"{model_dir!r} holds no config.json: it is not a saved model folder. Pass the folder that "
-            "`save_pretrained` (or scripts/convert_to_linformer.py) wrote."
-        )
-    config = AutoConfig.from_pretrained(model_dir)
-    if not isinstance(config, LinformerConfig):
-        raise ValueError(
-            f"{model_dir!r} holds a {config.model_type!r} model, not a Linformer (model_type 'linformer'); only "
-            "Linformer models are exported here. Convert a RoBERTa or BERT checkpoint first with "
-            "scripts/convert_to_linformer.py."
-        )
-    heads = _heads_by_name()
-    if head is None:
-        saved = [name for name in (config.architectures or []) if name in heads]
-        head = saved[0] if saved else "AutoModel"
-    if head not in heads:
-        raise ValueError(
-            f"Unknown head {head!r}; choose one of {', '.join(LINFORMER_HEADS)} (or the Linformer class names)."
-        )
-    return heads[head].from_pretrained(model_dir).eval()
 
 
 def example_inputs(model: LinformerPreTrainedModel, batch_size: int = 2, seq_len: int | None = None):
