@@ -283,3 +283,15 @@ def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrai
     for step in whole:
         assert accumulated[step] == pytest.approx(whole[step], abs=1e-5), step
     assert len({round(v, 4) for v in whole.values()}) > 1
+
+
+def test_eval_on_start_reaches_the_trainer(pretrained_dir, tmp_path):
+    """`training.eval_on_start` (where a converted classifier starts, before any update) is passed to the Trainer."""
+    from linformer_hf.training.finetuning import training_arguments
+
+    argv = ["--model.pretrained", pretrained_dir, "--data.train_file", SST2_TRAIN, "--data.validation_file", SST2_DEV]
+    argv += ["--training.output_dir", str(tmp_path / "out")]
+    recipe = load_recipe(FinetuneRecipe, "configs/finetune/sst2.yaml", argv)
+    assert training_arguments(recipe).eval_on_start is False
+    recipe = load_recipe(FinetuneRecipe, "configs/finetune/sst2.yaml", argv + ["--training.eval_on_start", "true"])
+    assert training_arguments(recipe).eval_on_start is True

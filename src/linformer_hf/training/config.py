@@ -481,6 +481,7 @@ class FinetuneTrainingSection(OptimizerSection):
     warmup_ratio: float = 0.06
     mixed_precision: str | None = None  # no | fp16 | bf16 (null: no); Trainer's fp16 / bf16
     eval_steps: int | None = None  # null: evaluate at the end of every epoch
+    eval_on_start: bool = False  # also evaluate before the first update (where a converted classifier starts)
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)
     save_best: bool = True

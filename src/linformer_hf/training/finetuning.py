@@ -157,6 +157,7 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
         bf16=tcfg.mixed_precision == "bf16",
         eval_strategy=strategy,
         eval_steps=tcfg.eval_steps,
+        eval_on_start=tcfg.eval_on_start,
         save_strategy=strategy if tcfg.save_best else "no",
         save_steps=tcfg.eval_steps,
         save_total_limit=1,

@@ -183,7 +183,7 @@ def check_pair(teacher, student, lengths: list[int], vocab_in_use: int) -> None:
             f"The tokenizer has {vocab_in_use} tokens but the models only {s.vocab_size} embeddings: "
             "use the tokenizer saved with the student."
         )
-    teacher_positions = t.max_position_embeddings - (t.pad_token_id + 1 if t.model_type == "roberta" else 0)
+    teacher_positions = max_input_length(t)
     for length in lengths:
         if length > max_input_length(s):
             raise ValueError(
@@ -608,6 +608,7 @@ def run_transfer(args: TransferArguments) -> dict:
     longest = max(lengths)
     if args.evaluate_only:
         started = time.perf_counter()
+        teacher.to(accelerator.device)
         report = {
             "teacher": args.teacher,
             "student": args.student,

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The evidence of docs/pretrained.md in one go: convert a pretrained BERT/RoBERTa-layout encoder to Linformer
+# (k = 64, 128, 256) and Performer (m = 256), transfer the teacher's attention, measure fidelity, probe frozen
+# embeddings, fine-tune on SST-2 (3 seeds) and IMDB, and measure how fast a converted classifier recovers.
+#
+#   TEACHER=/tmp/minilm/all-MiniLM-L6-v2 bash scripts/pretrained_evidence.sh all
+#   TEACHER=sentence-transformers/all-MiniLM-L6-v2 ...     # online; roberta-base / bert-base-uncased likewise
+#
+# Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`.
+# Every step writes into its own folder under $WORK and is skipped when that folder already holds its result, so a
+# stopped run continues where it stopped; a new $WORK starts over. Per-step wall times go to $WORK/times.tsv.
+# Meant for a GPU (about 15 minutes on an H100); on 2 CPU cores it takes hours: lower the knobs below to try it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+TEACHER=${TEACHER:?set TEACHER to the teacher folder or Hub name}
+DATA=${DATA:-../shared/data}
+WORK=${WORK:-outputs/pretrained_evidence}
+N=${N:-512}
+KS=${KS:-64 128 256}
+FEATURES=${FEATURES:-256}
+LAYER_STEPS=${LAYER_STEPS:-400}
+E2E_STEPS=${E2E_STEPS:-400}
+TRANSFER_BATCH=${TRANSFER_BATCH:-16}
+LENGTHS=${LENGTHS:-32 128 512}
+SEEDS=${SEEDS:-1 2 3}
+SST2_TRAIN=${SST2_TRAIN:-20000}
+EPOCHS_SST2=${EPOCHS_SST2:-1}
+EPOCHS_IMDB=${EPOCHS_IMDB:-3}
+LR=${LR:-5e-5}
+PRECISION=${PRECISION:-no}
+RECOVERY_STEPS=${RECOVERY_STEPS:-200}
+EVAL_DOCS=${EVAL_DOCS:-256}
+export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
+mkdir -p "$WORK"
+phase=${1:-all}
+
+timed() {  # timed NAME DONE_FILE command...: run unless DONE_FILE exists; log the wall time
+  local name=$1 done_file=$2
+  shift 2
+  if [ -e "$done_file" ]; then echo "== $name: done before ($done_file)"; return; fi
+  echo "== $name"
+  local start=$SECONDS
+  "$@"
+  printf '%s\t%s\n' "$name" $((SECONDS - start)) >>"$WORK/times.tsv"
+}
+
+sst2=(--data.train_file "$DATA/sst2/train.tsv" --data.validation_file "$DATA/sst2/dev.tsv"
+  --data.max_train_samples "$SST2_TRAIN")
+imdb=(--data.train_file "$DATA/imdb/train.csv" --data.max_seq_length "$N")
+finetune() {  # finetune TASK MODEL_DIR OUT SEED [extra overrides]
+  local task=$1 model=$2 out=$3 seed=$4
+  shift 4
+  local data epochs
+  if [ "$task" = sst2 ]; then data=("${sst2[@]}") epochs=$EPOCHS_SST2; else data=("${imdb[@]}") epochs=$EPOCHS_IMDB; fi
+  timed "finetune $task $(basename "$model") seed $seed" "$out/results.json" \
+    "$PY" -m linformer_hf.training.finetune --no_progress --config "configs/finetune/$task.yaml" \
+    --model.pretrained "$model" "${data[@]}" --training.output_dir "$out" --training.seed "$seed" \
+    --training.num_train_epochs "$epochs" --training.learning_rate "$LR" \
+    --training.mixed_precision "$PRECISION" "$@"
+}
+
+students() {  # the model folders: converted and transferred
+  for k in $KS; do echo "$WORK/linformer-k$k" "$WORK/linformer-k$k-transferred"; done
+  echo "$WORK/performer-m$FEATURES" "$WORK/performer-m$FEATURES-transferred"
+}
+
+if [ "$phase" = transfer ] || [ "$phase" = all ]; then
+  for k in $KS; do
+    timed "convert k=$k" "$WORK/linformer-k$k/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" \
+      "$WORK/linformer-k$k" --max_sequence_length "$N" --projected_length "$k" --sharing key_value
+  done
+  timed "convert performer m=$FEATURES" "$WORK/performer-m$FEATURES/config.json" \
+    "$PY" scripts/convert_to_linformer.py "$TEACHER" "$WORK/performer-m$FEATURES" --family performer \
+    --max_sequence_length "$N" --num_random_features "$FEATURES"
+  # Transfer on WikiText-2 (held out from both downstream tasks); stage 1 trains E, F and W^Q, W^K, W^V.
+  for student in $(students | tr ' ' '\n' | grep -v transferred); do
+    timed "transfer $(basename "$student")" "$student-transferred/transfer_report.json" \
+      "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$student" \
+      --output_dir "$student-transferred" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LENGTHS \
+      --batch_size "$TRANSFER_BATCH" --layer_steps "$LAYER_STEPS" --end_to_end_steps "$E2E_STEPS" \
+      --train_attention_weights --eval_documents "$EVAL_DOCS" --checkpoint_every 200 --log_every 20 \
+      --show_progress false
+  done
+  # Fidelity on the downstream texts (never seen in transfer).
+  for student in $(students); do
+    for task in sst2 imdb; do
+      if [ $task = sst2 ]; then src=(--dataset csv --data_files "$DATA/sst2/dev.tsv" --text_column sentence)
+      else src=(--dataset csv --data_files "$DATA/imdb/train.csv" --text_column text); fi
+      timed "fidelity $(basename "$student") $task" "$WORK/fidelity/$(basename "$student")-$task/fidelity.json" \
+        "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$student" \
+        --output_dir "$WORK/fidelity/$(basename "$student")-$task" "${src[@]}" --lengths 32 "$N" \
+        --evaluate_only --eval_documents "$EVAL_DOCS" --show_progress false
+    done
+  done
+  for task in sst2 imdb; do
+    if [ $task = sst2 ]; then data=("${sst2[@]}"); else data=("${imdb[@]}"); fi
+    timed "probe $task" "$WORK/probe-$task.json" "$PY" -m linformer_hf.research.embedding_probe \
+      --config "configs/finetune/$task.yaml" "${data[@]}" --output "$WORK/probe-$task.json" \
+      --models "$TEACHER" $(students)
+  done
+fi
+
+if [ "$phase" = finetune ] || [ "$phase" = all ]; then
+  for seed in $SEEDS; do
+    for model in "$TEACHER" "$WORK/linformer-k128" "$WORK/linformer-k128-transferred"; do
+      finetune sst2 "$model" "$WORK/finetune/sst2-$(basename "$model")-seed$seed" "$seed"
+    done
+  done
+  first_seed=${SEEDS%% *}
+  finetune sst2 "$WORK/performer-m$FEATURES-transferred" \
+    "$WORK/finetune/sst2-performer-m$FEATURES-transferred-seed$first_seed" "$first_seed"
+  for model in "$TEACHER" "$WORK/linformer-k128" "$WORK/linformer-k128-transferred" \
+    "$WORK/performer-m$FEATURES-transferred"; do
+    finetune imdb "$model" "$WORK/finetune/imdb-$(basename "$model")" 42
+  done
+  # Recovery: the teacher's fine-tuned SST-2 classifier, converted (its weights all carry over), then fine-tuned on.
+  classifier="$WORK/finetune/sst2-$(basename "$TEACHER")-seed$first_seed/best"
+  timed "convert classifier k=128" "$WORK/classifier-k128/config.json" "$PY" scripts/convert_to_linformer.py \
+    "$classifier" "$WORK/classifier-k128" --max_sequence_length "$N" --projected_length 128 --sharing key_value
+  timed "convert classifier performer" "$WORK/classifier-performer/config.json" \
+    "$PY" scripts/convert_to_linformer.py "$classifier" "$WORK/classifier-performer" --family performer \
+    --max_sequence_length "$N" --num_random_features "$FEATURES"
+  for model in "$WORK/classifier-k128" "$WORK/classifier-performer"; do
+    finetune sst2 "$model" "$WORK/finetune/recovery-$(basename "$model")" "$first_seed" \
+      --training.max_steps "$RECOVERY_STEPS" --training.eval_steps 25 --training.eval_on_start true
+  done
+fi
+echo "== times"; cat "$WORK/times.tsv"
