@@ -1,0 +1,115 @@
+"""scripts/gpu_checks.py on a machine without CUDA: what it skips and says, the CPU tiny run of its parts, and the
+run folder policy. (On a CUDA machine the default run is the GPU run itself, so these tests pin the CPU paths.)"""
+
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from linformer_hf.research import gpu_checks
+from linformer_hf.research.gpu_checks import PARTS, GpuChecksConfig, main, run_checks
+
+
+def _report(run_dir):
+    with open(os.path.join(run_dir, "report.json")) as f:
+        return {part["name"]: part for part in json.load(f)["parts"]}
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_default_run_without_cuda_skips_the_gpu_parts_and_exits_0(tmp_path, no_cuda, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["--output_dir", str(run_dir)]) == 0
+    parts = _report(run_dir)
+    assert list(parts) == list(PARTS)  # every part reported, in the documented numbering
+    assert parts["environment"]["status"] == "ok"
+    assert parts["environment"]["rows"][0]["torch"] == torch.__version__
+    for name in ("inference_grid", "training_step", "long_sequence"):
+        assert parts[name]["status"] == "skipped"
+        assert parts[name]["reason"] == "no CUDA device"
+        assert parts[name]["rows"] == []
+    markdown = (run_dir / "report.md").read_text()
+    assert "## 3. training_step: skipped" in markdown and "Reason: no CUDA device" in markdown
+    assert "no CUDA device" in capsys.readouterr().out  # said as it runs, not only in the files
+
+
+def test_tiny_cpu_training_step_is_finite_and_complete(tmp_path):
+    cfg = GpuChecksConfig(
+        output_dir=str(tmp_path / "tiny"), device="cpu", tiny=True, parts=["training_step"], train_steps=2,
+        warmup_steps=1,
+    )  # fmt: skip
+    run_dir, parts = run_checks(cfg)
+    part = _report(run_dir)["training_step"]
+    assert part["status"] == "ok", part["reason"]
+    runs = {(row["model"], row["precision"]) for row in part["rows"]}
+    assert runs == {
+        ("linformer k=16", "fp16"), ("roberta-sdpa", "fp16"), ("linformer k=16", "bf16"), ("roberta-sdpa", "bf16"),
+        ("performer", "fp16"),
+    }  # fmt: skip
+    for row in part["rows"]:
+        assert "error" not in row, row
+        assert row["loss_finite"] and row["grads_finite_last_step"]
+        assert math.isfinite(row["last_loss"]) and row["last_loss"] > 0
+        assert row["tokens_per_s"] > 0 and row["median_step_ms"] > 0
+        assert row["tokens_per_s"] == pytest.approx(2 * 64 / (row["median_step_ms"] / 1000), rel=0.01)
+        # Loss scaling in fp16 only: the scaler's scale is reported there, and nothing else.
+        assert (row["final_scale"] is not None) == (row["precision"] == "fp16")
+        assert 0 <= row["skipped_steps"] <= 3
+    assert part["summary"]["fp16 tokens/s Linformer / RoBERTa-SDPA"] > 0
+    # Parts not asked for are not reported as run.
+    assert set(_report(run_dir)) == {"training_step"}
+
+
+def test_tiny_cpu_long_sequence_compares_with_fp32(tmp_path):
+    cfg = GpuChecksConfig(output_dir=str(tmp_path / "long"), device="cpu", tiny=True, parts=["long_sequence"])
+    run_dir, _ = run_checks(cfg)
+    part = _report(run_dir)["long_sequence"]
+    assert part["status"] == "ok", part["reason"]
+    assert {(row["model"], row["n"]) for row in part["rows"]} == {
+        ("linformer k=16", 256), ("linformer k=16", 512), ("performer", 256), ("performer", 512),
+    }  # fmt: skip
+    for row in part["rows"]:
+        assert row["fp16_finite"] is True
+        assert 0 <= row["relative_error_vs_fp32"] < 1e-2
+
+
+def test_a_failing_part_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gpu_checks, "part_environment", broken)
+    cfg = GpuChecksConfig(
+        output_dir=str(tmp_path / "f"), device="cpu", tiny=True, parts=["environment", "training_step"],
+        train_steps=1, warmup_steps=0,
+    )  # fmt: skip
+    run_dir, _ = run_checks(cfg)
+    parts = _report(run_dir)
+    assert parts["environment"]["status"] == "failed"
+    assert "RuntimeError: boom" in parts["environment"]["reason"]
+    assert parts["training_step"]["status"] == "ok"
+
+
+def test_an_earlier_run_folder_is_never_overwritten(tmp_path, no_cuda, monkeypatch, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["--output_dir", str(run_dir), "--parts", "environment"]) == 0
+    before = (run_dir / "report.json").read_text()
+    assert main(["--output_dir", str(run_dir)]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert (run_dir / "report.json").read_text() == before
+    # The default folder is timestamped; two runs in the same second get two folders.
+    monkeypatch.chdir(tmp_path)
+    first, _ = run_checks(GpuChecksConfig(parts=["environment"]))
+    second, _ = run_checks(GpuChecksConfig(parts=["environment"]))
+    assert first != second and os.path.dirname(first) == os.path.join("outputs", "gpu_checks")
+    assert os.path.exists(os.path.join(first, "report.json")) and os.path.exists(os.path.join(second, "report.json"))
+
+
+def test_unknown_part_is_refused_before_any_folder_is_made(tmp_path, capsys):
+    assert main(["--output_dir", str(tmp_path / "x"), "--parts", "grid"]) == 2
+    assert "unknown parts ['grid']" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
