@@ -204,7 +204,7 @@ def _free(device: str):
 def _shape(tiny: bool, layers: int) -> dict:
     """Base width (RoBERTa-base) or a tiny model; dropout 0 so that fp16 and fp32 runs see the same function."""
     if tiny:
-        return dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+        return dict(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
     return dict(
         vocab_size=50265, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12, intermediate_size=3072
     )
@@ -445,7 +445,7 @@ def part_long_sequence(cfg: GpuChecksConfig, device: str, report: Report) -> Par
     import torch
     from transformers import AutoModel
 
-    ns = [256, 512] if cfg.tiny else list(cfg.long_ns)
+    ns = [128, 256] if cfg.tiny else list(cfg.long_ns)
     k = 16 if cfg.tiny else 256
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     result = PartResult("long_sequence")
