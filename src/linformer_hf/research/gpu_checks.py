@@ -289,8 +289,24 @@ def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
                 continue
             report.log(f"grid {dtype} n={n}")
             # One benchmark run per n, so the CSV grows as the grid goes and the budget is checked between n.
-            one = dataclasses.replace(full, ns=[n])
-            n_rows, n_info = run_benchmark(one, log=lambda message: report.log(f"  {message}"))
+            # A hung worker must not eat the whole command's time: no worker outlives the budget by much.
+            timeout_s = min(180.0, max(60.0, deadlines[dtype] - time.time()))
+            one = dataclasses.replace(full, ns=[n], timeout_s=timeout_s)
+            try:
+                n_rows, n_info = run_benchmark(one, log=lambda message: report.log(f"  {message}"))
+            except Exception as error:  # e.g. the matmul-peak process died: this n fails, the next n still runs
+                report.log(f"  grid {dtype} n={n} failed: {type(error).__name__}: {error}")
+                result.rows.append(
+                    {
+                        "dtype": dtype,
+                        "model": "(all)",
+                        "n": n,
+                        "status": "failed",
+                        "reason": f"{type(error).__name__}: {error}",
+                    }
+                )
+                report.add(result)
+                continue
             rows += n_rows
             done.append(n)
             if info is None:
