@@ -116,3 +116,49 @@ def test_unknown_part_is_refused_before_any_folder_is_made(tmp_path, capsys):
     assert main(["--output_dir", str(tmp_path / "x"), "--parts", "grid"]) == 2
     assert "unknown parts ['grid']" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def _grid(tmp_path, monkeypatch, budget, fail_n=None):
+    """The grid part with the benchmark replaced by a stand-in (the real one needs CUDA for fp16/bf16)."""
+    from linformer_hf.research import benchmark
+    from linformer_hf.research.benchmark import BenchmarkRow, Mode, RunInfo, read_csv
+
+    calls = []
+
+    def fake_run_benchmark(cfg, log):
+        calls.append((cfg.dtype, cfg.ns))
+        (n,) = cfg.ns
+        if n == fail_n:
+            raise RuntimeError("measuring the matmul peak failed")
+        rows = [
+            BenchmarkRow(mode=Mode.INFERENCE, model="roberta-sdpa", n=n, k=None, time_s=0.002, activation_mb=4.0),
+            BenchmarkRow(mode=Mode.INFERENCE, model="linformer", n=n, k=128, time_s=0.001, activation_mb=1.0),
+        ]
+        return rows, RunInfo(matmul_peak_gflops=100.0, memory_budget_gib=10.0, runtime_s=1.0)
+
+    monkeypatch.setattr(benchmark, "run_benchmark", fake_run_benchmark)
+    cfg = GpuChecksConfig(
+        grid_fp16_ns=[512, 1024], grid_bf16_ns=[512], grid_ks=[128], grid_models=["roberta-sdpa", "linformer"],
+        grid_time_budget_s=budget,
+    )  # fmt: skip
+    report = gpu_checks.Report(str(tmp_path), "test", "a stand-in GPU")
+    part = gpu_checks.part_inference_grid(cfg, "cuda", report)
+    return part, calls, read_csv
+
+
+def test_grid_runs_one_benchmark_per_n_and_keeps_its_csv(tmp_path, monkeypatch):
+    part, calls, read_csv = _grid(tmp_path, monkeypatch, budget=1e6, fail_n=1024)
+    assert calls == [("fp16", [512]), ("fp16", [1024]), ("bf16", [512])]
+    assert part.status == "failed" and "n=1024" in part.reason  # the failed n is named, the others still ran
+    assert [(r["dtype"], r["n"], r["status"]) for r in part.rows] == [
+        ("fp16", 512, "ok"), ("fp16", 512, "ok"), ("fp16", 1024, "failed"), ("bf16", 512, "ok"), ("bf16", 512, "ok"),
+    ]  # fmt: skip
+    assert len(read_csv(str(tmp_path / "grid_fp16" / "results.csv"))) == 2
+    assert "| 512 | 2.00x |" in part.markdown  # the ratio table: 0.002 s / 0.001 s
+    assert "| 512 | 4.00x |" in part.markdown  # and the memory saving: 4 MB / 1 MB
+
+
+def test_grid_time_budget_starts_no_n_after_it(tmp_path, monkeypatch):
+    part, calls, _ = _grid(tmp_path, monkeypatch, budget=0)
+    assert calls == []
+    assert part.summary["not run (time budget)"] == "fp16 n=512, fp16 n=1024, bf16 n=512"
