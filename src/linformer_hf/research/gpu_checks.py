@@ -370,26 +370,28 @@ def _train(model, batch, device: str, precision: str, steps: int, warmup: int) -
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
     inputs, mask, labels = batch
     model.train()
-    times, losses, skipped, grads_finite = [], [], 0, True
+    times, losses, skipped, grads_finite = [], [], 0, None
+    check_step = warmup + steps  # one more, untimed step whose unscaled grads are checked one by one
     _reset_peak(device)
-    for step in range(warmup + steps):
+    for step in range(check_step + 1):
         _synchronize(device)
         start = time.perf_counter()
         with torch.autocast(device_type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
             loss = model(input_ids=inputs, attention_mask=mask, labels=labels).loss
         scaler.scale(loss).backward()
         scaler.unscale_(optimizer)  # the grads in true units, so their finiteness is the model's, not the scale's
-        grads_finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
+        if step == check_step:
+            grads_finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters() if p.grad is not None)
         scale_before = scaler.get_scale()
         scaler.step(optimizer)  # skipped by the scaler when a grad is inf/nan
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         _synchronize(device)
-        if step >= warmup:
+        if warmup <= step < check_step:
             times.append(time.perf_counter() - start)
         losses.append(loss.item())
-        # The scaler halves its scale exactly when it skipped the step; without a scaler a non-finite grad is a skip.
-        if (scaler.is_enabled() and scaler.get_scale() < scale_before) or not grads_finite:
+        # The scaler lowers its scale exactly when it found an inf/nan grad and skipped the step.
+        if scaler.is_enabled() and scaler.get_scale() < scale_before:
             skipped += 1
     median = statistics.median(times)
     return {
@@ -397,7 +399,7 @@ def _train(model, batch, device: str, precision: str, steps: int, warmup: int) -
         "tokens_per_s": round(inputs.numel() / median, 1),
         "peak_memory_mib": _peak_mib(device),
         "final_scale": scaler.get_scale() if scaler.is_enabled() else None,
-        "skipped_steps": skipped,
+        "skipped_steps": skipped if scaler.is_enabled() else None,  # without a scaler no step is skipped
         "first_loss": round(losses[0], 4),
         "last_loss": round(losses[-1], 4),
         "loss_finite": all(math.isfinite(x) for x in losses),
@@ -445,10 +447,13 @@ def part_training_step(cfg: GpuChecksConfig, device: str, report: Report) -> Par
             result.summary[f"{precision} tokens/s Linformer / RoBERTa-SDPA"] = round(
                 lin["tokens_per_s"] / rob["tokens_per_s"], 3
             )
-    bad = [f"{r['model']} {r['precision']}" for r in result.rows if r.get("loss_finite") is False]
-    if errors or bad:
-        result.status = "failed"
-        result.reason = "; ".join(errors + [f"{b}: non-finite loss" for b in bad])
+    for r in result.rows:
+        if r.get("loss_finite") is False:
+            errors.append(f"{r['model']} {r['precision']}: non-finite loss")
+        if r.get("grads_finite_last_step") is False:
+            errors.append(f"{r['model']} {r['precision']}: non-finite grads")
+    if errors:
+        result.status, result.reason = "failed", "; ".join(errors)
     return result
 
 
