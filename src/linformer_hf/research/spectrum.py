@@ -228,6 +228,8 @@ def compute_spectrum(
             )
         sums = [cumulative_spectrum(probs).sum(0) for probs in attentions]
         totals = sums if totals is None else [total + new for total, new in zip(totals, sums)]
+        # Columns are key positions only for square P. (A Linformer with k = L passes this test too; its columns
+        # are E's rows, which are positions when E is the identity, as after conversion at k = n.)
         if all(probs.shape[-1] == probs.shape[-2] for probs in attentions):
             measured = [
                 tuple(
