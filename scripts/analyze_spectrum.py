@@ -1,22 +1,29 @@
 #!/usr/bin/env python
 """The paper's Figure 1 for any encoder: normalised cumulative singular values of every head's attention matrix P.
 
-Writes spectrum_curves.csv, spectrum_at_index.csv, spectrum_summary.json, spectrum_curves.png and
-spectrum_heatmap.png to OUTPUT_DIR. See linformer_hf.research.spectrum.
+Writes spectrum_curves.csv, spectrum_at_index.csv, spectrum_heads.csv, spectrum_summary.json, spectrum_curves.png,
+spectrum_heatmap.png, spectrum_curves_per_head.png and (square P) spectrum_structure.png to OUTPUT_DIR. See
+linformer_hf.research.spectrum.
 
-Example:
+Examples:
     python scripts/analyze_spectrum.py roberta-base ../shared/data/wikitext-2/valid.txt outputs/spectrum-roberta \
         --seq_len 512 --index 128 --max_inputs 32
+    python scripts/analyze_spectrum.py /tmp/minilm/all-MiniLM-L6-v2 ../shared/data/imdb/train.csv \
+        outputs/spectrum-minilm --text_column text --windows documents --seq_len 512 --max_inputs 32
 """
 
 import argparse
+
+import torch
 
 from linformer_hf.research.spectrum import analyze
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="RoBERTa or Linformer: a local directory or a Hub name")
+    parser.add_argument(
+        "model", help="an encoder folder or Hub name: RoBERTa, BERT layout (BERT, MiniLM) or a converted Linformer"
+    )
     parser.add_argument("text", help="a .txt file (one text per line) or a .tsv/.csv file (see --text_column)")
     parser.add_argument("output_dir")
     parser.add_argument("--seq_len", type=int, help="tokens per input (default: the model's maximum, e.g. 512)")
@@ -25,10 +32,30 @@ def main(argv=None):
         "--index", type=int, help="singular value index of the heatmap, from 1 (default: r / 4; the paper uses 128)"
     )
     parser.add_argument("--text_column", help="column of a .tsv/.csv (default: sentence, text or review)")
+    parser.add_argument(
+        "--windows",
+        choices=["packed", "documents"],
+        default="packed",
+        help="packed: texts joined and cut into full windows; documents: the first seq_len tokens of each text that "
+        "long (e.g. IMDB reviews), so no window spans two texts",
+    )
+    parser.add_argument(
+        "--report_indices", type=int, nargs="+", help="indices for spectrum_heads.csv (default: r/8 r/4 r/2)"
+    )
+    parser.add_argument(
+        "--locality_width", type=int, default=2, help="the band |i - j| <= width counted as local attention"
+    )
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--title", help="plot title (default: the model name)")
     parser.add_argument("--trust_remote_code", action="store_true", help="for a Linformer folder without the package")
+    parser.add_argument(
+        "--num_threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: on a shared CPU, two threads made the eigensolver up to 100x slower here)",
+    )
     args = parser.parse_args(argv)
+    torch.set_num_threads(args.num_threads)
 
     spectrum, paths = analyze(
         args.model,
@@ -41,12 +68,23 @@ def main(argv=None):
         batch_size=args.batch_size,
         trust_remote_code=args.trust_remote_code,
         title=args.title,
+        windows=args.windows,
+        report_indices=args.report_indices,
+        locality_width=args.locality_width,
     )
     index = args.index or max(1, spectrum.rank // 4)
     values = spectrum.at_index(index)
-    print(f"{spectrum.model_name}: {spectrum.num_inputs} inputs of {spectrum.seq_len} tokens, r = {spectrum.rank}")
+    print(
+        f"{spectrum.model_name}: {spectrum.num_inputs} {spectrum.windows} inputs of {spectrum.seq_len} tokens, "
+        f"r = {spectrum.rank}"
+    )
     for layer, value in enumerate(values.mean(-1).tolist()):
-        print(f"  layer {layer + 1}: mean over heads of cumulative singular value at {index} = {value:.3f}")
+        line = f"  layer {layer + 1}: cumulative singular value at {index}, mean over heads {value:.3f}"
+        line += f" (min {values[layer].min():.3f})"
+        if spectrum.local_mass is not None:
+            line += f"; mass within {spectrum.locality_width} of the diagonal {spectrum.local_mass[layer].mean():.3f}"
+            line += f", on special tokens {spectrum.special_mass[layer].mean():.3f}"
+        print(line)
     for path in paths.values():
         print(f"  wrote {path}")
 

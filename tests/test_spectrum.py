@@ -11,7 +11,15 @@ import transformers
 from tiny_roberta import build_tokenizer, randomize_all, tiny_roberta_config
 
 from linformer_hf import LinformerConfig, LinformerModel
-from linformer_hf.research.spectrum import Spectrum, compute_spectrum, cumulative_spectrum, pack_inputs, read_texts
+from linformer_hf.research.spectrum import (
+    Spectrum,
+    attention_structure,
+    compute_spectrum,
+    cumulative_spectrum,
+    document_windows,
+    pack_inputs,
+    read_texts,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import analyze_spectrum  # noqa: E402
@@ -114,3 +122,139 @@ def test_spectrum_index_default_is_a_quarter_of_r():
     spectrum = Spectrum(curves=torch.ones(1, 1, 512), num_inputs=1, seq_len=512, model_name="x")
     with pytest.raises(ValueError, match="e.g. 128"):
         spectrum.at_index(600)
+
+
+# --- BERT-layout encoders (MiniLM, BERT) and the structure of P -------------------------------------------------
+
+WORDS = "the a film was good bad long short story actor plot scene music end start very not and but".split()
+
+
+def tiny_bert_folder(directory, max_positions: int = 24):
+    """A random 2-layer BERT with a WordPiece tokenizer, saved as a folder (the layout of MiniLM and bert-base).
+
+    Layer 1, head 2 has zero query weights and bias: its scores are all 0, so its P is uniform, exactly rank one.
+    The other queries are scaled up so that the other heads' attention is sharp, far from rank one.
+    """
+    os.makedirs(directory, exist_ok=True)
+    vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS])}
+    tokenizer = transformers.BertTokenizer(vocab=vocab, model_max_length=max_positions)
+    config = transformers.BertConfig(
+        vocab_size=len(WORDS) + 5,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=max_positions,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    model = transformers.BertModel(config)
+    randomize_all(model)
+    head_size = config.hidden_size // config.num_attention_heads
+    with torch.no_grad():
+        for layer in model.encoder.layer:
+            layer.attention.self.query.weight.mul_(8)
+        query = model.encoder.layer[0].attention.self.query
+        query.weight[head_size : 2 * head_size] = 0
+        query.bias[head_size : 2 * head_size] = 0
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def long_documents(path, lengths=(40, 10, 30, 50)):
+    """A csv of reviews with the given numbers of words (one token each in the tiny vocabulary)."""
+    generator = torch.Generator().manual_seed(0)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        for length in lengths:
+            picks = torch.randint(len(WORDS), (length,), generator=generator).tolist()
+            writer.writerow([" ".join(WORDS[i] for i in picks), 0])
+    return str(path)
+
+
+def test_attention_structure_of_known_matrices():
+    length = 8
+    identity = torch.eye(length)
+    previous_token = torch.diag(torch.ones(length - 1), -1)  # row i attends to i - 1 (row 0 to nothing)
+    uniform = torch.full((length, length), 1 / length)
+    attention = torch.stack([identity, previous_token, uniform])[None]  # (batch 1, heads 3, L, L)
+    special = torch.zeros(1, length, dtype=torch.bool)
+    special[0, [0, -1]] = True
+    offsets, special_mass = attention_structure(attention, special, width=2)
+    torch.testing.assert_close(offsets[0, 0], torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0]))
+    torch.testing.assert_close(offsets[0, 1], torch.tensor([0.0, (length - 1) / length, 0.0, 0.0, 0.0]))
+    expected = torch.tensor([length - abs(d) for d in range(-2, 3)]) / length**2
+    torch.testing.assert_close(offsets[0, 2], expected)
+    torch.testing.assert_close(special_mass[0], torch.tensor([2 / length, 1 / length, 2 / length]))
+    # a local head is full rank: the identity's mass at r / 4 is 1 / 4, the uniform head's is already 1 at index 1
+    assert cumulative_spectrum(identity)[length // 4 - 1].item() == pytest.approx(0.25)
+    assert cumulative_spectrum(uniform)[0].item() == pytest.approx(1.0)
+
+
+def test_windows_from_a_bert_tokenizer(tmp_path):
+    directory = tiny_bert_folder(tmp_path / "bert")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    texts = read_texts(long_documents(tmp_path / "reviews.csv"))
+    ids = document_windows(tokenizer, texts, seq_len=24, max_inputs=5)
+    # documents of 40, 30 and 50 words are long enough for 22 + [CLS] [SEP]; the 10-word one is skipped
+    assert ids.shape == (3, 24)
+    assert torch.all(ids[:, 0] == tokenizer.cls_token_id) and torch.all(ids[:, -1] == tokenizer.sep_token_id)
+    assert ids[1, 1:-1].tolist() == tokenizer(texts[2], add_special_tokens=False, verbose=False)["input_ids"][:22]
+    assert not torch.any(torch.isin(ids[:, 1:-1], torch.tensor(tokenizer.all_special_ids)))
+    with pytest.raises(ValueError, match="the longest has 50"):
+        document_windows(tokenizer, texts, seq_len=60, max_inputs=5)
+    packed = pack_inputs(tokenizer, texts, seq_len=24, max_inputs=4)
+    assert packed.shape == (4, 24) and torch.all(packed[:, 0] == tokenizer.cls_token_id)
+    assert torch.all(packed[:, -1] == tokenizer.sep_token_id)
+
+
+def test_bert_folder_spectrum_finds_the_rank_one_head(tmp_path):
+    directory = tiny_bert_folder(tmp_path / "bert")
+    reviews = long_documents(tmp_path / "reviews.csv")
+    out = tmp_path / "out"
+    # seq_len 24 = BERT's max_position_embeddings: BERT numbers positions from 0, so all 24 are usable
+    analyze_spectrum.main([str(directory), reviews, str(out), "--windows", "documents", "--max_inputs", "3"])
+    summary = json.loads((out / "spectrum_summary.json").read_text())
+    assert summary["seq_len"] == 24 and summary["num_inputs"] == 3 and summary["windows"] == "documents"
+    assert summary["index"] == 6 and set(summary["mean_at_report_indices_per_layer"]) == {"3", "6", "12"}
+
+    curves = {}
+    with open(out / "spectrum_curves.csv") as handle:
+        for row in csv.DictReader(handle):
+            curves.setdefault((int(row["layer"]), int(row["head"])), []).append(
+                float(row["cumulative_normalised_singular_value"])
+            )
+    for curve in curves.values():
+        assert len(curve) == 24 and all(b >= a - 1e-6 for a, b in zip(curve, curve[1:]))
+        assert curve[-1] == pytest.approx(1.0, abs=1e-6)
+    # the uniform head (layer 0, head 1) is rank one: all its mass at index 1. The layer's sharp heads are not.
+    assert curves[(0, 1)][0] == pytest.approx(1.0, abs=1e-6)
+    assert all(curves[(0, head)][0] < 0.95 for head in (0, 2, 3))
+
+    with open(out / "spectrum_heads.csv") as handle:
+        heads = {(int(r["layer"]), int(r["head"])): r for r in csv.DictReader(handle)}
+    uniform = heads[(0, 1)]
+    assert float(uniform["cumulative_at_3"]) == pytest.approx(1.0, abs=1e-6)
+    expected_local = sum(24 - abs(d) for d in range(-2, 3)) / 24**2
+    assert float(uniform["local_mass_within_2"]) == pytest.approx(expected_local, abs=1e-5)
+    assert float(uniform["special_token_mass"]) == pytest.approx(2 / 24, abs=1e-5)  # [CLS] and [SEP] of each window
+    for image in ("spectrum_heatmap.png", "spectrum_curves_per_head.png", "spectrum_structure.png"):
+        assert (out / image).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_converted_linformer_at_k_equal_n_has_the_teachers_spectrum(tmp_path):
+    from linformer_hf.conversion import convert_checkpoint
+    from linformer_hf.research.spectrum import load_encoder
+
+    directory = tiny_bert_folder(tmp_path / "bert")
+    convert_checkpoint(str(directory), str(tmp_path / "linformer"), projected_length=24)
+    bert, tokenizer = load_encoder(str(directory))
+    linformer, _ = load_encoder(str(tmp_path / "linformer"))
+    ids = document_windows(tokenizer, read_texts(long_documents(tmp_path / "reviews.csv")), 24, 3)
+    teacher = compute_spectrum(bert, ids, special_token_ids=tokenizer.all_special_ids)
+    student = compute_spectrum(linformer, ids, special_token_ids=tokenizer.all_special_ids)
+    torch.testing.assert_close(student.curves, teacher.curves, atol=1e-5, rtol=0)
+    torch.testing.assert_close(student.offset_mass, teacher.offset_mass, atol=1e-5, rtol=0)
+    torch.testing.assert_close(student.special_mass, teacher.special_mass, atol=1e-5, rtol=0)
