@@ -148,7 +148,8 @@ class ForwardResult:
     flops: int
     layer_seconds: list[float]
     cpu_seconds: float  # user + system time of this process during the pass, all threads
-    system_seconds: float  # the system part: mostly page faults of fresh large tensors
+    system_seconds: float  # the system part: page faults of fresh large tensors, thread wake-ups
+    page_faults: int  # minor page faults during the pass
     output: torch.Tensor  # last_hidden_state (batch, L, d)
 
     @property
@@ -172,7 +173,8 @@ def timed_forward(
     layer_seconds = [b - a for a, b in zip([0.0] + ends[:-1], ends, strict=True)]
     system = after.ru_stime - usage.ru_stime
     cpu = after.ru_utime - usage.ru_utime + system
-    return ForwardResult(mode, seconds, peak_rss_bytes(), flops, layer_seconds, cpu, system, output)
+    faults = after.ru_minflt - usage.ru_minflt
+    return ForwardResult(mode, seconds, peak_rss_bytes(), flops, layer_seconds, cpu, system, faults, output)
 
 
 def layer_matmul_shapes(config: LinformerConfig, seq_len: int) -> list[tuple[str, int, int, int]]:
@@ -311,7 +313,8 @@ def run_long_document(
         log(
             f"{mode}: {result.seconds:.1f} s, peak RSS {result.peak_rss_bytes / 2**30:.2f} GiB, "
             f"{result.gflops_per_second:.1f} GFLOP/s; CPU time {result.cpu_seconds:.1f} s on {torch.get_num_threads()} "
-            f"threads ({result.system_seconds:.1f} s system); load average {os.getloadavg()[0]:.2f}"
+            f"threads ({result.system_seconds:.1f} s system, {result.page_faults} page faults); load average "
+            f"{os.getloadavg()[0]:.2f}"
         )
         outputs[mode] = result.output
         results.append(result)
