@@ -72,7 +72,8 @@ def export_onnx(model: LinformerPreTrainedModel, path: str, opset_version: int |
         raise TypeError(f"Expected a Linformer model, got {type(model).__name__}.")
     model = model.eval()
     input_ids, attention_mask = example_inputs(model)
-    with torch.no_grad():
+    # Unchunked here too: the short example length need not be a multiple of the model's feed-forward chunk.
+    with torch.no_grad(), feed_forward_unchunked(model):
         outputs = model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
     output_names = [name for name in outputs.keys() if name not in NOT_EXPORTED]
 

@@ -199,6 +199,20 @@ def eager_attention_forward(
     return output.transpose(1, 2).contiguous(), probs
 
 
+def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, row_sums: torch.Tensor) -> torch.Tensor:
+    """(E X) W + (E 1) b: the key or value map of compressed rows, through the module's own call.
+
+    The module adds b once per row, i.e. (E X) W + 1 b; the rest, (E 1 - 1) b, is added here. Calling the module
+    (rather than F.linear on its weight) keeps the map whatever replaced the `nn.Linear`: a dynamically quantised
+    Linear (`torch.ao.quantization.quantize_dynamic`), whose weight and bias are methods, or a wrapped one.
+    """
+    bias = linear.bias() if callable(linear.bias) else linear.bias
+    mapped = linear(compressed_x)  # (batch, k', d)
+    if bias is None:
+        return mapped
+    return torch.addcmul(mapped, row_sums - 1, bias)
+
+
 class LinformerSelfAttention(nn.Module):
     """Multi-head self-attention over keys and values compressed from n to k rows.
 
@@ -267,10 +281,10 @@ class LinformerSelfAttention(nn.Module):
         fast = use_fast_path and self.config.compresses_input_first
         if fast:
             compressed_x, row_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
-            key = torch.addcmul(F.linear(compressed_x, self.key.weight), row_sums, self.key.bias)  # (E X) W + (E 1) b
+            key = _map_compressed(self.key, compressed_x, row_sums)  # (E X) W + (E 1) b
             if value_projection is not key_projection:
                 compressed_x, row_sums = value_projection.compress_input(hidden_states, mask)  # F X, F 1
-            value = torch.addcmul(F.linear(compressed_x, self.value.weight), row_sums, self.value.bias)
+            value = _map_compressed(self.value, compressed_x, row_sums)
             # (batch, k', d) -> (batch, heads, k', d_h)
             return key.unflatten(-1, (heads, d_h)).transpose(1, 2), value.unflatten(-1, (heads, d_h)).transpose(1, 2)
 
