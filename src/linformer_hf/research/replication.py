@@ -612,7 +612,9 @@ def plot_perplexity(results: dict, path: str) -> None:
     right.axhline(1.05, color="grey", linewidth=0.8, linestyle=":")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # on the right panel, unless no RoBERTa was run (no ratios to draw)
+    legend_axis = right if right.get_legend_handles_labels()[0] else left
+    legend_axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
