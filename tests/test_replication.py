@@ -13,6 +13,7 @@ from linformer_hf.training.config import ConfigError
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
 QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")
+FULL = os.path.join(REPO, "configs", "replication", "full.yaml")
 
 
 def tiny_overrides(tmp_path, **extra):
@@ -40,6 +41,8 @@ def tiny_overrides(tmp_path, **extra):
                 block_size=128,
                 per_device_train_batch_size=2,
             ),
+            # run on its own at the end of the end-to-end test (only_variants), as a variant added to a finished plan
+            dict(name="performer_m16", model_type="performer", config=dict(num_random_features=16)),
         ],
         pretrain=dict(
             seed=3,
@@ -58,7 +61,7 @@ def tiny_overrides(tmp_path, **extra):
                 max_train_samples=64,
                 max_eval_samples=32,
                 num_train_epochs=1,
-                variants=["roberta", "linformer_k16"],
+                variants=["roberta", "linformer_k16", "performer_m16"],
             ),
             dict(
                 name="imdb_n128",
@@ -71,6 +74,7 @@ def tiny_overrides(tmp_path, **extra):
             ),
         ],
         seeds=[1],
+        only_variants=["roberta", "linformer_k16", "linformer_n128"],
     )
     overrides.update(extra)
     return overrides
@@ -120,6 +124,16 @@ def test_heldout_reviews_never_reach_pretraining(tmp_path):
         (dict(data_dir="/nonexistent"), "not found under data_dir"),
         (dict(learning_rate=1.0), "Unknown key"),
         (dict(pretrain=dict(max_steps=6, stop_after_steps=3)), "stop_after_steps"),
+        (
+            dict(variants=[dict(name="p", model_type="performer", config=dict(kernel="gelu"))]),
+            "Invalid PerformerConfig.*kernel",
+        ),
+        (
+            dict(variants=[dict(name="p", model_type="performer", config=dict(projected_length=64))]),
+            r"Unknown PerformerConfig field.*projected_length",
+        ),
+        (dict(variants=[dict(name="a")], only_variants=["b"]), r"only_variants \['b'\] must name some"),
+        (dict(variants=[dict(name="a")], only_variants=[]), "only_variants"),
     ],
 )
 def test_bad_plans_fail_before_anything_runs(overrides, message, tmp_path):
@@ -194,6 +208,51 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
     # A rerun resumes: every result is already there, nothing is trained again.
     again = run_plan(plan, log=lambda *_: None)
     assert again["pretrain"]["roberta"]["wall_seconds"] == pretrained["roberta"]["wall_seconds"]
+
+    # A variant added to the finished plan, run alone: a Performer, pretrained and fine-tuned under the same recipe,
+    # reported beside the earlier runs, which are not repeated.
+    added = load_plan(QUICK, tiny_overrides(tmp_path, only_variants=["performer_m16"]))
+    messages = []
+    results = run_plan(added, log=messages.append)
+    assert [m for m in messages if "accuracy" not in m and "perplexity" not in m] == [
+        "[pretrain] performer_m16",
+        "[finetune] performer_m16 sst2 seed 1",
+    ]
+    performer = results["pretrain"]["performer_m16"]
+    assert performer["recipe"]["model"]["model_type"] == "performer"
+    assert performer["steps"] == 6 and performer["tokens"] == 6 * 4 * 64
+    assert performer["evals"][-1]["perplexity"] < performer["evals"][0]["perplexity"]
+    assert all(value > 0 for value in performer["attention_rms"].values())
+    assert results["pretrain"]["roberta"] == pretrained["roberta"]  # reported from its saved result, not rerun
+    ran = [(f["variant"], f["task"], f["seed"]) for f in results["finetune"]]
+    assert ran == [
+        ("roberta", "sst2", 1),
+        ("linformer_k16", "sst2", 1),
+        ("performer_m16", "sst2", 1),
+        ("linformer_n128", "imdb_n128", 2),
+    ]
+    rows = {row["variant"]: row for row in summarize(results)}
+    assert rows["performer_m16"]["perplexity_vs_roberta"] == pytest.approx(
+        performer["final_perplexity"] / pretrained["roberta"]["final_perplexity"]
+    )
+    assert 0.0 <= rows["performer_m16"]["sst2"][0] <= 1.0
+    assert "performer_m16" in (tmp_path / "run" / "results.md").read_text()
+
+
+def test_the_shipped_full_plan_has_performers_under_the_common_recipe():
+    """Performer variants: their longest input is their position table, sized to the plan's blocks, as RoBERTa's."""
+    from linformer_hf.research.replication import variant_model_fields, variant_n
+
+    plan = load_plan(FULL, dict(data_dir=SHARED_DATA))
+    performers = [v for v in plan.variants if v.model_type == "performer"]
+    assert {v.config["kernel"] for v in performers} == {"softmax", "relu"}
+    for variant in performers:
+        fields = variant_model_fields(plan, variant)
+        assert "max_sequence_length" not in fields
+        assert variant_n(plan, variant) == plan.block_size
+        assert {k: v for k, v in fields.items() if k in plan.model} == {
+            k: v for k, v in plan.model.items() if k != "max_sequence_length"
+        }
 
 
 def test_plan_overrides_use_the_recipe_parser(tmp_path):

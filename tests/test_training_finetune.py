@@ -206,7 +206,17 @@ def test_metrics_match_definitions():
     assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 0))  # tp 2, fp 1, fn 0
 
 
-def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
+@pytest.mark.parametrize(
+    "conversion,expected",
+    [
+        ({"projected_length": 16}, {"model_type": "linformer", "projected_length": 16, "max_sequence_length": 64}),
+        (
+            {"target": "performer", "num_random_features": 16, "kernel": "relu"},
+            {"model_type": "performer", "num_random_features": 16, "kernel": "relu"},
+        ),
+    ],
+)
+def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path, conversion, expected):
     import torch
     from transformers import AutoConfig, RobertaConfig, RobertaForMaskedLM
 
@@ -231,7 +241,7 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
         None,
         extra={
             "model.pretrained": str(roberta_dir),
-            "model.convert_from_roberta": {"projected_length": 16},
+            "model.convert_from_roberta": conversion,
             "data.task": "sst2",
             "data.train_file": SST2_TRAIN,
             "data.validation_file": SST2_DEV,
@@ -245,7 +255,33 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path):
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 4
     config = AutoConfig.from_pretrained(tmp_path / "out" / "best")
-    assert config.model_type == "linformer" and config.projected_length == 16 and config.max_sequence_length == 64
+    assert {key: getattr(config, key) for key in expected} == expected
+
+
+@pytest.mark.parametrize(
+    "conversion,message",
+    [
+        ({"target": "performer", "projected_length": 16}, r"\['projected_length'\].*target performer.*kernel"),
+        ({"target": "performer", "projection_noise_std": 0.1}, r"\['projection_noise_std'\]"),
+        ({"num_random_features": 16}, r"\['num_random_features'\].*target linformer.*projected_length"),
+        ({"target": "reformer"}, "convert_from_roberta.target: target must be one of"),
+    ],
+)
+def test_conversion_options_are_checked_against_the_target_family(tmp_path, conversion, message):
+    """Each family's own settings, named in the error with the allowed ones, before any model is loaded."""
+    from linformer_hf.training.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(
+            FinetuneRecipe,
+            None,
+            extra={
+                "model.pretrained": str(tmp_path),
+                "model.convert_from_roberta": conversion,
+                "data.task": "sst2",
+                "data.train_file": SST2_TRAIN,
+            },
+        )
 
 
 def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrained_dir, tmp_path):

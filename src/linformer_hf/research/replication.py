@@ -1,7 +1,7 @@
 """Small-scale replication of the paper's quality claims (Figure 3 and Table 2) under one identical recipe.
 
-A plan (configs/replication/*.yaml) names the shared model shape, the variants (RoBERTa and Linformers that differ
-only in their attention settings), one pretraining recipe and the fine-tuning tasks. `run_plan` then
+A plan (configs/replication/*.yaml) names the shared model shape, the variants (RoBERTa, Linformers and Performers
+that differ only in their attention settings), one pretraining recipe and the fine-tuning tasks. `run_plan` then
 
 1. prepares the data once: the pretraining text (WikiText-2 plus the IMDB reviews of the fine-tuning *training*
    split, so the held-out reviews are never seen), the IMDB train / held-out files and the SST-2 files;
@@ -19,7 +19,9 @@ Each run's command is recorded, and a run whose result file exists is not repeat
     python -m linformer_hf.research.replication --plan configs/replication/full.yaml    # the docs/results.md run
 
 Plan keys are overridden as recipe keys are, --key value (YAML values) and --section.key value:
---output_dir outputs/replication/try2 --seeds [1,2] --pretrain.seed 43. Results: <output_dir>/results.json,
+--output_dir outputs/replication/try2 --seeds [1,2] --pretrain.seed 43. --only_variants [a,b] runs only those variants
+of the plan (its tokenizer and recipe unchanged), e.g. ones added since the plan was run; the other variants'
+finished results in output_dir are reported beside them. Results: <output_dir>/results.json,
 results.md and perplexity.png. (`scripts/replicate_paper.py` is the same command.)
 """
 
@@ -71,8 +73,9 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
 @dataclasses.dataclass
 class Variant:
     name: str
-    model_type: Literal["linformer", "roberta"] = "linformer"
-    config: dict = dataclasses.field(default_factory=dict)  # LinformerConfig / RobertaConfig fields on top of model
+    model_type: Literal["linformer", "performer", "roberta"] = "linformer"
+    # LinformerConfig / PerformerConfig / RobertaConfig fields on top of the plan's model
+    config: dict = dataclasses.field(default_factory=dict)
     # Longer-input variants (n = 1024) pretrain on longer blocks; halve the batch to keep the tokens per update equal.
     block_size: int | None = None
     per_device_train_batch_size: int | None = None
@@ -121,11 +124,17 @@ class ReplicationPlan:
     max_eval_blocks: int | None = 128  # held-out blocks for the perplexity curve (same blocks for every variant)
     finetune: list[FinetuneTask] = dataclasses.field(default_factory=list)
     seeds: list[int] = dataclasses.field(default_factory=lambda: [1])
+    # Run only these variants of the plan (all when null), e.g. variants added to a plan that has been run before:
+    # the rest of the plan (tokenizer, recipe, tasks) stays that of the whole plan, so the results are comparable.
+    only_variants: list[str] | None = None
 
     def validate(self):
         names = [v.name for v in self.variants]
         if not names or len(set(names)) != len(names):
             raise ConfigError(f"variants need unique names, got {names}.")
+        unknown = sorted(set(self.only_variants or []) - set(names))
+        if unknown or self.only_variants == []:
+            raise ConfigError(f"only_variants {self.only_variants} must name some of the plan's variants {names}.")
         for t in self.finetune:
             unknown = sorted(set(t.variants or []) - set(names))
             if unknown:
@@ -175,9 +184,9 @@ def block_size_of(plan: ReplicationPlan, variant: Variant) -> int:
 def variant_model_fields(plan: ReplicationPlan, variant: Variant) -> dict[str, Any]:
     """The model config fields of a variant: the plan's shared ones, then the variant's own."""
     fields = {**plan.model, **variant.config}
-    if variant.model_type == "roberta":
-        # The shared fields describe the Linformers' n; RoBERTa's longest input is its position table instead,
-        # sized to the variant's blocks (positions are numbered from the padding id + 1).
+    if variant.model_type != "linformer":
+        # The shared fields describe the Linformers' n; the longest input of RoBERTa and Performer (no E, F) is their
+        # position table instead, sized to the variant's blocks (positions are numbered from the padding id + 1).
         fields.pop("max_sequence_length", None)
         fields.setdefault("max_position_embeddings", block_size_of(plan, variant) + PAD_TOKEN_ID + 1)
     return fields
@@ -287,10 +296,10 @@ def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
 
 
 def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, tokenizer_dir: str) -> dict:
-    result_path = os.path.join(plan.output_dir, "results", f"pretrain_{variant.name}.json")
-    if os.path.isfile(result_path):
-        with open(result_path, encoding="utf-8") as fh:
-            return json.load(fh)
+    result_path = pretrain_result_path(plan, variant)
+    saved = _read_json(result_path)
+    if saved is not None:
+        return saved
     run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
     block_size = block_size_of(plan, variant)
     # A variant interrupted before its result file was written starts over (its directory is not resumed).
@@ -379,10 +388,10 @@ def attention_rms_of(
 def finetune_variant(
     plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int, paths: dict, model_dir: str
 ) -> dict:
-    result_path = os.path.join(plan.output_dir, "results", f"finetune_{variant.name}_{task.name}_seed{seed}.json")
-    if os.path.isfile(result_path):
-        with open(result_path, encoding="utf-8") as fh:
-            return json.load(fh)
+    result_path = finetune_result_path(plan, variant, task, seed)
+    saved = _read_json(result_path)
+    if saved is not None:
+        return saved
     run_dir = os.path.join(plan.output_dir, "finetune", variant.name, task.name, f"seed{seed}")
     if task.task == "sst2":  # checkpoint chosen on 10% of train; the GLUE dev set is the held-out test
         files = {"train_file": paths["sst2_train"], "test_file": paths["sst2_dev"]}
@@ -432,6 +441,22 @@ def finetune_variant(
     return result
 
 
+def pretrain_result_path(plan: ReplicationPlan, variant: Variant) -> str:
+    return os.path.join(plan.output_dir, "results", f"pretrain_{variant.name}.json")
+
+
+def finetune_result_path(plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int) -> str:
+    return os.path.join(plan.output_dir, "results", f"finetune_{variant.name}_{task.name}_seed{seed}.json")
+
+
+def _read_json(path: str) -> Any:
+    """The saved result at path, or None when that run has not finished."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def _write_json(path: str, data: Any) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
@@ -450,7 +475,17 @@ def run_plan(plan: ReplicationPlan, log=print) -> dict:
         _write_json(os.path.join(plan.output_dir, "results.json"), results)
         write_report(results, plan.output_dir)
 
+    def selected(variant: Variant) -> bool:
+        return plan.only_variants is None or variant.name in plan.only_variants
+
+    # A variant left out by only_variants is not run, but its finished results in output_dir (from an earlier run of
+    # the plan) are reported beside the others.
     for variant in plan.variants:
+        if not selected(variant):
+            saved = _read_json(pretrain_result_path(plan, variant))
+            if saved is not None:
+                results["pretrain"][variant.name] = saved
+            continue
         log(f"[pretrain] {variant.name}")
         results["pretrain"][variant.name] = result = pretrain_variant(plan, variant, paths, tokenizer_dir)
         log(f"[pretrain] {variant.name}: validation perplexity {result['final_perplexity']:.2f}")
@@ -465,6 +500,11 @@ def run_plan(plan: ReplicationPlan, log=print) -> dict:
                 if task.max_seq_length > variant_n(plan, variant):
                     continue  # the model cannot take inputs of this length
                 if task.variants is not None and variant.name not in task.variants:
+                    continue
+                if not selected(variant):
+                    saved = _read_json(finetune_result_path(plan, variant, task, seed))
+                    if saved is not None:
+                        results["finetune"].append(saved)
                     continue
                 log(f"[finetune] {variant.name} {task.name} seed {seed}")
                 model_dir = results["pretrain"][variant.name]["model_dir"]
@@ -555,7 +595,7 @@ def plot_perplexity(results: dict, path: str) -> None:
             ms=3,
             label=name,
             color=colours[index % len(colours)],
-            linestyle="--" if pre["variant"]["model_type"] == "roberta" else "-",
+            linestyle={"roberta": "--", "performer": "-."}.get(pre["variant"]["model_type"], "-"),
         )
         left.plot([e["step"] for e in evals], [e["perplexity"] for e in evals], **style)
         baseline = baseline_of(results, name)
@@ -572,7 +612,9 @@ def plot_perplexity(results: dict, path: str) -> None:
     right.axhline(1.05, color="grey", linewidth=0.8, linestyle=":")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    # on the right panel, unless no RoBERTa was run (no ratios to draw)
+    legend_axis = right if right.get_legend_handles_labels()[0] else left
+    legend_axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

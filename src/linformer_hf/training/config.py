@@ -241,15 +241,15 @@ def load_recipe(cls, path: str | None, argv: list[str] | None = None, extra: dic
 # Recipe sections
 # --------------------------------------------------------------------------------------------------------------------
 
-MODEL_TYPES = ("linformer", "roberta")
+MODEL_TYPES = ("linformer", "performer", "roberta")
 
 
 @dataclasses.dataclass
 class ModelSection:
     """Which model to build: from a model YAML (``config_file``) plus inline ``config`` fields, or a pretrained dir."""
 
-    model_type: str = "linformer"  # linformer | roberta (the baseline, same recipe)
-    config_file: str | None = None  # configs/model/*.yaml: fields of LinformerConfig / RobertaConfig
+    model_type: str = "linformer"  # linformer | performer | roberta (the baseline, same recipe)
+    config_file: str | None = None  # configs/model/*.yaml: fields of the model_type's config class
     config: dict = dataclasses.field(default_factory=dict)  # inline fields, override config_file
     pretrained: str | None = None  # continue from a saved model dir instead of a fresh init
 
@@ -513,31 +513,34 @@ class FinetuneTrainingSection(OptimizerSection):
 
 @dataclasses.dataclass
 class FinetuneModelSection:
-    pretrained: str = "outputs/pretrain/final"  # a saved Linformer (or RoBERTa) dir
+    pretrained: str = "outputs/pretrain/final"  # a saved Linformer, Performer (or RoBERTa) dir
     tokenizer: str | None = None  # null: the tokenizer saved in the model dir
     config: dict = dataclasses.field(default_factory=dict)  # config fields to change, e.g. {hidden_dropout_prob: 0.1}
     # Start from a RoBERTa checkpoint (model.pretrained: a dir, or a Hub name when online) converted on the fly with
-    # linformer_hf.conversion; the options go to convert_model, e.g. {max_sequence_length: 512, projected_length: 128}.
+    # linformer_hf.conversion; the options go to convert_checkpoint, e.g. {max_sequence_length: 512,
+    # projected_length: 128}, or {target: performer, num_random_features: 256, kernel: softmax} for a Performer.
     convert_from_roberta: dict | None = None
 
-    CONVERSION_KEYS = (
-        "max_sequence_length",
-        "projected_length",
-        "sharing",
-        "projection",
-        "projection_init",
-        "projection_noise_std",
-        "freeze_projections",
-        "seed",
-    )
+    def conversion_keys(self) -> tuple[str, ...]:
+        """The keys convert_from_roberta takes: the shared ones, then the target family's settings."""
+        from ..conversion import target_family
+
+        target = self.convert_from_roberta.get("target", "linformer")
+        try:
+            family = target_family(target)
+        except ValueError as err:
+            raise ConfigError(f"model.convert_from_roberta.target: {err}") from err
+        noise = ("projection_noise_std",) if target == "linformer" else ()  # Linformer's projections only
+        return ("target", "max_sequence_length", "seed", *noise, *family.setting_names)
 
     def validate(self):
         if self.convert_from_roberta is not None:
-            unknown = sorted(set(self.convert_from_roberta) - set(self.CONVERSION_KEYS))
+            allowed = self.conversion_keys()
+            unknown = sorted(set(self.convert_from_roberta) - set(allowed))
             if unknown:
                 raise ConfigError(
-                    f"Unknown key(s) {unknown} in model.convert_from_roberta; allowed: "
-                    f"{', '.join(self.CONVERSION_KEYS)}."
+                    f"Unknown key(s) {unknown} in model.convert_from_roberta (target "
+                    f"{self.convert_from_roberta.get('target', 'linformer')}); allowed: {', '.join(allowed)}."
                 )
             from .validation import check_model_source
 

@@ -4,12 +4,13 @@
 ``training`` section becomes `TrainingArguments` (`training_arguments`): the evaluation schedule (every epoch, or
 every ``eval_steps``), keeping the best model by the task's metric, gradient accumulation, trackers (``report_to``,
 TensorBoard under ``<output_dir>/runs``) and distribution (``torchrun`` / ``accelerate launch``) are the Trainer's.
-What this module adds: the tasks' columns and files, the checks before any work, the RoBERTa-to-Linformer conversion,
-and the outputs the replication reads: ``<output_dir>/best`` (the best model), ``predictions_validation.tsv`` and
-``predictions_test.tsv`` (the best model's predictions), and ``results.json`` (every evaluation, the best, the test
-metrics, the training loss per logged update). The output directory is claimed before any work as pretraining's is
-(training/checkpointing.py: refused when it holds an earlier run's outputs unless ``training.overwrite_output_dir``,
-locked until the end); fine-tuning does not resume, so an interrupted run starts over with ``overwrite_output_dir``.
+What this module adds: the tasks' columns and files, the checks before any work, the conversion of RoBERTa to
+Linformer or Performer, and the outputs the replication reads: ``<output_dir>/best`` (the best model),
+``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions), and ``results.json``
+(every evaluation, the best, the test metrics, the training loss per logged update). The output directory is claimed
+before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
+``training.overwrite_output_dir``, locked until the end); fine-tuning does not resume, so an interrupted run starts
+over with ``overwrite_output_dir``.
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
 on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone
@@ -296,7 +297,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str):
-    """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to a Linformer in ``<output_dir>/converted`` (once)."""
+    """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to the ``target`` family of ``mcfg.convert_from_roberta``
+    (Linformer by default, or Performer) in ``<output_dir>/converted`` (once)."""
     import dataclasses
 
     from accelerate import PartialState

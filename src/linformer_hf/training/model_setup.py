@@ -1,4 +1,4 @@
-"""The one place the training code builds models: Linformer, or RoBERTa as the same-recipe baseline."""
+"""The one place the training code builds models: Linformer, Performer, or RoBERTa as the same-recipe baseline."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import RobertaConfig, RobertaForMaskedLM
 
 from ..models.configuration_linformer import LinformerConfig
+from ..models.configuration_performer import PerformerConfig
 from ..models.modeling_linformer import LinformerForMaskedLM
-from .config import ConfigError, ModelSection, load_yaml
+from ..models.modeling_performer import PerformerForMaskedLM
+from .config import MODEL_TYPES, ConfigError, ModelSection, load_yaml
 
 
 class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
@@ -29,7 +31,9 @@ def _classes(model_type: str):
         return RobertaConfig, RobertaForMaskedLMBaseline
     if model_type == "linformer":
         return LinformerConfig, LinformerForMaskedLM
-    raise ConfigError(f"model.model_type must be linformer or roberta, got {model_type!r}.")
+    if model_type == "performer":
+        return PerformerConfig, PerformerForMaskedLM
+    raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
 
 
 def make_config(model_type: str, fields: dict[str, Any], where: str = "model.config / model.config_file"):
