@@ -37,7 +37,10 @@ def tiny_peers(**overrides) -> BenchmarkConfig:
 
 def test_peer_rows_run_through_the_pipeline_and_record_what_ran():
     cfg = tiny_peers()
-    rows, _ = run_benchmark(cfg, log=lambda message: None)
+    snapshots = []
+    rows, _ = run_benchmark(cfg, log=lambda message: None, on_measured=lambda rows: snapshots.append(list(rows)))
+    # the rows so far after each length: n = 64, n = 128 (inference), n = 128 (training)
+    assert [len(snapshot) for snapshot in snapshots] == [4, 8, 12] and snapshots[-1] == rows
     by_key = {(r.mode, r.model, r.n): r for r in rows}
     assert len(rows) == len(by_key) == 3 * 4  # inference at two n and training at one, four models
     for key, row in by_key.items():

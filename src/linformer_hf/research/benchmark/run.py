@@ -102,8 +102,11 @@ def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
         row.attention = memory["attention"]
 
 
-def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[BenchmarkRow], RunInfo]:
-    """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer)."""
+def run_benchmark(cfg: BenchmarkConfig, log=print, on_measured=None) -> tuple[list[BenchmarkRow], RunInfo]:
+    """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer).
+
+    `on_measured(rows)`, if given, is called with the rows so far after each length is measured (so that a long run
+    can save what it has)."""
     cfg.validate()
     started = time.time()
 
@@ -140,6 +143,8 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[BenchmarkRow], 
                 for row in measured.values():
                     _measure_memory(cfg, row)
                 stamp(f"{mode.value} n={n}: memory done")
+            if on_measured is not None:
+                on_measured(rows)
 
     # Linear cost: each linear-cost model at several n in one process, side by side, so load drift cannot fake a trend.
     scaling = {}
