@@ -131,7 +131,8 @@ class TimingTask:
 
     A dense matmul of the feed-forward's shape, (4096, d) @ (d, d_ff), is timed in every round too, so each point's
     achieved FLOP/s can be set against the matmul throughput the machine gave at the same time. The first warm-up
-    of a model with `counted_flops` runs under torch's FlopCounterMode.
+    of a model with `counted_flops` runs under torch's FlopCounterMode (counting is what makes it a warm-up too:
+    every operation runs).
     Returns {"times": {label: [seconds]}, "matmul_gflops": that matmul's GFLOP/s (median), "flops": {label: counted
     FLOPs}, "attention": {label: `realised_attention` after the timed runs}}.
     """
@@ -150,10 +151,11 @@ class TimingTask:
             inputs[label] = model_inputs(model_name, *tokens[n])
             optimizer = _optimizer(model, self.mode)
             runs[label] = lambda model=model, x=inputs[label], opt=optimizer: _step(model, x, self.mode, opt)
+        # The count's run is the first warm-up (an extra untimed run with --warmup 0).
         counted = {
             label: _counted_flops(runs[label])
             for label, model_name, _, _ in self.points
-            if MODELS[model_name].counted_flops and cfg.warmup > 0
+            if MODELS[model_name].counted_flops
         }
         dtype = getattr(torch, DTYPES[cfg.dtype])
         a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
@@ -163,12 +165,6 @@ class TimingTask:
             for _ in range(cfg.warmup - (label in counted)):
                 run()
         times = _interleaved_times(runs, cfg, cfg.reps)
-        if not counted:  # no warm-up: count on a run of its own
-            counted = {
-                label: _counted_flops(runs[label])
-                for label, model_name, _, _ in self.points
-                if MODELS[model_name].counted_flops
-            }
         matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
         return {
             "times": times,
