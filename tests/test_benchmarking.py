@@ -266,7 +266,7 @@ def test_every_config_field_is_a_flag_spelled_with_underscores():
     wanted = BenchmarkConfig(
         ns=[64], ks=[8], train_ns=[], scaling_ns=[64], models=["linformer"], device="cuda:1", dtype="fp16", layers=3,
         batch=2, hidden_size=64, heads=2, intermediate_size=96, vocab_size=77, sharing="key_value",
-        num_random_features=32,
+        num_random_features=32, longformer_window=8, bigbird_block_size=4, bigbird_random_blocks=1,
         projection="mean", reps=4, warmup=0, threads=1, memory_budget_gb=1.5, measure_memory=False, peer=True,
         peer_ns=[64], peer_k=8, timeout_s=60.0,
     )  # fmt: skip

@@ -1,13 +1,16 @@
-"""Efficiency benchmark: Linformer against RoBERTa (eager and SDPA attention) of the same width, depth and heads.
+"""Efficiency benchmark: Linformer against RoBERTa (eager and SDPA attention) of the same width, depth and heads, and
+against the peers a user with long documents would pick instead (transformers' Longformer and BigBird, opt-in).
 
 What is measured, per sequence length n (and projected length k for the Linformer):
 
 - inference time of one forward pass (batch of `batch` sequences of n tokens, no padding, `torch.inference_mode`);
-- training throughput: tokens/s of forward + backward (no optimizer step; dropout 0 in every model);
+- a training step: forward + backward + AdamW's step (tokens/s; dropout 0 in every model);
 - activation memory of one inference forward, above the memory the process holds once the model and its input
   exist (so the weights' own footprint is not counted; it is reported separately);
-- FLOPs from the cost model, and achieved FLOP/s against the machine's dense matmul throughput measured in the same
-  process, so every point shows how close it is to what the hardware allows.
+- FLOPs from the cost model (torch's FlopCounterMode on the run itself for the peers), and achieved FLOP/s against
+  the machine's dense matmul throughput measured in the same process, so every point shows how close it is to what
+  the hardware allows;
+- for the peers, the attention that actually ran (BigBird falls back to full attention on short inputs).
 
 The parts: `models` (what is compared, by name), `costs` (FLOPs and memory estimates, pure functions of a model
 config), `workers` (the measurements, each in a fresh process), `run` (the run, producing `BenchmarkRow`s),

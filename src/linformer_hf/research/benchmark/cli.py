@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     command = "python scripts/benchmark_efficiency.py " + " ".join(shlex.quote(a) for a in argv)
     machine_before = machine_description(cfg)
     print(f"machine: {machine_before}", flush=True)
-    rows, info = run_benchmark(cfg, log=lambda message: print(message, flush=True))
+    partial = os.path.join(out_dir, "results_partial.csv")  # the rows so far, should the run be stopped
+    rows, info = run_benchmark(
+        cfg, log=lambda message: print(message, flush=True), on_measured=lambda rows: write_csv(rows, partial)
+    )
     machine = f"{machine_before}; after the run: {load_average()}"
     write_csv(rows, os.path.join(out_dir, "results.csv"))
     with open(os.path.join(out_dir, "results.md"), "w") as f:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from huggingface_hub.errors import StrictDataclassError
 
-from .models import MODELS, model_config
+from .models import DEFAULT_MODELS, MODELS, model_config
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -32,7 +32,10 @@ class BenchmarkConfig:
         default_factory=list,
         metadata={"help": "n at which the linear-cost models are timed side by side in one process"},
     )
-    models: list[str] = field(default_factory=lambda: list(MODELS), metadata={"help": f"a subset of {tuple(MODELS)}"})
+    models: list[str] = field(
+        default_factory=lambda: list(DEFAULT_MODELS),
+        metadata={"help": f"a subset of {tuple(MODELS)} (default: {', '.join(DEFAULT_MODELS)})"},
+    )
     device: str = field(default="cpu", metadata={"help": "cpu or cuda[:i]"})
     dtype: Literal["fp32", "fp16", "bf16"] | None = field(
         default=None, metadata={"help": "default: fp32 on CPU (the only choice there), bf16 on CUDA"}
@@ -46,6 +49,11 @@ class BenchmarkConfig:
     sharing: Literal["none", "headwise", "key_value", "layerwise"] = "headwise"
     num_random_features: int = field(default=256, metadata={"help": "Performer's m, random features per head"})
     projection: Literal["linear", "mean", "max", "conv"] = "linear"
+    longformer_window: int = field(
+        default=512, metadata={"help": "Longformer's attention_window (the whole window, both sides)"}
+    )
+    bigbird_block_size: int = field(default=64, metadata={"help": "BigBird's block_size (block-sparse attention)"})
+    bigbird_random_blocks: int = field(default=3, metadata={"help": "BigBird's num_random_blocks per query block"})
     reps: int = field(default=3, metadata={"help": "timed repetitions per point (the median is reported)"})
     warmup: int = field(default=1, metadata={"help": "untimed repetitions per model before timing"})
     threads: int | None = field(default=None, metadata={"help": "torch intra-op threads (default: torch's)"})
@@ -87,6 +95,15 @@ class BenchmarkConfig:
             raise ValueError(f"unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")
         if self.num_random_features <= 0:
             raise ValueError(f"num_random_features must be positive, got {self.num_random_features}")
+        if self.longformer_window <= 0 or self.longformer_window % 2:
+            raise ValueError(
+                f"longformer_window must be even and positive (Longformer's rule), got {self.longformer_window}"
+            )
+        if self.bigbird_block_size <= 0 or self.bigbird_random_blocks < 0:
+            raise ValueError(
+                f"bigbird_block_size must be positive and bigbird_random_blocks >= 0, got {self.bigbird_block_size}, "
+                f"{self.bigbird_random_blocks}"
+            )
         if self.hidden_size % self.heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
         if self.peer and self.peer_k > min(self.peer_ns):
@@ -122,6 +139,16 @@ PRESETS = {
     ),
     # Only the points of the issue's targets (n = 512, 4096, 16384), with the linear-cost check; about 10 minutes.
     "targets": dict(ns=[512, 4096, 16384], ks=[128, 256], train_ns=[], scaling_ns=[4096, 16384], layers=2),
+    # Linformer against the peers a user would pick instead (Longformer, BigBird) and RoBERTa-SDPA, k = 256 (issue
+    # 14); about 40 minutes on 2 CPU cores. `--ns 4096 --train_ns 4096` for the headline points alone.
+    "peers": dict(
+        ns=[1024, 2048, 4096, 8192, 16384],
+        ks=[256],
+        train_ns=[1024, 4096],
+        scaling_ns=[],
+        layers=2,
+        models=["roberta-sdpa", "linformer", "performer", "longformer", "longformer-global", "bigbird"],
+    ),
     # Table 3's whole grid (hours on a CPU; meant for a GPU).
     "paper": dict(
         ns=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],

@@ -7,6 +7,9 @@ model joins with one function per table.
 
 Notation: L tokens in the input (L <= n), width d, H heads, feed-forward width d_ff, k projected rows (Linformer),
 m random features per head and chunks of C positions (Performer).
+
+The peers (Longformer, BigBird) have memory terms here but no FLOP terms: their FLOPs are what torch's
+FlopCounterMode counts on the measured run (`models.BenchmarkModel.counted_flops`), padding and gathers included.
 """
 
 from __future__ import annotations
@@ -102,6 +105,28 @@ def _performer_attention_elements(config: PretrainedConfig, seq_len: int) -> int
     return elements
 
 
+def _longformer_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
+    """Sliding chunks: 2L/w - 1 overlapping chunks of w positions each score a (w, w) block per head, about 2 H L w,
+    before they are cut to the (H, L, w + 1) band; doubled for the mask's chunks and the global columns (generous).
+    Linear in L."""
+    window = config.attention_window
+    window = window if isinstance(window, int) else max(window)
+    padded = seq_len + -seq_len % window
+    return 4 * config.num_attention_heads * padded * window
+
+
+def _big_bird_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
+    """Block-sparse: each query block of b tokens scores 3 sliding, 2 global and r random blocks, and the first and
+    last query blocks every key, so about H L b (5 + r) + 2 H b L; the gathered keys and values of the (3 + r)
+    blocks again as much: H L b (2r + 14), generous. Full attention (what BigBird runs up to (5 + 2r) b tokens):
+    one (H, L, L) score matrix, as eager RoBERTa."""
+    H, b, r = config.num_attention_heads, config.block_size, config.num_random_blocks
+    if config.attention_type == "original_full" or seq_len <= (5 + 2 * r) * b:
+        return H * seq_len * seq_len
+    padded = seq_len + -seq_len % b
+    return H * padded * b * (2 * r + 14)
+
+
 ATTENTION_MULTIPLY_ADDS = {
     "roberta": _roberta_attention_multiply_adds,
     "linformer": _linformer_attention_multiply_adds,
@@ -111,12 +136,17 @@ ATTENTION_ELEMENTS = {
     "roberta": _roberta_attention_elements,
     "linformer": _linformer_attention_elements,
     "performer": _performer_attention_elements,
+    "longformer": _longformer_attention_elements,
+    "big_bird": _big_bird_attention_elements,
 }
 
 
 def _term(table: dict, config: PretrainedConfig):
     if config.model_type not in table:
-        raise ValueError(f"no cost model for model_type {config.model_type!r}; known: {sorted(table)}")
+        raise ValueError(
+            f"no cost model for model_type {config.model_type!r}; known: {sorted(table)} (Longformer's and BigBird's "
+            "FLOPs are counted by torch's FlopCounterMode on the run itself, see `models.BenchmarkModel`)"
+        )
     return table[config.model_type]
 
 

@@ -1,8 +1,10 @@
 """The models the benchmark compares, by name: each a transformers config of the run's shape, dropout 0.
 
 A model joins the benchmark with one entry in `MODELS` (how to configure it at length n) and, in `costs.py`, the
-FLOP and memory terms of its attention keyed by its `model_type`. The models of linear cost in n (Linformer,
-Performer) are compared against the quadratic baselines (RoBERTa eager and SDPA).
+memory terms of its attention keyed by its `model_type` and either its FLOP terms or `counted_flops=True`. This
+package's models of linear cost in n (Linformer, Performer) are compared against every other model: the quadratic
+baselines (RoBERTa eager and SDPA) and the peers a user with long documents would pick instead (transformers'
+Longformer and BigBird, opt-in: `--models` or `--preset peers`).
 """
 
 from __future__ import annotations
@@ -54,6 +56,25 @@ def _linformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
     )
 
 
+def _longformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
+    from transformers import LongformerConfig
+
+    # Longformer pads the input to a multiple of the window (`realised_attention` records it).
+    return LongformerConfig(**_shape(cfg, n), attention_window=cfg.longformer_window)
+
+
+def _bigbird(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
+    from transformers import BigBirdConfig
+
+    # Up to (5 + 2r) blocks of tokens BigBird runs full attention instead (`realised_attention` records it).
+    return BigBirdConfig(
+        **_shape(cfg, n),
+        attention_type="block_sparse",
+        block_size=cfg.bigbird_block_size,
+        num_random_blocks=cfg.bigbird_random_blocks,
+    )
+
+
 def _performer(causal: bool):
     def make(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
         from ...models.configuration_performer import PerformerConfig
@@ -68,8 +89,16 @@ def _performer(causal: bool):
 class BenchmarkModel:
     make_config: Callable[[BenchmarkConfig, int, int | None], PretrainedConfig]
     takes_k: bool = False  # measured once per projected length k <= n
-    # Cost linear in n: compared against the quadratic baselines, and timed in the linear-cost check.
+    # This package's attention of linear cost in n: compared against every other model (the ratio tables), and
+    # timed in the linear-cost check.
     linear: bool = False
+    # In the default model list; the peers are opt-in (slow, and not this package's).
+    default: bool = True
+    # Tokens with global attention, from the first (Longformer's `global_attention_mask`, as in classification).
+    global_tokens: int = 0
+    # FLOPs counted by torch's FlopCounterMode on the real run instead of `costs.py`'s model (the peers' chunked
+    # and block-sparse attention gather and pad in ways a closed form would only approximate).
+    counted_flops: bool = False
 
 
 MODELS: dict[str, BenchmarkModel] = {
@@ -78,7 +107,11 @@ MODELS: dict[str, BenchmarkModel] = {
     "linformer": BenchmarkModel(_linformer, takes_k=True, linear=True),
     "performer": BenchmarkModel(_performer(causal=False), linear=True),
     "performer-causal": BenchmarkModel(_performer(causal=True), linear=True),
+    "longformer": BenchmarkModel(_longformer, default=False, counted_flops=True),
+    "longformer-global": BenchmarkModel(_longformer, default=False, global_tokens=1, counted_flops=True),
+    "bigbird": BenchmarkModel(_bigbird, default=False, counted_flops=True),
 }
+DEFAULT_MODELS = [name for name, model in MODELS.items() if model.default]
 
 
 def model_config(model: str, n: int, k: int | None, cfg: BenchmarkConfig) -> PretrainedConfig:
@@ -93,3 +126,37 @@ def build_model(config: PretrainedConfig):
     from transformers import AutoModel
 
     return AutoModel.from_config(config)
+
+
+def model_inputs(model: str, ids, mask) -> dict:
+    """The forward's keyword arguments: ids and mask, plus Longformer's global attention mask where the model has
+    global tokens."""
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    global_tokens = MODELS[model].global_tokens
+    if global_tokens:
+        global_mask = mask.new_zeros(mask.shape)
+        global_mask[:, :global_tokens] = 1
+        inputs["global_attention_mask"] = global_mask
+    return inputs
+
+
+def realised_attention(net, inputs: dict) -> str | None:
+    """What attention the model ran on `inputs`, read from the model after its forward: BigBird's `attention_type`
+    (it switches to full attention up to (5 + 2r) blocks of tokens), the padding Longformer and BigBird add to reach
+    a multiple of their window or block, Longformer's global tokens. None for the models that run what was asked."""
+    config, seq_len = net.config, inputs["input_ids"].shape[1]
+    if config.model_type == "big_bird":
+        if net.attention_type != "block_sparse":
+            return net.attention_type
+        padded = -seq_len % config.block_size
+        return f"block_sparse (block {config.block_size}, {config.num_random_blocks} random)" + (
+            f", padded by {padded}" if padded else ""
+        )
+    if config.model_type == "longformer":
+        window = config.attention_window
+        window = window if isinstance(window, int) else max(window)
+        padded = -seq_len % window
+        global_mask = inputs.get("global_attention_mask")
+        global_tokens = 0 if global_mask is None else int(global_mask[0].sum())
+        return f"sliding window {window}, {global_tokens} global" + (f", padded by {padded}" if padded else "")
+    return None

@@ -42,7 +42,7 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
     sections = [(Mode.INFERENCE, "time_s", "Inference speed-up", cfg.ns)]
     if cfg.measure_memory:
         sections.append((Mode.INFERENCE, "activation_mb", "Inference activation-memory saving", cfg.ns))
-    sections.append((Mode.TRAIN, "time_s", "Training (forward + backward) speed-up", cfg.train_ns))
+    sections.append((Mode.TRAIN, "time_s", "Training step (forward + backward + AdamW) speed-up", cfg.train_ns))
     for mode, column, title, ns in sections:
         if not ns:
             continue
@@ -62,6 +62,50 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
     return "\n".join(out)
 
 
+PEER_SECTIONS = [
+    (Mode.INFERENCE, "time_s", "Inference time (s)", "s"),
+    (Mode.INFERENCE, "activation_mb", "Inference activation memory (MB above the weights)", " MB"),
+    (Mode.TRAIN, "time_s", "Training step (forward + backward + AdamW) time (s)", "s"),
+]
+
+
+def peers_table(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
+    """Markdown: per n, the Linformer (each k) beside every other model of the run, each cell `value (ratio)` with
+    ratio = that model / Linformer, so > 1x is a Linformer win. A peer that ran other attention than asked (BigBird's
+    full attention on short inputs) is marked with what ran. Empty unless the run has a Linformer and a peer."""
+    others = [m for m in cfg.models if m != "linformer"]
+    if "linformer" not in cfg.models or all(MODELS[m].default for m in others):
+        return ""
+    out = []
+    for mode, column, title, unit in PEER_SECTIONS:
+        ns = cfg.ns if mode == Mode.INFERENCE else cfg.train_ns
+        if not ns or (column == "activation_mb" and not cfg.measure_memory):
+            continue
+        for k in cfg.ks:
+            out.append(f"**{title}: Linformer k={k} against the others** (in brackets: other / Linformer)\n")
+            out.append(f"| n | linformer k={k} | " + " | ".join(others) + " |")
+            out.append("| --- |" + " --- |" * (len(others) + 1))
+            for n in ns:
+                ours = _find(rows, mode, "linformer", n, k)
+                ours_value = getattr(ours, column) if ours is not None and ours.status == Status.OK else None
+                cells = ["-" if ours_value is None else f"{ours_value:.4g}{unit}"]
+                for model in others:
+                    row = _find(rows, mode, model, n)
+                    if row is None or row.status != Status.OK or getattr(row, column) is None:
+                        cells.append("-" if row is None else row.status.value)
+                        continue
+                    value = getattr(row, column)
+                    cell = f"{value:.4g}{unit}"
+                    if ours_value:
+                        cell += f" ({value / ours_value:.2f}x)"
+                    if row.attention and not row.attention.startswith(("sliding", "block_sparse")):
+                        cell += f" [ran {row.attention}]"
+                    cells.append(cell)
+                out.append(f"| {n} | " + " | ".join(cells) + " |")
+            out.append("")
+    return "\n".join(out)
+
+
 def _text(value) -> str:
     if value is None:
         return ""
@@ -72,16 +116,17 @@ def absolute_table(rows: list[BenchmarkRow]) -> str:
     """Markdown: every point's time, throughput, achieved FLOP/s and memory."""
     out = [
         "| mode | model | n | k | status | time (s) | tokens/s | GFLOP | GFLOP/s | of matmul peak | activation MB "
-        "| weights MB |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| weights MB | attention that ran |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         status = r.status.value + (f": {r.reason}" if r.reason else "")
         if r.memory_error:
             status += f" (memory failed: {r.memory_error})"
         fraction = f"{r.fraction_of_peak:.0%}" if r.fraction_of_peak is not None else ""
-        cells = [r.mode, r.model, r.n, r.k, status, r.time_s, r.tokens_per_s, r.gflop, r.achieved_gflops, fraction,
-                 r.activation_mb, r.weights_mb]  # fmt: skip
+        gflop = f"{r.gflop} (counted)" if r.gflop is not None and r.flop_source == "FlopCounterMode" else r.gflop
+        cells = [r.mode, r.model, r.n, r.k, status, r.time_s, r.tokens_per_s, gflop, r.achieved_gflops, fraction,
+                 r.activation_mb, r.weights_mb, r.attention]  # fmt: skip
         out.append("| " + " | ".join(_text(c) for c in cells) + " |")
     return "\n".join(out)
 
@@ -123,7 +168,7 @@ def peer_table(info: RunInfo) -> str:
 FIGURES = [
     (Mode.INFERENCE, "time_s", "inference time (s)", "inference_time.png"),
     (Mode.INFERENCE, "activation_mb", "activation memory above weights (MB)", "inference_memory.png"),
-    (Mode.TRAIN, "tokens_per_s", "training tokens/s (forward + backward)", "training_throughput.png"),
+    (Mode.TRAIN, "tokens_per_s", "training tokens/s (forward + backward + AdamW)", "training_throughput.png"),
 ]
 
 
@@ -195,7 +240,14 @@ def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfi
         f"Runtime: {info.runtime_s / 60:.1f} min  ",
         f"Models: width {cfg.hidden_size}, {cfg.heads} heads, d_ff {cfg.intermediate_size}, {cfg.layers} layers, "
         f"batch {cfg.batch}; Linformer sharing={cfg.sharing}, projection={cfg.projection}; Performer "
-        f"m={cfg.num_random_features} (softmax kernel, orthogonal features)\n",
+        f"m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
+        f"{cfg.longformer_window}; BigBird block {cfg.bigbird_block_size}, {cfg.bigbird_random_blocks} random blocks\n",
+    ]
+    peers = peers_table(rows, cfg)
+    if peers:
+        parts += ["## Linformer against the peers\n", peers]
+    parts += [
+        "## Ratio tables\n",
         ratio_tables(rows, cfg),
         "## All points\n",
         absolute_table(rows),

@@ -17,7 +17,7 @@ class Status(str, enum.Enum):
 
 class Mode(str, enum.Enum):
     INFERENCE = "inference"  # one forward pass under torch.inference_mode
-    TRAIN = "train"  # forward + backward, no optimizer step
+    TRAIN = "train"  # a training step: forward + backward + AdamW step (rows before issue 14: no optimizer step)
     SCALING = "scaling"  # inference of one model at several n, timed side by side in one process
 
 
@@ -35,7 +35,8 @@ class BenchmarkRow:
     time_s_min: float | None = None
     reps: int | None = None
     tokens_per_s: float | None = None
-    gflop: float | None = None  # from the cost model (costs.step_flops)
+    gflop: float | None = None  # from the cost model (costs.step_flops) or counted, see flop_source
+    flop_source: str | None = None  # "cost model", or "FlopCounterMode" (counted on the run: the peers)
     achieved_gflops: float | None = None
     matmul_peak_gflops: float | None = None  # the dense matmul timed in the same process (or the run's peak)
     fraction_of_peak: float | None = None
@@ -53,6 +54,7 @@ class BenchmarkRow:
     heads: int | None = None
     sharing: str | None = None  # Linformer only
     projection: str | None = None  # Linformer only
+    attention: str | None = None  # what the peers' attention actually ran (models.realised_attention)
 
     @property
     def label(self) -> str:
@@ -86,12 +88,18 @@ def write_csv(rows: list[BenchmarkRow], path: str) -> None:
             writer.writerow([_to_text(getattr(row, column)) for column in CSV_COLUMNS])
 
 
+# Columns added after runs were published: absent from an older CSV, they read as not measured (None).
+LATER_COLUMNS = ("flop_source", "attention")
+
+
 def read_csv(path: str) -> list[BenchmarkRow]:
     """The rows `write_csv` wrote, typed again (to redraw tables and plots from a saved run)."""
     hints = typing.get_type_hints(BenchmarkRow)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        missing = set(CSV_COLUMNS) - set(reader.fieldnames or [])
+        present = set(reader.fieldnames or [])
+        missing = set(CSV_COLUMNS) - present - set(LATER_COLUMNS)
         if missing:
             raise ValueError(f"{path} lacks the columns {sorted(missing)}; was it written by this version?")
-        return [BenchmarkRow(**{c: _from_text(record[c], hints[c]) for c in CSV_COLUMNS}) for record in reader]
+        columns = [c for c in CSV_COLUMNS if c in present]
+        return [BenchmarkRow(**{c: _from_text(record[c], hints[c]) for c in columns}) for record in reader]

@@ -46,9 +46,11 @@ def _significant(x: float, digits: int = 4) -> float:
 def _new_row(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None, peak: float) -> BenchmarkRow:
     config = model_config(model, n, k, cfg)
     is_linformer = MODELS[model].takes_k
+    counted = MODELS[model].counted_flops  # filled in from the timing process
     return BenchmarkRow(
         mode=mode, model=model, n=n, k=k,
-        gflop=_significant(step_flops(config, n, cfg.batch, training=mode == Mode.TRAIN) / 1e9),
+        gflop=None if counted else _significant(step_flops(config, n, cfg.batch, training=mode == Mode.TRAIN) / 1e9),
+        flop_source="FlopCounterMode" if counted else "cost model",
         matmul_peak_gflops=round(peak, 1),
         estimated_activation_mb=round(_estimate(cfg, mode, model, n, k) / 2**20, 1),
         device=cfg.device, dtype=cfg.dtype, layers=cfg.layers, batch=cfg.batch, hidden_size=cfg.hidden_size,
@@ -75,12 +77,16 @@ def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow]
     for label, row in rows.items():
         times = timing["times"][label]
         median = statistics.median(times)
-        achieved = row.gflop / median
+        if label in timing["flops"]:
+            row.gflop = _significant(timing["flops"][label] / 1e9)
+        row.attention = timing["attention"][label]
         row.time_s, row.time_s_min, row.reps = round(median, 5), round(min(times), 5), len(times)
         row.tokens_per_s = round(cfg.batch * row.n / median, 1)
-        row.achieved_gflops = _significant(achieved)
         row.matmul_peak_gflops = _significant(timing["matmul_gflops"])
-        row.fraction_of_peak = _significant(achieved / timing["matmul_gflops"], 3)
+        if row.gflop is not None:
+            achieved = row.gflop / median
+            row.achieved_gflops = _significant(achieved)
+            row.fraction_of_peak = _significant(achieved / timing["matmul_gflops"], 3)
 
 
 def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
@@ -92,10 +98,15 @@ def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
     row.activation_mb = round(memory["activation_bytes"] / 2**20, 1)
     row.weights_mb = round(memory["weights_bytes"] / 2**20, 1)
     row.memory_method = memory["method"]
+    if row.attention is None:  # timing failed; the memory process ran the same model at the same n
+        row.attention = memory["attention"]
 
 
-def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[BenchmarkRow], RunInfo]:
-    """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer)."""
+def run_benchmark(cfg: BenchmarkConfig, log=print, on_measured=None) -> tuple[list[BenchmarkRow], RunInfo]:
+    """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer).
+
+    `on_measured(rows)`, if given, is called with the rows so far after each length is measured (so that a long run
+    can save what it has)."""
     cfg.validate()
     started = time.time()
 
@@ -132,6 +143,8 @@ def run_benchmark(cfg: BenchmarkConfig, log=print) -> tuple[list[BenchmarkRow], 
                 for row in measured.values():
                     _measure_memory(cfg, row)
                 stamp(f"{mode.value} n={n}: memory done")
+            if on_measured is not None:
+                on_measured(rows)
 
     # Linear cost: each linear-cost model at several n in one process, side by side, so load drift cannot fake a trend.
     scaling = {}

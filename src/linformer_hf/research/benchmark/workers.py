@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from .config import DTYPES, BenchmarkConfig
-from .models import build_model, model_config
+from .models import MODELS, build_model, model_config, model_inputs, realised_attention
 from .results import Mode
 
 REFERENCE_MATMUL = "dense matmul"
@@ -72,18 +72,38 @@ def _prepared_model(cfg: BenchmarkConfig, model: str, n: int, k: int | None, mod
     return net.train() if mode == Mode.TRAIN else net.eval()
 
 
-def _step(model, ids, mask, mode: Mode):
-    """One measured step: a forward pass (inference), or forward + backward with the gradients dropped."""
+def _optimizer(model, mode: Mode):
+    """The training step's AdamW, None in inference. The fused implementation: torch's default on CPU is a loop over
+    the parameters that took 3-6 s a step for a 2-layer base model on the loaded 2-core machine, against 0.2-0.7 s
+    fused (docs/efficiency.md), a cost the same for every model that would drown the attention's. A tiny learning
+    rate, so that the weights barely move between repetitions."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=1e-7, fused=True) if mode == Mode.TRAIN else None
+
+
+def _step(model, inputs: dict, mode: Mode, optimizer=None):
+    """One measured step: a forward pass (inference), or a training step: forward, backward, the optimizer's step,
+    the gradients dropped."""
     import torch
 
     if mode == Mode.TRAIN:
-        out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        out = model(**inputs).last_hidden_state
         out.float().square().mean().backward()
-        for p in model.parameters():
-            p.grad = None
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         return out
     with torch.inference_mode():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+        return model(**inputs).last_hidden_state
+
+
+def _counted_flops(run) -> int:
+    """FLOPs of one call of `run` as torch's FlopCounterMode counts them (matrix products, SDPA included)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        run()
+    return counter.get_total_flops()
 
 
 def _interleaved_times(runs: dict, cfg: BenchmarkConfig, reps: int) -> dict[str, list[float]]:
@@ -110,8 +130,11 @@ class TimingTask:
     """Time every point (label, model, n, k), alternating them repetition by repetition.
 
     A dense matmul of the feed-forward's shape, (4096, d) @ (d, d_ff), is timed in every round too, so each point's
-    achieved FLOP/s can be set against the matmul throughput the machine gave at the same time.
-    Returns {"times": {label: [seconds]}, "matmul_gflops": that matmul's GFLOP/s (median)}.
+    achieved FLOP/s can be set against the matmul throughput the machine gave at the same time. The first warm-up
+    of a model with `counted_flops` runs under torch's FlopCounterMode (counting is what makes it a warm-up too:
+    every operation runs).
+    Returns {"times": {label: [seconds]}, "matmul_gflops": that matmul's GFLOP/s (median), "flops": {label: counted
+    FLOPs}, "attention": {label: `realised_attention` after the timed runs}}.
     """
 
     config: BenchmarkConfig
@@ -121,21 +144,34 @@ class TimingTask:
     def run(self) -> dict:
         cfg = self.config
         torch = _setup(cfg)
-        inputs = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
-        runs = {}
+        tokens = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
+        runs, nets, inputs = {}, {}, {}
         for label, model_name, n, k in self.points:
-            model = _prepared_model(cfg, model_name, n, k, self.mode)
-            runs[label] = lambda model=model, n=n: _step(model, *inputs[n], self.mode)
+            nets[label] = model = _prepared_model(cfg, model_name, n, k, self.mode)
+            inputs[label] = model_inputs(model_name, *tokens[n])
+            optimizer = _optimizer(model, self.mode)
+            runs[label] = lambda model=model, x=inputs[label], opt=optimizer: _step(model, x, self.mode, opt)
+        # The count's run is the first warm-up (an extra untimed run with --warmup 0).
+        counted = {
+            label: _counted_flops(runs[label])
+            for label, model_name, _, _ in self.points
+            if MODELS[model_name].counted_flops
+        }
         dtype = getattr(torch, DTYPES[cfg.dtype])
         a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
         b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
         runs[REFERENCE_MATMUL] = lambda: a @ b
-        for run in runs.values():
-            for _ in range(cfg.warmup):
+        for label, run in runs.items():
+            for _ in range(cfg.warmup - (label in counted)):
                 run()
         times = _interleaved_times(runs, cfg, cfg.reps)
         matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
-        return {"times": times, "matmul_gflops": matmul_flops / statistics.median(times.pop(REFERENCE_MATMUL)) / 1e9}
+        return {
+            "times": times,
+            "matmul_gflops": matmul_flops / statistics.median(times.pop(REFERENCE_MATMUL)) / 1e9,
+            "flops": counted,
+            "attention": {label: realised_attention(nets[label], inputs[label]) for label in nets},
+        }
 
 
 def _read_status_kb(field_name: str) -> int:
@@ -169,7 +205,9 @@ def _malloc_returns_large_blocks():
 class MemoryTask:
     """Activation memory of one step of one model, above the footprint of the model and its input.
 
-    Returns {"activation_bytes", "weights_bytes", "method"}.
+    The warm-up (a short input, to initialise kernels and thread pools off the books) runs on a second copy of the
+    model: BigBird switches itself to full attention for good on a short input.
+    Returns {"activation_bytes", "weights_bytes", "method", "attention"}.
     """
 
     config: BenchmarkConfig
@@ -183,29 +221,38 @@ class MemoryTask:
         if cfg.device == "cpu":
             _malloc_returns_large_blocks()
         torch = _setup(cfg)
+        warm_model = _prepared_model(cfg, self.model, self.n, self.k, self.mode)
+        warm_inputs = model_inputs(self.model, *_make_inputs(cfg, min(self.n, 64)))
+        _step(warm_model, warm_inputs, self.mode, _optimizer(warm_model, self.mode))
+        del warm_model, warm_inputs
         model = _prepared_model(cfg, self.model, self.n, self.k, self.mode)
+        optimizer = _optimizer(model, self.mode)
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
-        warm_ids, warm_mask = _make_inputs(cfg, min(self.n, 64))
-        _step(model, warm_ids, warm_mask, self.mode)  # lazy initialisation (kernels, thread pools) off the books
-        ids, mask = _make_inputs(cfg, self.n)
-        del warm_ids, warm_mask
+        inputs = model_inputs(self.model, *_make_inputs(cfg, self.n))
         gc.collect()
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             baseline = torch.cuda.memory_allocated()
-            _step(model, ids, mask, self.mode)
+            _step(model, inputs, self.mode, optimizer)
             torch.cuda.synchronize()
             activation = torch.cuda.max_memory_allocated() - baseline
-            return {"activation_bytes": activation, "weights_bytes": weights, "method": "cuda_max_memory_allocated"}
-        baseline_kb = _read_status_kb("VmRSS")
-        method = "vmhwm" if _reset_peak_rss() else "ru_maxrss"
-        _step(model, ids, mask, self.mode)
-        if method == "vmhwm":
-            peak_kb = _read_status_kb("VmHWM")
+            method = "cuda_max_memory_allocated"
         else:
-            peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return {"activation_bytes": max(0, peak_kb - baseline_kb) * 1024, "weights_bytes": weights, "method": method}
+            baseline_kb = _read_status_kb("VmRSS")
+            method = "vmhwm" if _reset_peak_rss() else "ru_maxrss"
+            _step(model, inputs, self.mode, optimizer)
+            if method == "vmhwm":
+                peak_kb = _read_status_kb("VmHWM")
+            else:
+                peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            activation = max(0, peak_kb - baseline_kb) * 1024
+        return {
+            "activation_bytes": activation,
+            "weights_bytes": weights,
+            "method": method,
+            "attention": realised_attention(model, inputs),
+        }
 
 
 @dataclass
