@@ -26,6 +26,7 @@ from torch import nn
 from ..models.configuration_linformer import LinformerConfig
 from ..models.modeling_linformer import LinformerModel
 from .benchmark.costs import forward_flops
+from .benchmark.workers import read_status_kb, reset_peak_rss
 
 # Issue 14's targets.
 FP32_TARGET_SECONDS = 80.0
@@ -89,26 +90,12 @@ def random_document(config: LinformerConfig, length: int | None = None, seed: in
 # ---------------------------------------------------------------------------------------------------- measurement
 
 
-def _reset_peak_rss() -> bool:
-    """Reset the kernel's high-water mark of this process's RSS (Linux: writing 5 to /proc/self/clear_refs)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def peak_rss_bytes() -> int:
     """This process's peak RSS since the last reset (VmHWM), else since it started (getrusage)."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return read_status_kb("VmHWM") * 1024
+    except (OSError, RuntimeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @contextmanager
@@ -162,7 +149,7 @@ def timed_forward(
 ) -> ForwardResult:
     """One forward pass (no autograd) with the per-layer progress bar; time and this pass's peak RSS."""
     gc.collect()
-    _reset_peak_rss()
+    reset_peak_rss()
     with torch.inference_mode(), layer_progress(model, description=f"{mode} forward", enabled=progress) as done:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()

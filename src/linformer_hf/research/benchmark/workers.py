@@ -174,7 +174,7 @@ class TimingTask:
         }
 
 
-def _read_status_kb(field_name: str) -> int:
+def read_status_kb(field_name: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field_name + ":"):
@@ -182,7 +182,8 @@ def _read_status_kb(field_name: str) -> int:
     raise RuntimeError(f"{field_name} not in /proc/self/status")
 
 
-def _reset_peak_rss() -> bool:
+def reset_peak_rss() -> bool:
+    """Reset the kernel's high-water mark of this process's RSS (Linux: writing 5 to /proc/self/clear_refs)."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -239,11 +240,11 @@ class MemoryTask:
             activation = torch.cuda.max_memory_allocated() - baseline
             method = "cuda_max_memory_allocated"
         else:
-            baseline_kb = _read_status_kb("VmRSS")
-            method = "vmhwm" if _reset_peak_rss() else "ru_maxrss"
+            baseline_kb = read_status_kb("VmRSS")
+            method = "vmhwm" if reset_peak_rss() else "ru_maxrss"
             _step(model, inputs, self.mode, optimizer)
             if method == "vmhwm":
-                peak_kb = _read_status_kb("VmHWM")
+                peak_kb = read_status_kb("VmHWM")
             else:
                 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             activation = max(0, peak_kb - baseline_kb) * 1024
