@@ -37,6 +37,11 @@ def main(argv=None):
         with open(results) as fh:
             r = json.load(fh)
         print(f"validation MLM loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f} (step {r['step']})")
+        if "unigram_perplexity" in r:  # written by pretraining runs on map-style data
+            print(
+                f"unigram baseline on the same masked tokens (the training set's token frequencies): perplexity "
+                f"{r['unigram_perplexity']:.2f}; model / unigram = {r['perplexity'] / r['unigram_perplexity']:.3f}"
+            )
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=args.top_k)
     mask = tokenizer.mask_token
     texts = args.text or [

@@ -48,6 +48,7 @@ from .checkpointing import (
 from .config import ConfigError, PretrainRecipe
 from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
+from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config
 from .tokenizer import load_tokenizer
 from .validation import warn_if_mixed_precision_ignored
@@ -112,6 +113,34 @@ def evaluate_mlm(model, dataloader, accelerator) -> dict[str, float]:
     return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "eval_masked_tokens": int(total_tokens.item())}
 
 
+def unigram_baseline(train_data, tokenizer, eval_dataloader, accelerator) -> dict[str, float] | None:
+    """The perplexity that predicting the training set's token frequencies, whatever the context, reaches on the very
+    masked tokens `evaluate_mlm` scores (the validation masking is seeded, the same at every evaluation).
+
+    The bar a masked LM must clear to show it uses context. Counted over the training blocks' tokens without the
+    special ones (never masked, so never predicted). None for streamed training data, which cannot be counted up
+    front.
+    """
+    if not hasattr(train_data, "__len__"):
+        return None
+    vocab_size = len(tokenizer)
+    counts = token_counts(
+        (ids for batch in train_data.iter(batch_size=1024) for ids in batch["input_ids"]),
+        vocab_size,
+        exclude_ids=tokenizer.all_special_ids,
+    )
+    log_probs = unigram_log_probs(counts)
+    nll, scored = 0.0, 0
+    for batch in eval_dataloader:
+        batch_nll, batch_scored = unigram_nll(log_probs, batch["labels"].numpy())
+        nll, scored = nll + batch_nll, scored + batch_scored
+    totals = accelerator.reduce(
+        torch.tensor([nll, scored], dtype=torch.float64, device=accelerator.device), reduction="sum"
+    )
+    loss = (totals[0] / totals[1].clamp(min=1)).item()
+    return {"unigram_loss": loss, "unigram_perplexity": math.exp(min(loss, 50.0))}
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The run: setup, one update, evaluation and saving, and the loop that ties them
 # ----------------------------------------------------------------------------------------------------------------
@@ -147,6 +176,7 @@ class PretrainingRun:
     fingerprint: dict = field(default_factory=dict)  # the recipe each checkpoint records (checked on resume)
     lock: RunLock | None = None  # on <output_dir>/.run.lock, held by the main process until `close_run`
     update_log: UpdateLog | None = None  # <output_dir>/train_log.jsonl: one line per update, evaluation, checkpoint
+    unigram: dict | None = None  # `unigram_baseline` of the validation masked tokens (None for streamed data)
 
     @property
     def streaming(self) -> bool:
@@ -255,7 +285,14 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         },
         fingerprint=fingerprint,
         lock=lock,
+        unigram=unigram_baseline(data["train"], tokenizer, eval_dl, accelerator),
     )
+    if run.unigram:
+        run.summary["unigram"] = run.unigram
+        accelerator.print(
+            f"unigram baseline (the training set's token frequencies on the same masked validation tokens): "
+            f"loss {run.unigram['unigram_loss']:.4f} perplexity {run.unigram['unigram_perplexity']:.2f}"
+        )
     if resume_dir:
         accelerator.print(f"Resuming from {resume_dir}")
         accelerator.load_state(resume_dir)
@@ -304,11 +341,16 @@ def train_micro_batch(run: PretrainingRun, batch) -> torch.Tensor:
 
 def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, float]:
     metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator)
+    if run.unigram:
+        metrics["unigram_perplexity"] = run.unigram["unigram_perplexity"]
+        # Below 1: the model predicts the masked tokens better than their frequencies alone do.
+        metrics["perplexity_over_unigram"] = metrics["perplexity"] / run.unigram["unigram_perplexity"]
     step = run.completed_steps
     run.summary["evals"][step] = metrics
     run.update_log.write(event="eval", step=step, **metrics)
     what = f"final (step {step}): validation MLM loss" if final else f"step {step}: eval_loss"
-    run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
+    versus = f" ({metrics['perplexity_over_unigram']:.3f} x unigram)" if run.unigram else ""
+    run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}{versus}")
     if run.recipe.training.report_to and (final or step > 0):
         run.accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]}, step=step)
     return metrics
