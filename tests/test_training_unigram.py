@@ -84,9 +84,11 @@ def test_pretraining_reports_the_unigram_perplexity_an_mlm_of_the_frequencies_re
         with torch.no_grad():
             model.lm_head.decoder.weight.zero_()
             model.lm_head.bias.copy_(torch.from_numpy(unigram_log_probs(counts)).float())
-        metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator)
+        metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator, mask_token_id=run.tokenizer.mask_token_id)
     finally:
         close_run(run)
     assert metrics["eval_masked_tokens"] > 100
     assert run.unigram["unigram_perplexity"] == pytest.approx(metrics["perplexity"], rel=1e-4)
+    # The same on the scored tokens whose input is <mask> (the ones a model must predict from context alone).
+    assert run.unigram["unigram_mask_input_perplexity"] == pytest.approx(metrics["mask_input_perplexity"], rel=1e-4)
     assert run.unigram["unigram_perplexity"] < 500 / 2  # far below uniform over the vocabulary
