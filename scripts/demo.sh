@@ -24,10 +24,10 @@ if [ -f outputs/demo/tokenizer/tokenizer_config.json ]; then
   echo "tokenizer cached in outputs/demo/tokenizer"
 else
   "$PY" -m linformer_hf.training.train_tokenizer --files outputs/corpus/docs.train.txt --vocab_size 4096 \
-    --model_max_length 128 --output_dir outputs/demo/tokenizer
+    --model_max_length 32 --output_dir outputs/demo/tokenizer
 fi
 
-echo "== 3/4 pretraining a small Linformer (n = 128, k = 32) with masked LM"
+echo "== 3/4 pretraining a small Linformer (configs/model/demo_small.yaml) with masked LM"
 # A rerun replaces the previous demo's outputs through the run-directory policy (never while another run holds them).
 "$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" \
   -m linformer_hf.training.pretrain \

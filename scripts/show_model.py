@@ -37,6 +37,13 @@ def main(argv=None):
         with open(results) as fh:
             r = json.load(fh)
         print(f"validation MLM loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f} (step {r['step']})")
+        if "unigram_mask_input_perplexity" in r:  # written by pretraining runs on map-style data
+            print(
+                f"at the scored tokens whose input is <mask> (80% of them; the other 20% show a random or the true "
+                f"token): perplexity {r['mask_input_perplexity']:.2f}, unigram baseline (the training set's token "
+                f"frequencies) {r['unigram_mask_input_perplexity']:.2f}, model / unigram = "
+                f"{r['perplexity_over_unigram']:.3f}"
+            )
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=args.top_k)
     mask = tokenizer.mask_token
     texts = args.text or [

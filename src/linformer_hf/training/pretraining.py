@@ -48,6 +48,7 @@ from .checkpointing import (
 from .config import ConfigError, PretrainRecipe
 from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
+from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config
 from .tokenizer import load_tokenizer
 from .validation import warn_if_mixed_precision_ignored
@@ -95,21 +96,75 @@ def masked_lm_loss(model, batch, num_masked) -> torch.Tensor:
     return model(**batch, logits_for_labels_only=True, num_items_in_batch=num_masked).loss
 
 
+def labels_at_mask_inputs(batch, mask_token_id: int) -> torch.Tensor:
+    """The batch's labels kept only where the input shows ``<mask>`` (-100 elsewhere).
+
+    Of the scored tokens, the MLM collator replaces 80% by ``<mask>``, 10% by a random token and leaves 10% unchanged:
+    at those last ones the answer is in the input, and a model that learns to copy non-mask inputs lowers the usual
+    MLM loss a lot without reading any context. The loss at ``<mask>`` inputs is the one that says how well the model
+    predicts a token from its context alone, the one to compare with the unigram baseline.
+    """
+    return batch["labels"].masked_fill(batch["input_ids"].ne(mask_token_id), -100)
+
+
 @torch.no_grad()
-def evaluate_mlm(model, dataloader, accelerator) -> dict[str, float]:
-    """Validation loss per masked token over every process' shard of the validation blocks (each block once)."""
+def evaluate_mlm(model, dataloader, accelerator, mask_token_id: int | None = None) -> dict[str, float]:
+    """Validation loss per masked token over every process' shard of the validation blocks (each block once); with
+    ``mask_token_id``, also the loss at the scored tokens whose input is ``<mask>`` (`labels_at_mask_inputs`)."""
     model.eval()
-    total_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    total_tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    # [loss, tokens] over all scored tokens, then over those whose input is <mask>
+    totals = torch.zeros(4, dtype=torch.float64, device=accelerator.device)
     for batch in dataloader:
         batch = {key: value.to(accelerator.device) for key, value in batch.items()}
-        total_loss += masked_lm_loss(model, batch, num_masked=1).double()
-        total_tokens += batch["labels"].ne(-100).sum()
+        totals[0] += masked_lm_loss(model, batch, num_masked=1).double()
+        totals[1] += batch["labels"].ne(-100).sum()
+        if mask_token_id is not None:
+            at_mask = {**batch, "labels": labels_at_mask_inputs(batch, mask_token_id)}
+            totals[2] += masked_lm_loss(model, at_mask, num_masked=1).double()
+            totals[3] += at_mask["labels"].ne(-100).sum()
     model.train()
-    total_loss = accelerator.reduce(total_loss, reduction="sum")
-    total_tokens = accelerator.reduce(total_tokens, reduction="sum")
-    loss = (total_loss / total_tokens.clamp(min=1)).item()
-    return {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "eval_masked_tokens": int(total_tokens.item())}
+    totals = accelerator.reduce(totals, reduction="sum")
+    loss = (totals[0] / totals[1].clamp(min=1)).item()
+    out = {"eval_loss": loss, "perplexity": math.exp(min(loss, 50.0)), "eval_masked_tokens": int(totals[1].item())}
+    if mask_token_id is not None:
+        at_mask_loss = (totals[2] / totals[3].clamp(min=1)).item()
+        out.update(mask_input_loss=at_mask_loss, mask_input_perplexity=math.exp(min(at_mask_loss, 50.0)))
+    return out
+
+
+def unigram_baseline(train_data, tokenizer, eval_dataloader, accelerator) -> dict[str, float] | None:
+    """The perplexity that predicting the training set's token frequencies, whatever the context, reaches on the very
+    masked tokens `evaluate_mlm` scores (the validation masking is seeded, the same at every evaluation): on all of
+    them (``unigram_perplexity``) and on those whose input is ``<mask>`` (``unigram_mask_input_perplexity``).
+
+    The bar a masked LM must clear to show it uses context. Counted over the training blocks' tokens without the
+    special ones (never masked, so never predicted). None for streamed training data, which cannot be counted up
+    front.
+    """
+    if not hasattr(train_data, "__len__"):
+        return None
+    vocab_size = len(tokenizer)
+    counts = token_counts(
+        (ids for batch in train_data.iter(batch_size=1024) for ids in batch["input_ids"]),
+        vocab_size,
+        exclude_ids=tokenizer.all_special_ids,
+    )
+    log_probs = unigram_log_probs(counts)
+    sums = [0.0, 0, 0.0, 0]  # [nll, scored] over all scored tokens, then over those whose input is <mask>
+    for batch in eval_dataloader:
+        for i, labels in ((0, batch["labels"]), (2, labels_at_mask_inputs(batch, tokenizer.mask_token_id))):
+            batch_nll, batch_scored = unigram_nll(log_probs, labels.numpy())
+            sums[i] += batch_nll
+            sums[i + 1] += batch_scored
+    totals = accelerator.reduce(torch.tensor(sums, dtype=torch.float64, device=accelerator.device), reduction="sum")
+    loss = (totals[0] / totals[1].clamp(min=1)).item()
+    at_mask_loss = (totals[2] / totals[3].clamp(min=1)).item()
+    return {
+        "unigram_loss": loss,
+        "unigram_perplexity": math.exp(min(loss, 50.0)),
+        "unigram_mask_input_loss": at_mask_loss,
+        "unigram_mask_input_perplexity": math.exp(min(at_mask_loss, 50.0)),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -147,6 +202,7 @@ class PretrainingRun:
     fingerprint: dict = field(default_factory=dict)  # the recipe each checkpoint records (checked on resume)
     lock: RunLock | None = None  # on <output_dir>/.run.lock, held by the main process until `close_run`
     update_log: UpdateLog | None = None  # <output_dir>/train_log.jsonl: one line per update, evaluation, checkpoint
+    unigram: dict | None = None  # `unigram_baseline` of the validation masked tokens (None for streamed data)
 
     @property
     def streaming(self) -> bool:
@@ -255,7 +311,15 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         },
         fingerprint=fingerprint,
         lock=lock,
+        unigram=unigram_baseline(data["train"], tokenizer, eval_dl, accelerator),
     )
+    if run.unigram:
+        run.summary["unigram"] = run.unigram
+        accelerator.print(
+            f"unigram baseline (the training set's token frequencies on the same masked validation tokens): "
+            f"perplexity {run.unigram['unigram_perplexity']:.2f} on all of them, "
+            f"{run.unigram['unigram_mask_input_perplexity']:.2f} on those whose input is <mask>"
+        )
     if resume_dir:
         accelerator.print(f"Resuming from {resume_dir}")
         accelerator.load_state(resume_dir)
@@ -303,12 +367,26 @@ def train_micro_batch(run: PretrainingRun, batch) -> torch.Tensor:
 
 
 def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, float]:
-    metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator)
+    metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator, mask_token_id=run.tokenizer.mask_token_id)
+    if run.unigram:
+        metrics.update(run.unigram)
+        # Below 1: at <mask> inputs the model predicts the tokens better than their frequencies alone do, i.e. it
+        # reads the context (the usual MLM perplexity also counts the 10% of scored tokens left unchanged, which a
+        # model can copy; see labels_at_mask_inputs).
+        metrics["perplexity_over_unigram"] = (
+            metrics["mask_input_perplexity"] / run.unigram["unigram_mask_input_perplexity"]
+        )
     step = run.completed_steps
     run.summary["evals"][step] = metrics
     run.update_log.write(event="eval", step=step, **metrics)
     what = f"final (step {step}): validation MLM loss" if final else f"step {step}: eval_loss"
-    run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}")
+    versus = ""
+    if run.unigram:
+        versus = (
+            f"; at <mask> inputs {metrics['mask_input_perplexity']:.2f}, "
+            f"{metrics['perplexity_over_unigram']:.3f} x unigram"
+        )
+    run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}{versus}")
     if run.recipe.training.report_to and (final or step > 0):
         run.accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]}, step=step)
     return metrics
