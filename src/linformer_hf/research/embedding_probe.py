@@ -48,14 +48,19 @@ def embed(model, tokenizer, texts: list[str], batch_size: int = 64, max_length: 
     return out
 
 
-def probe_accuracy(train_x, train_y, eval_x, eval_y, seed: int = 0) -> dict:
-    """Logistic regression on the frozen embeddings; C picked by 3-fold cross-validation on the training part."""
+def fit_probe(train_x, train_y, seed: int = 0):
+    """Logistic regression on frozen embeddings; C picked by 3-fold cross-validation on the training part."""
     from sklearn.linear_model import LogisticRegressionCV
 
     classifier = LogisticRegressionCV(
         Cs=[0.1, 1.0, 10.0, 100.0], cv=3, scoring="accuracy", max_iter=2000, random_state=seed
     )
-    classifier.fit(train_x, train_y)
+    return classifier.fit(train_x, train_y)
+
+
+def probe_accuracy(train_x, train_y, eval_x, eval_y, seed: int = 0) -> dict:
+    """Accuracy on the evaluation embeddings of the probe fitted on the training ones, and the C it picked."""
+    classifier = fit_probe(train_x, train_y, seed)
     return {"accuracy": round(float(classifier.score(eval_x, eval_y)), 5), "C": float(classifier.C_[0])}
 
 

@@ -1,0 +1,257 @@
+"""Long inputs from a short-input teacher: the use a Linformer exists for.
+
+A pretrained encoder such as all-MiniLM-L6-v2 has 512 positions, so a longer document is truncated. A Linformer
+converted from it with `--max_sequence_length 2048` reads the whole document at O(n k) cost. Whether that helps is
+measured here, against the teacher truncated to its own length:
+
+- `extend_positions` writes the teacher itself with its position table grown to n by the cyclic copy conversion uses
+  (`conversion.extend_position_embeddings`, the first step of the Longformer recipe). It is exact full attention at
+  n, so it is both the transfer teacher for a Linformer converted at that n (`scripts/transfer_attention.py` refuses
+  windows longer than the teacher's positions) and the quadratic baseline. At k = n the Linformer conversion equals it.
+- `long_document_probe` embeds labelled documents with each model (mean pooling over real tokens, as
+  `embedding_probe`), fits a logistic regression on the documents every model reads whole (at most `threshold`
+  tokens) and scores it on the longer ones, which the teacher sees truncated. The models are compared on the same
+  long documents, paired, so the standard error is that of the per-document difference.
+
+    python -m linformer_hf.research.long_input extend /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 --n 2048
+    python -m linformer_hf.research.long_input probe --data ../shared/data/imdb/train.csv \
+        --models /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 /tmp/linformer-n2048-k512 \
+        --reference /tmp/minilm-n2048 --output outputs/long_input/probe.json
+
+Needs the `train` extra (datasets, scikit-learn).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+from ..models.lengths import max_input_length
+from .embedding_probe import embed, fit_probe
+
+
+def extend_positions(source: str, output_dir: str, n: int) -> dict:
+    """Save the BERT or RoBERTa encoder `source` with room for n tokens; the new positions copy the learned ones.
+
+    Returns what was done: the source's length, n, and the number of position rows before and after.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from ..conversion import _check_source_config, extend_position_embeddings, source_position_layout
+
+    config = AutoConfig.from_pretrained(source)
+    _check_source_config(config)  # BERT or RoBERTa layout, absolute positions, a pad id
+    first_row, learned = source_position_layout(config)
+    if n <= learned:
+        raise ValueError(f"n={n} is not longer than the source's {learned} positions: there is nothing to extend.")
+    if os.path.isdir(output_dir) and os.listdir(output_dir):
+        raise FileExistsError(f"{output_dir} is not empty; give a new output directory.")
+    model = AutoModel.from_pretrained(source)
+    positions = model.embeddings.position_embeddings.weight.detach()  # (first_row + learned, hidden)
+    rows = first_row + n
+    table = extend_position_embeddings(positions, rows, first_row)  # (first_row + n, hidden)
+
+    config.max_position_embeddings = rows
+    extended = type(model)(config)
+    state = model.state_dict()
+    state["embeddings.position_embeddings.weight"] = table
+    # The embeddings' index buffers are sized by max_position_embeddings: take the new model's own.
+    for name, buffer in extended.state_dict().items():
+        if name.endswith(("position_ids", "token_type_ids")) and name in state:
+            state[name] = buffer
+    extended.load_state_dict(state, strict=True)
+    extended.save_pretrained(output_dir)
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer.model_max_length = n
+    tokenizer.save_pretrained(output_dir)
+    report = {"source": source, "source_positions": learned, "n": n, "rows_before": positions.shape[0], "rows": rows}
+    with open(os.path.join(output_dir, "extension_report.json"), "w") as handle:
+        json.dump(report, handle, indent=2)
+    return report
+
+
+def load_documents(path: str, text_column: str = "text", label_column: str = "label") -> tuple[list[str], list[int]]:
+    """Texts and integer labels from a CSV (or TSV) file with these columns."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",", quoting=3 if path.endswith(".tsv") else 0)
+    for column in (text_column, label_column):
+        if column not in frame.columns:
+            raise ValueError(f"{path} has no column {column!r}; it has {list(frame.columns)}.")
+    return [str(t) for t in frame[text_column]], [int(y) for y in frame[label_column]]
+
+
+def paired_difference(correct: list[bool], baseline: list[bool]) -> dict:
+    """Accuracy difference of two classifiers on the same items, with the standard error of the mean difference."""
+    if len(correct) != len(baseline) or not correct:
+        raise ValueError("Paired comparison needs two equally long, non-empty lists of outcomes.")
+    diffs = [float(a) - float(b) for a, b in zip(correct, baseline)]
+    mean = sum(diffs) / len(diffs)
+    variance = sum((d - mean) ** 2 for d in diffs) / max(1, len(diffs) - 1)
+    return {"difference": round(mean, 5), "standard_error": round(math.sqrt(variance / len(diffs)), 5)}
+
+
+def split_by_length(texts: list[str], tokenizer, threshold: int) -> tuple[list[int], list[int], list[int]]:
+    """Indices of the documents of at most `threshold` tokens (special tokens included), of the longer ones, and
+    every document's length. Both parts must be non-empty: one is fitted or trained on, the other scored."""
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=False, verbose=False)["input_ids"]]
+    short = [i for i, length in enumerate(lengths) if length <= threshold]
+    long = [i for i, length in enumerate(lengths) if length > threshold]
+    if not long or not short:
+        raise ValueError(
+            f"Of {len(texts)} documents, {len(short)} have at most {threshold} tokens and {len(long)} more: the "
+            "comparison needs both (fit on the short, score on the long). Pick another --threshold or other data."
+        )
+    return short, long, lengths
+
+
+def write_length_split(data: str, tokenizer_name: str, output_dir: str, threshold: int | None = None) -> dict:
+    """Write `short.csv` (documents the teacher reads whole) and `long.csv` (the others) for fine-tuning on the first
+    and evaluating on the second (`scripts/finetune.py --data.train_file short.csv --data.validation_file long.csv`)."""
+    import pandas as pd
+    from transformers import AutoConfig, AutoTokenizer
+
+    threshold = threshold or max_input_length(AutoConfig.from_pretrained(tokenizer_name))
+    frame = pd.read_csv(data)
+    short, long, lengths = split_by_length(
+        [str(t) for t in frame["text"]], AutoTokenizer.from_pretrained(tokenizer_name), threshold
+    )
+    os.makedirs(output_dir, exist_ok=True)
+    for name, rows in (("short", short), ("long", long)):
+        path = os.path.join(output_dir, f"{name}.csv")
+        if os.path.exists(path):
+            raise FileExistsError(f"{path} exists; give a new output directory.")
+        frame.iloc[rows].to_csv(path, index=False)
+    return {"threshold": threshold, "short": len(short), "long": len(long), "longest": max(lengths)}
+
+
+def long_document_probe(
+    models: list[str],
+    texts: list[str],
+    labels: list[int],
+    threshold: int | None = None,
+    reference: str | None = None,
+    batch_size: int = 16,
+    seed: int = 0,
+) -> dict:
+    """Probe accuracy on the documents longer than `threshold` tokens, fitted on the shorter ones, for each model.
+
+    `threshold` defaults to the first model's input length (the teacher's). Lengths are counted with the first
+    model's tokenizer, so every model is fitted and scored on the same documents. With `reference`, each model's
+    embeddings of the long documents are compared with the reference's (cosine; the reference is embedded even if
+    it is not among `models`).
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    first_tokenizer = AutoTokenizer.from_pretrained(models[0])
+    if threshold is None:
+        from transformers import AutoConfig
+
+        threshold = max_input_length(AutoConfig.from_pretrained(models[0]))
+    short, long, lengths = split_by_length(texts, first_tokenizer, threshold)
+    results = {
+        "threshold": threshold,
+        "documents": len(texts),
+        "short": len(short),
+        "long": len(long),
+        "long_lengths": {
+            "median": sorted(lengths[i] for i in long)[len(long) // 2],
+            "max": max(lengths[i] for i in long),
+        },
+        "models": {},
+    }
+    embeddings, outcomes = {}, {}
+    for name in dict.fromkeys(models + ([reference] if reference else [])):
+        started = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModel.from_pretrained(name).eval()
+        max_length = max_input_length(model.config)
+        features = embed(model, tokenizer, texts, batch_size, max_length)  # (documents, hidden)
+        seconds = time.perf_counter() - started
+        embeddings[name] = features
+        if name not in models:
+            continue
+        classifier = fit_probe(features[short].numpy(), [labels[i] for i in short], seed)
+        predictions = classifier.predict(features[long].numpy())
+        outcomes[name] = [bool(p == labels[i]) for p, i in zip(predictions, long)]
+        scores = {"accuracy": round(sum(outcomes[name]) / len(long), 5), "C": float(classifier.C_[0])}
+        truncated = sum(lengths[i] > max_length for i in long)
+        results["models"][name] = {
+            "max_length": max_length,
+            "long_accuracy": scores["accuracy"],
+            "C": scores["C"],
+            "long_documents_truncated": truncated,
+            "seconds": round(seconds, 1),
+        }
+        print(
+            f"{name}: accuracy on {len(long)} long documents {scores['accuracy']:.4f} (reads {max_length} tokens, "
+            f"{truncated} truncated; {seconds:.0f} s)",
+            flush=True,
+        )
+    baseline = models[0]
+    for name in models[1:]:
+        results["models"][name]["against_" + os.path.basename(baseline.rstrip("/"))] = paired_difference(
+            outcomes[name], outcomes[baseline]
+        )
+    if reference:
+        for name in models:
+            cosine = (embeddings[name][long] * embeddings[reference][long]).sum(-1)  # both L2-normalised
+            results["models"][name]["cosine_with_reference_long"] = round(float(cosine.mean()), 4)
+        results["reference"] = reference
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..training.errors import USER_ERRORS, report
+
+    parser = argparse.ArgumentParser(
+        prog="python -m linformer_hf.research.long_input",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    extend = commands.add_parser("extend", help="the teacher with its positions grown to n (full attention)")
+    extend.add_argument("source", help="a BERT or RoBERTa encoder: a local folder or a Hub name")
+    extend.add_argument("output_dir")
+    extend.add_argument("--n", type=int, required=True, help="the new maximum input length")
+    split = commands.add_parser("split", help="short.csv / long.csv by the teacher's length, for fine-tuning")
+    split.add_argument("--data", required=True, help="CSV with text and label columns")
+    split.add_argument("--tokenizer", required=True, help="the teacher (its tokenizer counts, its n is the default)")
+    split.add_argument("--threshold", type=int, help="long = more tokens than this (default: the teacher's n)")
+    split.add_argument("output_dir")
+    probe = commands.add_parser("probe", help="probe accuracy on documents longer than the teacher reads")
+    probe.add_argument("--data", required=True, help="CSV/TSV with text and label columns")
+    probe.add_argument("--text_column", default="text")
+    probe.add_argument("--label_column", default="label")
+    probe.add_argument("--models", nargs="+", required=True, help="the first is the baseline (the teacher)")
+    probe.add_argument("--reference", help="embeddings to compare each model's with (e.g. the extended teacher)")
+    probe.add_argument("--threshold", type=int, help="long = more tokens than this (default: the first model's n)")
+    probe.add_argument("--batch_size", type=int, default=16)
+    probe.add_argument("--output", required=True, help="results JSON (refused if it exists)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "extend":
+            print(json.dumps(extend_positions(args.source, args.output_dir, args.n), indent=2))
+            return 0
+        if args.command == "split":
+            print(json.dumps(write_length_split(args.data, args.tokenizer, args.output_dir, args.threshold), indent=2))
+            return 0
+        if os.path.exists(args.output):
+            raise FileExistsError(f"{args.output} exists; give a new --output (results are never overwritten).")
+        texts, labels = load_documents(args.data, args.text_column, args.label_column)
+        results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
+    except (*USER_ERRORS, FileExistsError) as err:
+        return report(err)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as handle:
+        json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Long inputs from a short-input teacher: the extended teacher is exact; the probe sees what truncation loses."""
+
+import csv
+import json
+import random
+
+import pytest
+import torch
+from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
+from transformers import AutoModel, AutoTokenizer, BertModel
+
+import linformer_hf  # noqa: F401  (registers the Linformer Auto classes)
+from linformer_hf.conversion import convert_checkpoint
+from linformer_hf.research.long_input import extend_positions, long_document_probe, main, paired_difference
+
+SHORT_POSITIONS = 16
+LONG_N = 48
+
+
+@pytest.fixture(scope="module")
+def teacher_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("teacher")
+    tokenizer = build_wordpiece_tokenizer(str(out), model_max_length=SHORT_POSITIONS)
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(max_position_embeddings=SHORT_POSITIONS)).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def extended_dir(teacher_dir, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("extended") / "model")
+    extend_positions(teacher_dir, out, LONG_N)
+    return out
+
+
+def padded_batch(tokenizer, max_length):
+    texts = ["the city of the river and the old castle " * 6, "the war", "it was the first game of the season " * 3]
+    return tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+
+
+def test_extended_teacher_keeps_the_teacher_on_short_inputs(teacher_dir, extended_dir):
+    teacher, extended = AutoModel.from_pretrained(teacher_dir).eval(), AutoModel.from_pretrained(extended_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(extended_dir)
+    assert tokenizer.model_max_length == LONG_N and extended.config.max_position_embeddings == LONG_N
+    batch = padded_batch(tokenizer, SHORT_POSITIONS)
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        torch.testing.assert_close(extended(**batch).last_hidden_state[mask], teacher(**batch).last_hidden_state[mask])
+
+
+def test_extended_teacher_equals_the_linformer_converted_at_k_equal_n(teacher_dir, extended_dir, tmp_path):
+    """Conversion at n = LONG_N extends positions the same way, so at k = n the two compute the same function on
+    inputs longer than the teacher's positions (padded batch); position p copies learned row p mod 16."""
+    student_dir = str(tmp_path / "linformer")
+    convert_checkpoint(
+        teacher_dir, student_dir, max_sequence_length=LONG_N, projected_length=LONG_N, sharing="key_value"
+    )
+    extended, student = AutoModel.from_pretrained(extended_dir).eval(), AutoModel.from_pretrained(student_dir).eval()
+    table = extended.embeddings.position_embeddings.weight
+    torch.testing.assert_close(table[SHORT_POSITIONS + 3], table[3])
+    batch = padded_batch(AutoTokenizer.from_pretrained(extended_dir), LONG_N)
+    assert batch["input_ids"].shape[1] > SHORT_POSITIONS
+    mask = batch["attention_mask"].bool()
+    assert not mask.all()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            student(**batch).last_hidden_state[mask], extended(**batch).last_hidden_state[mask], atol=1e-5, rtol=1e-5
+        )
+
+
+def test_extend_refuses_a_length_the_teacher_already_has(teacher_dir, tmp_path):
+    with pytest.raises(ValueError, match="not longer than the source's 16 positions"):
+        extend_positions(teacher_dir, str(tmp_path / "out"), SHORT_POSITIONS)
+
+
+def test_paired_difference():
+    result = paired_difference([True, True, False, True], [True, False, False, False])
+    assert result["difference"] == pytest.approx(0.5)
+    assert result["standard_error"] == pytest.approx((1 / 3) ** 0.5 / 2, abs=1e-5)  # diffs 0,1,0,1: sd sqrt(1/3)
+    with pytest.raises(ValueError):
+        paired_difference([True], [True, False])
+
+
+def write_documents(path, seed=0):
+    """Label words: 'city' (1) or 'war' (0), repeated. Short documents carry them anywhere; long ones only after a
+    filler longer than the teacher's 16 positions, so only a model that reads past position 16 can see the label
+    ('war' is two WordPieces: at most 15 tokens short, 27 to 46 long)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(160):
+        label = rng.randint(0, 1)
+        word = "city" if label else "war"
+        if i % 2:
+            text = " ".join(["the"] * rng.randint(0, 3) + [word] * rng.randint(2, 5))
+        else:
+            text = " ".join(["the"] * rng.randint(17, 20) + [word] * rng.randint(8, 12))
+        rows.append((text, label))
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+
+
+def test_probe_sees_what_truncation_hides(teacher_dir, extended_dir, tmp_path):
+    data = tmp_path / "docs.csv"
+    write_documents(data)
+    output = tmp_path / "probe.json"
+    argv = ["probe", "--data", str(data), "--models", teacher_dir, extended_dir, "--reference", extended_dir]
+    assert main(argv + ["--output", str(output)]) == 0
+    results = json.loads(output.read_text())
+    assert results["threshold"] == SHORT_POSITIONS and results["long"] == 80 and results["short"] == 80
+    teacher, extended = results["models"][teacher_dir], results["models"][extended_dir]
+    assert teacher["long_documents_truncated"] == 80 and extended["long_documents_truncated"] == 0
+    assert teacher["long_accuracy"] <= 0.7  # sees only the filler: near chance
+    assert extended["long_accuracy"] >= 0.9
+    paired = extended["against_" + teacher_dir.rstrip("/").split("/")[-1]]
+    assert paired["difference"] == pytest.approx(extended["long_accuracy"] - teacher["long_accuracy"], abs=1e-4)
+    assert extended["cosine_with_reference_long"] == pytest.approx(1.0, abs=1e-5)
+    assert main(argv + ["--output", str(output)]) == 2  # never overwrites a result
+
+
+def test_probe_needs_short_and_long_documents(teacher_dir):
+    with pytest.raises(ValueError, match="needs both"):
+        long_document_probe([teacher_dir], ["the war"] * 4, [0, 1, 0, 1])
+
+
+def test_length_split_for_fine_tuning(teacher_dir, tmp_path):
+    import pandas as pd
+
+    data = tmp_path / "docs.csv"
+    write_documents(data)
+    out = tmp_path / "split"
+    assert main(["split", "--data", str(data), "--tokenizer", teacher_dir, str(out)]) == 0
+    short, long = pd.read_csv(out / "short.csv"), pd.read_csv(out / "long.csv")
+    assert len(short) == len(long) == 80  # every document lands in exactly one part
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dir)
+    assert max(len(tokenizer(t)["input_ids"]) for t in short.text) <= SHORT_POSITIONS
+    assert min(len(tokenizer(t)["input_ids"]) for t in long.text) > SHORT_POSITIONS
+    assert set(short.columns) == {"text", "label"}
+    assert main(["split", "--data", str(data), "--tokenizer", teacher_dir, str(out)]) == 2  # never overwrites
