@@ -226,7 +226,8 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
 
 def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
     import linformer_hf
-    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, TEMPLATE
+    from linformer_hf.conversion import SOURCE_CONFIGS
+    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, SOURCE_FAMILY_NAMES, TEMPLATE
 
     assert TEMPLATE.is_file()
     assert os.path.dirname(linformer_hf.__file__) in str(TEMPLATE)  # inside the package, not the repository
@@ -239,6 +240,7 @@ def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transform
                 == {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
             )
     assert set(SHARING_MEANING) == set(linformer_hf.SHARING_MODES)  # every sharing mode is explained in the card
+    assert set(SOURCE_FAMILY_NAMES) == set(SOURCE_CONFIGS)  # every source family the conversion takes is named
     assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
 

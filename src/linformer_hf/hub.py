@@ -379,8 +379,8 @@ def render_model_card(
             )
         if found:
             base_model_license = f"{found} (from its model card)"
-        elif given:
-            base_model_license = f"{given}"
+        else:
+            base_model_license = given
 
     eval_results = [EvalResult(**entry) for entry in card_info.get("eval_results", [])]
     eval_rows = [
