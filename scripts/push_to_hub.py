@@ -68,7 +68,10 @@ def run(args):
         result = check_remote_loading(output_dir, ["Linformer attends in linear time.", "A second, longer input."])[0]
         if result["linformer_hf_imported"]:
             raise RuntimeError("The fresh process imported linformer_hf: the folder is not self-contained.")
-        print(f"loads in a fresh process without linformer_hf as {result['model_class']}")
+        print(
+            f"loads in a fresh process without linformer_hf as {result['model_class']}, "
+            f"tokenizer {result['tokenizer_class']}"
+        )
     if args.dry_run:
         print("dry run: nothing pushed")
         return

@@ -3,6 +3,7 @@ valid."""
 
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -16,6 +17,7 @@ from tiny_roberta import build_tokenizer, randomize_all, tiny_roberta_config
 from linformer_hf.conversion import convert_checkpoint
 from linformer_hf.hub import (
     check_remote_loading,
+    find_provenance,
     load_linformer,
     prepare_model_folder,
     render_model_card,
@@ -152,6 +154,10 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
     assert "lr: 0.0005" in content  # recipe
     assert "| Sentiment | SST-2 (sst2) | validation | accuracy | 0.5123 |" in content
     assert "18 -> 34 rows" in content  # the conversion report's position extension
+    # a RoBERTa source and its byte-level BPE, read from the report and the tokenizer; no sentence-transformers
+    assert "Converted from the RoBERTa checkpoint" in content and "every RoBERTa weight copied" in content
+    assert "(byte-level BPE, `RobertaTokenizer`)" in content
+    assert "## Use as a sentence encoder" not in content and "Attention transfer" not in content
     assert (
         'AutoModelForSequenceClassification.from_pretrained("someone/linformer-sst2", trust_remote_code=True)'
         in content
@@ -220,7 +226,8 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
 
 def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
     import linformer_hf
-    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, TEMPLATE
+    from linformer_hf.conversion import SOURCE_CONFIGS
+    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, SOURCE_FAMILY_NAMES, TEMPLATE
 
     assert TEMPLATE.is_file()
     assert os.path.dirname(linformer_hf.__file__) in str(TEMPLATE)  # inside the package, not the repository
@@ -233,5 +240,209 @@ def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transform
                 == {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
             )
     assert set(SHARING_MEANING) == set(linformer_hf.SHARING_MODES)  # every sharing mode is explained in the card
+    assert set(SOURCE_FAMILY_NAMES) == set(SOURCE_CONFIGS)  # every source family the conversion takes is named
     assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
+
+
+# ---- a transferred BERT-layout sentence encoder: the first pretrained Linformer's card, on a tiny random BERT ----
+
+TEACHER_CARD_INFO = {
+    "license": "apache-2.0",
+    "base_model": "someone/tiny-sentence-bert",
+    "base_model_license": "apache-2.0",
+    "evaluation_notes": "The teacher scores 0.6 on the same probe.",
+}
+
+
+def write_sentence_transformers_modules(folder, max_seq_length: int):
+    """modules.json, 1_Pooling/ and sentence_bert_config.json as all-MiniLM-L6-v2 ships them (Normalize without a
+    folder of its own)."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    pooling = {"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+
+
+@pytest.fixture(scope="module")
+def transferred(tmp_path_factory):
+    """Tiny random sentence-BERT teacher (with sentence-transformers modules) -> Linformer k = 4 -> 3 transfer steps;
+    and the same without the modules. Returns {"with_modules"/"without_modules": (teacher, transferred folder)}."""
+    from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config, wikitext_lines
+
+    from linformer_hf.training.transfer import TransferArguments, run_transfer
+
+    root = tmp_path_factory.mktemp("transferred")
+    (root / "text.txt").write_text("\n".join(wikitext_lines(200)) + "\n")
+    folders = {}
+    for name in ("with_modules", "without_modules"):
+        teacher = root / f"teacher_{name}"
+        tokenizer = build_wordpiece_tokenizer(str(teacher))
+        bert = transformers.BertModel(tiny_bert_config())
+        randomize_all(bert, seed=5)
+        bert.save_pretrained(teacher)
+        tokenizer.save_pretrained(teacher)
+        if name == "with_modules":
+            write_sentence_transformers_modules(teacher, max_seq_length=8)
+        convert_checkpoint(str(teacher), str(root / f"student_{name}"), projected_length=4, sharing="key_value")
+        arguments = TransferArguments(
+            teacher=str(teacher),
+            student=str(root / f"student_{name}"),
+            output_dir=str(root / f"transferred_{name}"),
+            text_files=[str(root / "text.txt")],
+            lengths=[8, 16],
+            batch_size=2,
+            layer_steps=3,
+            train_attention_weights=True,
+            eval_windows=2,
+            eval_documents=4,
+            checkpoint_every=100,
+            show_progress=False,
+        )
+        run_transfer(arguments)
+        folders[name] = (str(teacher), str(root / f"transferred_{name}"))
+    return folders
+
+
+def fidelity_table(content: str) -> dict[str, list[list[float]]]:
+    """The card's fidelity rows: input label -> the numbers of each cell, in order."""
+    section = content.split("### Fidelity to the teacher", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and ("windows of" in cells[0] or "documents" in cells[0]):
+            rows[cells[0]] = [[float(x) for x in re.findall(r"\d+(?:\.\d+)?(?:e-?\d+)?", cell)] for cell in cells[1:]]
+    return rows
+
+
+def test_transferred_sentence_encoder_card_and_folder(transferred, tmp_path):
+    teacher, folder = transferred["with_modules"]
+    assert os.path.exists(os.path.join(folder, "conversion_report.json"))  # transfer keeps its student's report
+    (tmp_path / "card.json").write_text(json.dumps(TEACHER_CARD_INFO))
+    output_dir = tmp_path / "folder"
+    args = [folder, "someone/tiny-linformer", "--dry_run", "--output_dir", str(output_dir)]
+    assert push_to_hub.main(args + ["--card_info", str(tmp_path / "card.json"), "--skip_remote_check"]) == 0
+    names = set(os.listdir(output_dir))
+    # provenance (the conversion report travelled through the transfer) and sentence-transformers modules
+    assert {"conversion_report.json", "transfer_report.json", "transfer_log.jsonl", "modules.json"} <= names
+    assert {"sentence_bert_config.json", "1_Pooling"} <= names
+    content = (output_dir / "README.md").read_text()
+    metadata = validate_model_card(content)
+    assert metadata["base_model"] == "someone/tiny-sentence-bert"
+    assert {"bert", "sentence-transformers"} <= set(metadata["tags"])
+
+    # the source and its family, the teacher and its license, the tokenizer, the recipe: all from the files
+    assert "Converted from the BERT checkpoint `someone/tiny-sentence-bert` (`BertModel`)" in content
+    assert "RoBERTa checkpoint" not in content and "RoBERTa byte-level BPE" not in content
+    assert "(lowercased WordPiece, `BertTokenizer`)" in content
+    assert "License of `someone/tiny-sentence-bert`: apache-2.0." in content
+    assert "**Attention transfer** from the teacher `someone/tiny-sentence-bert`" in content
+    report = json.loads((output_dir / "transfer_report.json").read_text())
+    assert f"{report['train_seconds']} s of training" in content
+    assert "stage 1, layer-local: 3 steps" in content and "W^Q, W^K, W^V" in content
+    assert "stage 2, end to end: not run" in content
+    assert "batches of 2 windows of 8, 16 tokens in turn" in content
+    assert re.search(r"text: text files `[^`/]+/text\.txt`", content)  # the file and its folder, no local layout
+    assert "The teacher scores 0.6 on the same probe." in content
+
+    # the fidelity table holds the report's figures, before -> after
+    rows = fidelity_table(content)
+    for length, after in report["after"]["windows"].items():
+        before = report["before"]["windows"][length]
+        cosine, errors = rows[f"{after['windows']} windows of {length} tokens"]
+        assert cosine == [
+            before["embedding_cosine_mean"],
+            before["embedding_cosine_min"],
+            after["embedding_cosine_mean"],
+            after["embedding_cosine_min"],
+        ]
+        assert errors == before["attention_relative_error_per_layer"] + after["attention_relative_error_per_layer"]
+    documents = report["after"]["documents"]
+    label = f"{documents['documents']} whole documents (median {documents['tokens_median']} tokens, truncated to n)"
+    assert rows[label][0] == [
+        report["before"]["documents"]["embedding_cosine_mean"],
+        report["before"]["documents"]["embedding_cosine_min"],
+        documents["embedding_cosine_mean"],
+        documents["embedding_cosine_min"],
+    ]
+
+    # the sentence-encoder section, with the pooling read from the modules
+    usage = content.split("## Use as a sentence encoder", 1)[1]
+    assert "Transformer → Pooling → Normalize" in usage
+    assert "the mean of the token vectors over real tokens (the attention mask), L2-normalised" in usage
+    n = load_linformer(folder).config.max_sequence_length
+    assert f"model.max_seq_length = {n}  # sentence_bert_config.json says 8" in usage
+
+    # a clean process: the folder's own code, and the folder's WordPiece tokenizer (not RoBERTa's registered BPE)
+    (result,) = check_remote_loading(str(output_dir), TEXTS)
+    assert result["linformer_hf_imported"] is False and result["tokenizer_class"] == "BertTokenizer"
+    assert transformers.AutoTokenizer.from_pretrained(str(output_dir)).backend_tokenizer.model.__class__.__name__ == (
+        "WordPiece"
+    )
+
+
+def test_the_card_usage_snippets_compute_what_sentence_transformers_does(transferred, tmp_path):
+    """The card's two ways to embed (sentence-transformers; mean pooling by hand) agree on the dry-run folder."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    _, folder = transferred["with_modules"]
+    output_dir = str(tmp_path / "folder")
+    prepare_model_folder(folder, output_dir, "someone/x")
+    encoder = sentence_transformers.SentenceTransformer(output_dir, trust_remote_code=True, device="cpu")
+    model = transformers.AutoModel.from_pretrained(output_dir).eval()
+    encoder.max_seq_length = model.config.max_sequence_length  # as the card says
+    tokenizer = transformers.AutoTokenizer.from_pretrained(output_dir)
+    batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=16, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    by_hand = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+    torch.testing.assert_close(torch.as_tensor(encoder.encode(TEXTS)), by_hand, rtol=0, atol=1e-5)
+
+
+def test_a_transferred_card_without_modules_or_copied_report(transferred, tmp_path):
+    """No sentence-transformers modules: no usage section. A folder without conversion_report.json (transferred
+    before transfer copied it) takes its student's. A resumed run's report lacks "before": fidelity_before.json
+    gives it."""
+    _, folder = transferred["without_modules"]
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    (edited / "conversion_report.json").unlink()
+    report = json.loads((edited / "transfer_report.json").read_text())
+    before = report.pop("before")
+    (edited / "transfer_report.json").write_text(json.dumps(report))
+    content = render_model_card(load_linformer(str(edited)), "someone/x", model_dir=str(edited))
+    assert "## Use as a sentence encoder" not in content and "sentence-transformers" not in content
+    assert "Converted from the BERT checkpoint" in content  # the student's conversion report
+    assert "conversion_report.json" in find_provenance(str(edited))
+    rows = fidelity_table(content)
+    cosine = rows["2 windows of 16 tokens"][0]
+    assert cosine[:2] == [before["windows"]["16"][key] for key in ("embedding_cosine_mean", "embedding_cosine_min")]
+    # the teacher's license: neither found nor given, and the card says so
+    assert "not found in its folder and not given" in content
+
+
+def test_transferred_card_inputs_that_contradict_the_reports_are_errors(transferred, tmp_path):
+    teacher, folder = transferred["without_modules"]
+    model = load_linformer(folder)
+    edited = tmp_path / "edited"
+    shutil.copytree(folder, edited)
+    report = json.loads((edited / "conversion_report.json").read_text())
+    (edited / "conversion_report.json").write_text(json.dumps(dict(report, source="someone/on-the-hub")))
+    with pytest.raises(ValueError, match="contradicts the reports"):
+        render_model_card(model, "someone/x", model_dir=str(edited), card_info={"base_model": "someone/else"})
+    # a local teacher folder with its own model card: its license is read, and a different one given is an error
+    (tmp_path / "README.md").write_text("---\nlicense: mit\n---\n# teacher\n")
+    shutil.copy(tmp_path / "README.md", os.path.join(teacher, "README.md"))
+    try:
+        content = render_model_card(model, "someone/x", model_dir=folder)
+        assert "mit (from its model card)" in content
+        with pytest.raises(ValueError, match="contradicts the license 'mit'"):
+            render_model_card(model, "someone/x", model_dir=folder, card_info={"base_model_license": "apache-2.0"})
+    finally:
+        os.remove(os.path.join(teacher, "README.md"))

@@ -1,22 +1,39 @@
 """Hub packaging: a model folder exactly as it would be pushed, its model card, a clean-process load check, the push.
 
 The folder holds the config with the full `auto_map`, `modeling_linformer.py` and `configuration_linformer.py`,
-safetensors weights, the tokenizer, the provenance files found beside the model (`conversion_report.json`,
-`eval_results.json`) and a `README.md` model card rendered from the template shipped with the package
-(`linformer_hf/templates/linformer_template.md`, read with importlib.resources) with the model's own config and the
-result files given; nothing in the card is typed by hand.
+safetensors weights, the tokenizer, a sentence-transformers folder's modules (`modules.json`, `1_Pooling/`, ...), the
+provenance files found beside the model (`conversion_report.json`, `transfer_report.json`, `transfer_log.jsonl`,
+`fidelity_before.json`, `eval_results.json`) and a `README.md` model card rendered from the template shipped with the
+package (`linformer_hf/templates/linformer_template.md`, read with importlib.resources). Everything in the card comes
+from the model's config, its tokenizer and those files, except the card inputs below:
+
+- the conversion report gives the source checkpoint and its family (BERT, RoBERTa), what was carried over, and how
+  E, F were initialised;
+- the transfer report (`linformer_hf.training.transfer`) gives the teacher, the stages and their steps, the window
+  lengths, the data, the training seconds and the fidelity to the teacher before and after (embedding cosine and
+  per-layer attention-output error);
+- the tokenizer gives its kind (WordPiece, byte-level BPE, ...) and class;
+- the sentence-transformers modules give how a sentence embedding is pooled (the usage section appears only then).
+
+A transferred folder that lacks `conversion_report.json` (made before transfer copied it) takes the one beside the
+student named in its transfer report, when that folder still exists.
 
 Card inputs (`card_info` JSON, every key optional; an unknown key is an error, not ignored):
 
     {"model_name": "...", "license": "apache-2.0", "language": "en", "datasets": ["wikitext"], "tags": ["..."],
+     "base_model": "owner/name", "base_model_license": "apache-2.0",
      "training_data": "one line on the data", "training_description": "free text",
+     "evaluation_notes": "free text, shown under the evaluation table",
      "eval_results": [{"task_type": "text-classification", "dataset_type": "glue", "dataset_name": "SST-2",
                        "dataset_config": "sst2", "dataset_split": "validation", "metric_type": "accuracy",
                        "metric_value": 0.91, "task_name": "Sentiment"}]}
 
-`eval_results` entries take the fields of `huggingface_hub.EvalResult` and become the card's `model-index`.
-Efficiency figures come from a CSV or a JSON list of rows (rendered as a table as given); the training recipe from
-a YAML or JSON file (rendered verbatim).
+`base_model` is the Hub name of the source checkpoint (and teacher) where it was read from a local folder (a local
+path means nothing on the Hub); where the reports already name it on the Hub, it must agree. `base_model_license` is
+that model's license, stated in the card; a local source folder's own model card (README.md), where it has one, gives
+it instead. `eval_results` entries take the fields of `huggingface_hub.EvalResult` and become the card's
+`model-index`. Efficiency figures come from a CSV or a JSON list of rows (rendered as a table as given); a training
+recipe from a YAML or JSON file (rendered verbatim).
 """
 
 from __future__ import annotations
@@ -35,6 +52,7 @@ import transformers
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .conversion import ConversionReport, copy_sentence_transformers_modules
 from .loading import load_linformer
 from .models import modeling_linformer
 from .models.configuration_linformer import LinformerConfig
@@ -69,17 +87,39 @@ SHARING_MEANING = {
     "layerwise": "one E for all layers, keys and values",
 }
 
+# How the card names each source family (the keys are conversion.SOURCE_CONFIGS').
+SOURCE_FAMILY_NAMES = {"bert": "BERT", "roberta": "RoBERTa"}
+
+# sentence-transformers pooling modes (1_Pooling/config.json: pooling_mode_<mode>), in words.
+POOLING_MODES = {
+    "cls_token": "the first token's vector",
+    "mean_tokens": "the mean of the token vectors over real tokens (the attention mask)",
+    "max_tokens": "the element-wise maximum of the token vectors over real tokens",
+    "mean_sqrt_len_tokens": "the sum of the token vectors over real tokens divided by the square root of their count",
+    "weightedmean_tokens": "a position-weighted mean of the token vectors",
+    "lasttoken": "the last real token's vector",
+}
+
 CARD_INFO_KEYS = {
     "model_name",
     "license",
     "language",
     "datasets",
     "tags",
+    "base_model",
+    "base_model_license",
     "training_data",
     "training_description",
+    "evaluation_notes",
     "eval_results",
 }
-PROVENANCE_FILES = ("conversion_report.json", "eval_results.json")
+PROVENANCE_FILES = (
+    "conversion_report.json",
+    "transfer_report.json",
+    "transfer_log.jsonl",
+    "fidelity_before.json",
+    "eval_results.json",
+)
 
 
 def _read_json(path: str):
@@ -105,6 +145,163 @@ def _read_recipe(path: str) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _is_local(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def find_provenance(model_dir: str | None) -> dict[str, tuple[str, object]]:
+    """The provenance files describing the model in `model_dir`: name -> (path, parsed content).
+
+    `conversion_report.json` is looked for beside the model, then beside the student named in `transfer_report.json`
+    (a transferred folder made before transfer copied its student's report).
+    """
+    if not model_dir:
+        return {}
+    found = {}
+    for name in PROVENANCE_FILES:
+        path = os.path.join(model_dir, name)
+        if os.path.exists(path):
+            if name.endswith(".jsonl"):
+                found[name] = (path, None)  # copied, not rendered
+            else:
+                found[name] = (path, _read_json(path))
+    if "transfer_report.json" in found and "conversion_report.json" not in found:
+        student = found["transfer_report.json"][1].get("student") or ""
+        path = os.path.join(student, "conversion_report.json")
+        if _is_local(student) and os.path.exists(path):
+            found["conversion_report.json"] = (path, _read_json(path))
+    return found
+
+
+def describe_tokenizer(tokenizer) -> str:
+    """The tokenizer's kind and class, read from the tokenizer itself: e.g. "lowercased WordPiece, `BertTokenizer`",
+    "byte-level BPE, `RobertaTokenizer`"."""
+    name = type(tokenizer).__name__
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a pure-Python tokenizer: its class is all there is to say
+        return f"`{name}`"
+    spec = json.loads(backend.to_str())
+
+    def components(node):  # every {"type": ...} dict of a normalizer / pre-tokenizer, Sequences opened
+        if isinstance(node, dict):
+            if "type" in node:
+                yield node
+            for value in node.values():
+                yield from components(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from components(value)
+
+    kind = spec["model"]["type"]  # WordPiece, BPE, Unigram, WordLevel
+    if kind == "BPE" and any(part["type"] == "ByteLevel" for part in components(spec.get("pre_tokenizer"))):
+        kind = "byte-level BPE"
+    lowercase = any(
+        part["type"] == "Lowercase" or (part["type"] == "BertNormalizer" and part.get("lowercase"))
+        for part in components(spec.get("normalizer"))
+    )
+    return f"{'lowercased ' if lowercase else ''}{kind}, `{name}`"
+
+
+def sentence_encoder_usage(model_dir: str | None) -> dict | None:
+    """How the folder's sentence-transformers modules turn token vectors into a sentence embedding; None where the
+    folder has no `modules.json`."""
+    if not model_dir or not os.path.exists(os.path.join(model_dir, "modules.json")):
+        return None
+    modules = _read_json(os.path.join(model_dir, "modules.json"))
+    kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]
+    usage = {"modules": kinds, "pooling_modes": [], "normalize": "Normalize" in kinds, "max_seq_length": None}
+    for module in modules:
+        if module["type"].endswith(".Pooling"):
+            config_path = os.path.join(model_dir, module.get("path", ""), "config.json")
+            if not os.path.exists(config_path):
+                raise FileNotFoundError(f"modules.json names a Pooling module but {config_path} is missing.")
+            pooling = _read_json(config_path)
+            prefix = "pooling_mode_"
+            modes = {key.removeprefix(prefix): on for key, on in pooling.items() if key.startswith(prefix)}
+            usage["pooling_modes"] = [mode for mode, on in modes.items() if on]
+    usage["pooling_words"] = " and ".join(POOLING_MODES.get(mode, f"`{mode}`") for mode in usage["pooling_modes"])
+    if os.path.exists(os.path.join(model_dir, "sentence_bert_config.json")):
+        usage["max_seq_length"] = _read_json(os.path.join(model_dir, "sentence_bert_config.json")).get("max_seq_length")
+    return usage
+
+
+def _source_license(path: str) -> str | None:
+    """The license in a local model folder's own model card (README.md metadata), where it has one."""
+    readme = os.path.join(path, "README.md")
+    if not (_is_local(path) and os.path.exists(readme)):
+        return None
+    return ModelCard.load(readme).data.license
+
+
+def _hub_name(path: str, local_source: str | None, base_model: str | None) -> str | None:
+    """The Hub name of a source or teacher recorded as `path`: the path itself when it is not a local folder, else
+    card_info's `base_model` when `path` is the folder the conversion read; None for any other local folder."""
+    if not _is_local(path):
+        return path
+    if base_model and local_source and os.path.abspath(path) == os.path.abspath(local_source):
+        return base_model
+    return None
+
+
+def describe_transfer(transfer: dict, before_fallback: dict | None) -> dict:
+    """The card's view of a transfer report: stages, data, and the before / after fidelity rows, values verbatim."""
+    args = transfer["arguments"]
+    trained = "the projections E, F" + (", and W^Q, W^K, W^V" if args["train_attention_weights"] else "")
+
+    def short(path):  # the file and its folder, e.g. imdb/train.csv: enough to say what it is, no local layout
+        return "/".join(os.path.normpath(path).split(os.sep)[-2:])
+
+    if args.get("text_files"):
+        data = "text files " + ", ".join(f"`{short(f)}`" for f in args["text_files"])
+    else:
+        data = f"`datasets` `{args['dataset']}`"
+        if args.get("dataset_config"):
+            data += f" (`{args['dataset_config']}`)"
+        if args.get("data_files"):
+            data += " on " + ", ".join(f"`{short(f)}`" for f in args["data_files"])
+        data += f", split `{args['dataset_split']}`, column `{args['text_column']}`"
+    before, after = transfer.get("before") or before_fallback, transfer["after"]
+
+    def cosine(result):
+        return f"{result['embedding_cosine_mean']} ({result['embedding_cosine_min']})" if result else "not measured"
+
+    def errors(result):
+        return ", ".join(str(e) for e in result["attention_relative_error_per_layer"]) if result else "not measured"
+
+    rows = []
+    for length, result in after["windows"].items():
+        earlier = (before or {}).get("windows", {}).get(length)
+        rows.append(
+            {
+                "input": f"{result['windows']} windows of {length} tokens",
+                "cosine": f"{cosine(earlier)} → {cosine(result)}",
+                "error": f"{errors(earlier)} → {errors(result)}",
+            }
+        )
+    documents = after.get("documents")
+    if documents:
+        rows.append(
+            {
+                "input": f"{documents['documents']} whole documents (median {documents['tokens_median']} tokens, "
+                "truncated to n)",
+                "cosine": f"{cosine((before or {}).get('documents'))} → {cosine(documents)}",
+                "error": "",
+            }
+        )
+    return {
+        "args": args,
+        "lengths": ", ".join(str(length) for length in transfer["lengths"]),
+        "stage1_trained": trained,
+        "data": data,
+        "held_out_percent": f"{100 * args['eval_fraction']:g}",
+        "train_seconds": transfer.get("train_seconds"),
+        "fidelity_rows": rows,
+        "documents_cosine": documents["embedding_cosine_mean"] if documents else None,
+        "documents_count": documents["documents"] if documents else None,
+        "arguments_yaml": yaml.safe_dump(args, sort_keys=False),
+    }
+
+
 def render_model_card(
     model,
     repo_id: str,
@@ -113,10 +310,13 @@ def render_model_card(
     efficiency_path: str | None = None,
     recipe_path: str | None = None,
     template_path: str | None = None,
+    tokenizer=None,
 ) -> str:
     """The model card (YAML metadata + markdown) for `model`, validated before it is returned.
 
-    `template_path` replaces the packaged template with a Jinja2 file of one's own.
+    `model_dir` is the folder the model was read from: its provenance files, tokenizer (unless `tokenizer` is given)
+    and sentence-transformers modules fill the card. `template_path` replaces the packaged template with a Jinja2
+    file of one's own.
     """
     from . import __version__
 
@@ -134,12 +334,53 @@ def render_model_card(
     config = model.config
     architecture = type(model).__name__
     model_name = card_info.get("model_name") or repo_id.split("/")[-1]
+    if tokenizer is None and model_dir and any(os.path.exists(os.path.join(model_dir, f)) for f in TOKENIZER_FILES):
+        from transformers import AutoTokenizer
 
-    conversion = mlm_eval = None
-    if model_dir and os.path.exists(os.path.join(model_dir, "conversion_report.json")):
-        conversion = _read_json(os.path.join(model_dir, "conversion_report.json"))
-    if model_dir and os.path.exists(os.path.join(model_dir, "eval_results.json")):
-        mlm_eval = _read_json(os.path.join(model_dir, "eval_results.json"))
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    provenance = find_provenance(model_dir)
+    conversion = provenance.get("conversion_report.json", (None, None))[1]
+    transfer = provenance.get("transfer_report.json", (None, None))[1]
+    mlm_eval = provenance.get("eval_results.json", (None, None))[1]
+
+    # Where the weights came from: the conversion's source (and the transfer's teacher), by its Hub name if known.
+    local_source = None
+    source_family = source_model_type = source_display = None
+    if conversion:
+        source_model_type = getattr(transformers, conversion["source_architecture"]).config_class.model_type
+        source_family = SOURCE_FAMILY_NAMES.get(source_model_type, source_model_type)
+        local_source = conversion["source"] if _is_local(conversion["source"]) else None
+    elif transfer:
+        local_source = transfer["teacher"] if _is_local(transfer["teacher"]) else None
+    recorded_source = conversion["source"] if conversion else transfer["teacher"] if transfer else None
+    base_model = card_info.get("base_model")
+    if recorded_source and not _is_local(recorded_source) and base_model and base_model != recorded_source:
+        raise ValueError(
+            f"card_info base_model {base_model!r} contradicts the reports, which name {recorded_source!r} on the Hub."
+        )
+    if base_model and not recorded_source:
+        raise ValueError("card_info base_model is given but the folder has no conversion or transfer report.")
+    if conversion:
+        source_display = _hub_name(conversion["source"], local_source, base_model) or conversion["source"]
+    teacher_display = None
+    if transfer:
+        teacher_display = _hub_name(transfer["teacher"], local_source, base_model) or transfer["teacher"]
+    hub_base_model = _hub_name(recorded_source, local_source, base_model) if recorded_source else None
+
+    base_model_license = None
+    if recorded_source:
+        found = _source_license(recorded_source) if local_source else None
+        given = card_info.get("base_model_license")
+        if found and given and found != given:
+            raise ValueError(
+                f"card_info base_model_license {given!r} contradicts the license {found!r} in "
+                f"{os.path.join(recorded_source, 'README.md')}."
+            )
+        if found:
+            base_model_license = f"{found} (from its model card)"
+        else:
+            base_model_license = given
 
     eval_results = [EvalResult(**entry) for entry in card_info.get("eval_results", [])]
     eval_rows = [
@@ -152,9 +393,13 @@ def render_model_card(
         }
         for r in eval_results
     ]
-    base_model = None
-    if conversion and not os.path.exists(conversion["source"]):
-        base_model = conversion["source"]  # a Hub name; a local path means nothing on the Hub
+    sentence_encoder = sentence_encoder_usage(model_dir)
+    tags = ["linformer", "roberta", "efficient-attention", "custom_code"]
+    if source_model_type and source_model_type not in tags:
+        tags.append(source_model_type)
+    if sentence_encoder:
+        tags.append("sentence-transformers")
+    tags += [tag for tag in card_info.get("tags", []) if tag not in tags]
 
     card_data = ModelCardData(
         model_name=model_name,
@@ -162,10 +407,10 @@ def render_model_card(
         language=card_info.get("language"),
         library_name="transformers",
         pipeline_tag=PIPELINE_TAGS[architecture],
-        tags=["linformer", "roberta", "efficient-attention", "custom_code"] + list(card_info.get("tags", [])),
+        tags=tags,
         datasets=card_info.get("datasets"),
         metrics=sorted({r.metric_type for r in eval_results}) or None,
-        base_model=base_model,
+        base_model=hub_base_model,
         eval_results=eval_results or None,
     )
 
@@ -173,7 +418,7 @@ def render_model_card(
     # from the state dict: frozen projections are buffers, not parameters, but are part of the model all the same
     num_projection_parameters = sum(t.numel() for name, t in model.state_dict().items() if "projection" in name)
     efficiency_rows = _read_rows(efficiency_path) if efficiency_path else []
-    from .conversion import ConversionReport  # for its `problems` wording
+    before_fallback = provenance.get("fidelity_before.json", (None, None))[1]
 
     card = ModelCard.from_template(
         card_data,
@@ -194,19 +439,28 @@ def render_model_card(
         heads=config.num_attention_heads,
         intermediate=config.intermediate_size,
         vocab_size=config.vocab_size,
+        tokenizer_text=describe_tokenizer(tokenizer) if tokenizer is not None else "tokenizer not supplied",
         num_parameters=f"{model.num_parameters():,}",
         num_projection_parameters=f"{num_projection_parameters:,}",
         conversion=conversion,
+        source_family=source_family,
+        source_display=source_display,
         conversion_inits="; ".join(sorted(set(conversion["initialised"].values()))) or "none (parameter-free pooling)"
         if conversion
         else None,
         conversion_problems=ConversionReport(**conversion).problems() if conversion else [],
         conversion_extended=bool(conversion and conversion["extended"]),
+        transfer=describe_transfer(transfer, before_fallback) if transfer else None,
+        teacher_display=teacher_display,
+        base_model_license=base_model_license,
+        sentence_encoder=sentence_encoder,
+        provenance_files=sorted(provenance),
         training_data=card_info.get("training_data"),
         training_description=card_info.get("training_description"),
         recipe_yaml=_read_recipe(recipe_path) if recipe_path else None,
         recipe_source=os.path.basename(recipe_path) if recipe_path else None,
         eval_rows=eval_rows,
+        evaluation_notes=card_info.get("evaluation_notes"),
         mlm_eval=mlm_eval,
         efficiency_rows=efficiency_rows,
         efficiency_columns=list(efficiency_rows[0]) if efficiency_rows else [],
@@ -265,15 +519,17 @@ def prepare_model_folder(
         )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     card_info = _read_json(card_info_path) if card_info_path else None
-    card = render_model_card(model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path)
+    card = render_model_card(
+        model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path, tokenizer=tokenizer
+    )
 
     if os.path.isdir(output_dir):
         shutil.rmtree(output_dir)
     model.save_pretrained(output_dir)  # safetensors + config with the full auto_map + the modeling files
     tokenizer.save_pretrained(output_dir)
-    for name in PROVENANCE_FILES:
-        if os.path.exists(os.path.join(model_dir, name)):
-            shutil.copy(os.path.join(model_dir, name), os.path.join(output_dir, name))
+    copy_sentence_transformers_modules(model_dir, output_dir)  # what the card's sentence-encoder section uses
+    for name, (path, _) in find_provenance(model_dir).items():
+        shutil.copy(path, os.path.join(output_dir, name))
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 
@@ -309,7 +565,8 @@ for folder, auto_name in jobs:
         outputs = model(**inputs)
     output = outputs.logits if getattr(outputs, "logits", None) is not None else outputs[0]
     results.append({"folder": folder, "auto_class": auto_name, "output": output, "inputs": inputs,
-                    "model_class": type(model).__module__ + "." + type(model).__name__})
+                    "model_class": type(model).__module__ + "." + type(model).__name__,
+                    "tokenizer_class": type(tokenizer).__name__})
 imported = any(name == "linformer_hf" or name.startswith("linformer_hf.") for name in sys.modules)
 for result in results:
     result["linformer_hf_imported"] = imported
@@ -325,7 +582,7 @@ def check_remote_loading(
     `folders` is one path or a list; `auto_classes` the Auto class to use for each (default: the one matching the
     saved architecture). The child has no PYTHONPATH, runs outside the repository, is offline and uses an empty
     modules cache, so the only Linformer code it can use is the folders' own. Returns, per job, the output, the
-    inputs, the class built and whether `linformer_hf` ended up imported (it must not).
+    inputs, the model and tokenizer classes built and whether `linformer_hf` ended up imported (it must not).
     """
     folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
     folders = [os.path.abspath(folder) for folder in folders]
@@ -380,9 +637,12 @@ __all__ = [
     "PIPELINE_TAGS",
     "TEMPLATE",
     "check_remote_loading",
+    "describe_tokenizer",
+    "find_provenance",
     "load_linformer",
     "prepare_model_folder",
     "push_folder",
     "render_model_card",
+    "sentence_encoder_usage",
     "validate_model_card",
 ]

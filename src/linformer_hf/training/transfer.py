@@ -768,6 +768,10 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     student.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
     copy_sentence_transformers_modules(args.student, args.output_dir)
+    # The student's own provenance travels with the result: the transferred folder then describes the whole chain
+    # (conversion, then transfer), which linformer_hf.hub renders into the model card.
+    if os.path.exists(os.path.join(args.student, "conversion_report.json")):
+        shutil.copy(os.path.join(args.student, "conversion_report.json"), args.output_dir)
     with open(os.path.join(args.output_dir, "transfer_report.json"), "w") as handle:
         json.dump(report, handle, indent=2)
     for length, result in report["after"]["windows"].items():
