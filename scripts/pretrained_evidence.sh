@@ -6,7 +6,9 @@
 #   TEACHER=/tmp/minilm/all-MiniLM-L6-v2 bash scripts/pretrained_evidence.sh all
 #   TEACHER=sentence-transformers/all-MiniLM-L6-v2 ...     # online; roberta-base / bert-base-uncased likewise
 #
-# Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`.
+# Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`
+# (both), and `long`: a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on
+# the IMDB reviews longer than that (docs/pretrained.md, "Long inputs").
 # Every step writes into its own folder under $WORK and is skipped when that folder already holds its result, so a
 # stopped run continues where it stopped; a new $WORK starts over. Per-step wall times go to $WORK/times.tsv.
 # Meant for a GPU (about 15 minutes on an H100); on 2 CPU cores it takes hours: lower the knobs below to try it.
@@ -31,6 +33,12 @@ LR=${LR:-5e-5}
 PRECISION=${PRECISION:-no}
 RECOVERY_STEPS=${RECOVERY_STEPS:-200}
 EVAL_DOCS=${EVAL_DOCS:-256}
+LONG_N=${LONG_N:-2048}
+LONG_K=${LONG_K:-512}
+LONG_LENGTHS=${LONG_LENGTHS:-128 512 $LONG_N}
+LONG_STEPS=${LONG_STEPS:-300}
+LONG_BATCH=${LONG_BATCH:-4}
+EPOCHS_LONG=${EPOCHS_LONG:-2}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
 phase=${1:-all}
@@ -124,6 +132,35 @@ if [ "$phase" = finetune ] || [ "$phase" = all ]; then
   for model in "$WORK/classifier-k128" "$WORK/classifier-performer"; do
     finetune sst2 "$model" "$WORK/finetune/recovery-$(basename "$model")" "$first_seed" \
       --training.max_steps "$RECOVERY_STEPS" --training.eval_steps 25 --training.eval_on_start true
+  done
+fi
+if [ "$phase" = long ]; then
+  teacher_long="$WORK/teacher-n$LONG_N"
+  long="$WORK/long-n$LONG_N-k$LONG_K"
+  # The teacher with its positions copied out to LONG_N: full attention at that length, the transfer's teacher.
+  timed "extend teacher n=$LONG_N" "$teacher_long/config.json" \
+    "$PY" -m linformer_hf.research.long_input extend "$TEACHER" "$teacher_long" --n "$LONG_N"
+  timed "convert n=$LONG_N k=$LONG_K" "$long/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" "$long" \
+    --max_sequence_length "$LONG_N" --projected_length "$LONG_K" --sharing key_value
+  timed "transfer n=$LONG_N k=$LONG_K" "$long-transferred/transfer_report.json" \
+    "$PY" -m linformer_hf.training.transfer --teacher "$teacher_long" --student "$long" \
+    --output_dir "$long-transferred" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LONG_LENGTHS \
+    --batch_size "$LONG_BATCH" --layer_steps "$LONG_STEPS" --train_attention_weights --eval_documents 64 \
+    --eval_windows 4 --checkpoint_every 50 --log_every 10 --show_progress false
+  # Reviews the teacher reads whole (fit / train on them) and longer ones (scored on them).
+  timed "split imdb by length" "$WORK/imdb-by-length/long.csv" \
+    "$PY" -m linformer_hf.research.long_input split --data "$DATA/imdb/train.csv" --tokenizer "$TEACHER" \
+    "$WORK/imdb-by-length"
+  timed "probe long reviews" "$WORK/probe-long.json" "$PY" -m linformer_hf.research.long_input probe \
+    --data "$DATA/imdb/train.csv" --models "$TEACHER" "$teacher_long" "$long" "$long-transferred" \
+    --reference "$teacher_long" --output "$WORK/probe-long.json"
+  for model in "$TEACHER" "$long-transferred"; do
+    timed "finetune long reviews $(basename "$model")" "$WORK/finetune/long-$(basename "$model")/results.json" \
+      "$PY" -m linformer_hf.training.finetune --no_progress --config configs/finetune/imdb.yaml \
+      --model.pretrained "$model" --data.train_file "$WORK/imdb-by-length/short.csv" \
+      --data.validation_file "$WORK/imdb-by-length/long.csv" --training.output_dir "$WORK/finetune/long-$(basename "$model")" \
+      --training.seed 42 --training.num_train_epochs "$EPOCHS_LONG" --training.learning_rate "$LR" \
+      --training.mixed_precision "$PRECISION"
   done
 fi
 echo "== times"; cat "$WORK/times.tsv"
