@@ -224,3 +224,14 @@ def test_a_performer_student_trains_its_attention_weights_only_when_asked(pair, 
         key.endswith(("query.weight", "query.bias", "key.weight", "key.bias", "value.weight", "value.bias"))
         for key in changed
     ), changed
+
+
+def test_projection_learning_rate_defaults_by_n_and_is_recorded(pair, tmp_path):
+    """Unset, E's learning rate follows the student's n (1e-3 at n = 512); the report records the value used."""
+    from linformer_hf.training.transfer import default_projection_learning_rate
+
+    assert default_projection_learning_rate(512) == pytest.approx(1e-3)
+    assert default_projection_learning_rate(2048) == pytest.approx(2.5e-4)
+    report = run_transfer(arguments(pair, tmp_path, layer_steps=1, projection_learning_rate=None))
+    n = 16  # the tiny students' n
+    assert report["arguments"]["projection_learning_rate"] == pytest.approx(default_projection_learning_rate(n))
