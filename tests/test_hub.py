@@ -154,6 +154,7 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
     assert "lr: 0.0005" in content  # recipe
     assert "| Sentiment | SST-2 (sst2) | validation | accuracy | 0.5123 |" in content
     assert "18 -> 34 rows" in content  # the conversion report's position extension
+    assert "positions past RoBERTa's are copies of the learned ones" in content  # n = 32 > RoBERTa's 16
     # a RoBERTa source and its byte-level BPE, read from the report and the tokenizer; no sentence-transformers
     assert "Converted from the RoBERTa checkpoint" in content and "every RoBERTa weight copied" in content
     assert "(byte-level BPE, `RobertaTokenizer`)" in content
@@ -575,6 +576,7 @@ def test_performer_cards_say_favor_m_kernel_and_only_the_limits_that_apply(perfo
         assert "Encoder only" not in limits and "Right padding" not in limits and "Fixed maximum length" not in limits
         assert f"**Maximum length {n} tokens, set by the position table.**" in limits
         assert "Warm-started, not pretrained as a Performer" in limits
+        assert "positions past" not in limits  # n is the source's own 16: nothing was copied
         cards[architecture] = (model, content, limits)
 
     _, bidirectional, limits = cards["RobertaForMaskedLM"]

@@ -1,14 +1,18 @@
 """Hub packaging: a model folder exactly as it would be pushed, its model card, a clean-process load check, the push.
 
-The folder holds the config with the full `auto_map`, `modeling_linformer.py` and `configuration_linformer.py`,
-safetensors weights, the tokenizer, a sentence-transformers folder's modules (`modules.json`, `1_Pooling/`, ...), the
-provenance files found beside the model (`conversion_report.json`, `transfer_report.json`, `transfer_log.jsonl`,
-`fidelity_before.json`, `eval_results.json`) and a `README.md` model card rendered from the template shipped with the
-package (`linformer_hf/templates/linformer_template.md`, read with importlib.resources). Everything in the card comes
-from the model's config, its tokenizer and those files, except the card inputs below:
+Every model family of the package is packaged the same way (Linformer, Performer: `loading.HEADS_BY_MODEL_TYPE`).
+The folder holds the config with the full `auto_map`, the family's code (`configuration_<family>.py`,
+`modeling_<family>.py` and the skeleton they import, `remote_code_files`), safetensors weights, the tokenizer, a
+sentence-transformers folder's modules (`modules.json`, `1_Pooling/`, ...), the provenance files found beside the
+model (`conversion_report.json`, `transfer_report.json`, `transfer_log.jsonl`, `fidelity_before.json`,
+`eval_results.json`) and a `README.md` model card rendered from the template shipped with the package
+(`linformer_hf/templates/linformer_template.md`, read with importlib.resources). Everything in the card comes from the
+model's config, its tokenizer and those files, except the card inputs below:
 
+- the config gives the family's settings: the Architecture table's rows and the wording that differs per family come
+  from `CARD_FAMILIES` (by model_type) and the template's family sections (paper, cost, limitations, citation);
 - the conversion report gives the source checkpoint and its family (BERT, RoBERTa), what was carried over, and how
-  E, F were initialised;
+  the family's own tensors were initialised (Linformer's E, F; Performer's random features);
 - the transfer report (`linformer_hf.training.transfer`) gives the teacher, the stages and their steps, the window
   lengths, the data, the training seconds and the fidelity to the teacher before and after (embedding cosine and
   per-layer attention-output error);
@@ -578,7 +582,12 @@ def render_model_card(
         else None,
         initialised_label=family.initialised_label,
         conversion_problems=ConversionReport(**conversion).problems() if conversion else [],
-        conversion_extended=bool(conversion and conversion["extended"]),
+        # grown past the source's learned positions (not merely re-laid out, as a BERT table is)
+        positions_extended=bool(
+            conversion
+            and conversion.get("source_positions")
+            and conversion["max_sequence_length"] > conversion["source_positions"]
+        ),
         transfer=describe_transfer(transfer, before_fallback, family.transfer_trainable(config)) if transfer else None,
         teacher_display=teacher_display,
         base_model_license=base_model_license,
