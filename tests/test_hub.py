@@ -642,3 +642,32 @@ def test_transferred_performer_sentence_encoder_card_and_folder(transferred, tmp
     (result,) = check_remote_loading(str(output_dir), TEXTS)  # the Auto class from the saved architecture
     assert result["linformer_hf_imported"] is False and result["tokenizer_class"] == "BertTokenizer"
     assert result["model_class"].endswith(".PerformerModel")
+
+
+def test_a_performer_pretrained_from_scratch_gets_its_card_from_the_config_and_eval_results(tmp_path):
+    """No conversion, no transfer: the card has no warm-start or distillation claims, reads the redraw count saved
+    mid-training from the weights, and shows the pretraining's eval_results.json."""
+    from linformer_hf import PerformerConfig, PerformerForMaskedLM
+
+    config = PerformerConfig(
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=34,
+        num_random_features=16,
+        feature_redraw_interval=500,
+    )
+    model = PerformerForMaskedLM(config)
+    model.roberta.encoder.training_calls.fill_(2500)  # saved mid-training: the schedule resumes from here
+    model.save_pretrained(tmp_path / "run")
+    build_tokenizer(str(tmp_path / "tok")).save_pretrained(tmp_path / "run")
+    (tmp_path / "run" / "eval_results.json").write_text(json.dumps({"eval_loss": 5.0, "perplexity": 148.41}))
+    prepare_model_folder(str(tmp_path / "run"), str(tmp_path / "folder"), "someone/performer-small")
+    content = (tmp_path / "folder" / "README.md").read_text()
+    assert "| feature redraw | every 500 training forward calls, never in eval; 2500 calls counted" in content
+    assert "| random features m per head | 16 |" in content and "| maximum input length | 32 tokens" in content
+    assert "Masked-LM validation (from `eval_results.json`): eval_loss = 5.0, perplexity = 148.41." in content
+    assert "Warm-started" not in content and "Distilled" not in content and "Converted from" not in content
+    assert "eval_results.json" in os.listdir(tmp_path / "folder")

@@ -55,7 +55,7 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
     if model_type not in model_types:
         names = " or a ".join(family_name(accepted) for accepted in model_types)
         types = " or ".join(repr(accepted) for accepted in model_types)
-        families = f" (--family {' or '.join(model_types)})" if len(model_types) > 1 else ""
+        families = f" [--family {'|'.join(model_types)}]" if len(model_types) > 1 else ""
         raise ValueError(
             f"{model_dir} holds a {model_type!r} model, not a {names} (model_type {types}): convert a RoBERTa or "
             f"BERT checkpoint first with scripts/convert_to_linformer.py{families} (earlier name: "
