@@ -58,7 +58,7 @@ import torch
 import transformers
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import PretrainedConfig, PreTrainedModel
+from transformers import PreTrainedModel
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from .conversion import ConversionReport, copy_sentence_transformers_modules
@@ -172,7 +172,6 @@ class CardFamily:
     the same for every family. The family's prose (its paper, cost, limitations) is the template's `family` section.
     """
 
-    tag: str  # the Hub tag naming the family
     # The family's rows of the Architecture table (the shared rows follow: sizes, vocabulary, parameters).
     architecture_rows: Callable[[PreTrainedModel], list[tuple[str, str]]]
     # What the family adds to RoBERTa's tensors, for the parameters row.
@@ -180,32 +179,31 @@ class CardFamily:
     # How the card introduces the tensors the conversion initialised (`conversion_report.json`'s "initialised").
     initialised_label: str
     # Stage 1 of attention transfer trains the family's own weights: (what, in words; their short name), or None
-    # where it has none that train (Performer's features are a fixed buffer; frozen or parameter-free projections).
-    transfer_trainable: Callable[[PretrainedConfig], tuple[str, str] | None]
+    # where the model has none (Performer's features are a fixed buffer; frozen or parameter-free projections).
+    transfer_trainable: Callable[[PreTrainedModel], tuple[str, str] | None]
 
 
 # The one table of what the card says per family, by model_type (the keys of loading.HEADS_BY_MODEL_TYPE).
 CARD_FAMILIES: dict[str, CardFamily] = {
     "linformer": CardFamily(
-        tag="linformer",
         architecture_rows=_linformer_rows,
         own_tensors=lambda model: f"{_state_numel(model, 'projection'):,} in the projections E/F",
         initialised_label="Projections initialised as",
-        transfer_trainable=lambda config: (
-            None
-            if config.freeze_projections or config.projection in ("mean", "max")
-            else ("the projections E, F", "E, F")
+        # frozen projections are buffers, and mean / max pooling has none: then only W^Q, W^K, W^V can train
+        transfer_trainable=lambda model: (
+            ("the projections E, F", "E, F")
+            if any("projection" in name for name, _ in model.named_parameters())
+            else None
         ),
     ),
     "performer": CardFamily(
-        tag="performer",
         architecture_rows=_performer_rows,
         own_tensors=lambda model: (
             f"plus {_state_numel(model, 'random_features'):,} random-feature values in buffers, "
             "saved with the weights, not trained"
         ),
         initialised_label="Drawn by the conversion",
-        transfer_trainable=lambda config: None,
+        transfer_trainable=lambda model: None,
     ),
 }
 
@@ -527,7 +525,7 @@ def render_model_card(
         for r in eval_results
     ]
     sentence_encoder = sentence_encoder_usage(model_dir)
-    tags = [family.tag, "roberta", "efficient-attention", "custom_code"]
+    tags = [config.model_type, "roberta", "efficient-attention", "custom_code"]  # the family's tag is its model_type
     if source_model_type and source_model_type not in tags:
         tags.append(source_model_type)
     if sentence_encoder:
@@ -588,7 +586,7 @@ def render_model_card(
             and conversion.get("source_positions")
             and conversion["max_sequence_length"] > conversion["source_positions"]
         ),
-        transfer=describe_transfer(transfer, before_fallback, family.transfer_trainable(config)) if transfer else None,
+        transfer=describe_transfer(transfer, before_fallback, family.transfer_trainable(model)) if transfer else None,
         teacher_display=teacher_display,
         base_model_license=base_model_license,
         sentence_encoder=sentence_encoder,
