@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Prepare a Linformer model folder exactly as it would be pushed to the Hub, check it loads, and push it.
+"""Prepare a Linformer or Performer model folder exactly as it would be pushed to the Hub, check it loads, and push it.
 
-The folder gets safetensors weights, the config with the full auto_map, the modeling files, the tokenizer and a
-README.md model card rendered from the package's template with the model's config and the result files given (see
-linformer_hf.hub for the --card_info format). Before pushing, the folder is loaded in a fresh process with
+The folder gets safetensors weights, the config with the full auto_map, the family's modeling files, the tokenizer
+and a README.md model card rendered from the package's template with the model's config and the result files given
+(see linformer_hf.hub for the --card_info format). Before pushing, the folder is loaded in a fresh process with
 trust_remote_code=True and without the package (skip with --skip_remote_check).
 
 Examples:
@@ -23,7 +23,9 @@ from linformer_hf.training.errors import USER_ERRORS, report
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", help="a saved Linformer (save_pretrained output, e.g. from the conversion)")
+    parser.add_argument(
+        "model_dir", help="a saved Linformer or Performer (save_pretrained output, e.g. from the conversion)"
+    )
     parser.add_argument("repo_id", help="Hub repository, e.g. user/linformer-base-n1024-k256")
     parser.add_argument("--output_dir", help="where to write the folder (default: a temporary directory)")
     parser.add_argument("--dry_run", action="store_true", help="write and check the folder, do not push")
@@ -43,7 +45,8 @@ def main(argv=None):
     try:
         run(args)
     except (*USER_ERRORS, OSError, ValueError, RuntimeError) as err:
-        # OSError: missing folders or files; ValueError: not a Linformer (hub.load_linformer says so before any work),
+        # OSError: missing folders or files; ValueError: not a Linformer or Performer (hub.load_model says so before
+        # any work),
         # bad card inputs; USER_ERRORS: an invalid config.json (the strict dataclass); RuntimeError: the clean-process
         # load check or the credentials.
         return report(err)
@@ -51,7 +54,7 @@ def main(argv=None):
 
 
 def run(args):
-    output_dir = args.output_dir or tempfile.mkdtemp(prefix="linformer-hub-")
+    output_dir = args.output_dir or tempfile.mkdtemp(prefix="hub-folder-")
     prepare_model_folder(
         args.model_dir,
         output_dir,
@@ -65,7 +68,7 @@ def run(args):
     )
     print(f"wrote {output_dir}: {', '.join(sorted(os.listdir(output_dir)))}")
     if not args.skip_remote_check:
-        result = check_remote_loading(output_dir, ["Linformer attends in linear time.", "A second, longer input."])[0]
+        result = check_remote_loading(output_dir, ["It attends in linear time.", "A second, longer input."])[0]
         if result["linformer_hf_imported"]:
             raise RuntimeError("The fresh process imported linformer_hf: the folder is not self-contained.")
         print(

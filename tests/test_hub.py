@@ -154,6 +154,7 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
     assert "lr: 0.0005" in content  # recipe
     assert "| Sentiment | SST-2 (sst2) | validation | accuracy | 0.5123 |" in content
     assert "18 -> 34 rows" in content  # the conversion report's position extension
+    assert "positions past RoBERTa's are copies of the learned ones" in content  # n = 32 > RoBERTa's 16
     # a RoBERTa source and its byte-level BPE, read from the report and the tokenizer; no sentence-transformers
     assert "Converted from the RoBERTa checkpoint" in content and "every RoBERTa weight copied" in content
     assert "(byte-level BPE, `RobertaTokenizer`)" in content
@@ -226,23 +227,40 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
 
 def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
     import linformer_hf
-    from linformer_hf.conversion import SOURCE_CONFIGS
-    from linformer_hf.hub import PIPELINE_TAGS, SHARING_MEANING, SOURCE_FAMILY_NAMES, TEMPLATE
+    from linformer_hf.conversion import SOURCE_CONFIGS, TARGET_FAMILIES
+    from linformer_hf.hub import (
+        CARD_FAMILIES,
+        KERNEL_MEANING,
+        PIPELINE_TAGS,
+        ROW_NORM_MEANING,
+        SHARING_MEANING,
+        SOURCE_FAMILY_NAMES,
+        TEMPLATE,
+        remote_code_files,
+    )
+    from linformer_hf.loading import HEADS_BY_MODEL_TYPE
 
     assert TEMPLATE.is_file()
     assert os.path.dirname(linformer_hf.__file__) in str(TEMPLATE)  # inside the package, not the repository
     assert "{{ card_data }}" in TEMPLATE.read_text(encoding="utf-8")
-    assert set(PIPELINE_TAGS) == {cls.__name__ for cls in linformer_hf.LINFORMER_HEADS.values()}
+    # every family the package registers (and the conversion targets) has a card, its heads their pipeline tags
+    assert set(CARD_FAMILIES) == set(HEADS_BY_MODEL_TYPE) == set(TARGET_FAMILIES) == {"linformer", "performer"}
+    assert HEADS_BY_MODEL_TYPE["performer"] is linformer_hf.PERFORMER_HEADS
+    auto_of = {cls.__name__: auto for heads in HEADS_BY_MODEL_TYPE.values() for auto, cls in heads.items()}
+    assert set(PIPELINE_TAGS) == set(auto_of)
     for architecture, tag in PIPELINE_TAGS.items():
         if tag is not None:  # the pipeline of that task builds this head
-            assert (
-                transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__
-                == {v.__name__: k for k, v in linformer_hf.LINFORMER_HEADS.items()}[architecture]
-            )
+            assert transformers.pipelines.SUPPORTED_TASKS[tag]["pt"][0].__name__ == auto_of[architecture]
     assert set(SHARING_MEANING) == set(linformer_hf.SHARING_MODES)  # every sharing mode is explained in the card
+    assert set(KERNEL_MEANING) == set(linformer_hf.KERNELS) and set(ROW_NORM_MEANING) == set(linformer_hf.ROW_NORMS)
     assert set(SOURCE_FAMILY_NAMES) == set(SOURCE_CONFIGS)  # every source family the conversion takes is named
-    assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
+    assert PIPELINE_TAGS["LinformerForMaskedLM"] == PIPELINE_TAGS["PerformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
+    assert PIPELINE_TAGS["PerformerForCausalLM"] == "text-generation"
+    # the code a folder needs: the family's config and modeling files and the skeleton they share, nothing else
+    skeleton = "modeling_roberta_with_attention.py"
+    assert remote_code_files("linformer") == ["configuration_linformer.py", "modeling_linformer.py", skeleton]
+    assert remote_code_files("performer") == ["configuration_performer.py", "modeling_performer.py", skeleton]
 
 
 # ---- a transferred BERT-layout sentence encoder: the first pretrained Linformer's card, on a tiny random BERT ----
@@ -273,7 +291,8 @@ def write_sentence_transformers_modules(folder, max_seq_length: int):
 @pytest.fixture(scope="module")
 def transferred(tmp_path_factory):
     """Tiny random sentence-BERT teacher (with sentence-transformers modules) -> Linformer k = 4 -> 3 transfer steps;
-    and the same without the modules. Returns {"with_modules"/"without_modules": (teacher, transferred folder)}."""
+    the same without the modules; and the first with a Performer (m = 8) student. Returns
+    {"with_modules"/"without_modules"/"performer_with_modules": (teacher, transferred folder)}."""
     from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config, wikitext_lines
 
     from linformer_hf.training.transfer import TransferArguments, run_transfer
@@ -281,16 +300,21 @@ def transferred(tmp_path_factory):
     root = tmp_path_factory.mktemp("transferred")
     (root / "text.txt").write_text("\n".join(wikitext_lines(200)) + "\n")
     folders = {}
-    for name in ("with_modules", "without_modules"):
+    families = {
+        "with_modules": ("linformer", dict(projected_length=4, sharing="key_value")),
+        "without_modules": ("linformer", dict(projected_length=4, sharing="key_value")),
+        "performer_with_modules": ("performer", dict(num_random_features=8)),
+    }
+    for name, (target, settings) in families.items():
         teacher = root / f"teacher_{name}"
         tokenizer = build_wordpiece_tokenizer(str(teacher))
         bert = transformers.BertModel(tiny_bert_config())
         randomize_all(bert, seed=5)
         bert.save_pretrained(teacher)
         tokenizer.save_pretrained(teacher)
-        if name == "with_modules":
+        if name != "without_modules":
             write_sentence_transformers_modules(teacher, max_seq_length=8)
-        convert_checkpoint(str(teacher), str(root / f"student_{name}"), projected_length=4, sharing="key_value")
+        convert_checkpoint(str(teacher), str(root / f"student_{name}"), target=target, **settings)
         arguments = TransferArguments(
             teacher=str(teacher),
             student=str(root / f"student_{name}"),
@@ -446,3 +470,204 @@ def test_transferred_card_inputs_that_contradict_the_reports_are_errors(transfer
             render_model_card(model, "someone/x", model_dir=folder, card_info={"base_model_license": "apache-2.0"})
     finally:
         os.remove(os.path.join(teacher, "README.md"))
+
+
+# ---- the Performer family: same folder, same check, its own card ----
+
+
+@pytest.fixture(scope="module")
+def performers(tmp_path_factory):
+    """Tiny RoBERTa heads converted to Performer (m = 8): a bidirectional MLM (softmax kernel, orthogonal features,
+    redrawn every 1000 training calls) and a causal LM (relu kernel, i.i.d. features, frozen)."""
+    root = tmp_path_factory.mktemp("performers")
+    tokenizer = build_tokenizer(str(root / "tokenizer"))
+    settings = {
+        "RobertaForMaskedLM": dict(num_random_features=8),
+        "RobertaForCausalLM": dict(
+            num_random_features=8, kernel="relu", orthogonal_features=False, freeze_features=True
+        ),
+    }
+    folders = {}
+    for architecture, options in settings.items():
+        roberta = getattr(transformers, architecture)(tiny_roberta_config(is_decoder=architecture.endswith("CausalLM")))
+        randomize_all(roberta)
+        roberta.save_pretrained(root / architecture)
+        tokenizer.save_pretrained(root / architecture)
+        convert_checkpoint(
+            str(root / architecture), str(root / f"performer-{architecture}"), target="performer", **options
+        )
+        folders[architecture] = str(root / f"performer-{architecture}")
+    return folders
+
+
+def test_performer_dry_run_folders_load_in_a_clean_process_with_the_original_outputs(performers, tmp_path):
+    from linformer_hf.models import modeling_performer
+
+    prepared = {}
+    for architecture, folder in performers.items():
+        output_dir = str(tmp_path / architecture)
+        args = [folder, "someone/tiny-performer", "--dry_run", "--output_dir", output_dir, "--skip_remote_check"]
+        assert push_to_hub.main(args) == 0
+        names = set(os.listdir(output_dir))
+        assert {"modeling_performer.py", "configuration_performer.py", "modeling_roberta_with_attention.py"} <= names
+        assert {"README.md", "model.safetensors", "tokenizer.json", "conversion_report.json"} <= names
+        assert "modeling_linformer.py" not in names
+        config = json.loads(open(os.path.join(output_dir, "config.json")).read())
+        assert config["auto_map"] == modeling_performer.auto_map() and len(config["auto_map"]) == 8
+        prepared[architecture] = output_dir
+
+    jobs = [
+        (prepared["RobertaForMaskedLM"], "AutoModelForMaskedLM", performers["RobertaForMaskedLM"]),
+        (prepared["RobertaForMaskedLM"], "AutoModel", performers["RobertaForMaskedLM"]),
+        (prepared["RobertaForCausalLM"], "AutoModelForCausalLM", performers["RobertaForCausalLM"]),
+    ]
+    texts = ["The tower.", TEXTS[1]]  # a short and a long text: n = 16 would truncate both of TEXTS to one length
+    results = check_remote_loading([job[0] for job in jobs], texts, [job[1] for job in jobs])
+    for (_, auto_name, original), result in zip(jobs, results, strict=True):
+        assert result["linformer_hf_imported"] is False
+        assert result["model_class"].startswith("transformers_modules.") and "Performer" in result["model_class"]
+        assert result["inputs"]["attention_mask"].min() == 0  # the batch really is padded
+        # the reference: the folder the conversion wrote, before packaging, through the installed package
+        reference_model = getattr(transformers, auto_name).from_pretrained(original).eval()
+        assert type(reference_model).__module__ == "linformer_hf.models.modeling_performer"
+
+        def output(model, inputs=result["inputs"], auto_name=auto_name):
+            with torch.no_grad():
+                outputs = model(**inputs)
+            return outputs.logits if auto_name != "AutoModel" else outputs.last_hidden_state
+
+        torch.testing.assert_close(result["output"], output(reference_model), rtol=0, atol=1e-6, msg=auto_name)
+        # what makes them equal is the saved random features: other features give other outputs
+        generator = torch.Generator().manual_seed(123)
+        for layer in reference_model.base_model.encoder.layer:
+            layer.attention.self.redraw_features(generator)
+        assert (result["output"] - output(reference_model)).abs().max() > 1e-3, auto_name
+
+
+def limitations(content: str) -> str:
+    return content.split("## Limitations", 1)[1].split("\n## ", 1)[0]
+
+
+def test_performer_cards_say_favor_m_kernel_and_only_the_limits_that_apply(performers):
+    from linformer_hf.hub import load_model
+    from linformer_hf.models import max_input_length
+
+    cards = {}
+    for architecture, folder in performers.items():
+        model = load_model(folder)
+        content = render_model_card(model, "someone/tiny-performer", model_dir=folder)
+        metadata = validate_model_card(content)
+        assert {"performer", "custom_code"} <= set(metadata["tags"]) and "linformer" not in metadata["tags"]
+        assert "Linformer" not in content and "E/F" not in content  # nothing of the other family's prose
+        assert "FAVOR+" in content and "arxiv.org/abs/2009.14794" in content and "choromanski2021" in content
+        assert "O(n m d) instead of O(n² d)" in content
+        config = model.config
+        m, n = config.num_random_features, max_input_length(config)
+        assert f"with m = {m} random features per head" in content
+        assert f"| random features m per head | {m} |" in content
+        assert f"| kernel | `{config.kernel}` (" in content
+        assert f"| maximum input length | {n} tokens (the position table: {config.max_position_embeddings} rows" in (
+            content
+        )
+        assert "buffer saved\nin `model.safetensors`" in content  # the features travel with the weights
+        assert f"max_length={n}" in content
+        limits = limitations(content)
+        # Linformer's limits do not apply: no fixed n from E, F, any padding side, and (when causal) it decodes
+        assert "Encoder only" not in limits and "Right padding" not in limits and "Fixed maximum length" not in limits
+        assert f"**Maximum length {n} tokens, set by the position table.**" in limits
+        assert "Warm-started, not pretrained as a Performer" in limits
+        assert "positions past" not in limits  # n is the source's own 16: nothing was copied
+        cards[architecture] = (model, content, limits)
+
+    _, bidirectional, limits = cards["RobertaForMaskedLM"]
+    assert validate_model_card(bidirectional)["pipeline_tag"] == "fill-mask"
+    assert "A **Performer** encoder" in bidirectional and "| attention | FAVOR+, bidirectional |" in bidirectional
+    assert "| features | orthogonal blocks, `chi`" in bidirectional
+    assert "| feature redraw | every 1000 training forward calls, never in eval; 0 calls counted" in bidirectional
+    assert "**An estimate of softmax attention, not exact.**" in limits and "**Bidirectional.**" in limits
+    assert "Drawn by the conversion: 8 orthogonal (chi row norms) Gaussian features" in bidirectional
+
+    _, causal, limits = cards["RobertaForCausalLM"]
+    assert validate_model_card(causal)["pipeline_tag"] == "text-generation"
+    assert "A **Performer** decoder (causal attention)" in causal and "| attention | FAVOR+, causal" in causal
+    assert "| kernel | `relu` (" in causal and "| features | i.i.d. Gaussian rows |" in causal
+    assert "| feature redraw | never: frozen" in causal and "never redrawn, in training either" in causal
+    assert "encoder" not in limits.lower() and "**No key/value cache.**" in limits and "**Not softmax" in limits
+
+    # "Padding may be on either side", as both cards say: left and right padding give the same real outputs
+    assert all("Padding may be on either side" in content for _, content, _ in cards.values())
+    for model, _, _ in cards.values():
+        ids = torch.tensor([[0, 40, 41, 42, 43, 2]])
+        pad = torch.full((1, 3), model.config.pad_token_id)
+        with torch.no_grad():
+            alone = model(ids).logits
+            right = model(torch.cat([ids, pad], 1), attention_mask=torch.tensor([[1] * 6 + [0] * 3])).logits[:, :6]
+            left = model(torch.cat([pad, ids], 1), attention_mask=torch.tensor([[0] * 3 + [1] * 6])).logits[:, 3:]
+        torch.testing.assert_close(right, alone, rtol=0, atol=1e-5)
+        torch.testing.assert_close(left, alone, rtol=0, atol=1e-5)
+
+
+def test_transferred_performer_sentence_encoder_card_and_folder(transferred, tmp_path):
+    _, folder = transferred["performer_with_modules"]
+    (tmp_path / "card.json").write_text(json.dumps(TEACHER_CARD_INFO))
+    output_dir = tmp_path / "folder"
+    args = [folder, "someone/tiny-performer", "--dry_run", "--output_dir", str(output_dir)]
+    assert push_to_hub.main(args + ["--card_info", str(tmp_path / "card.json"), "--skip_remote_check"]) == 0
+    names = set(os.listdir(output_dir))
+    assert {"conversion_report.json", "transfer_report.json", "modules.json", "1_Pooling", "modeling_performer.py"} <= (
+        names
+    )
+    content = (output_dir / "README.md").read_text()
+    metadata = validate_model_card(content)
+    assert {"performer", "bert", "sentence-transformers"} <= set(metadata["tags"])
+    assert metadata["base_model"] == "someone/tiny-sentence-bert"
+    assert "Converted from the BERT checkpoint `someone/tiny-sentence-bert` (`BertModel`)" in content
+    assert "Drawn by the conversion: 8 orthogonal (chi row norms) Gaussian features" in content
+    # stage 1 trained W^Q, W^K, W^V only: FAVOR+ has nothing of its own to train
+    report = json.loads((output_dir / "transfer_report.json").read_text())
+    rate = report["arguments"]["attention_learning_rate"]
+    assert "trains W^Q, W^K, W^V so that its attention output matches" in content
+    assert f"learning rate {rate} for W^Q, W^K, W^V;" in content
+    before_arguments, after_arguments = content.split("<details>", 1)[0], content.split("</details>", 1)[1]
+    prose = before_arguments + after_arguments  # the arguments block holds every flag, projection_* included
+    assert "E, F" not in prose and "projection" not in prose.lower()
+    assert "Distilled from its teacher, not pretrained as a Performer" in limitations(content)
+    rows = fidelity_table(content)
+    assert set(rows) >= {
+        f"{r['windows']} windows of {length} tokens" for length, r in report["after"]["windows"].items()
+    }
+    usage = content.split("## Use as a sentence encoder", 1)[1]
+    assert "Transformer → Pooling → Normalize" in usage and "Performer attends in linear time." in usage
+
+    (result,) = check_remote_loading(str(output_dir), TEXTS)  # the Auto class from the saved architecture
+    assert result["linformer_hf_imported"] is False and result["tokenizer_class"] == "BertTokenizer"
+    assert result["model_class"].endswith(".PerformerModel")
+
+
+def test_a_performer_pretrained_from_scratch_gets_its_card_from_the_config_and_eval_results(tmp_path):
+    """No conversion, no transfer: the card has no warm-start or distillation claims, reads the redraw count saved
+    mid-training from the weights, and shows the pretraining's eval_results.json."""
+    from linformer_hf import PerformerConfig, PerformerForMaskedLM
+
+    config = PerformerConfig(
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=34,
+        num_random_features=16,
+        feature_redraw_interval=500,
+    )
+    model = PerformerForMaskedLM(config)
+    model.roberta.encoder.training_calls.fill_(2500)  # saved mid-training: the schedule resumes from here
+    model.save_pretrained(tmp_path / "run")
+    build_tokenizer(str(tmp_path / "tok")).save_pretrained(tmp_path / "run")
+    (tmp_path / "run" / "eval_results.json").write_text(json.dumps({"eval_loss": 5.0, "perplexity": 148.41}))
+    prepare_model_folder(str(tmp_path / "run"), str(tmp_path / "folder"), "someone/performer-small")
+    content = (tmp_path / "folder" / "README.md").read_text()
+    assert "| feature redraw | every 500 training forward calls, never in eval; 2500 calls counted" in content
+    assert "| random features m per head | 16 |" in content and "| maximum input length | 32 tokens" in content
+    assert "Masked-LM validation (from `eval_results.json`): eval_loss = 5.0, perplexity = 148.41." in content
+    assert "Warm-started" not in content and "Distilled" not in content and "Converted from" not in content
+    assert "eval_results.json" in os.listdir(tmp_path / "folder")

@@ -154,6 +154,9 @@ class ConversionReport:
     source_mismatched: list[str] = dataclasses.field(default_factory=list)
     tokenizer: str = "not requested"
     notes: list[str] = dataclasses.field(default_factory=list)
+    # The source's number of learned positions (None in reports written before it was recorded): a
+    # max_sequence_length above it means the position table was grown by repeating learned rows.
+    source_positions: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -540,6 +543,7 @@ def convert_model(
         target_architecture=target_class.__name__,
         # Performer has no n of its own: the length the position table (and the tokenizer) is set up for
         max_sequence_length=getattr(config, "max_sequence_length", max_sequence_length or source_positions),
+        source_positions=source_positions,
         target_family=target,
         attention_settings={name: getattr(config, name) for name in family.setting_names if hasattr(config, name)},
     )

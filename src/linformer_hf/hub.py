@@ -1,14 +1,18 @@
 """Hub packaging: a model folder exactly as it would be pushed, its model card, a clean-process load check, the push.
 
-The folder holds the config with the full `auto_map`, `modeling_linformer.py` and `configuration_linformer.py`,
-safetensors weights, the tokenizer, a sentence-transformers folder's modules (`modules.json`, `1_Pooling/`, ...), the
-provenance files found beside the model (`conversion_report.json`, `transfer_report.json`, `transfer_log.jsonl`,
-`fidelity_before.json`, `eval_results.json`) and a `README.md` model card rendered from the template shipped with the
-package (`linformer_hf/templates/linformer_template.md`, read with importlib.resources). Everything in the card comes
-from the model's config, its tokenizer and those files, except the card inputs below:
+Every model family of the package is packaged the same way (Linformer, Performer: `loading.HEADS_BY_MODEL_TYPE`).
+The folder holds the config with the full `auto_map`, the family's code (`configuration_<family>.py`,
+`modeling_<family>.py` and the skeleton they import, `remote_code_files`), safetensors weights, the tokenizer, a
+sentence-transformers folder's modules (`modules.json`, `1_Pooling/`, ...), the provenance files found beside the
+model (`conversion_report.json`, `transfer_report.json`, `transfer_log.jsonl`, `fidelity_before.json`,
+`eval_results.json`) and a `README.md` model card rendered from the template shipped with the package
+(`linformer_hf/templates/linformer_template.md`, read with importlib.resources). Everything in the card comes from the
+model's config, its tokenizer and those files, except the card inputs below:
 
+- the config gives the family's settings: the Architecture table's rows and the wording that differs per family come
+  from `CARD_FAMILIES` (by model_type) and the template's family sections (paper, cost, limitations, citation);
 - the conversion report gives the source checkpoint and its family (BERT, RoBERTa), what was carried over, and how
-  E, F were initialised;
+  the family's own tensors were initialised (Linformer's E, F; Performer's random features);
 - the transfer report (`linformer_hf.training.transfer`) gives the teacher, the stages and their steps, the window
   lengths, the data, the training seconds and the fidelity to the teacher before and after (embedding cosine and
   per-layer attention-output error);
@@ -39,30 +43,34 @@ recipe from a YAML or JSON file (rendered verbatim).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import importlib.resources
+import inspect
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 import torch
 import transformers
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import PreTrainedModel
+from transformers.dynamic_module_utils import get_relative_import_files
 
 from .conversion import ConversionReport, copy_sentence_transformers_modules
-from .loading import load_linformer
-from .models import modeling_linformer
-from .models.configuration_linformer import LinformerConfig
-from .registration import TOKENIZER_FILES
+from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model
+from .models.lengths import max_input_length
+from .registration import FAMILIES, TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).
 TEMPLATE = importlib.resources.files(__package__).joinpath("templates", "linformer_template.md")
 
-# Auto class name for each Linformer class, from the heads table.
-AUTO_CLASS_OF = {cls.__name__: auto for auto, cls in modeling_linformer.LINFORMER_HEADS.items()}
+# Auto class name for each class of every family, from the families' heads tables.
+AUTO_CLASS_OF = {cls.__name__: auto for heads in HEADS_BY_MODEL_TYPE.values() for auto, cls in heads.items()}
 
 
 def _pipeline_tag(auto_name: str) -> str | None:
@@ -77,14 +85,126 @@ def _pipeline_tag(auto_name: str) -> str | None:
     return None
 
 
-# Pipeline tag of each Linformer class, derived from the heads table and transformers' pipeline registry.
+# Pipeline tag of each class of every family, derived from the heads tables and transformers' pipeline registry.
 PIPELINE_TAGS = {cls_name: _pipeline_tag(auto) for cls_name, auto in AUTO_CLASS_OF.items()}
+
+
+def remote_code_files(model_type: str) -> list[str]:
+    """The code files a folder of this family needs for `trust_remote_code` loading: the modules of its config and
+    heads (the `auto_map` entries) and every sibling they import, found as transformers finds them when it copies
+    them beside the weights."""
+    config_class = next(config_class for config_class in FAMILIES if config_class.model_type == model_type)
+    modules = {inspect.getfile(cls) for cls in (config_class, *HEADS_BY_MODEL_TYPE[model_type].values())}
+    files = set(modules)
+    for module in modules:
+        files.update(get_relative_import_files(module))
+    return sorted(os.path.basename(path) for path in files)
+
 
 SHARING_MEANING = {
     "none": "own E_i, F_i per head",
     "headwise": "one E and one F per layer, shared by its heads",
     "key_value": "one E = F per layer",
     "layerwise": "one E for all layers, keys and values",
+}
+
+KERNEL_MEANING = {
+    "softmax": "positive random features: an unbiased estimate of softmax attention",
+    "relu": "ReLU features: the paper's generalised attention, a different attention from softmax",
+}
+
+ROW_NORM_MEANING = {"chi": "Gaussian row lengths, unbiased", "sqrt_d": "every row of length sqrt(d), regularised"}
+
+
+def _state_numel(model: PreTrainedModel, name_part: str) -> int:
+    # from the state dict: buffers (frozen projections, random features) are part of the model all the same
+    return sum(t.numel() for name, t in model.state_dict().items() if name_part in name)
+
+
+def _linformer_rows(model: PreTrainedModel) -> list[tuple[str, str]]:
+    config = model.config
+    k = config.projected_length
+    return [
+        ("maximum sequence length n", str(config.max_sequence_length)),
+        ("projected length k", str(k) if isinstance(k, int) else f"{k} (per layer)"),
+        ("projection sharing", f"`{config.sharing}` ({SHARING_MEANING[config.sharing]})"),
+        ("projection kind", f"`{config.projection}`"),
+        ("projections frozen", str(config.freeze_projections)),
+    ]
+
+
+def _performer_rows(model: PreTrainedModel) -> list[tuple[str, str]]:
+    config = model.config
+    if config.orthogonal_features:
+        features = (
+            f"orthogonal blocks, `{config.orthogonal_row_norms}` ({ROW_NORM_MEANING[config.orthogonal_row_norms]})"
+        )
+    else:
+        features = "i.i.d. Gaussian rows"
+    calls = int(next(t for name, t in model.state_dict().items() if name.endswith("encoder.training_calls")))
+    if config.freeze_features:
+        redraw = "never: frozen (`freeze_features`)"
+    elif config.feature_redraw_interval is None:
+        redraw = "never (`feature_redraw_interval` is null)"
+    else:
+        redraw = (
+            f"every {config.feature_redraw_interval} training forward calls, never in eval; {calls} calls counted "
+            "so far (a saved buffer)"
+        )
+    return [
+        (
+            "maximum input length",
+            f"{max_input_length(config)} tokens (the position table: {config.max_position_embeddings} rows, counted "
+            f"from pad_token_id + 1 = {config.pad_token_id + 1})",
+        ),
+        ("attention", "FAVOR+, causal (prefix sums)" if config.is_decoder else "FAVOR+, bidirectional"),
+        ("random features m per head", str(config.num_random_features)),
+        ("kernel", f"`{config.kernel}` ({KERNEL_MEANING[config.kernel]})"),
+        ("features", features),
+        ("feature redraw", redraw),
+        ("kernel epsilon", f"{config.kernel_epsilon:g}"),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class CardFamily:
+    """What the model card says about one model family; the rest of the card (and the template's shared sections) is
+    the same for every family. The family's prose (its paper, cost, limitations) is the template's `family` section.
+    """
+
+    # The family's rows of the Architecture table (the shared rows follow: sizes, vocabulary, parameters).
+    architecture_rows: Callable[[PreTrainedModel], list[tuple[str, str]]]
+    # What the family adds to RoBERTa's tensors, for the parameters row.
+    own_tensors: Callable[[PreTrainedModel], str]
+    # How the card introduces the tensors the conversion initialised (`conversion_report.json`'s "initialised").
+    initialised_label: str
+    # Stage 1 of attention transfer trains the family's own weights: (what, in words; their short name), or None
+    # where the model has none (Performer's features are a fixed buffer; frozen or parameter-free projections).
+    transfer_trainable: Callable[[PreTrainedModel], tuple[str, str] | None]
+
+
+# The one table of what the card says per family, by model_type (the keys of loading.HEADS_BY_MODEL_TYPE).
+CARD_FAMILIES: dict[str, CardFamily] = {
+    "linformer": CardFamily(
+        architecture_rows=_linformer_rows,
+        own_tensors=lambda model: f"{_state_numel(model, 'projection'):,} in the projections E/F",
+        initialised_label="Projections initialised as",
+        # frozen projections are buffers, and mean / max pooling has none: then only W^Q, W^K, W^V can train
+        transfer_trainable=lambda model: (
+            ("the projections E, F", "E, F")
+            if any("projection" in name for name, _ in model.named_parameters())
+            else None
+        ),
+    ),
+    "performer": CardFamily(
+        architecture_rows=_performer_rows,
+        own_tensors=lambda model: (
+            f"plus {_state_numel(model, 'random_features'):,} random-feature values in buffers, "
+            "saved with the weights, not trained"
+        ),
+        initialised_label="Drawn by the conversion",
+        transfer_trainable=lambda model: None,
+    ),
 }
 
 # How the card names each source family (the keys are conversion.SOURCE_CONFIGS').
@@ -243,10 +363,19 @@ def _hub_name(path: str, local_source: str | None, base_model: str | None) -> st
     return None
 
 
-def describe_transfer(transfer: dict, before_fallback: dict | None) -> dict:
-    """The card's view of a transfer report: stages, data, and the before / after fidelity rows, values verbatim."""
+def describe_transfer(transfer: dict, before_fallback: dict | None, own_trainable: tuple[str, str] | None) -> dict:
+    """The card's view of a transfer report: stages, data, and the before / after fidelity rows, values verbatim.
+
+    `own_trainable` is what stage 1 trains of the student family's own weights (`CardFamily.transfer_trainable`).
+    """
     args = transfer["arguments"]
-    trained = "the projections E, F" + (", and W^Q, W^K, W^V" if args["train_attention_weights"] else "")
+    trained, rates = [], []
+    if own_trainable:
+        trained.append(own_trainable[0])
+        rates.append(f"{args['projection_learning_rate']} for {own_trainable[1]}")
+    if args["train_attention_weights"]:
+        trained.append("W^Q, W^K, W^V")
+        rates.append(f"{args['attention_learning_rate']} for W^Q, W^K, W^V")
 
     def short(path):  # the file and its folder, e.g. imdb/train.csv: enough to say what it is, no local layout
         return "/".join(os.path.normpath(path).split(os.sep)[-2:])
@@ -291,7 +420,8 @@ def describe_transfer(transfer: dict, before_fallback: dict | None) -> dict:
     return {
         "args": args,
         "lengths": ", ".join(str(length) for length in transfer["lengths"]),
-        "stage1_trained": trained,
+        "stage1_trained": ", and ".join(trained) or "nothing",
+        "stage1_rates": ", ".join(rates),
         "data": data,
         "held_out_percent": f"{100 * args['eval_fraction']:g}",
         "train_seconds": transfer.get("train_seconds"),
@@ -332,6 +462,7 @@ def render_model_card(
     if unknown:
         raise ValueError(f"Unknown card_info key(s) {sorted(unknown)}; allowed: {sorted(CARD_INFO_KEYS)}.")
     config = model.config
+    family = CARD_FAMILIES[config.model_type]
     architecture = type(model).__name__
     model_name = card_info.get("model_name") or repo_id.split("/")[-1]
     if tokenizer is None and model_dir and any(os.path.exists(os.path.join(model_dir, f)) for f in TOKENIZER_FILES):
@@ -394,7 +525,7 @@ def render_model_card(
         for r in eval_results
     ]
     sentence_encoder = sentence_encoder_usage(model_dir)
-    tags = ["linformer", "roberta", "efficient-attention", "custom_code"]
+    tags = [config.model_type, "roberta", "efficient-attention", "custom_code"]  # the family's tag is its model_type
     if source_model_type and source_model_type not in tags:
         tags.append(source_model_type)
     if sentence_encoder:
@@ -414,11 +545,18 @@ def render_model_card(
         eval_results=eval_results or None,
     )
 
-    k = config.projected_length
-    # from the state dict: frozen projections are buffers, not parameters, but are part of the model all the same
-    num_projection_parameters = sum(t.numel() for name, t in model.state_dict().items() if "projection" in name)
     efficiency_rows = _read_rows(efficiency_path) if efficiency_path else []
     before_fallback = provenance.get("fidelity_before.json", (None, None))[1]
+    tokenizer_text = describe_tokenizer(tokenizer) if tokenizer is not None else "tokenizer not supplied"
+    architecture_rows = family.architecture_rows(model) + [
+        (
+            "layers / hidden size / heads",
+            f"{config.num_hidden_layers} / {config.hidden_size} / {config.num_attention_heads}",
+        ),
+        ("feed-forward size", str(config.intermediate_size)),
+        ("vocabulary", f"{config.vocab_size} ({tokenizer_text})"),
+        ("parameters", f"{model.num_parameters():,} ({family.own_tensors(model)})"),
+    ]
 
     card = ModelCard.from_template(
         card_data,
@@ -426,31 +564,29 @@ def render_model_card(
         model_name=model_name,
         repo_id=repo_id,
         package_version=__version__,
+        family=config.model_type,
+        family_name=family_name(config.model_type),
+        config=config,
+        causal=bool(config.is_decoder),
         architecture=architecture,
         auto_class=AUTO_CLASS_OF[architecture],
-        n=config.max_sequence_length,
-        k_text=str(k) if isinstance(k, int) else f"{k} (per layer)",
-        sharing=config.sharing,
-        sharing_meaning=SHARING_MEANING[config.sharing],
-        projection=config.projection,
-        freeze_projections=config.freeze_projections,
-        layers=config.num_hidden_layers,
-        hidden=config.hidden_size,
-        heads=config.num_attention_heads,
-        intermediate=config.intermediate_size,
-        vocab_size=config.vocab_size,
-        tokenizer_text=describe_tokenizer(tokenizer) if tokenizer is not None else "tokenizer not supplied",
-        num_parameters=f"{model.num_parameters():,}",
-        num_projection_parameters=f"{num_projection_parameters:,}",
+        n=max_input_length(config),
+        architecture_rows=architecture_rows,
         conversion=conversion,
         source_family=source_family,
         source_display=source_display,
         conversion_inits="; ".join(sorted(set(conversion["initialised"].values()))) or "none (parameter-free pooling)"
         if conversion
         else None,
+        initialised_label=family.initialised_label,
         conversion_problems=ConversionReport(**conversion).problems() if conversion else [],
-        conversion_extended=bool(conversion and conversion["extended"]),
-        transfer=describe_transfer(transfer, before_fallback) if transfer else None,
+        # grown past the source's learned positions (not merely re-laid out, as a BERT table is)
+        positions_extended=bool(
+            conversion
+            and conversion.get("source_positions")
+            and conversion["max_sequence_length"] > conversion["source_positions"]
+        ),
+        transfer=describe_transfer(transfer, before_fallback, family.transfer_trainable(model)) if transfer else None,
         teacher_display=teacher_display,
         base_model_license=base_model_license,
         sentence_encoder=sentence_encoder,
@@ -508,7 +644,7 @@ def prepare_model_folder(
 
     from transformers import AutoTokenizer
 
-    model = load_linformer(model_dir)
+    model = load_model(model_dir)  # any family: HEADS_BY_MODEL_TYPE
     tokenizer_source = tokenizer_path or model_dir
     if os.path.isdir(tokenizer_source) and not any(
         os.path.exists(os.path.join(tokenizer_source, name)) for name in TOKENIZER_FILES
@@ -533,14 +669,7 @@ def prepare_model_folder(
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 
-    expected = [
-        "config.json",
-        "model.safetensors",
-        "modeling_linformer.py",
-        "configuration_linformer.py",
-        "modeling_roberta_with_attention.py",  # imported by modeling_linformer.py
-        "README.md",
-    ]
+    expected = ["config.json", "model.safetensors", "README.md", *remote_code_files(model.config.model_type)]
     absent = [name for name in expected if not os.path.exists(os.path.join(output_dir, name))]
     if absent:
         raise RuntimeError(f"The prepared folder {output_dir} lacks {absent}.")
@@ -554,11 +683,10 @@ import torch
 import transformers
 jobs, texts, result_path = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 results = []
-for folder, auto_name in jobs:
+for folder, auto_name, max_length in jobs:
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
-    n = model.config.max_sequence_length
-    inputs = dict(tokenizer(texts, padding=True, truncation=True, max_length=n, return_tensors="pt"))
+    inputs = dict(tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"))
     if auto_name == "AutoModelForMultipleChoice":
         inputs = {key: value[None] for key, value in inputs.items()}
     with torch.no_grad():
@@ -581,20 +709,24 @@ def check_remote_loading(
 
     `folders` is one path or a list; `auto_classes` the Auto class to use for each (default: the one matching the
     saved architecture). The child has no PYTHONPATH, runs outside the repository, is offline and uses an empty
-    modules cache, so the only Linformer code it can use is the folders' own. Returns, per job, the output, the
-    inputs, the model and tokenizer classes built and whether `linformer_hf` ended up imported (it must not).
+    modules cache, so the only model code it can use is the folders' own. Texts are truncated to each model's
+    longest input (`max_input_length`, computed here: the child cannot import the package). Returns, per job, the
+    output, the inputs, the model and tokenizer classes built and whether `linformer_hf` ended up imported (it must
+    not).
     """
     folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
     folders = [os.path.abspath(folder) for folder in folders]
+    configs = [transformers.AutoConfig.from_pretrained(folder) for folder in folders]  # the package's own classes
     if auto_classes is None:
-        auto_classes = [AUTO_CLASS_OF[LinformerConfig.from_pretrained(f).architectures[0]] for f in folders]
+        auto_classes = [AUTO_CLASS_OF[config.architectures[0]] for config in configs]
     if len(auto_classes) != len(folders):
         raise ValueError(f"{len(folders)} folder(s) but {len(auto_classes)} Auto class(es): give one per folder.")
+    max_lengths = [max_input_length(config) for config in configs]
     with tempfile.TemporaryDirectory() as scratch:
         env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONSTARTUP")}
         env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=os.path.join(scratch, "modules"), PYTHONNOUSERSITE="1")
         result_path = os.path.join(scratch, "result.pt")
-        jobs = json.dumps([[folder, auto] for folder, auto in zip(folders, auto_classes, strict=True)])
+        jobs = json.dumps([list(job) for job in zip(folders, auto_classes, max_lengths, strict=True)])
         completed = subprocess.run(
             [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path],
             cwd=scratch,
@@ -615,7 +747,7 @@ def push_folder(
     repo_id: str,
     token: str | None = None,
     private: bool = False,
-    commit_message: str = "Upload Linformer model",
+    commit_message: str = "Upload model",
 ) -> str:
     """Create `repo_id` if needed and upload `folder`; returns the commit URL."""
     from huggingface_hub import HfApi, get_token
@@ -634,14 +766,17 @@ def push_folder(
 
 __all__ = [
     "AUTO_CLASS_OF",
+    "CARD_FAMILIES",
     "PIPELINE_TAGS",
     "TEMPLATE",
     "check_remote_loading",
     "describe_tokenizer",
     "find_provenance",
     "load_linformer",
+    "load_model",
     "prepare_model_folder",
     "push_folder",
+    "remote_code_files",
     "render_model_card",
     "sentence_encoder_usage",
     "validate_model_card",

@@ -1,33 +1,50 @@
-"""Loading a saved Linformer folder for the tools that take one (Hub packaging, ONNX export), checked first."""
+"""Loading a saved model folder of this package's families for the tools that take one (Hub packaging, ONNX export),
+checked first."""
 
 from __future__ import annotations
 
 import os
 
-from transformers import PretrainedConfig
+from transformers import PretrainedConfig, PreTrainedModel
 
 from .models.configuration_linformer import LinformerConfig
-from .models.modeling_linformer import LINFORMER_HEADS, LinformerPreTrainedModel
+from .registration import FAMILIES
+
+# Each family's heads table (Auto class name -> class), by model_type; derived from registration's table of families.
+HEADS_BY_MODEL_TYPE: dict[str, dict[str, type[PreTrainedModel]]] = {
+    config_class.model_type: heads for config_class, heads in FAMILIES.items()
+}
 
 
-def heads_by_name() -> dict[str, type[LinformerPreTrainedModel]]:
-    """Both spellings of a head: the Auto class name ("AutoModelForSequenceClassification") and the class name."""
-    names = dict(LINFORMER_HEADS)
-    names.update({cls.__name__: cls for cls in LINFORMER_HEADS.values()})
+def family_name(model_type: str) -> str:
+    """How messages and cards name a family: its config class without "Config" ("Linformer", "Performer")."""
+    return next(
+        config_class for config_class in FAMILIES if config_class.model_type == model_type
+    ).__name__.removesuffix("Config")
+
+
+def heads_by_name(model_type: str = LinformerConfig.model_type) -> dict[str, type[PreTrainedModel]]:
+    """Both spellings of a family's head: the Auto class name ("AutoModelForSequenceClassification") and the class
+    name ("LinformerForSequenceClassification")."""
+    heads = HEADS_BY_MODEL_TYPE[model_type]
+    names = dict(heads)
+    names.update({cls.__name__: cls for cls in heads.values()})
     return names
 
 
-def load_linformer(model_dir: str, head: str | None = None) -> LinformerPreTrainedModel:
-    """A saved Linformer, in eval mode, after checking that the folder holds one.
+def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, ...] | None = None) -> PreTrainedModel:
+    """A saved model of one of this package's families, in eval mode, after checking that the folder holds one.
 
     Args:
         model_dir: a folder written by `save_pretrained`.
-        head: an Auto class name or a Linformer class name; default: the head the folder was saved as (its config's
-            `architectures`), or `LinformerModel` when it names none.
+        head: an Auto class name or a class name of the folder's family; default: the head the folder was saved as
+            (its config's `architectures`), or the family's bare model when it names none.
+        model_types: the families accepted (default: every family, `HEADS_BY_MODEL_TYPE`).
     Raises:
         ValueError (before any weights are read): no config.json, a config of another model type (read as written,
-        before any Linformer class touches it), an unknown head.
+        before any class of this package touches it), an unknown head.
     """
+    model_types = tuple(model_types or HEADS_BY_MODEL_TYPE)
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
         raise ValueError(
             f"{model_dir} is not a saved model folder (no config.json): give the directory written by "
@@ -35,18 +52,27 @@ def load_linformer(model_dir: str, head: str | None = None) -> LinformerPreTrain
         )
     config_dict, _ = PretrainedConfig.get_config_dict(model_dir)
     model_type = config_dict.get("model_type")
-    if model_type != LinformerConfig.model_type:
+    if model_type not in model_types:
+        names = " or a ".join(family_name(accepted) for accepted in model_types)
+        types = " or ".join(repr(accepted) for accepted in model_types)
+        families = f" [--family {'|'.join(model_types)}]" if len(model_types) > 1 else ""
         raise ValueError(
-            f"{model_dir} holds a {model_type!r} model, not a Linformer (model_type 'linformer'): convert a RoBERTa or "
-            "BERT checkpoint first with scripts/convert_to_linformer.py (earlier name: "
+            f"{model_dir} holds a {model_type!r} model, not a {names} (model_type {types}): convert a RoBERTa or "
+            f"BERT checkpoint first with scripts/convert_to_linformer.py{families} (earlier name: "
             "convert_roberta_to_linformer.py)."
         )
-    heads = heads_by_name()
+    heads = heads_by_name(model_type)
+    bare = HEADS_BY_MODEL_TYPE[model_type]["AutoModel"].__name__
     if head is None:
-        head = (config_dict.get("architectures") or ["LinformerModel"])[0]
+        head = (config_dict.get("architectures") or [bare])[0]
     if head not in heads:
         raise ValueError(
-            f"Unknown head {head!r} for {model_dir}; choose one of {', '.join(LINFORMER_HEADS)} (or the Linformer "
-            "class names)."
+            f"Unknown head {head!r} for {model_dir}; choose one of {', '.join(HEADS_BY_MODEL_TYPE[model_type])} (or "
+            f"the {family_name(model_type)} class names)."
         )
     return heads[head].from_pretrained(model_dir).eval()
+
+
+def load_linformer(model_dir: str, head: str | None = None) -> PreTrainedModel:
+    """`load_model` for Linformer folders only (the ONNX export handles Linformer alone)."""
+    return load_model(model_dir, head, model_types=(LinformerConfig.model_type,))
