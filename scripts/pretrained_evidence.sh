@@ -35,10 +35,11 @@ RECOVERY_STEPS=${RECOVERY_STEPS:-200}
 EVAL_DOCS=${EVAL_DOCS:-256}
 LONG_N=${LONG_N:-2048}
 LONG_K=${LONG_K:-512}
-LONG_LENGTHS=${LONG_LENGTHS:-128 512 $LONG_N}
-LONG_STEPS=${LONG_STEPS:-300}
+LONG_LENGTHS=${LONG_LENGTHS:-$LONG_N}   # mixing 128 and 512 in damaged L = 2048 (docs/pretrained.md, "Long inputs")
+LONG_STEPS=${LONG_STEPS:-150}
+LONG_PROJECTION_LR=${LONG_PROJECTION_LR:-2e-4}
 LONG_BATCH=${LONG_BATCH:-4}
-EPOCHS_LONG=${EPOCHS_LONG:-2}
+EPOCHS_LONG=${EPOCHS_LONG:-1}
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
 phase=${1:-all}
@@ -145,7 +146,8 @@ if [ "$phase" = long ]; then
   timed "transfer n=$LONG_N k=$LONG_K" "$long-transferred/transfer_report.json" \
     "$PY" -m linformer_hf.training.transfer --teacher "$teacher_long" --student "$long" \
     --output_dir "$long-transferred" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LONG_LENGTHS \
-    --batch_size "$LONG_BATCH" --layer_steps "$LONG_STEPS" --train_attention_weights --eval_documents 64 \
+    --batch_size "$LONG_BATCH" --layer_steps "$LONG_STEPS" --projection_learning_rate "$LONG_PROJECTION_LR" \
+    --train_attention_weights --eval_documents 64 \
     --eval_windows 4 --checkpoint_every 50 --log_every 10 --show_progress false
   # Reviews the teacher reads whole (fit / train on them) and longer ones (scored on them).
   timed "split imdb by length" "$WORK/imdb-by-length/long.csv" \
