@@ -139,3 +139,10 @@ def test_length_split_for_fine_tuning(teacher_dir, tmp_path):
     assert min(len(tokenizer(t)["input_ids"]) for t in long.text) > SHORT_POSITIONS
     assert set(short.columns) == {"text", "label"}
     assert main(["split", "--data", str(data), "--tokenizer", teacher_dir, str(out)]) == 2  # never overwrites
+
+
+def test_missing_data_is_a_clear_error(teacher_dir, tmp_path, capsys):
+    argv = ["probe", "--data", str(tmp_path / "none.csv"), "--models", teacher_dir, "--output", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert "No data file" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -59,11 +59,7 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     extended = type(model)(config)
     state = model.state_dict()
     state["embeddings.position_embeddings.weight"] = table
-    # The embeddings' index buffers are sized by max_position_embeddings: take the new model's own.
-    for name, buffer in extended.state_dict().items():
-        if name.endswith(("position_ids", "token_type_ids")) and name in state:
-            state[name] = buffer
-    extended.load_state_dict(state, strict=True)
+    extended.load_state_dict(state, strict=True)  # the index buffers (position_ids, ...) are not persistent
     extended.save_pretrained(output_dir)
 
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -75,14 +71,22 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     return report
 
 
-def load_documents(path: str, text_column: str = "text", label_column: str = "label") -> tuple[list[str], list[int]]:
-    """Texts and integer labels from a CSV (or TSV) file with these columns."""
+def read_documents(path: str, text_column: str = "text", label_column: str = "label"):
+    """The CSV (or TSV, read as GLUE's: no quoting) file as a pandas frame, checked for these columns."""
     import pandas as pd
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No data file {path}: give a CSV (or TSV) with {text_column!r} and {label_column!r}.")
     frame = pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",", quoting=3 if path.endswith(".tsv") else 0)
     for column in (text_column, label_column):
         if column not in frame.columns:
             raise ValueError(f"{path} has no column {column!r}; it has {list(frame.columns)}.")
+    return frame
+
+
+def load_documents(path: str, text_column: str = "text", label_column: str = "label") -> tuple[list[str], list[int]]:
+    """Texts and integer labels from a CSV (or TSV) file with these columns."""
+    frame = read_documents(path, text_column, label_column)
     return [str(t) for t in frame[text_column]], [int(y) for y in frame[label_column]]
 
 
@@ -113,20 +117,20 @@ def split_by_length(texts: list[str], tokenizer, threshold: int) -> tuple[list[i
 def write_length_split(data: str, tokenizer_name: str, output_dir: str, threshold: int | None = None) -> dict:
     """Write `short.csv` (documents the teacher reads whole) and `long.csv` (the others) for fine-tuning on the first
     and evaluating on the second (`scripts/finetune.py --data.train_file short.csv --data.validation_file long.csv`)."""
-    import pandas as pd
     from transformers import AutoConfig, AutoTokenizer
 
+    paths = {name: os.path.join(output_dir, f"{name}.csv") for name in ("short", "long")}
+    existing = [path for path in paths.values() if os.path.exists(path)]
+    if existing:  # checked before any work, so a split is never half written over
+        raise FileExistsError(f"{existing} exist; give a new output directory.")
     threshold = threshold or max_input_length(AutoConfig.from_pretrained(tokenizer_name))
-    frame = pd.read_csv(data)
+    frame = read_documents(data)
     short, long, lengths = split_by_length(
         [str(t) for t in frame["text"]], AutoTokenizer.from_pretrained(tokenizer_name), threshold
     )
     os.makedirs(output_dir, exist_ok=True)
     for name, rows in (("short", short), ("long", long)):
-        path = os.path.join(output_dir, f"{name}.csv")
-        if os.path.exists(path):
-            raise FileExistsError(f"{path} exists; give a new output directory.")
-        frame.iloc[rows].to_csv(path, index=False)
+        frame.iloc[rows].to_csv(paths[name], index=False)
     return {"threshold": threshold, "short": len(short), "long": len(long), "longest": max(lengths)}
 
 
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             raise FileExistsError(f"{args.output} exists; give a new --output (results are never overwritten).")
         texts, labels = load_documents(args.data, args.text_column, args.label_column)
         results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
-    except (*USER_ERRORS, FileExistsError) as err:
+    except (*USER_ERRORS, FileExistsError, FileNotFoundError) as err:
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as handle:
