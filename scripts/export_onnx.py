@@ -2,6 +2,9 @@
 """Export a saved Linformer to ONNX (dynamic batch and sequence length, L <= n) and quantise it to int8 for ONNX
 Runtime; see linformer_hf.onnx_export. Needs the `onnx` extra (pip install -e .[onnx]).
 
+The output folder holds model.onnx and model_int8.onnx, each with its weights in a .data file beside it, and
+config.json; move or copy it whole. A non-empty output folder (an earlier export) is refused unless --overwrite.
+
 Examples:
     python scripts/export_onnx.py outputs/sst2/final outputs/sst2/onnx
     python scripts/export_onnx.py outputs/demo/pretrain/final outputs/demo/onnx --head AutoModel --no_int8
@@ -18,16 +21,25 @@ from linformer_hf.training.errors import report
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="a saved Linformer folder (save_pretrained output)")
-    parser.add_argument("output_dir", help="where to write model.onnx, model_int8.onnx and config.json")
+    parser.add_argument(
+        "output_dir", help="where to write model.onnx, model_int8.onnx (each with its .data file) and config.json"
+    )
     parser.add_argument(
         "--head",
         choices=sorted(LINFORMER_HEADS),
         help="head to export (default: the one the folder was saved as, config.architectures)",
     )
     parser.add_argument("--no_int8", action="store_true", help="skip the int8 dynamic quantisation")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier export in a non-empty output_dir (its graphs, data files and config.json)",
+    )
     args = parser.parse_args(argv)
     try:
-        paths = export_folder(args.model_dir, args.output_dir, head=args.head, int8=not args.no_int8)
+        paths = export_folder(
+            args.model_dir, args.output_dir, head=args.head, int8=not args.no_int8, overwrite=args.overwrite
+        )
     except (OSError, ValueError) as err:
         return report(err)
     for precision, path in paths.items():

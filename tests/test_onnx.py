@@ -5,6 +5,7 @@ Each export takes seconds, so each head is exported once per module and every te
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ from linformer_hf import LinformerForMultipleChoice, LinformerForSequenceClassif
 from linformer_hf.onnx_export import (
     INT8_FILE,
     ONNX_FILE,
+    data_files,
+    export_folder,
     export_onnx,
     feed_forward_unchunked,
     load_linformer,
@@ -148,6 +151,7 @@ def test_int8_model_is_quantised_and_close_to_fp32(classifier_export):
     int8_path = os.path.join(output_dir, INT8_FILE)
     op_types = {node.op_type for node in onnx.load(int8_path).graph.node}
     assert "MatMulInteger" in op_types, "quantize_dynamic left every MatMul in fp32"
+    assert data_files(int8_path) == [INT8_FILE + ".data"], "int8 weights not in their own file beside the graph"
     fp32, int8 = onnx_session(os.path.join(output_dir, ONNX_FILE)), onnx_session(int8_path)
     input_ids, attention_mask = right_padded(4, N, [N, 12, 7, 3], seed=2)
     expected = run_onnx(fp32, input_ids, attention_mask)["logits"]
@@ -164,6 +168,10 @@ def test_quantize_int8_of_the_encoder(encoder_export, tmp_path):
     _, _, fp32_path = encoder_export
     int8_path = str(tmp_path / INT8_FILE)
     quantize_int8(fp32_path, int8_path)
+    # Again into the same path: onnx appends external data to an existing file, so a stale one would grow.
+    size = os.path.getsize(int8_path + ".data")
+    quantize_int8(fp32_path, int8_path)
+    assert os.path.getsize(int8_path + ".data") == size
     input_ids, attention_mask = right_padded(2, 10, [10, 6], seed=3)
     expected = run_onnx(onnx_session(fp32_path), input_ids, attention_mask)["last_hidden_state"]
     got = run_onnx(onnx_session(int8_path), input_ids, attention_mask)["last_hidden_state"]
@@ -189,3 +197,70 @@ def test_an_unknown_head_is_refused(tmp_path):
     tiny_model(LinformerModel).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="Unknown head 'AutoModelForCausalLM'"):
         load_linformer(str(tmp_path), head="AutoModelForCausalLM")
+
+
+def test_weights_are_written_beside_the_graph(encoder_export):
+    """Every export takes the large-model path: the graph names one data file, by a relative path, and every
+    weight-sized initializer is stored there, not in the .onnx."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    model, _, path = encoder_export
+    assert data_files(path) == [ONNX_FILE + ".data"]
+    graph = onnx.load(path, load_external_data=False).graph
+    inline = [t.name for t in graph.initializer if not uses_external_data(t) and len(t.raw_data) > 1024]
+    assert not inline, f"weights left inside the graph: {inline}"
+    # The weight matrices all went there (the writer keeps tensors of <= 256 bytes, LayerNorm's, inline).
+    external_bytes = sum(ExternalDataInfo(t).length for t in graph.initializer if uses_external_data(t))
+    assert external_bytes >= sum(p.numel() * p.element_size() for p in model.parameters() if p.dim() == 2)
+
+
+def test_the_export_folder_is_self_contained_and_movable(classifier_export, tmp_path):
+    """The folder copied elsewhere and the original gone: fp32 still matches PyTorch on a padded batch, int8 still
+    runs close to it; a graph copied without its data file is a clear error."""
+    model, output_dir = classifier_export
+    config = ["config.json", "configuration_linformer.py"]  # the latter for trust_remote_code readers
+    assert sorted(os.listdir(output_dir)) == sorted(
+        [*config, ONNX_FILE, ONNX_FILE + ".data", INT8_FILE, INT8_FILE + ".data"]
+    )
+    copied = shutil.copytree(output_dir, tmp_path / "copy")
+    moved = shutil.move(str(copied), str(tmp_path / "elsewhere" / "onnx"))  # the source of the move is gone
+    input_ids, attention_mask = right_padded(3, 13, [13, 8, 4], seed=7)
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    fp32 = run_onnx(onnx_session(os.path.join(moved, ONNX_FILE)), input_ids, attention_mask)["logits"]
+    torch.testing.assert_close(fp32, expected, atol=1e-4, rtol=0)
+    int8 = run_onnx(onnx_session(os.path.join(moved, INT8_FILE)), input_ids, attention_mask)["logits"]
+    assert F.cosine_similarity(int8.flatten(), fp32.flatten(), dim=0) >= 0.99
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(os.path.join(moved, ONNX_FILE), alone)
+    with pytest.raises(FileNotFoundError, match="model.onnx.data.*copy or move the export folder whole"):
+        onnx_session(str(alone / ONNX_FILE))
+
+
+def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
+    """A non-empty output_dir is refused before any work (checked even before the model folder is read); with
+    --overwrite the earlier export's files are replaced (an int8 graph the new export does not write included) and
+    other files are kept."""
+    _, earlier_dir = classifier_export
+    output_dir = shutil.copytree(earlier_dir, tmp_path / "onnx")
+    (output_dir / "tokenizer.json").write_text("{}")
+    before = {name: (output_dir / name).read_bytes() for name in os.listdir(output_dir)}
+    with pytest.raises(FileExistsError, match=r"not empty .*another output directory.*--overwrite"):
+        export_folder(str(tmp_path / "no_such_model"), str(output_dir))
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    assert load_script().main([str(model_dir), str(output_dir), "--no_int8"]) == 2
+    assert {name: (output_dir / name).read_bytes() for name in os.listdir(output_dir)} == before
+    with pytest.raises(ValueError, match="must differ from model_dir"):
+        export_folder(str(model_dir), str(model_dir), overwrite=True)
+
+    assert load_script().main([str(model_dir), str(output_dir), "--no_int8", "--overwrite"]) == 0
+    assert sorted(os.listdir(output_dir)) == sorted(
+        ["config.json", "configuration_linformer.py", ONNX_FILE, ONNX_FILE + ".data", "tokenizer.json"]
+    )
+    assert (output_dir / "tokenizer.json").read_text() == "{}"
+    session = onnx_session(str(output_dir / ONNX_FILE))
+    assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "pooler_output"]  # the new head's

@@ -17,21 +17,36 @@ checks (L <= n) are kept: L <= n is the upper bound of the dynamic sequence axis
 int8: `onnxruntime.quantization.quantize_dynamic` stores the weights of every MatMul/Gemm in int8 and quantises
 activations on the fly (per tensor, at run time), so no calibration data is needed.
 
+Weights always go to an external data file beside the graph (`model.onnx` + `model.onnx.data`, `model_int8.onnx` +
+`model_int8.onnx.data`), whatever the model's size. A protobuf file cannot exceed 2 GB, and a base Linformer for long
+documents passes that (n = 65,536, 12 layers: 577 M parameters, 2.3 GB in fp32, 403 M of them E and F). torch's
+exporter switches to external data by itself above 1.5 GB of weights (even when told `external_data=False`);
+ONNX Runtime's quantiser does not (it writes one file unless told otherwise, which fails once its int8 output passes
+2 GB, i.e. for fp32 models beyond about 8 GB). Rather than a size rule of our own for the second, every file uses
+the external-data format: one folder layout for every model, and the path large models take is the one every
+export (and every test) runs. ONNX Runtime loads both layouts alike from a path. The data files are named by a path
+relative to the graph, so a folder stays valid when moved or copied whole; `onnx_session` names a data file that
+did not come along.
+
 Needs the `onnx` extra: `pip install linformer-hf[onnx]` (onnx, onnxruntime, onnxscript).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 
 import torch
+from transformers.dynamic_module_utils import get_relative_import_files
 
 from .loading import load_linformer
+from .models.configuration_linformer import LinformerConfig
 from .models.modeling_linformer import LinformerForMultipleChoice, LinformerPreTrainedModel
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
+CONFIG_FILE = "config.json"
 INPUT_NAMES = ("input_ids", "attention_mask")
 # ModelOutput fields that are not inference outputs: the loss needs labels, the captured states are optional.
 NOT_EXPORTED = ("loss", "hidden_states", "attentions")
@@ -94,7 +109,7 @@ def export_onnx(model: LinformerPreTrainedModel, path: str, opset_version: int |
             dynamic_shapes={"input_ids": axes, "attention_mask": axes},
             opset_version=opset_version,
             dynamo=True,
-            external_data=False,
+            external_data=True,  # weights in `<file>.data` beside the graph, for every size: see the module docstring
             verbose=False,
         )
     return output_names
@@ -119,29 +134,127 @@ def feed_forward_unchunked(model: torch.nn.Module):
 
 
 def quantize_int8(onnx_path: str, int8_path: str) -> str:
-    """Dynamic int8 quantisation with ONNX Runtime: int8 weights, activations quantised at run time."""
+    """Dynamic int8 quantisation with ONNX Runtime: int8 weights, activations quantised at run time.
+
+    The input may hold its weights in external data (it is read from its path, data files beside it); the output
+    writes its weights to `<int8_path>.data` (see the module docstring).
+    """
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8)
+    check_data_files(onnx_path)
+    # onnx appends external data to an existing file: a data file left by an earlier int8_path would only grow.
+    stale = data_file_path(int8_path)
+    if os.path.isfile(stale):
+        os.remove(stale)
+    quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8, use_external_data_format=True)
     return int8_path
 
 
-def export_folder(model_dir: str, output_dir: str, head: str | None = None, int8: bool = True) -> dict[str, str]:
-    """Export a saved Linformer folder to `output_dir/model.onnx` (and `model_int8.onnx`); return the paths written."""
-    model = load_linformer(model_dir, head)
+def data_file_path(onnx_path: str) -> str:
+    """Where the writers used here put a graph's weights: `<file>.data` beside it (torch's exporter through
+    onnxscript, ONNX Runtime's quantiser through onnx). Readers use `data_files`, which asks the graph itself."""
+    return onnx_path + ".data"
+
+
+def data_files(onnx_path: str) -> list[str]:
+    """The external data files an ONNX graph names, as written in it (relative to the graph's folder when movable).
+
+    Read from the graph itself (without loading the data), so the answer holds for whichever writer made the file.
+    """
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    graph = onnx.load(onnx_path, load_external_data=False)
+    # _get_all_tensors: onnx's own walk over initializers and attribute tensors, subgraphs included.
+    locations = {ExternalDataInfo(t).location for t in _get_all_tensors(graph) if uses_external_data(t)}
+    return sorted(locations)
+
+
+def check_data_files(onnx_path: str) -> list[str]:
+    """The paths of `onnx_path`'s data files; a clear error if one is missing or is not inside the graph's folder
+    (then the folder could not be moved on its own)."""
+    folder = os.path.dirname(os.path.abspath(onnx_path))
+    paths = []
+    for location in data_files(onnx_path):
+        path = os.path.normpath(os.path.join(folder, location))
+        if os.path.isabs(location) or os.path.dirname(os.path.relpath(path, folder)):
+            raise ValueError(
+                f"{onnx_path} names its weights at {location!r}, not a file beside it: the folder cannot be moved. "
+                "Export it again with linformer_hf.onnx_export."
+            )
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{onnx_path} keeps its weights in {location}, which is not beside it ({path}): copy or move the "
+                "export folder whole (each .onnx with its .data file)."
+            )
+        paths.append(path)
+    return paths
+
+
+def export_folder(
+    model_dir: str, output_dir: str, head: str | None = None, int8: bool = True, overwrite: bool = False
+) -> dict[str, str]:
+    """Export a saved Linformer folder to `output_dir`: `model.onnx` (and `model_int8.onnx`), each with its weights
+    in a `.data` file beside it, and the config (`config.json`, `configuration_linformer.py`). Return the graphs'
+    paths by precision.
+
+    The folder is self-contained and movable. A non-empty `output_dir` holds an earlier export and is refused unless
+    `overwrite` (then that export's files are deleted first; other files there, e.g. a tokenizer, are kept).
+    """
+    if os.path.abspath(model_dir) == os.path.abspath(output_dir):
+        raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        held = sorted(os.listdir(output_dir))
+        raise FileExistsError(
+            f"{output_dir} is not empty (it holds {', '.join(held[:6])}{', ...' if len(held) > 6 else ''}): an "
+            "earlier export is never overwritten silently. Give another output directory, or pass overwrite=True "
+            "(--overwrite) to replace that export."
+        )
+    model = load_linformer(model_dir, head)  # checks model_dir before output_dir is touched
+    if overwrite:
+        remove_export(output_dir)
     paths = {"fp32": os.path.join(output_dir, ONNX_FILE)}
     export_onnx(model, paths["fp32"])
     if int8:
         paths["int8"] = quantize_int8(paths["fp32"], os.path.join(output_dir, INT8_FILE))
     # The config beside the graph, so a reader knows n, k and the head (and a tokenizer can be put beside it).
     model.config.save_pretrained(output_dir)
+    for path in paths.values():
+        check_data_files(path)  # every data file landed beside its graph: the folder moves as a whole
     return paths
 
 
+def remove_export(output_dir: str) -> None:
+    """Delete what `export_folder` writes in `output_dir` (graphs, their data files, the config), nothing else."""
+    for name in (ONNX_FILE, INT8_FILE):
+        path = os.path.join(output_dir, name)
+        doomed = {data_file_path(path)}  # also when a killed export left the data file but no graph
+        if os.path.isfile(path):
+            with contextlib.suppress(Exception):  # a truncated graph names nothing; its conventional file is enough
+                doomed.update(os.path.join(output_dir, location) for location in data_files(path))
+            doomed.add(path)
+        for doomed_path in doomed:
+            inside = os.path.dirname(os.path.relpath(doomed_path, output_dir)) == ""
+            if inside and os.path.isfile(doomed_path):
+                os.remove(doomed_path)
+    for name in config_files():
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(path):
+            os.remove(path)
+
+
+def config_files() -> list[str]:
+    """What `config.save_pretrained` writes: config.json, and for `trust_remote_code` the config's module with the
+    siblings it imports (transformers copies them beside it)."""
+    module = inspect.getfile(LinformerConfig)
+    return [CONFIG_FILE, *sorted({os.path.basename(path) for path in [module, *get_relative_import_files(module)]})]
+
+
 def onnx_session(path: str):
-    """An ONNX Runtime CPU session for an exported file."""
+    """An ONNX Runtime CPU session for an exported file; its data files are read from beside it."""
     import onnxruntime
 
+    check_data_files(path)  # a clear error for a graph moved without its weights (ONNX Runtime's is not)
     return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
