@@ -30,7 +30,7 @@ def train_bpe_tokenizer(
     texts: Iterable[str], output_dir: str, vocab_size: int = 8192, min_frequency: int = 2, model_max_length: int = 512
 ):
     """Train byte-level BPE on ``texts`` and save a ``RobertaTokenizer`` to ``output_dir``; returns the tokenizer."""
-    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers import AddedToken, ByteLevelBPETokenizer
     from transformers import RobertaTokenizer
 
     if vocab_size < 300:
@@ -66,7 +66,14 @@ def train_bpe_tokenizer(
         )
     with tempfile.TemporaryDirectory() as tmp:
         vocab_file, merges_file = bpe.save_model(tmp)
-        tokenizer = RobertaTokenizer(vocab=vocab_file, merges=merges_file, model_max_length=model_max_length)
+        # `<mask>` takes the space before it, as in roberta-base: "will be <mask> in" must read [" be", <mask>, " in"]
+        # like "will be removed in" reads [" be", " removed", " in"]. transformers 5's RobertaTokenizer leaves the
+        # mask token bare, and fill-mask prompts then put a lone " " token before the mask, which no training
+        # block ever has (the model answers with word fragments).
+        mask_token = AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)
+        tokenizer = RobertaTokenizer(
+            vocab=vocab_file, merges=merges_file, mask_token=mask_token, model_max_length=model_max_length
+        )
     os.makedirs(output_dir, exist_ok=True)
     tokenizer.save_pretrained(output_dir)
     return tokenizer
