@@ -139,6 +139,10 @@ def test_a_teacher_that_does_not_match_is_refused(pair, tmp_path):
         run_transfer(arguments(pair, tmp_path / "out", lengths=[8, 32]))
     with pytest.raises(ValueError, match="--text_files or as --dataset"):
         arguments(pair, tmp_path / "out", text_files=None)
+    # the teacher itself given as the student: refused before any weights are read, naming the conversion to run
+    with pytest.raises(ValueError, match="holds a 'bert' model, not a Linformer or a Performer.*convert_to_linformer"):
+        run_transfer(arguments(pair, tmp_path / "out", student=str(pair / "teacher")))
+    assert not (tmp_path / "out").exists()
 
 
 def test_script_flags(pair, tmp_path):

@@ -42,6 +42,7 @@ from typing import Literal
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
 
+from ..loading import load_model
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
@@ -605,7 +606,9 @@ def run_transfer(args: TransferArguments) -> dict:
 
     accelerator = Accelerator()
     set_seed(args.seed)
-    student = _load_student(args.student)
+    # Linformer or Performer, as the head its config names; a folder of another model type is refused before its
+    # weights are read
+    student = load_model(args.student)
     tokenizer = AutoTokenizer.from_pretrained(args.student)
     n = max_input_length(student.config)
     lengths = args.lengths or sorted({min(32, n), n})
@@ -749,26 +752,6 @@ def run_transfer(args: TransferArguments) -> dict:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return report
-
-
-def _load_student(path: str):
-    """The converted Linformer or Performer as the head its config names (LinformerForMaskedLM, PerformerModel...)."""
-    from .. import LINFORMER_HEADS, PERFORMER_HEADS
-
-    config = AutoConfig.from_pretrained(path)
-    heads = {"linformer": LINFORMER_HEADS, "performer": PERFORMER_HEADS}
-    if config.model_type not in heads:
-        raise ValueError(
-            f"The student {path} is a {config.model_type!r} model; convert the teacher first with "
-            "scripts/convert_to_linformer.py (--family linformer or performer)."
-        )
-    by_name = {cls.__name__: cls for cls in heads[config.model_type].values()}
-    architecture = (config.architectures or [heads[config.model_type]["AutoModel"].__name__])[0]
-    if architecture not in by_name:
-        raise ValueError(
-            f"The student's architecture {architecture} is not one of its family's heads ({sorted(by_name)})."
-        )
-    return by_name[architecture].from_pretrained(path)
 
 
 def _prune_checkpoints(output_dir: str, keep: int) -> None:
