@@ -492,6 +492,8 @@ def main(argv: list[str] | None = None) -> LongDocumentReport:
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.compile and args.mode == "int8":
+        parser.error("--compile applies to the fp32 pass (int8 runs eager): use --mode fp32 or both.")
     if args.model_dir and (args.layers, args.n, args.k) != (12, 65536, 256):
         parser.error("--layers, --n and --k describe a model to build; with --model_dir the folder's config rules.")
     config = None
