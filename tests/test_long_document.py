@@ -94,3 +94,59 @@ def test_one_command_runs_both_modes_and_summarises_against_the_targets(capsys):
 def test_unknown_mode_is_refused_before_building():
     with pytest.raises(ValueError, match="modes must be"):
         long_document.run_long_document(tiny_config(), modes=("fp16",))
+
+
+needs_cpp_compiler = pytest.mark.skipif(
+    long_document.cpp_compiler_missing() is not None,
+    reason=f"--compile needs inductor's C++ backend: {long_document.cpp_compiler_missing()}",
+)
+
+
+@needs_cpp_compiler
+def test_compiled_layers_match_eager_on_a_padded_batch_with_one_graph_per_block_and_per_layer_progress():
+    from torch._dynamo.utils import counters
+
+    config = tiny_config()
+    model = long_document.build_model(config, seed=2)
+    input_ids = torch.randint(3, config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(2))
+    attention_mask = torch.ones_like(input_ids)
+    input_ids[1, 40:], attention_mask[1, 40:] = config.pad_token_id, 0  # the second document is padded
+    with torch.no_grad():
+        eager = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    long_document.compile_layers(model)
+    graphs_before = counters["stats"]["unique_graphs"]
+    with torch.inference_mode(), long_document.layer_progress(model, enabled=True) as finished:
+        compiled = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        assert [index for index, _ in finished] == [0, 1, 2]  # the hooks on the layers still run, in order
+    # Two graphs (attention block, feed-forward chunk) serve all three layers: compiled, and not once per layer.
+    assert counters["stats"]["unique_graphs"] - graphs_before == 2
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+    # The padding did reach the compiled graph: the padded document's real tokens differ from an unmasked run.
+    with torch.inference_mode():
+        unmasked = model(input_ids=input_ids).last_hidden_state
+    assert not torch.allclose(unmasked[1, :40], compiled[1, :40], atol=1e-3)
+
+    long_document.uncompile_layers(model)
+    assert all("forward" not in vars(layer.attention) for layer in model.encoder.layer)
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, eager)
+
+
+@needs_cpp_compiler
+def test_command_with_compile_warms_up_and_the_timed_pass_compiles_nothing(capsys):
+    report = long_document.main(
+        ["--mode", "both", "--layers", "2", "--n", "32", "--k", "8", "--chunk_size_feed_forward", "16"]
+        + ["--no_progress", "--no_reference", "--compile"]
+    )
+    fp32, int8 = report.results
+    assert fp32.compiled and not int8.compiled
+    assert fp32.compile_seconds is not None and fp32.compile_seconds >= 0
+    assert fp32.graphs_compiled_during_pass == 0  # the warm-up compiled with the pass's exact arguments
+    assert len(fp32.layer_seconds) == 2
+    assert report.cosine_int8[0] > 0.99  # int8 ran the eager, quantised layers on the same model
+    assert "compiled" in capsys.readouterr().out
+
+
+def test_compile_without_the_fp32_mode_is_refused_before_building():
+    with pytest.raises(ValueError, match="compile applies to the fp32 pass"):
+        long_document.run_long_document(tiny_config(), modes=("int8",), compile=True)

@@ -8,6 +8,10 @@ the same process. int8 is PyTorch dynamic quantisation (`torch.ao.quantization.q
 `nn.Linear`: weights stored in int8, activations quantised per tensor at run time; E and F stay fp32 (they are
 products of the layer input, not `nn.Linear` modules).
 
+With `--compile`, each encoder layer's attention block and feed-forward chunk run as `torch.compile` graphs
+(inductor's C++ backend), which fuse the elementwise work around the matrix products (bias adds, GELU, residual adds,
+LayerNorm, the masking of E); see `compile_layers`.
+
 The FLOP count is the benchmark's cost model (`research.benchmark.costs.forward_flops`): the matrix products only.
 """
 
@@ -87,6 +91,42 @@ def random_document(config: LinformerConfig, length: int | None = None, seed: in
     return torch.randint(3, config.vocab_size, (1, length), generator=generator)
 
 
+def cpp_compiler_missing() -> str | None:
+    """Why inductor's CPU backend cannot compile here (no working C++ compiler), or None when it can."""
+    from torch._inductor import cpp_builder, exc
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler as error:
+        return f"torch.compile's CPU backend needs a C++ compiler: {error} (install g++, or set CXX)."
+    return None
+
+
+def compile_layers(model: LinformerModel) -> LinformerModel:
+    """Run every encoder layer's two blocks through `torch.compile` (inductor), in place.
+
+    The attention block (Q map, E X and F X, the key and value maps, attention, output map, residual, LayerNorm) and
+    the feed-forward chunk (dense, GELU, dense, residual, LayerNorm) are compiled, not the layer's whole forward:
+    - the layer's own call stays eager, so forward hooks on the layers (the progress bar) still run;
+    - the feed-forward graph sees one chunk, so its compile time does not grow with n / chunk (a whole-layer graph
+      unrolls every chunk: 16 at n = 65,536 with chunks of 4096, about twice the compile time);
+    - every layer has the same code and shapes, and dynamo's default of passing a module's parameters to the graph as
+      inputs (`inline_inbuilt_nn_modules`) lets one compiled graph per block serve all layers, so compiling is paid
+      once, on the first layer of the first call at a given length. Shapes are static (`dynamic=False`): another
+      length compiles again.
+
+    Inductor's `freezing` (weights as constants, MKL-packed Linear) is not used: it compiles a graph per layer and
+    measured no faster here (docs/efficiency.md).
+    """
+    reason = cpp_compiler_missing()
+    if reason:
+        raise RuntimeError(reason)
+    for layer in model.encoder.layer:
+        layer.attention.forward = torch.compile(layer.attention.forward, dynamic=False)
+        layer.feed_forward_chunk = torch.compile(layer.feed_forward_chunk, dynamic=False)
+    return model
+
+
 # ---------------------------------------------------------------------------------------------------- measurement
 
 
@@ -138,6 +178,9 @@ class ForwardResult:
     system_seconds: float  # the system part: page faults of fresh large tensors, thread wake-ups
     page_faults: int  # minor page faults during the pass
     output: torch.Tensor  # last_hidden_state (batch, L, d)
+    compiled: bool = False  # layers run as torch.compile graphs (`compile_layers`)
+    compile_seconds: float | None = None  # compiling before this pass (warm-up less one layer's time); see below
+    graphs_compiled_during_pass: int = 0  # graphs dynamo compiled inside the timed pass: 0 when the warm-up covered it
 
     @property
     def gflops_per_second(self) -> float:
@@ -148,6 +191,9 @@ def timed_forward(
     model: LinformerModel, input_ids: torch.Tensor, mode: str, flops: int, progress: bool = True
 ) -> ForwardResult:
     """One forward pass (no autograd) with the per-layer progress bar; time and this pass's peak RSS."""
+    from torch._dynamo.utils import counters
+
+    graphs_before = counters["stats"]["unique_graphs"]
     gc.collect()
     reset_peak_rss()
     with torch.inference_mode(), layer_progress(model, description=f"{mode} forward", enabled=progress) as done:
@@ -161,7 +207,38 @@ def timed_forward(
     system = after.ru_stime - usage.ru_stime
     cpu = after.ru_utime - usage.ru_utime + system
     faults = after.ru_minflt - usage.ru_minflt
-    return ForwardResult(mode, seconds, peak_rss_bytes(), flops, layer_seconds, cpu, system, faults, output)
+    result = ForwardResult(mode, seconds, peak_rss_bytes(), flops, layer_seconds, cpu, system, faults, output)
+    result.graphs_compiled_during_pass = counters["stats"]["unique_graphs"] - graphs_before
+    return result
+
+
+def compile_warm_up(model: LinformerModel, input_ids: torch.Tensor) -> float:
+    """Compile the layers' graphs for this input's length by running the model with its first layer only; returns
+    the seconds taken.
+
+    The first call of a compiled layer at a new length compiles (tens of seconds), a one-off cost per process (less
+    when inductor's on-disk cache already holds the graphs). The same call with the encoder cut to layer 0 gives the
+    layer exactly the arguments of the real pass (dynamo guards on them: any difference would compile again), and
+    compiles every graph the pass uses (all layers share them) for the cost of one layer rather than a second pass.
+    """
+    layers = model.encoder.layer
+    model.encoder.layer = layers[:1]
+    try:
+        with torch.inference_mode():
+            start = time.perf_counter()
+            model(input_ids=input_ids)
+            return time.perf_counter() - start
+    finally:
+        model.encoder.layer = layers
+
+
+def uncompile_layers(model: LinformerModel) -> LinformerModel:
+    """Undo `compile_layers`: the layers' blocks run their eager methods again."""
+    for layer in model.encoder.layer:
+        for module, name in ((layer.attention, "forward"), (layer, "feed_forward_chunk")):
+            if name in vars(module):
+                delattr(module, name)
+    return model
 
 
 def layer_matmul_shapes(config: LinformerConfig, seq_len: int) -> list[tuple[str, int, int, int]]:
@@ -254,16 +331,26 @@ def run_long_document(
     progress: bool = True,
     reference: bool = True,
     seed: int = 0,
+    compile: bool = False,
     log=print,
 ) -> LongDocumentReport:
     """Build (or load) the model, run one forward pass over an n-token document per mode, in order, and report.
 
     int8 quantises the same model after the fp32 pass (in place, to keep one copy of the weights in memory) and runs
     the same input; its output is compared with fp32's when both ran.
+
+    `compile=True` runs the fp32 pass through `compile_layers`, after a warm-up that compiles (`compile_warm_up`);
+    the pass's time excludes compiling, reported apart. int8 always runs eager.
     """
     unknown = set(modes) - {"fp32", "int8"}
     if unknown or not modes:
         raise ValueError(f"modes must be some of 'fp32', 'int8', got {modes!r}.")
+    if compile:
+        if "fp32" not in modes:
+            raise ValueError("compile applies to the fp32 pass (int8 runs eager): add the fp32 mode or drop compile.")
+        reason = cpp_compiler_missing()
+        if reason:
+            raise RuntimeError(reason)
     start = time.perf_counter()
     model = build_model(config, model_dir, seed=seed)
     config = model.config
@@ -295,10 +382,24 @@ def run_long_document(
         if mode not in modes:
             continue
         if mode == "int8":
-            model = quantize_int8(model)
+            model = quantize_int8(uncompile_layers(model))
+        elif compile:
+            compile_layers(model)
+            warm_up = compile_warm_up(model, input_ids)
+            log(f"compiled the layers at n={n} (warm-up: compile + one layer): {warm_up:.1f} s")
         result = timed_forward(model, input_ids, mode, flops, progress=progress)
+        if mode == "fp32" and compile:
+            # The warm-up ran one layer besides compiling; take a typical layer of the timed pass off it.
+            result.compiled = True
+            result.compile_seconds = max(warm_up - sorted(result.layer_seconds)[len(result.layer_seconds) // 2], 0.0)
+            log(
+                f"compiling: about {result.compile_seconds:.1f} s, once per process and length; the first pass of a "
+                f"fresh process costs about {result.compile_seconds + result.seconds:.1f} s; "
+                f"{result.graphs_compiled_during_pass} graphs compiled during the timed pass"
+            )
+        label = f"{mode} (compiled)" if result.compiled else mode
         log(
-            f"{mode}: {result.seconds:.1f} s, peak RSS {result.peak_rss_bytes / 2**30:.2f} GiB, "
+            f"{label}: {result.seconds:.1f} s, peak RSS {result.peak_rss_bytes / 2**30:.2f} GiB, "
             f"{result.gflops_per_second:.1f} GFLOP/s; CPU time {result.cpu_seconds:.1f} s on {torch.get_num_threads()} "
             f"threads ({result.system_seconds:.1f} s system, {result.page_faults} page faults); load average "
             f"{os.getloadavg()[0]:.2f}"
@@ -334,7 +435,7 @@ def summary_table(report: LongDocumentReport) -> str:
         if result.mode == "fp32" and report.reference_gflops == report.reference_gflops:  # not NaN
             met = met and efficiency >= MATMUL_EFFICIENCY_TARGET
         rows.append(
-            f"| {result.mode} | {result.seconds:.1f} s | <= {target:.0f} s"
+            f"| {result.mode}{' (compiled)' if result.compiled else ''} | {result.seconds:.1f} s | <= {target:.0f} s"
             + (f", >= {MATMUL_EFFICIENCY_TARGET:.0%} of reference" if result.mode == "fp32" else "")
             + f" | {result.peak_rss_bytes / 2**30:.2f} GiB | {result.gflops_per_second:.1f} | {efficiency:.0%} | "
             + f"{result.cpu_seconds / report.threads:.1f} s | "
@@ -349,6 +450,14 @@ def summary_table(report: LongDocumentReport) -> str:
         "",
         *rows,
     ]
+    for result in report.results:
+        if result.compiled:
+            lines += [
+                "",
+                f"{result.mode} compiled: the time excludes compiling, about {result.compile_seconds:.1f} s once per "
+                f"process and length (a fresh process's first pass: about {result.compile_seconds + result.seconds:.1f}"
+                " s)",
+            ]
     if report.cosine_int8 is not None:
         whole, lowest = report.cosine_int8
         lines += [
@@ -376,8 +485,15 @@ def main(argv: list[str] | None = None) -> LongDocumentReport:
     )
     parser.add_argument("--no_reference", action="store_true", help="skip the matmul reference")
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="run the fp32 pass's layers as torch.compile graphs (needs a C++ compiler); compile time reported apart",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.compile and args.mode == "int8":
+        parser.error("--compile applies to the fp32 pass (int8 runs eager): use --mode fp32 or both.")
     if args.model_dir and (args.layers, args.n, args.k) != (12, 65536, 256):
         parser.error("--layers, --n and --k describe a model to build; with --model_dir the folder's config rules.")
     config = None
@@ -385,7 +501,13 @@ def main(argv: list[str] | None = None) -> LongDocumentReport:
         config = base_config(args.layers, args.n, args.k, chunk_size_feed_forward=args.chunk_size_feed_forward)
     modes = ("fp32", "int8") if args.mode == "both" else (args.mode,)
     report = run_long_document(
-        config, args.model_dir, modes, progress=not args.no_progress, reference=not args.no_reference, seed=args.seed
+        config,
+        args.model_dir,
+        modes,
+        progress=not args.no_progress,
+        reference=not args.no_reference,
+        seed=args.seed,
+        compile=args.compile,
     )
     print()
     print(summary_table(report))
