@@ -28,6 +28,13 @@ from linformer_hf.training.pretraining import run_pretraining
 
 
 @pytest.fixture(scope="module")
+def transfer_pair(tmp_path_factory):
+    from test_transfer import build_pair
+
+    return build_pair(tmp_path_factory.mktemp("transfer"))
+
+
+@pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
@@ -384,3 +391,49 @@ def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tok
             except ProcessLookupError:
                 pass
     assert (out / UPDATE_LOG).exists()  # the refused run deleted nothing of the live one's
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Attention transfer: the same policy (refuse a used output_dir unless resumed or overwritten), whole checkpoints only
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(transfer_pair, tmp_path, monkeypatch):
+    from accelerate import Accelerator
+    from test_transfer import arguments
+
+    from linformer_hf.training.transfer import run_transfer
+
+    settings = dict(layer_steps=6, checkpoint_every=2)
+    straight = run_transfer(arguments(transfer_pair, tmp_path / "straight", **settings))
+    out = tmp_path / "run"
+
+    save_state = Accelerator.save_state
+
+    def killed_during_the_second_save(self, output_dir=None, **kwargs):
+        save_state(self, output_dir, **kwargs)
+        if output_dir.endswith("step_0000004"):
+            os.remove(os.path.join(output_dir, "custom_checkpoint_1.pkl"))  # a kill mid-save leaves a torn folder
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Accelerator, "save_state", killed_during_the_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        run_transfer(arguments(transfer_pair, out, **settings))
+    monkeypatch.undo()
+    log = (out / "transfer_log.jsonl").read_text()
+
+    # A new run there, not resuming: refused before any work, the killed run's log and checkpoints kept.
+    with pytest.raises(FileExistsError, match=r"is not empty .*--resume latest.*--overwrite_output_dir"):
+        run_transfer(arguments(transfer_pair, out, **settings))
+    assert (out / "transfer_log.jsonl").read_text() == log
+
+    # `latest` is the last whole checkpoint (step 2), and the resumed run ends where the uninterrupted one did.
+    resumed = run_transfer(arguments(transfer_pair, out, resume="latest", **settings))
+    assert resumed["after"] == straight["after"]
+    assert not any(name.startswith(".tmp-") for name in os.listdir(out / "checkpoints"))
+
+    # Starting over is explicit, and cannot be combined with a resume.
+    again = run_transfer(arguments(transfer_pair, out, overwrite_output_dir=True, **settings))
+    assert again["after"] == straight["after"] and "before" in again
+    with pytest.raises(ValueError, match="--overwrite_output_dir deletes the checkpoints"):
+        arguments(transfer_pair, out, overwrite_output_dir=True, resume="latest", **settings)

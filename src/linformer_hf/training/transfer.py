@@ -46,6 +46,7 @@ from ..loading import load_model
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
+from .checkpointing import TMP_PREFIX, publish_dir, temporary_name
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
 STUDENT_FAMILIES = {"linformer": LinformerPreTrainedModel, "performer": PerformerPreTrainedModel}
@@ -116,6 +117,13 @@ class TransferArguments:
     stop_after_steps: int | None = dataclasses.field(
         default=None, metadata={"help": "stop this process at this step, with a checkpoint, to resume later"}
     )
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "start over in a non-empty output_dir: deletes the earlier transfer's checkpoints, log, reports "
+            "and model (without it such a folder is refused, unless --resume)"
+        },
+    )
     seed: int = 0
     show_progress: bool = True
 
@@ -135,6 +143,10 @@ class TransferArguments:
             raise ValueError("--batch_size and --eval_windows must be positive.")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
+        if self.resume is not None and self.overwrite_output_dir:
+            raise ValueError(
+                "--overwrite_output_dir deletes the checkpoints that --resume would continue from: give one of them."
+            )
 
     @property
     def total_steps(self) -> int:
@@ -582,10 +594,54 @@ def resolve_resume(spec: str | None, output_dir: str) -> str | None:
             raise FileNotFoundError(f"--resume {spec}: no such checkpoint folder.")
         return spec
     root = os.path.join(output_dir, "checkpoints")
-    found = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    # A checkpoint is written under a temporary name and renamed when whole: one a kill cut short is not taken.
+    found = sorted(name for name in os.listdir(root) if not name.startswith(TMP_PREFIX)) if os.path.isdir(root) else []
     if not found:
         raise FileNotFoundError(f"--resume latest: no checkpoint under {root}.")
     return os.path.join(root, found[-1])
+
+
+# What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
+# the model's weights and config, so that nothing of the earlier run is taken as this one's.
+TRANSFER_OUTPUTS = (
+    "checkpoints",
+    "transfer_log.jsonl",
+    "fidelity_before.json",
+    "fidelity.json",
+    "transfer_report.json",
+    "model.safetensors",
+    "config.json",
+)
+
+
+def claim_output_dir(args: TransferArguments) -> None:
+    """Before any work: the output folder is this run's. A non-empty one belongs to an earlier run and is refused
+    unless the run resumes it (--resume) or starts over there (--overwrite_output_dir)."""
+    out = args.output_dir
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise NotADirectoryError(f"--output_dir {out} is a file, not a folder.")
+    if args.evaluate_only:  # writes fidelity.json only, e.g. beside a transferred model
+        if os.path.exists(os.path.join(out, "fidelity.json")) and not args.overwrite_output_dir:
+            raise FileExistsError(
+                f"{os.path.join(out, 'fidelity.json')} exists (an earlier evaluation): give another --output_dir, "
+                "or pass --overwrite_output_dir to replace it."
+            )
+        return
+    earlier = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    if earlier and args.resume is None and not args.overwrite_output_dir:
+        shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
+        raise FileExistsError(
+            f"--output_dir {out} is not empty (it holds {shown}): it belongs to an earlier run. Resume that run "
+            "with --resume latest, start over there with --overwrite_output_dir (deletes its checkpoints, log, "
+            "reports and model), or give another --output_dir."
+        )
+    if args.overwrite_output_dir:
+        for name in TRANSFER_OUTPUTS:
+            path = os.path.join(out, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
 
 
 def _truncate_log(path: str, after_step: int) -> None:
@@ -605,6 +661,9 @@ def run_transfer(args: TransferArguments) -> dict:
     from tqdm.auto import tqdm
 
     accelerator = Accelerator()
+    if accelerator.is_main_process:
+        claim_output_dir(args)
+    resume_from = resolve_resume(args.resume, args.output_dir)  # a missing checkpoint: said before any work
     set_seed(args.seed)
     # Linformer or Performer, as the head its config names; a folder of another model type is refused before its
     # weights are read
@@ -666,7 +725,6 @@ def run_transfer(args: TransferArguments) -> dict:
 
     os.makedirs(args.output_dir, exist_ok=True)
     log_path = os.path.join(args.output_dir, "transfer_log.jsonl")
-    resume_from = resolve_resume(args.resume, args.output_dir)
     report = {
         "teacher": args.teacher,
         "student": args.student,
@@ -734,8 +792,13 @@ def run_transfer(args: TransferArguments) -> dict:
         if progress.step < args.total_steps and (
             progress.step % args.checkpoint_every == 0 or progress.step == stop_at
         ):
-            accelerator.save_state(checkpoint_dir(args.output_dir, progress.step))
+            # Written under a temporary name, renamed when whole: a kill during the save leaves no checkpoint that
+            # --resume latest would take.
+            final = checkpoint_dir(args.output_dir, progress.step)
+            accelerator.save_state(temporary_name(final))
+            accelerator.wait_for_everyone()
             if accelerator.is_main_process:
+                publish_dir(temporary_name(final), final)
                 _prune_checkpoints(args.output_dir, args.checkpoints_to_keep)
     bar.close()
     if progress.step < args.total_steps:
@@ -756,7 +819,7 @@ def run_transfer(args: TransferArguments) -> dict:
 
 def _prune_checkpoints(output_dir: str, keep: int) -> None:
     root = os.path.join(output_dir, "checkpoints")
-    found = sorted(os.listdir(root))
+    found = sorted(os.listdir(root))  # a temporary one a kill left (".tmp-...") sorts first: deleted first
     for name in found[:-keep] if keep > 0 else []:
         shutil.rmtree(os.path.join(root, name))
 
@@ -784,8 +847,13 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
 
 
 def main(argv: list[str] | None = None) -> dict:
-    (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
-    return run_transfer(args)
+    from .errors import USER_ERRORS, report
+
+    try:
+        (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
+        return run_transfer(args)
+    except (*USER_ERRORS, OSError, ValueError) as err:  # bad input: one `error:` line, not a traceback
+        raise SystemExit(report(err)) from None
 
 
 if __name__ == "__main__":
