@@ -437,3 +437,48 @@ def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(
     assert again["after"] == straight["after"] and "before" in again
     with pytest.raises(ValueError, match="--overwrite_output_dir deletes the checkpoints"):
         arguments(transfer_pair, out, overwrite_output_dir=True, resume="latest", **settings)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The benchmark: an earlier run's results are refused, not overwritten; its CSVs are whole or absent
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_benchmark_refuses_an_earlier_runs_results_before_measuring(tmp_path, capsys):
+    from linformer_hf.research.benchmark.cli import main
+
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / "results.csv").write_text("the earlier run's rows")
+    assert main(["--preset", "quick", "--output_dir", str(out)]) == 2
+    err = capsys.readouterr()
+    assert f"error: {out} is not empty (it holds results.csv)" in err.err and "--overwrite" in err.err
+    assert "machine:" not in err.out  # refused before the run started
+    assert os.listdir(out) == ["results.csv"] and (out / "results.csv").read_text() == "the earlier run's rows"
+
+
+def test_benchmark_csv_stopped_while_written_keeps_the_previous_whole_file(tmp_path, monkeypatch):
+    """results_partial.csv is rewritten after every length: a stop in the middle of a rewrite used to leave a
+    truncated file, losing the rows measured before."""
+    from linformer_hf.research.benchmark import results
+
+    rows = [
+        results.BenchmarkRow(mode=results.Mode.INFERENCE, model="linformer", n=n, k=8, time_s=0.1) for n in (16, 32)
+    ]
+    path = tmp_path / "results_partial.csv"
+    results.write_csv(rows[:1], str(path))
+    before = path.read_text()
+    cells = iter(range(10**6))
+    to_text = results._to_text
+
+    def stopped_part_way(value):
+        if next(cells) == 3:  # in the first row: the file held the header only
+            raise KeyboardInterrupt
+        return to_text(value)
+
+    monkeypatch.setattr(results, "_to_text", stopped_part_way)
+    with pytest.raises(KeyboardInterrupt):
+        results.write_csv(rows, str(path))
+    assert path.read_text() == before and os.listdir(tmp_path) == ["results_partial.csv"]
+    monkeypatch.undo()
+    assert results.read_csv(str(path)) == rows[:1]
