@@ -289,6 +289,24 @@ def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, conten
     assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
 
 
+def test_a_second_tokenizer_is_refused_in_a_used_output_dir(tokenizer_dir, tmp_path, capsys):
+    """A tokenizer is the vocabulary of the models trained with it: retraining into its folder (or a model's) used to
+    replace it without a word."""
+    import shutil
+
+    from training_utils import load_script
+
+    out = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, out)
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    argv = ["--files", WIKITEXT, "--max_documents", "50", "--vocab_size", "300", "--output_dir", str(out)]
+    line = run_main("train_tokenizer", argv, capsys)
+    assert f"{out} is not empty" in line and "--overwrite" in line
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    assert load_script("train_tokenizer").main([*argv, "--overwrite"]) == 0
+    assert (out / "tokenizer.json").read_bytes() != before["tokenizer.json"]  # 300 tokens, not 400
+
+
 def test_empty_tokenizer_dir_is_an_error_line(tmp_path, capsys):
     empty = tmp_path / "tok"
     empty.mkdir()

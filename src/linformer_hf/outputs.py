@@ -17,9 +17,9 @@ def held(output_dir: str) -> str:
     return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
 
 
-def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite") -> None:
-    """Before any work: `output_dir` is a folder that can be created and written, and holds no earlier results
-    unless `overwrite` (`flag` on the command line). Creates it."""
+def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite", create: bool = True) -> None:
+    """Before any work: `output_dir` is a folder (or can be one) that holds no earlier results unless `overwrite`
+    (`flag` on the command line). With `create`, makes it and checks it can be written."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"{output_dir} is a file, not a folder: give a folder for the results.")
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
@@ -27,6 +27,8 @@ def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite"
             f"{output_dir} is not empty (it holds {held(output_dir)}): an earlier run's results are never "
             f"overwritten silently. Give another output directory, or pass {flag} to replace them."
         )
+    if not create:
+        return
     os.makedirs(output_dir, exist_ok=True)
     if not os.access(output_dir, os.W_OK):
         raise PermissionError(f"{output_dir} cannot be written by this user: give another output directory.")
