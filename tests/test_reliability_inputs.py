@@ -372,6 +372,50 @@ def test_conversion_script_errors(tmp_path, capsys):
         )
 
 
+def test_conversion_never_replaces_a_model_and_a_killed_one_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    import json
+
+    import transformers
+    from tiny_roberta import build_tokenizer, tiny_roberta_config
+
+    from linformer_hf import conversion
+
+    source = tmp_path / "roberta"
+    transformers.RobertaForMaskedLM(tiny_roberta_config(architectures=["RobertaForMaskedLM"])).save_pretrained(source)
+    build_tokenizer(str(source))
+    out = tmp_path / "linformer"
+    assert load_script_main("convert_to_linformer", [str(source), str(out), "--projected_length", "4"]) == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+
+    # A second conversion there (another k) would replace the first model: refused before any work.
+    line = run_main("convert_to_linformer", [str(source), str(out), "--projected_length", "8"], capsys)
+    assert f"{out} is not empty" in line and "--overwrite" in line
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    # Converting into the source folder itself would replace the RoBERTa checkpoint.
+    line = run_main("convert_to_linformer", [str(source), str(source), "--overwrite"], capsys)
+    assert "must differ from the source" in line
+    assert json.loads((source / "config.json").read_text())["model_type"] == "roberta"
+    assert (
+        load_script_main("convert_to_linformer", [str(source), str(out), "--projected_length", "8", "--overwrite"]) == 0
+    )
+    assert json.loads((out / "config.json").read_text())["projected_length"] == 8
+
+    # A conversion killed after the weights were written leaves no folder that reads as a model.
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(conversion, "copy_sentence_transformers_modules", killed)
+    with pytest.raises(KeyboardInterrupt):
+        conversion.convert_checkpoint(str(source), str(tmp_path / "killed"), projected_length=4)
+    assert not (tmp_path / "killed").exists()
+
+
+def load_script_main(script, argv):
+    from training_utils import load_script
+
+    return load_script(script).main(argv)
+
+
 def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
     from transformers import RobertaConfig
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 
 def held(output_dir: str) -> str:
@@ -68,3 +69,17 @@ def write_text_atomic(path: str, text: str) -> None:
 
 def write_json_atomic(path: str, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def publish_folder(staging: str, output_dir: str) -> None:
+    """Move the whole folder `staging` to `output_dir`: one rename when `output_dir` does not exist; otherwise (an
+    overwrite) each entry replaces the one of the same name, and other files there are kept."""
+    if not os.path.isdir(output_dir):
+        os.replace(staging, output_dir)
+        return
+    for name in os.listdir(staging):
+        target = os.path.join(output_dir, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(staging, name), target)
+    os.rmdir(staging)
