@@ -494,3 +494,60 @@ def test_finetuning_is_refused_while_another_run_holds_its_output_dir(model_dir,
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert (out / "checkpoint-2").is_dir()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The research scripts: an earlier result is refused, nonsense numbers and missing inputs are said before the work
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    """A tiny RoBERTa (n = 16) with its tokenizer."""
+    from tiny_roberta import build_tokenizer, tiny_roberta_config
+    from transformers import RobertaModel
+
+    out = tmp_path_factory.mktemp("encoder")
+    tokenizer = build_tokenizer(str(out))
+    RobertaModel(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(out)
+    return str(out)
+
+
+def test_analyze_spectrum_refuses_an_earlier_result_and_bad_indices_before_the_work(encoder_dir, tmp_path, capsys):
+    from training_utils import load_script
+
+    out = tmp_path / "spectrum"
+    argv = [encoder_dir, WIKITEXT, str(out), "--max_inputs", "2"]
+    assert load_script("analyze_spectrum").main(argv) == 0
+    before = (out / "spectrum_summary.json").read_bytes()
+    line = run_main("analyze_spectrum", [*argv, "--index", "2"], capsys)
+    assert f"{out} is not empty" in line and "--overwrite" in line
+    assert (out / "spectrum_summary.json").read_bytes() == before
+    # r = L = 16 here: index 17 used to be refused only after every input was analysed, index 0 taken as r / 4.
+    line = run_main("analyze_spectrum", [encoder_dir, WIKITEXT, str(tmp_path / "b"), "--index", "17"], capsys)
+    assert "index 17 is outside 1..16" in line and os.listdir(tmp_path / "b") == []
+    with pytest.raises(SystemExit):
+        load_script("analyze_spectrum").main([encoder_dir, WIKITEXT, str(tmp_path / "c"), "--index", "0"])
+    assert "argument --index: must be >= 1, got 0" in capsys.readouterr().err
+    line = run_main("analyze_spectrum", [encoder_dir, str(tmp_path / "none.txt"), str(tmp_path / "d")], capsys)
+    assert "none.txt: no such file" in line
+    line = run_main("analyze_spectrum", [str(tmp_path / "no_model"), WIKITEXT, str(tmp_path / "d")], capsys)
+    assert "no_model: no such directory" in line
+
+
+def test_measure_favor_error_refuses_an_earlier_result_before_the_work(encoder_dir, tmp_path, capsys):
+    from training_utils import load_script
+
+    output = tmp_path / "error.json"
+    output.write_text('{"an": "earlier result"}')
+    argv = [encoder_dir, WIKITEXT, str(output), "--seq_len", "16", "--max_inputs", "2", "--ms", "8", "--seeds", "1"]
+    line = run_main("measure_favor_error", argv, capsys)
+    assert f"{output} exists" in line and "--overwrite" in line
+    assert output.read_text() == '{"an": "earlier result"}'
+    assert load_script("measure_favor_error").main([*argv, "--overwrite"]) == 0
+    assert '"mean_over_layers"' in output.read_text()
+    # The result is a file: a folder given there used to fail only when the measurement was done.
+    line = run_main("measure_favor_error", [encoder_dir, WIKITEXT, str(tmp_path), "--seq_len", "16"], capsys)
+    assert "is a folder" in line
+    line = run_main("measure_favor_error", [encoder_dir, WIKITEXT, str(tmp_path / "e.json"), "--seq_len", "99"], capsys)
+    assert "seq_len 99 exceeds the model's maximum input length 16" in line
