@@ -551,3 +551,22 @@ def test_measure_favor_error_refuses_an_earlier_result_before_the_work(encoder_d
     assert "is a folder" in line
     line = run_main("measure_favor_error", [encoder_dir, WIKITEXT, str(tmp_path / "e.json"), "--seq_len", "99"], capsys)
     assert "seq_len 99 exceeds the model's maximum input length 16" in line
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        # 0 divided by zero after the corpus was built; a negative or > 0.5 fraction silently held out every 2nd line
+        ("--validation_fraction", "0", "must be in (0, 0.5], got 0.0"),
+        ("--validation_fraction", "-0.1", "must be in (0, 0.5], got -0.1"),
+        ("--validation_fraction", "1.5", "must be in (0, 0.5], got 1.5"),
+        ("--max_chars", "0", "must be >= 1, got 0"),  # an empty corpus, written without a word
+    ],
+)
+def test_build_corpus_refuses_nonsense_numbers_before_building(tmp_path, capsys, flag, value, message):
+    from training_utils import load_script
+
+    with pytest.raises(SystemExit):
+        load_script("build_corpus").main(["--output", str(tmp_path / "c.txt"), flag, value])
+    assert f"argument {flag}: {message}" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
