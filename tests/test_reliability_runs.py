@@ -482,3 +482,44 @@ def test_benchmark_csv_stopped_while_written_keeps_the_previous_whole_file(tmp_p
     assert path.read_text() == before and os.listdir(tmp_path) == ["results_partial.csv"]
     monkeypatch.undo()
     assert results.read_csv(str(path)) == rows[:1]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Replication: a saved result is reused only for the recipe it was made with
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_replication_rerun_with_a_changed_plan_does_not_report_the_old_results(tmp_path, monkeypatch):
+    """A plan changed and rerun into the same output_dir used to report the earlier plan's saved figures as its own."""
+    from test_replication import QUICK, tiny_overrides
+
+    from linformer_hf.research import replication
+
+    class Ran(Exception):
+        pass
+
+    def no_training(command, log_path):
+        raise Ran
+
+    monkeypatch.setattr(replication, "_run", no_training)
+    plan = replication.load_plan(QUICK, tiny_overrides(tmp_path))
+    paths = replication.prepare_data(plan)
+    variant = plan.variants[0]
+    with pytest.raises(Ran):  # nothing saved yet: the run would start
+        replication.pretrain_variant(plan, variant, paths, "tokenizer")
+    recipe_file = tmp_path / "run" / "recipes" / f"pretrain_{variant.name}.yaml"
+    recipe = yaml.safe_load(recipe_file.read_text())
+    result_path = replication.pretrain_result_path(plan, variant)
+    os.makedirs(os.path.dirname(result_path))
+    with open(result_path, "w") as fh:  # the result of this very recipe: reused, nothing runs
+        json.dump({"recipe": recipe, "final_perplexity": 12.5}, fh)
+    assert replication.pretrain_variant(plan, variant, paths, "tokenizer")["final_perplexity"] == 12.5
+
+    overrides = tiny_overrides(tmp_path)
+    overrides["pretrain"]["max_steps"] = 9
+    changed = replication.load_plan(QUICK, overrides)
+    with pytest.raises(ConfigError) as err:
+        replication.pretrain_variant(changed, changed.variants[0], paths, "tokenizer")
+    message = str(err.value)
+    assert "was made with another recipe (training.max_steps: 6 in the saved result, 9 now)" in message
+    assert "another --output_dir" in message
