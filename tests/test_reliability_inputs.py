@@ -570,3 +570,12 @@ def test_build_corpus_refuses_nonsense_numbers_before_building(tmp_path, capsys,
         load_script("build_corpus").main(["--output", str(tmp_path / "c.txt"), flag, value])
     assert f"argument {flag}: {message}" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_show_model_errors_are_error_lines(encoder_dir, tmp_path, capsys):
+    """The demo's last step: a wrong folder was huggingface_hub's "Repo id must be in the form" traceback, a text
+    without <mask> a pipeline traceback."""
+    line = run_main("show_model", [str(tmp_path / "no_such_run")], capsys)
+    assert "no_such_run is not a saved model folder (no config.json)" in line
+    line = run_main("show_model", [encoder_dir, "--text", "no mask here"], capsys)
+    assert "has no <mask>" in line
