@@ -523,3 +523,18 @@ def test_replication_rerun_with_a_changed_plan_does_not_report_the_old_results(t
     message = str(err.value)
     assert "was made with another recipe (training.max_steps: 6 in the saved result, 9 now)" in message
     assert "another --output_dir" in message
+
+
+def test_transfer_never_writes_over_its_own_models_and_names_a_missing_teacher(transfer_pair, tmp_path):
+    from test_transfer import arguments
+
+    from linformer_hf.training.transfer import run_transfer
+
+    student = transfer_pair / "student_k4"
+    weights = (student / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="--output_dir must differ from --student"):
+        run_transfer(arguments(transfer_pair, student, layer_steps=2, overwrite_output_dir=True))
+    assert (student / "model.safetensors").read_bytes() == weights
+    # A mistyped teacher folder was huggingface_hub's "Repo id must be in the form" error.
+    with pytest.raises(ConfigError, match=r"--teacher=.*no_teacher: no such directory"):
+        run_transfer(arguments(transfer_pair, tmp_path / "out", teacher=str(tmp_path / "no_teacher")))

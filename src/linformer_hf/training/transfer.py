@@ -47,6 +47,7 @@ from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
 from .checkpointing import TMP_PREFIX, publish_dir, temporary_name
+from .validation import check_model_source
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
 STUDENT_FAMILIES = {"linformer": LinformerPreTrainedModel, "performer": PerformerPreTrainedModel}
@@ -618,6 +619,8 @@ def claim_output_dir(args: TransferArguments) -> None:
     """Before any work: the output folder is this run's. A non-empty one belongs to an earlier run and is refused
     unless the run resumes it (--resume) or starts over there (--overwrite_output_dir)."""
     out = args.output_dir
+    for role in ("teacher", "student"):
+        check_model_source(getattr(args, role), f"--{role}")
     if os.path.exists(out) and not os.path.isdir(out):
         raise NotADirectoryError(f"--output_dir {out} is a file, not a folder.")
     if args.evaluate_only:  # writes fidelity.json only, e.g. beside a transferred model
@@ -627,6 +630,9 @@ def claim_output_dir(args: TransferArguments) -> None:
                 "or pass --overwrite_output_dir to replace it."
             )
         return
+    for role in ("teacher", "student"):  # --overwrite_output_dir would delete that model's weights first
+        if os.path.abspath(getattr(args, role)) == os.path.abspath(out):
+            raise ValueError(f"--output_dir must differ from --{role} {out}: the transfer would replace that model.")
     earlier = sorted(os.listdir(out)) if os.path.isdir(out) else []
     if earlier and args.resume is None and not args.overwrite_output_dir:
         shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
