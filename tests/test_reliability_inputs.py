@@ -579,3 +579,17 @@ def test_show_model_errors_are_error_lines(encoder_dir, tmp_path, capsys):
     assert "no_such_run is not a saved model folder (no config.json)" in line
     line = run_main("show_model", [encoder_dir, "--text", "no mask here"], capsys)
     assert "has no <mask>" in line
+
+
+def test_push_to_hub_overwrite_never_deletes_its_own_model(encoder_dir, tmp_path, capsys):
+    """--overwrite deletes output_dir whole: an output_dir holding the model (the run folder of outputs/run/final)
+    used to delete the run's model, checkpoints and logs."""
+    from linformer_hf.conversion import convert_checkpoint
+
+    run = tmp_path / "run"
+    convert_checkpoint(encoder_dir, str(run / "final"), projected_length=4)
+    (run / "train_log.jsonl").write_text("{}\n")
+    argv = [str(run / "final"), "me/model", "--dry_run", "--skip_remote_check", "--output_dir", str(run), "--overwrite"]
+    line = run_main("push_to_hub", argv, capsys)
+    assert "model_dir" in line and f"is inside output_dir {run}" in line
+    assert (run / "final" / "model.safetensors").is_file() and (run / "train_log.jsonl").is_file()
