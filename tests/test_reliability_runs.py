@@ -538,3 +538,23 @@ def test_transfer_never_writes_over_its_own_models_and_names_a_missing_teacher(t
     # A mistyped teacher folder was huggingface_hub's "Repo id must be in the form" error.
     with pytest.raises(ConfigError, match=r"--teacher=.*no_teacher: no such directory"):
         run_transfer(arguments(transfer_pair, tmp_path / "out", teacher=str(tmp_path / "no_teacher")))
+
+
+def test_gpu_checks_report_killed_while_rewritten_keeps_the_parts_before(tmp_path, monkeypatch):
+    """report.json and report.md are rewritten after every part of a ~7 min run: a stop during a rewrite used to leave
+    them truncated, losing every part finished before."""
+    from linformer_hf.research import gpu_checks
+
+    report = gpu_checks.Report(str(tmp_path), "test", "a stand-in GPU")
+    report.add(gpu_checks.PartResult(name="environment", summary={"cuda": "12.4"}))
+    before = {name: (tmp_path / name).read_text() for name in ("report.json", "report.md")}
+
+    def stopped(self, ordered):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpu_checks.Report, "markdown", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        report.add(gpu_checks.PartResult(name="training_step", status="failed", reason="boom"))
+    assert (tmp_path / "report.md").read_text() == before["report.md"]
+    assert json.loads((tmp_path / "report.json").read_text())["parts"][0]["summary"] == {"cuda": "12.4"}
+    assert sorted(os.listdir(tmp_path)) == ["report.json", "report.md"]
