@@ -558,3 +558,27 @@ def test_gpu_checks_report_killed_while_rewritten_keeps_the_parts_before(tmp_pat
     assert (tmp_path / "report.md").read_text() == before["report.md"]
     assert json.loads((tmp_path / "report.json").read_text())["parts"][0]["summary"] == {"cuda": "12.4"}
     assert sorted(os.listdir(tmp_path)) == ["report.json", "report.md"]
+
+
+def test_transfer_is_refused_while_another_run_writes_its_output_dir(transfer_pair, tmp_path):
+    """Two transfers resuming into one folder (or started before the first wrote anything) used to write each other's
+    checkpoints: the live one holds the folder's lock, as a pretraining run does."""
+    from test_transfer import arguments
+
+    from linformer_hf.training.transfer import run_transfer
+
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
+            run_transfer(arguments(transfer_pair, out, layer_steps=2))
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert os.listdir(out) == [LOCK_FILE]
+    report = run_transfer(arguments(transfer_pair, out, layer_steps=2))  # the killed holder's lock is taken over
+    assert "after" in report and (out / LOCK_FILE).read_text() == ""

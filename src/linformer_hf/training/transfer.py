@@ -46,7 +46,7 @@ from ..loading import load_model
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
-from .checkpointing import TMP_PREFIX, publish_dir, temporary_name
+from .checkpointing import LOCK_FILE, TMP_PREFIX, RunLock, publish_dir, temporary_name
 from .validation import check_model_source
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
@@ -615,9 +615,12 @@ TRANSFER_OUTPUTS = (
 )
 
 
-def claim_output_dir(args: TransferArguments) -> None:
-    """Before any work: the output folder is this run's. A non-empty one belongs to an earlier run and is refused
-    unless the run resumes it (--resume) or starts over there (--overwrite_output_dir)."""
+def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | None:
+    """The output folder is this run's. A non-empty one belongs to an earlier run and is refused unless the run
+    resumes it (--resume) or starts over there (--overwrite_output_dir). With `take` (before the first write), a
+    training run locks the folder (as pretraining does) until it ends, so a second run there is refused while the
+    first is alive, and an overwrite deletes the earlier run's outputs; without it, the checks only (before any work,
+    creating nothing)."""
     out = args.output_dir
     for role in ("teacher", "student"):
         check_model_source(getattr(args, role), f"--{role}")
@@ -629,25 +632,32 @@ def claim_output_dir(args: TransferArguments) -> None:
                 f"{os.path.join(out, 'fidelity.json')} exists (an earlier evaluation): give another --output_dir, "
                 "or pass --overwrite_output_dir to replace it."
             )
-        return
+        return None
     for role in ("teacher", "student"):  # --overwrite_output_dir would delete that model's weights first
         if os.path.abspath(getattr(args, role)) == os.path.abspath(out):
             raise ValueError(f"--output_dir must differ from --{role} {out}: the transfer would replace that model.")
-    earlier = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    lock = None
+    if take:
+        os.makedirs(out, exist_ok=True)
+        lock = RunLock.acquire(out)
+    earlier = sorted(name for name in os.listdir(out) if name != LOCK_FILE) if os.path.isdir(out) else []
     if earlier and args.resume is None and not args.overwrite_output_dir:
+        if lock is not None:
+            lock.release()
         shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
         raise FileExistsError(
             f"--output_dir {out} is not empty (it holds {shown}): it belongs to an earlier run. Resume that run "
             "with --resume latest, start over there with --overwrite_output_dir (deletes its checkpoints, log, "
             "reports and model), or give another --output_dir."
         )
-    if args.overwrite_output_dir:
+    if take and args.overwrite_output_dir:
         for name in TRANSFER_OUTPUTS:
             path = os.path.join(out, name)
             if os.path.isdir(path):
                 shutil.rmtree(path)
             elif os.path.exists(path):
                 os.remove(path)
+    return lock
 
 
 def _truncate_log(path: str, after_step: int) -> None:
@@ -663,12 +673,22 @@ def _truncate_log(path: str, after_step: int) -> None:
 def run_transfer(args: TransferArguments) -> dict:
     """Transfer the teacher's attention into the student; save the result to `args.output_dir`; return the report."""
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     accelerator = Accelerator()
     if accelerator.is_main_process:
-        claim_output_dir(args)
+        claim_output_dir(args, take=False)  # a used folder is refused before any work
+    locks = []  # the folder's lock, taken before the first write
+    try:
+        return _transfer(args, accelerator, locks)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
+    from accelerate.utils import set_seed
+    from tqdm.auto import tqdm
+
     resume_from = resolve_resume(args.resume, args.output_dir)  # a missing checkpoint: said before any work
     set_seed(args.seed)
     # Linformer or Performer, as the head its config names; a folder of another model type is refused before its
@@ -684,6 +704,8 @@ def run_transfer(args: TransferArguments) -> dict:
     too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
+    if accelerator.is_main_process:
+        locks += [lock for lock in [claim_output_dir(args)] if lock is not None]
 
     streams = tokenize_streams(
         load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed
