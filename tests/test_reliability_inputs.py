@@ -593,3 +593,19 @@ def test_push_to_hub_overwrite_never_deletes_its_own_model(encoder_dir, tmp_path
     line = run_main("push_to_hub", argv, capsys)
     assert "model_dir" in line and f"is inside output_dir {run}" in line
     assert (run / "final" / "model.safetensors").is_file() and (run / "train_log.jsonl").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "-1"], "argument --steps: must be >= 1, got -1"),  # trained nothing and reported the accuracy
+        (["--batch_size", "0"], "argument --batch_size: must be >= 1, got 0"),
+        (["--data_dir", "no_such_folder"], "--data_dir no_such_folder has no train.tsv or dev.tsv"),
+    ],
+)
+def test_int8_classifier_refuses_bad_arguments_before_training(argv, message, capsys):
+    from linformer_hf.research.int8_classifier import main
+
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
