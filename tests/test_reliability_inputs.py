@@ -609,3 +609,28 @@ def test_int8_classifier_refuses_bad_arguments_before_training(argv, message, ca
     with pytest.raises(SystemExit):
         main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_a_tokenizer_killed_while_saved_leaves_no_folder_that_reads_as_one(tmp_path, monkeypatch):
+    """scripts/demo.sh takes an existing tokenizer_config.json as a trained tokenizer: a kill during the save used to
+    leave one beside a missing or partial tokenizer.json."""
+    import transformers
+
+    from linformer_hf.training.tokenizer import train_bpe_tokenizer
+
+    save = transformers.PreTrainedTokenizerBase.save_pretrained
+
+    def killed_with_tokenizer_json_unwritten(self, directory, *args, **kwargs):
+        save(self, directory, *args, **kwargs)
+        os.remove(os.path.join(directory, "tokenizer.json"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", killed_with_tokenizer_json_unwritten)
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        texts = [line for _, line in zip(range(200), fh)]
+    with pytest.raises(KeyboardInterrupt):
+        train_bpe_tokenizer(texts, str(tmp_path / "tok"), vocab_size=300, model_max_length=32)
+    assert not (tmp_path / "tok").exists()
+    monkeypatch.undo()
+    train_bpe_tokenizer(texts, str(tmp_path / "tok"), vocab_size=300, model_max_length=32)  # the leftover is cleared
+    assert sorted(os.listdir(tmp_path)) == ["tok"] and (tmp_path / "tok" / "tokenizer.json").is_file()
