@@ -634,3 +634,25 @@ def test_a_tokenizer_killed_while_saved_leaves_no_folder_that_reads_as_one(tmp_p
     monkeypatch.undo()
     train_bpe_tokenizer(texts, str(tmp_path / "tok"), vocab_size=300, model_max_length=32)  # the leftover is cleared
     assert sorted(os.listdir(tmp_path)) == ["tok"] and (tmp_path / "tok" / "tokenizer.json").is_file()
+
+
+def test_overwrite_never_deletes_the_model_the_run_reads(model_dir, tmp_path):
+    """Fine-tuning outputs/run/best into outputs/run with overwrite_output_dir used to delete best/ (the model to
+    fine-tune) as an earlier run's output before reading it."""
+    import shutil
+
+    from linformer_hf.training.finetuning import run_finetuning
+
+    out = tmp_path / "ft"
+    shutil.copytree(model_dir, out / "best")
+    recipe = finetune(
+        model_dir,
+        **{
+            "model.pretrained": str(out / "best"),
+            "training.output_dir": str(out),
+            "training.overwrite_output_dir": True,
+        },
+    )
+    with pytest.raises(ConfigError, match=rf"model.pretrained={out}/best is inside {out}/best, which training.over"):
+        run_finetuning(recipe, show_progress=False)
+    assert (out / "best" / "config.json").is_file()
