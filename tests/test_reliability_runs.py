@@ -582,3 +582,16 @@ def test_transfer_is_refused_while_another_run_writes_its_output_dir(transfer_pa
     assert os.listdir(out) == [LOCK_FILE]
     report = run_transfer(arguments(transfer_pair, out, layer_steps=2))  # the killed holder's lock is taken over
     assert "after" in report and (out / LOCK_FILE).read_text() == ""
+
+
+def test_transfer_resume_reads_past_a_log_line_a_kill_cut_short(tmp_path):
+    """--resume drops the log records past the checkpoint; a last line cut short by a kill made it raise instead."""
+    from linformer_hf.training.transfer import _truncate_log
+
+    log = tmp_path / "transfer_log.jsonl"
+    log.write_text(
+        "".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n" for step in range(1, 6)) + '{"step": 6, "lo'
+    )
+    _truncate_log(str(log), after_step=4)
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2, 3, 4]
+    assert os.listdir(tmp_path) == ["transfer_log.jsonl"]

@@ -32,7 +32,7 @@ import sys
 import time
 
 from ..models.lengths import max_input_length
-from ..outputs import publish_folder
+from ..outputs import publish_folder, write_json_atomic
 from .embedding_probe import embed, fit_probe
 
 
@@ -260,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     except (*USER_ERRORS, FileExistsError, FileNotFoundError) as err:
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as handle:
-        json.dump(results, handle, indent=2)
+    write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished probe
     return 0
 
 

@@ -46,6 +46,7 @@ from ..loading import load_model
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
+from ..outputs import write_json_atomic, write_text_atomic
 from .checkpointing import LOCK_FILE, TMP_PREFIX, RunLock, publish_dir, temporary_name
 from .validation import check_model_source
 
@@ -664,10 +665,16 @@ def _truncate_log(path: str, after_step: int) -> None:
     """Drop log records past a resumed step, so the log reads as one uninterrupted run."""
     if not os.path.exists(path):
         return
+    kept = []
     with open(path) as handle:
-        kept = [line for line in handle if json.loads(line).get("step", 0) <= after_step]
-    with open(path, "w") as handle:
-        handle.writelines(kept)
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:  # a last line cut short by a kill: that step is logged again after the resume
+                continue
+            if record.get("step", 0) <= after_step:
+                kept.append(line)
+    write_text_atomic(path, "".join(kept))
 
 
 def run_transfer(args: TransferArguments) -> dict:
@@ -731,8 +738,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
         report["eval_seconds"] = round(time.perf_counter() - started, 1)
         if accelerator.is_main_process:
             os.makedirs(args.output_dir, exist_ok=True)
-            with open(os.path.join(args.output_dir, "fidelity.json"), "w") as handle:
-                json.dump(report, handle, indent=2)
+            write_json_atomic(os.path.join(args.output_dir, "fidelity.json"), report)
             print(json.dumps(report["fidelity"], indent=1))
         return report
     if len(streams.train) < longest:
@@ -768,8 +774,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
         report["before"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
         if accelerator.is_main_process:
             _truncate_log(log_path, -1)
-            with open(os.path.join(args.output_dir, "fidelity_before.json"), "w") as handle:
-                json.dump(report["before"], handle, indent=2)
+            write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), report["before"])
 
     bar = tqdm(
         total=args.total_steps,
@@ -862,8 +867,8 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     # (conversion, then transfer), which linformer_hf.hub renders into the model card.
     if os.path.exists(os.path.join(args.student, "conversion_report.json")):
         shutil.copy(os.path.join(args.student, "conversion_report.json"), args.output_dir)
-    with open(os.path.join(args.output_dir, "transfer_report.json"), "w") as handle:
-        json.dump(report, handle, indent=2)
+    # Last, and whole or absent: its presence says the transfer finished (scripts/pretrained_evidence.sh reads it so).
+    write_json_atomic(os.path.join(args.output_dir, "transfer_report.json"), report)
     for length, result in report["after"]["windows"].items():
         before = report.get("before", {}).get("windows", {}).get(length)
         was = f" (before: {before['embedding_cosine_mean']:.4f})" if before else ""
