@@ -51,7 +51,7 @@ from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
 from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
 from .models.modeling_performer import PERFORMER_HEADS
-from .outputs import check_output_dir, publish_folder
+from .outputs import check_output_dir, publish_folder, staging_folder
 from .registration import TOKENIZER_FILES
 
 # The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
@@ -727,7 +727,7 @@ def convert_checkpoint(
     report.source_unexpected = sorted(loading_info.get("unexpected_keys", []))
     report.source_mismatched = sorted(str(item) for item in loading_info.get("mismatched_keys", []))
 
-    staging = os.path.join(os.path.dirname(os.path.abspath(output_dir)), f".tmp-{os.path.basename(output_dir)}")
+    staging = staging_folder(output_dir)
     shutil.rmtree(staging, ignore_errors=True)  # what a killed conversion left
     converted.save_pretrained(staging)
     if copy_tokenizer:

@@ -71,6 +71,13 @@ def write_json_atomic(path: str, data) -> None:
     write_text_atomic(path, json.dumps(data, indent=2))
 
 
+def staging_folder(output_dir: str) -> str:
+    """Where a folder is written before `publish_folder` moves it to `output_dir`: beside it (the same filesystem, so
+    the move is a rename), under a hidden temporary name."""
+    output_dir = os.path.abspath(output_dir)
+    return os.path.join(os.path.dirname(output_dir), f".tmp-{os.path.basename(output_dir)}")
+
+
 def publish_folder(staging: str, output_dir: str) -> None:
     """Move the whole folder `staging` to `output_dir`: one rename when `output_dir` does not exist; otherwise (an
     overwrite) each entry replaces the one of the same name, and other files there are kept."""

@@ -32,7 +32,7 @@ import sys
 import time
 
 from ..models.lengths import max_input_length
-from ..outputs import publish_folder, write_json_atomic
+from ..outputs import publish_folder, staging_folder, write_json_atomic
 from .embedding_probe import embed, fit_probe
 
 
@@ -64,7 +64,7 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     extended.load_state_dict(state, strict=True)  # the index buffers (position_ids, ...) are not persistent
     # Written beside output_dir under a temporary name and moved into place when whole: a kill part-way leaves no
     # folder that reads as a model.
-    staging = os.path.join(os.path.dirname(os.path.abspath(output_dir)), f".tmp-{os.path.basename(output_dir)}")
+    staging = staging_folder(output_dir)
     shutil.rmtree(staging, ignore_errors=True)
     extended.save_pretrained(staging)
 

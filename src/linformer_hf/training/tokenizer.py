@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 
-from ..outputs import publish_folder
+from ..outputs import publish_folder, staging_folder
 from .config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def train_bpe_tokenizer(
         )
     # Saved beside output_dir under a temporary name and moved into place when whole: a kill during the save leaves
     # no folder that reads as a tokenizer (scripts/demo.sh takes tokenizer_config.json as "trained").
-    staging = os.path.join(os.path.dirname(os.path.abspath(output_dir)), f".tmp-{os.path.basename(output_dir)}")
+    staging = staging_folder(output_dir)
     shutil.rmtree(staging, ignore_errors=True)  # what a killed run left
     tokenizer.save_pretrained(staging)
     publish_folder(staging, output_dir)
