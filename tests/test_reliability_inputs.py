@@ -593,6 +593,12 @@ def test_push_to_hub_overwrite_never_deletes_its_own_model(encoder_dir, tmp_path
     line = run_main("push_to_hub", argv, capsys)
     assert "model_dir" in line and f"is inside output_dir {run}" in line
     assert (run / "final" / "model.safetensors").is_file() and (run / "train_log.jsonl").is_file()
+    # A file given as the folder: said as such (was "Not a directory: <file>/conversion_report.json" after the card).
+    argv = [str(run / "final"), "me/model", "--dry_run", "--output_dir", str(run / "train_log.jsonl")]
+    assert "train_log.jsonl is a file, not a folder" in run_main("push_to_hub", argv, capsys)
+    assert "train_log.jsonl is a file, not a folder" in run_main(
+        "export_onnx", [str(run / "final"), str(run / "train_log.jsonl")], capsys
+    )
 
 
 @pytest.mark.parametrize(

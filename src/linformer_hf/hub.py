@@ -644,6 +644,8 @@ def prepare_model_folder(
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the folder is written fresh.")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"output_dir {output_dir} is a file, not a folder: give a folder for the model.")
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True (--overwrite) to replace it.")
     # An overwrite deletes output_dir whole: never with one of the inputs inside it (e.g. --output_dir outputs/run
