@@ -595,3 +595,29 @@ def test_transfer_resume_reads_past_a_log_line_a_kill_cut_short(tmp_path):
     _truncate_log(str(log), after_step=4)
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2, 3, 4]
     assert os.listdir(tmp_path) == ["transfer_log.jsonl"]
+
+
+def test_a_run_ended_by_an_error_is_not_reported_as_killed(tmp_path, caplog):
+    """A run that claimed its directory and then stopped on a bad setting left its pid in the lock, and the next run
+    warned that it had been killed."""
+    from linformer_hf.training.checkpointing import RunLock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    ended = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom linformer_hf.training.checkpointing import RunLock\n"
+            "RunLock.acquire(sys.argv[1])\nraise SystemExit('error: a setting found wrong after the claim')",
+            str(out),
+        ],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert ended.returncode == 1 and "found wrong" in ended.stderr
+    assert (out / LOCK_FILE).read_text() == ""
+    with caplog.at_level("WARNING"):
+        RunLock.acquire(str(out)).release()
+    assert not any("Taking over the lock" in r.getMessage() for r in caplog.records)

@@ -21,6 +21,7 @@ how it is written so that a kill at any moment leaves the previous one usable, a
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import errno
 import hashlib
@@ -412,6 +413,9 @@ class RunLock:
         os.fsync(handle.fileno())
         lock = cls(path, handle)
         cls._held[path] = lock
+        # A run that ends by an error after claiming its directory (a bad setting found later) ended cleanly: release
+        # at interpreter exit, so the next run does not report it as killed. (A killed process runs no exit handler.)
+        atexit.register(lock.release)
         return lock
 
     def release(self) -> None:
