@@ -84,6 +84,10 @@ def run(args):
         what = "a folder" if os.path.isdir(args.text) else "no such file"
         raise FileNotFoundError(f"text={args.text}: {what}; give a .txt, .tsv or .csv file.")
     check_output_dir(args.output_dir, args.overwrite)
+    if args.overwrite:  # the earlier run's files only: one this run does not write (a square-P plot) must not stay
+        for name in os.listdir(args.output_dir):
+            if name.startswith("spectrum_") and name.endswith((".csv", ".json", ".png")):
+                os.remove(os.path.join(args.output_dir, name))
     return analyze(
         args.model,
         args.text,

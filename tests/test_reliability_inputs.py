@@ -523,6 +523,15 @@ def test_analyze_spectrum_refuses_an_earlier_result_and_bad_indices_before_the_w
     line = run_main("analyze_spectrum", [*argv, "--index", "2"], capsys)
     assert f"{out} is not empty" in line and "--overwrite" in line
     assert (out / "spectrum_summary.json").read_bytes() == before
+    # Overwritten by a Linformer's (k < L: P is not square, so no structure plot): nothing of the first run stays.
+    from linformer_hf.conversion import convert_checkpoint
+
+    convert_checkpoint(encoder_dir, str(tmp_path / "linformer"), projected_length=4)
+    (out / "notes.txt").write_text("mine")
+    assert (out / "spectrum_structure.png").is_file()
+    argv = [str(tmp_path / "linformer"), WIKITEXT, str(out), "--max_inputs", "2", "--overwrite"]
+    assert load_script("analyze_spectrum").main(argv) == 0
+    assert not (out / "spectrum_structure.png").exists() and (out / "notes.txt").read_text() == "mine"
     # r = L = 16 here: index 17 used to be refused only after every input was analysed, index 0 taken as r / 4.
     line = run_main("analyze_spectrum", [encoder_dir, WIKITEXT, str(tmp_path / "b"), "--index", "17"], capsys)
     assert "index 17 is outside 1..16" in line and os.listdir(tmp_path / "b") == []
