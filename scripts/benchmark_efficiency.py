@@ -11,7 +11,9 @@ Writes results.csv, results.md (Table 3-style ratio tables and every point), run
     python scripts/benchmark_efficiency.py --preset paper --device cuda --dtype bf16
 """
 
+import sys
+
 from linformer_hf.research.benchmark.cli import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,18 +5,28 @@ python scripts/build_corpus.py --output outputs/corpus/docs.txt
 """
 
 import argparse
+import os
 
 from linformer_hf.training.corpus import build_docs_corpus
+from linformer_hf.training.errors import positive_int
+
+
+def fraction(text: str) -> float:
+    """Every round(1 / fraction)-th paragraph is held out: 0 < fraction <= 0.5 (one paragraph in two, at most)."""
+    value = float(text)
+    if not 0 < value <= 0.5:
+        raise argparse.ArgumentTypeError(f"must be in (0, 0.5], got {value}")
+    return value
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="outputs/corpus/docs.txt")
-    parser.add_argument("--max_chars", type=int, default=5_000_000)
-    parser.add_argument("--max_chars_per_package", type=int, default=150_000)
+    parser.add_argument("--max_chars", type=positive_int, default=5_000_000)
+    parser.add_argument("--max_chars_per_package", type=positive_int, default=150_000)
     parser.add_argument(
         "--validation_fraction",
-        type=float,
+        type=fraction,
         default=0.02,
         help="also write <output stem>.valid.txt holding every 1/fraction-th paragraph",
     )
@@ -26,13 +36,16 @@ def main(argv=None):
     # A deterministic train/validation split into two files (every k-th paragraph held out).
     stem = args.output[:-4] if args.output.endswith(".txt") else args.output
     k = max(2, round(1 / args.validation_fraction))
+    # Written under temporary names and renamed when whole: a stop part-way leaves no short split behind.
     with (
         open(args.output, encoding="utf-8") as src,
-        open(stem + ".train.txt", "w", encoding="utf-8") as tr,
-        open(stem + ".valid.txt", "w", encoding="utf-8") as va,
+        open(stem + ".train.txt.tmp", "w", encoding="utf-8") as tr,
+        open(stem + ".valid.txt.tmp", "w", encoding="utf-8") as va,
     ):
         for i, line in enumerate(src):
             (va if i % k == k - 1 else tr).write(line)
+    for split in ("train", "valid"):
+        os.replace(f"{stem}.{split}.txt.tmp", f"{stem}.{split}.txt")
     state = "cached" if m.get("cached") else "built"
     print(
         f"corpus {state}: {args.output} ({m['chars'] / 1e6:.1f} M chars, {m['paragraphs']} paragraphs from "

@@ -10,7 +10,8 @@ Examples:
     python scripts/convert_to_linformer.py roberta-base outputs/performer-base-m256 --family performer \
         --num_random_features 256 --kernel softmax
 
-Options are grouped by family; an option of the other family is an error, not silently ignored.
+Options are grouped by family; an option of the other family is an error, not silently ignored. A non-empty
+output_dir (an earlier model) is refused unless --overwrite.
 """
 
 import argparse
@@ -80,6 +81,9 @@ def main(argv=None):
     performer.add_argument("--kernel_epsilon", type=float, help="default: the kernel's (1e-6 softmax, 1e-3 relu)")
     parser.add_argument("--no_tokenizer", action="store_true", help="do not copy the tokenizer")
     parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier model in a non-empty output_dir (same-named files)"
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -148,6 +152,7 @@ def convert(args, parser):
         architecture=args.architecture,
         copy_tokenizer=not args.no_tokenizer,
         target=args.family,
+        overwrite=args.overwrite,
         max_sequence_length=args.max_sequence_length,
         seed=args.seed,
         **family_settings(args, parser),

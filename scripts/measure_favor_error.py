@@ -12,9 +12,13 @@ Example:
 """
 
 import argparse
-import json
+import os
+import sys
 
+from linformer_hf.outputs import check_output_file, write_json_atomic
 from linformer_hf.research.approximation import measure_model
+from linformer_hf.training.errors import USER_ERRORS, positive_int, report
+from linformer_hf.training.validation import check_model_source
 
 
 def main(argv=None):
@@ -22,22 +26,29 @@ def main(argv=None):
     parser.add_argument("model", help="a local model directory (with its tokenizer)")
     parser.add_argument("text", help="a .txt file (one text per line) or a .tsv/.csv file")
     parser.add_argument("output", help="the JSON file to write")
-    parser.add_argument("--seq_len", type=int, default=128)
-    parser.add_argument("--max_inputs", type=int, default=4)
-    parser.add_argument("--ms", type=int, nargs="+", default=[32, 64, 128, 256, 512, 1024], help="values of m")
-    parser.add_argument("--seeds", type=int, default=3, help="draws of the random features per setting")
+    parser.add_argument("--seq_len", type=positive_int, default=128)
+    parser.add_argument("--max_inputs", type=positive_int, default=4)
+    parser.add_argument("--ms", type=positive_int, nargs="+", default=[32, 64, 128, 256, 512, 1024], help="values of m")
+    parser.add_argument("--seeds", type=positive_int, default=3, help="draws of the random features per setting")
     parser.add_argument("--trust_remote_code", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's OUTPUT")
     args = parser.parse_args(argv)
-    result = measure_model(
-        args.model, args.text, args.seq_len, args.max_inputs, tuple(args.ms), args.seeds, args.trust_remote_code
-    )
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2)
+    try:  # what can be checked before the model is loaded
+        check_model_source(args.model, "model")
+        if not os.path.isfile(args.text):
+            raise FileNotFoundError(f"text={args.text}: no such file; give a .txt, .tsv or .csv file.")
+        check_output_file(args.output, args.overwrite)
+        result = measure_model(
+            args.model, args.text, args.seq_len, args.max_inputs, tuple(args.ms), args.seeds, args.trust_remote_code
+        )
+    except (*USER_ERRORS, OSError, ValueError) as err:
+        return report(err)
+    write_json_atomic(args.output, result)
     for row in result["mean_over_layers"]:
         kind = "orthogonal" if row["orthogonal"] else "i.i.d."
         print(f"{row['kernel']:8s} {kind:10s} m={row['num_random_features']:5d}  error {row['mean']:.3f}")
-    return result
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

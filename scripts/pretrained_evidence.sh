@@ -54,6 +54,11 @@ timed() {  # timed NAME DONE_FILE command...: run unless DONE_FILE exists; log t
   printf '%s\t%s\n' "$name" $((SECONDS - start)) >>"$WORK/times.tsv"
 }
 
+continue_transfer() {  # the flags for a transfer into folder $1 that a kill stopped: resume it, or start it over
+  if [ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ]; then echo --resume latest
+  elif [ -n "$(ls -A "$1" 2>/dev/null)" ]; then echo --overwrite_output_dir; fi
+}
+
 sst2=(--data.train_file "$DATA/sst2/train.tsv" --data.validation_file "$DATA/sst2/dev.tsv"
   --data.max_train_samples "$SST2_TRAIN")
 imdb=(--data.train_file "$DATA/imdb/train.csv" --data.max_seq_length "$N")
@@ -89,7 +94,7 @@ if [ "$phase" = transfer ] || [ "$phase" = all ]; then
       --output_dir "$student-transferred" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LENGTHS \
       --batch_size "$TRANSFER_BATCH" --layer_steps "$LAYER_STEPS" --end_to_end_steps "$E2E_STEPS" \
       --train_attention_weights --eval_documents "$EVAL_DOCS" --checkpoint_every 200 --log_every 20 \
-      --show_progress false
+      --show_progress false $(continue_transfer "$student-transferred")
   done
   # Fidelity on the downstream texts (never seen in transfer).
   for student in $(students); do
@@ -148,7 +153,7 @@ if [ "$phase" = long ]; then
     --output_dir "$long-transferred" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LONG_LENGTHS \
     --batch_size "$LONG_BATCH" --layer_steps "$LONG_STEPS" --projection_learning_rate "$LONG_PROJECTION_LR" \
     --train_attention_weights --eval_documents 64 \
-    --eval_windows 4 --checkpoint_every 50 --log_every 10 --show_progress false
+    --eval_windows 4 --checkpoint_every 50 --log_every 10 --show_progress false $(continue_transfer "$long-transferred")
   # Reviews the teacher reads whole (fit / train on them) and longer ones (scored on them).
   timed "split imdb by length" "$WORK/imdb-by-length/long.csv" \
     "$PY" -m linformer_hf.research.long_input split --data "$DATA/imdb/train.csv" --tokenizer "$TEACHER" \

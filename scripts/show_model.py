@@ -7,10 +7,13 @@ python scripts/show_model.py outputs/demo/pretrain/final --text "Returns a <mask
 import argparse
 import json
 import os
+import sys
 
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
+from linformer_hf.training.config import ConfigError
+from linformer_hf.training.errors import USER_ERRORS, positive_int, report
 
 
 def main(argv=None):
@@ -22,10 +25,26 @@ def main(argv=None):
         default=None,
         help="text with <mask> (repeatable); default: two sentences in the style of the docs corpus",
     )
-    parser.add_argument("--top_k", type=int, default=5)
+    parser.add_argument("--top_k", type=positive_int, default=5)
     args = parser.parse_args(argv)
+    try:
+        show(args)
+    except (*USER_ERRORS, OSError, ValueError) as err:  # e.g. a text longer than the model's n
+        return report(err)
+    return 0
+
+
+def show(args):
+    if not os.path.isfile(os.path.join(args.model_dir, "config.json")):
+        raise ConfigError(
+            f"{args.model_dir} is not a saved model folder (no config.json): give the directory written by "
+            "pretraining, e.g. outputs/demo/pretrain/final."
+        )
     model = AutoModelForMaskedLM.from_pretrained(args.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    no_mask = [text for text in args.text or [] if "<mask>" not in text and tokenizer.mask_token not in text]
+    if no_mask:
+        raise ConfigError(f"--text {no_mask[0]!r} has no <mask>: put <mask> where the model should fill in a word.")
     n_params = sum(p.numel() for p in model.parameters())
     print(
         f"loaded {type(model).__name__} from {args.model_dir}: {n_params / 1e6:.2f} M parameters, "
@@ -59,4 +78,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -146,3 +146,35 @@ def test_missing_data_is_a_clear_error(teacher_dir, tmp_path, capsys):
     assert main(argv) == 2
     assert "No data file" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_killed_split_or_extension_leaves_nothing_that_reads_as_finished(teacher_dir, tmp_path, monkeypatch):
+    """scripts/pretrained_evidence.sh takes an existing long.csv (or config.json) as a finished step: a kill while
+    they were written used to leave one cut short."""
+    import pandas as pd
+    import transformers
+
+    from linformer_hf.research.long_input import write_length_split
+
+    data = tmp_path / "docs.csv"
+    write_documents(data)
+    to_csv, written = pd.DataFrame.to_csv, []
+
+    def killed_writing_the_second(self, path, *args, **kwargs):
+        to_csv(self, path, *args, **kwargs)
+        written.append(path)
+        if len(written) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", killed_writing_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        write_length_split(str(data), teacher_dir, str(tmp_path / "split"), None)
+    assert (tmp_path / "split" / "short.csv").is_file() and not (tmp_path / "split" / "long.csv").exists()
+
+    def killed(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", killed)  # after the weights
+    with pytest.raises(KeyboardInterrupt):
+        extend_positions(teacher_dir, str(tmp_path / "extended"), LONG_N)
+    assert not (tmp_path / "extended").exists()

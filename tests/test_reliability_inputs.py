@@ -289,6 +289,24 @@ def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, conten
     assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
 
 
+def test_a_second_tokenizer_is_refused_in_a_used_output_dir(tokenizer_dir, tmp_path, capsys):
+    """A tokenizer is the vocabulary of the models trained with it: retraining into its folder (or a model's) used to
+    replace it without a word."""
+    import shutil
+
+    from training_utils import load_script
+
+    out = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, out)
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    argv = ["--files", WIKITEXT, "--max_documents", "50", "--vocab_size", "300", "--output_dir", str(out)]
+    line = run_main("train_tokenizer", argv, capsys)
+    assert f"{out} is not empty" in line and "--overwrite" in line
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    assert load_script("train_tokenizer").main([*argv, "--overwrite"]) == 0
+    assert (out / "tokenizer.json").read_bytes() != before["tokenizer.json"]  # 300 tokens, not 400
+
+
 def test_empty_tokenizer_dir_is_an_error_line(tmp_path, capsys):
     empty = tmp_path / "tok"
     empty.mkdir()
@@ -352,6 +370,50 @@ def test_conversion_script_errors(tmp_path, capsys):
                 "data.train_file": SST2_TRAIN,
             },
         )
+
+
+def test_conversion_never_replaces_a_model_and_a_killed_one_leaves_no_folder(tmp_path, capsys, monkeypatch):
+    import json
+
+    import transformers
+    from tiny_roberta import build_tokenizer, tiny_roberta_config
+
+    from linformer_hf import conversion
+
+    source = tmp_path / "roberta"
+    transformers.RobertaForMaskedLM(tiny_roberta_config(architectures=["RobertaForMaskedLM"])).save_pretrained(source)
+    build_tokenizer(str(source))
+    out = tmp_path / "linformer"
+    assert load_script_main("convert_to_linformer", [str(source), str(out), "--projected_length", "4"]) == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+
+    # A second conversion there (another k) would replace the first model: refused before any work.
+    line = run_main("convert_to_linformer", [str(source), str(out), "--projected_length", "8"], capsys)
+    assert f"{out} is not empty" in line and "--overwrite" in line
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    # Converting into the source folder itself would replace the RoBERTa checkpoint.
+    line = run_main("convert_to_linformer", [str(source), str(source), "--overwrite"], capsys)
+    assert "must differ from the source" in line
+    assert json.loads((source / "config.json").read_text())["model_type"] == "roberta"
+    assert (
+        load_script_main("convert_to_linformer", [str(source), str(out), "--projected_length", "8", "--overwrite"]) == 0
+    )
+    assert json.loads((out / "config.json").read_text())["projected_length"] == 8
+
+    # A conversion killed after the weights were written leaves no folder that reads as a model.
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(conversion, "copy_sentence_transformers_modules", killed)
+    with pytest.raises(KeyboardInterrupt):
+        conversion.convert_checkpoint(str(source), str(tmp_path / "killed"), projected_length=4)
+    assert not (tmp_path / "killed").exists()
+
+
+def load_script_main(script, argv):
+    from training_utils import load_script
+
+    return load_script(script).main(argv)
 
 
 def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
@@ -432,3 +494,180 @@ def test_finetuning_is_refused_while_another_run_holds_its_output_dir(model_dir,
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert (out / "checkpoint-2").is_dir()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The research scripts: an earlier result is refused, nonsense numbers and missing inputs are said before the work
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory):
+    """A tiny RoBERTa (n = 16) with its tokenizer."""
+    from tiny_roberta import build_tokenizer, tiny_roberta_config
+    from transformers import RobertaModel
+
+    out = tmp_path_factory.mktemp("encoder")
+    tokenizer = build_tokenizer(str(out))
+    RobertaModel(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(out)
+    return str(out)
+
+
+def test_analyze_spectrum_refuses_an_earlier_result_and_bad_indices_before_the_work(encoder_dir, tmp_path, capsys):
+    from training_utils import load_script
+
+    out = tmp_path / "spectrum"
+    argv = [encoder_dir, WIKITEXT, str(out), "--max_inputs", "2"]
+    assert load_script("analyze_spectrum").main(argv) == 0
+    before = (out / "spectrum_summary.json").read_bytes()
+    line = run_main("analyze_spectrum", [*argv, "--index", "2"], capsys)
+    assert f"{out} is not empty" in line and "--overwrite" in line
+    assert (out / "spectrum_summary.json").read_bytes() == before
+    # Overwritten by a Linformer's (k < L: P is not square, so no structure plot): nothing of the first run stays.
+    from linformer_hf.conversion import convert_checkpoint
+
+    convert_checkpoint(encoder_dir, str(tmp_path / "linformer"), projected_length=4)
+    (out / "notes.txt").write_text("mine")
+    assert (out / "spectrum_structure.png").is_file()
+    argv = [str(tmp_path / "linformer"), WIKITEXT, str(out), "--max_inputs", "2", "--overwrite"]
+    assert load_script("analyze_spectrum").main(argv) == 0
+    assert not (out / "spectrum_structure.png").exists() and (out / "notes.txt").read_text() == "mine"
+    # r = L = 16 here: index 17 used to be refused only after every input was analysed, index 0 taken as r / 4.
+    line = run_main("analyze_spectrum", [encoder_dir, WIKITEXT, str(tmp_path / "b"), "--index", "17"], capsys)
+    assert "index 17 is outside 1..16" in line and os.listdir(tmp_path / "b") == []
+    with pytest.raises(SystemExit):
+        load_script("analyze_spectrum").main([encoder_dir, WIKITEXT, str(tmp_path / "c"), "--index", "0"])
+    assert "argument --index: must be >= 1, got 0" in capsys.readouterr().err
+    line = run_main("analyze_spectrum", [encoder_dir, str(tmp_path / "none.txt"), str(tmp_path / "d")], capsys)
+    assert "none.txt: no such file" in line
+    line = run_main("analyze_spectrum", [str(tmp_path / "no_model"), WIKITEXT, str(tmp_path / "d")], capsys)
+    assert "no_model: no such directory" in line
+
+
+def test_measure_favor_error_refuses_an_earlier_result_before_the_work(encoder_dir, tmp_path, capsys):
+    from training_utils import load_script
+
+    output = tmp_path / "error.json"
+    output.write_text('{"an": "earlier result"}')
+    argv = [encoder_dir, WIKITEXT, str(output), "--seq_len", "16", "--max_inputs", "2", "--ms", "8", "--seeds", "1"]
+    line = run_main("measure_favor_error", argv, capsys)
+    assert f"{output} exists" in line and "--overwrite" in line
+    assert output.read_text() == '{"an": "earlier result"}'
+    assert load_script("measure_favor_error").main([*argv, "--overwrite"]) == 0
+    assert '"mean_over_layers"' in output.read_text()
+    # The result is a file: a folder given there used to fail only when the measurement was done.
+    line = run_main("measure_favor_error", [encoder_dir, WIKITEXT, str(tmp_path), "--seq_len", "16"], capsys)
+    assert "is a folder" in line
+    line = run_main("measure_favor_error", [encoder_dir, WIKITEXT, str(tmp_path / "e.json"), "--seq_len", "99"], capsys)
+    assert "seq_len 99 exceeds the model's maximum input length 16" in line
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        # 0 divided by zero after the corpus was built; a negative or > 0.5 fraction silently held out every 2nd line
+        ("--validation_fraction", "0", "must be in (0, 0.5], got 0.0"),
+        ("--validation_fraction", "-0.1", "must be in (0, 0.5], got -0.1"),
+        ("--validation_fraction", "1.5", "must be in (0, 0.5], got 1.5"),
+        ("--max_chars", "0", "must be >= 1, got 0"),  # an empty corpus, written without a word
+    ],
+)
+def test_build_corpus_refuses_nonsense_numbers_before_building(tmp_path, capsys, flag, value, message):
+    from training_utils import load_script
+
+    with pytest.raises(SystemExit):
+        load_script("build_corpus").main(["--output", str(tmp_path / "c.txt"), flag, value])
+    assert f"argument {flag}: {message}" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_show_model_errors_are_error_lines(encoder_dir, tmp_path, capsys):
+    """The demo's last step: a wrong folder was huggingface_hub's "Repo id must be in the form" traceback, a text
+    without <mask> a pipeline traceback."""
+    line = run_main("show_model", [str(tmp_path / "no_such_run")], capsys)
+    assert "no_such_run is not a saved model folder (no config.json)" in line
+    line = run_main("show_model", [encoder_dir, "--text", "no mask here"], capsys)
+    assert "has no <mask>" in line
+
+
+def test_push_to_hub_overwrite_never_deletes_its_own_model(encoder_dir, tmp_path, capsys):
+    """--overwrite deletes output_dir whole: an output_dir holding the model (the run folder of outputs/run/final)
+    used to delete the run's model, checkpoints and logs."""
+    from linformer_hf.conversion import convert_checkpoint
+
+    run = tmp_path / "run"
+    convert_checkpoint(encoder_dir, str(run / "final"), projected_length=4)
+    (run / "train_log.jsonl").write_text("{}\n")
+    argv = [str(run / "final"), "me/model", "--dry_run", "--skip_remote_check", "--output_dir", str(run), "--overwrite"]
+    line = run_main("push_to_hub", argv, capsys)
+    assert "model_dir" in line and f"is inside output_dir {run}" in line
+    assert (run / "final" / "model.safetensors").is_file() and (run / "train_log.jsonl").is_file()
+    # A file given as the folder: said as such (was "Not a directory: <file>/conversion_report.json" after the card).
+    argv = [str(run / "final"), "me/model", "--dry_run", "--output_dir", str(run / "train_log.jsonl")]
+    assert "train_log.jsonl is a file, not a folder" in run_main("push_to_hub", argv, capsys)
+    assert "train_log.jsonl is a file, not a folder" in run_main(
+        "export_onnx", [str(run / "final"), str(run / "train_log.jsonl")], capsys
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "-1"], "argument --steps: must be >= 1, got -1"),  # trained nothing and reported the accuracy
+        (["--batch_size", "0"], "argument --batch_size: must be >= 1, got 0"),
+        (["--data_dir", "no_such_folder"], "--data_dir no_such_folder has no train.tsv or dev.tsv"),
+    ],
+)
+def test_int8_classifier_refuses_bad_arguments_before_training(argv, message, capsys):
+    from linformer_hf.research.int8_classifier import main
+
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_a_tokenizer_killed_while_saved_leaves_no_folder_that_reads_as_one(tmp_path, monkeypatch):
+    """scripts/demo.sh takes an existing tokenizer_config.json as a trained tokenizer: a kill during the save used to
+    leave one beside a missing or partial tokenizer.json."""
+    import transformers
+
+    from linformer_hf.training.tokenizer import train_bpe_tokenizer
+
+    save = transformers.PreTrainedTokenizerBase.save_pretrained
+
+    def killed_with_tokenizer_json_unwritten(self, directory, *args, **kwargs):
+        save(self, directory, *args, **kwargs)
+        os.remove(os.path.join(directory, "tokenizer.json"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", killed_with_tokenizer_json_unwritten)
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        texts = [line for _, line in zip(range(200), fh)]
+    with pytest.raises(KeyboardInterrupt):
+        train_bpe_tokenizer(texts, str(tmp_path / "tok"), vocab_size=300, model_max_length=32)
+    assert not (tmp_path / "tok").exists()
+    monkeypatch.undo()
+    train_bpe_tokenizer(texts, str(tmp_path / "tok"), vocab_size=300, model_max_length=32)  # the leftover is cleared
+    assert sorted(os.listdir(tmp_path)) == ["tok"] and (tmp_path / "tok" / "tokenizer.json").is_file()
+
+
+def test_overwrite_never_deletes_the_model_the_run_reads(model_dir, tmp_path):
+    """Fine-tuning outputs/run/best into outputs/run with overwrite_output_dir used to delete best/ (the model to
+    fine-tune) as an earlier run's output before reading it."""
+    import shutil
+
+    from linformer_hf.training.finetuning import run_finetuning
+
+    out = tmp_path / "ft"
+    shutil.copytree(model_dir, out / "best")
+    recipe = finetune(
+        model_dir,
+        **{
+            "model.pretrained": str(out / "best"),
+            "training.output_dir": str(out),
+            "training.overwrite_output_dir": True,
+        },
+    )
+    with pytest.raises(ConfigError, match=rf"model.pretrained={out}/best is inside {out}/best, which training.over"):
+        run_finetuning(recipe, show_progress=False)
+    assert (out / "best" / "config.json").is_file()

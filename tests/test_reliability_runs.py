@@ -28,6 +28,13 @@ from linformer_hf.training.pretraining import run_pretraining
 
 
 @pytest.fixture(scope="module")
+def transfer_pair(tmp_path_factory):
+    from test_transfer import build_pair
+
+    return build_pair(tmp_path_factory.mktemp("transfer"))
+
+
+@pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
@@ -384,3 +391,233 @@ def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tok
             except ProcessLookupError:
                 pass
     assert (out / UPDATE_LOG).exists()  # the refused run deleted nothing of the live one's
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Attention transfer: the same policy (refuse a used output_dir unless resumed or overwritten), whole checkpoints only
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(transfer_pair, tmp_path, monkeypatch):
+    from accelerate import Accelerator
+    from test_transfer import arguments
+
+    from linformer_hf.training.transfer import run_transfer
+
+    settings = dict(layer_steps=6, checkpoint_every=2)
+    straight = run_transfer(arguments(transfer_pair, tmp_path / "straight", **settings))
+    out = tmp_path / "run"
+
+    save_state = Accelerator.save_state
+
+    def killed_during_the_second_save(self, output_dir=None, **kwargs):
+        save_state(self, output_dir, **kwargs)
+        if output_dir.endswith("step_0000004"):
+            os.remove(os.path.join(output_dir, "custom_checkpoint_1.pkl"))  # a kill mid-save leaves a torn folder
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Accelerator, "save_state", killed_during_the_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        run_transfer(arguments(transfer_pair, out, **settings))
+    monkeypatch.undo()
+    log = (out / "transfer_log.jsonl").read_text()
+
+    # A new run there, not resuming: refused before any work, the killed run's log and checkpoints kept.
+    with pytest.raises(FileExistsError, match=r"is not empty .*--resume latest.*--overwrite_output_dir"):
+        run_transfer(arguments(transfer_pair, out, **settings))
+    assert (out / "transfer_log.jsonl").read_text() == log
+
+    # `latest` is the last whole checkpoint (step 2), and the resumed run ends where the uninterrupted one did.
+    resumed = run_transfer(arguments(transfer_pair, out, resume="latest", **settings))
+    assert resumed["after"] == straight["after"]
+    assert not any(name.startswith(".tmp-") for name in os.listdir(out / "checkpoints"))
+
+    # Starting over is explicit, and cannot be combined with a resume.
+    again = run_transfer(arguments(transfer_pair, out, overwrite_output_dir=True, **settings))
+    assert again["after"] == straight["after"] and "before" in again
+    with pytest.raises(ValueError, match="--overwrite_output_dir deletes the checkpoints"):
+        arguments(transfer_pair, out, overwrite_output_dir=True, resume="latest", **settings)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The benchmark: an earlier run's results are refused, not overwritten; its CSVs are whole or absent
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_benchmark_refuses_an_earlier_runs_results_before_measuring(tmp_path, capsys):
+    from linformer_hf.research.benchmark.cli import main
+
+    out = tmp_path / "bench"
+    out.mkdir()
+    (out / "results.csv").write_text("the earlier run's rows")
+    assert main(["--preset", "quick", "--output_dir", str(out)]) == 2
+    err = capsys.readouterr()
+    assert f"error: {out} is not empty (it holds results.csv)" in err.err and "--overwrite" in err.err
+    assert "machine:" not in err.out  # refused before the run started
+    assert os.listdir(out) == ["results.csv"] and (out / "results.csv").read_text() == "the earlier run's rows"
+
+
+def test_benchmark_csv_stopped_while_written_keeps_the_previous_whole_file(tmp_path, monkeypatch):
+    """results_partial.csv is rewritten after every length: a stop in the middle of a rewrite used to leave a
+    truncated file, losing the rows measured before."""
+    from linformer_hf.research.benchmark import results
+
+    rows = [
+        results.BenchmarkRow(mode=results.Mode.INFERENCE, model="linformer", n=n, k=8, time_s=0.1) for n in (16, 32)
+    ]
+    path = tmp_path / "results_partial.csv"
+    results.write_csv(rows[:1], str(path))
+    before = path.read_text()
+    cells = iter(range(10**6))
+    to_text = results._to_text
+
+    def stopped_part_way(value):
+        if next(cells) == 3:  # in the first row: the file held the header only
+            raise KeyboardInterrupt
+        return to_text(value)
+
+    monkeypatch.setattr(results, "_to_text", stopped_part_way)
+    with pytest.raises(KeyboardInterrupt):
+        results.write_csv(rows, str(path))
+    assert path.read_text() == before and os.listdir(tmp_path) == ["results_partial.csv"]
+    monkeypatch.undo()
+    assert results.read_csv(str(path)) == rows[:1]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Replication: a saved result is reused only for the recipe it was made with
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_replication_rerun_with_a_changed_plan_does_not_report_the_old_results(tmp_path, monkeypatch):
+    """A plan changed and rerun into the same output_dir used to report the earlier plan's saved figures as its own."""
+    from test_replication import QUICK, tiny_overrides
+
+    from linformer_hf.research import replication
+
+    class Ran(Exception):
+        pass
+
+    def no_training(command, log_path):
+        raise Ran
+
+    monkeypatch.setattr(replication, "_run", no_training)
+    plan = replication.load_plan(QUICK, tiny_overrides(tmp_path))
+    paths = replication.prepare_data(plan)
+    variant = plan.variants[0]
+    with pytest.raises(Ran):  # nothing saved yet: the run would start
+        replication.pretrain_variant(plan, variant, paths, "tokenizer")
+    recipe_file = tmp_path / "run" / "recipes" / f"pretrain_{variant.name}.yaml"
+    recipe = yaml.safe_load(recipe_file.read_text())
+    result_path = replication.pretrain_result_path(plan, variant)
+    os.makedirs(os.path.dirname(result_path))
+    with open(result_path, "w") as fh:  # the result of this very recipe: reused, nothing runs
+        json.dump({"recipe": recipe, "final_perplexity": 12.5}, fh)
+    assert replication.pretrain_variant(plan, variant, paths, "tokenizer")["final_perplexity"] == 12.5
+
+    overrides = tiny_overrides(tmp_path)
+    overrides["pretrain"]["max_steps"] = 9
+    changed = replication.load_plan(QUICK, overrides)
+    with pytest.raises(ConfigError) as err:
+        replication.pretrain_variant(changed, changed.variants[0], paths, "tokenizer")
+    message = str(err.value)
+    assert "was made with another recipe (training.max_steps: 6 in the saved result, 9 now)" in message
+    assert "another --output_dir" in message
+
+
+def test_transfer_never_writes_over_its_own_models_and_names_a_missing_teacher(transfer_pair, tmp_path):
+    from test_transfer import arguments
+
+    from linformer_hf.training.transfer import run_transfer
+
+    student = transfer_pair / "student_k4"
+    weights = (student / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="--output_dir must differ from --student"):
+        run_transfer(arguments(transfer_pair, student, layer_steps=2, overwrite_output_dir=True))
+    assert (student / "model.safetensors").read_bytes() == weights
+    # A mistyped teacher folder was huggingface_hub's "Repo id must be in the form" error.
+    with pytest.raises(ConfigError, match=r"--teacher=.*no_teacher: no such directory"):
+        run_transfer(arguments(transfer_pair, tmp_path / "out", teacher=str(tmp_path / "no_teacher")))
+
+
+def test_gpu_checks_report_killed_while_rewritten_keeps_the_parts_before(tmp_path, monkeypatch):
+    """report.json and report.md are rewritten after every part of a ~7 min run: a stop during a rewrite used to leave
+    them truncated, losing every part finished before."""
+    from linformer_hf.research import gpu_checks
+
+    report = gpu_checks.Report(str(tmp_path), "test", "a stand-in GPU")
+    report.add(gpu_checks.PartResult(name="environment", summary={"cuda": "12.4"}))
+    before = {name: (tmp_path / name).read_text() for name in ("report.json", "report.md")}
+
+    def stopped(self, ordered):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpu_checks.Report, "markdown", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        report.add(gpu_checks.PartResult(name="training_step", status="failed", reason="boom"))
+    assert (tmp_path / "report.md").read_text() == before["report.md"]
+    assert json.loads((tmp_path / "report.json").read_text())["parts"][0]["summary"] == {"cuda": "12.4"}
+    assert sorted(os.listdir(tmp_path)) == ["report.json", "report.md"]
+
+
+def test_transfer_is_refused_while_another_run_writes_its_output_dir(transfer_pair, tmp_path):
+    """Two transfers resuming into one folder (or started before the first wrote anything) used to write each other's
+    checkpoints: the live one holds the folder's lock, as a pretraining run does."""
+    from test_transfer import arguments
+
+    from linformer_hf.training.transfer import run_transfer
+
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
+            run_transfer(arguments(transfer_pair, out, layer_steps=2))
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert os.listdir(out) == [LOCK_FILE]
+    report = run_transfer(arguments(transfer_pair, out, layer_steps=2))  # the killed holder's lock is taken over
+    assert "after" in report and (out / LOCK_FILE).read_text() == ""
+
+
+def test_transfer_resume_reads_past_a_log_line_a_kill_cut_short(tmp_path):
+    """--resume drops the log records past the checkpoint; a last line cut short by a kill made it raise instead."""
+    from linformer_hf.training.transfer import _truncate_log
+
+    log = tmp_path / "transfer_log.jsonl"
+    log.write_text(
+        "".join(json.dumps({"step": step, "loss": 1.0 / step}) + "\n" for step in range(1, 6)) + '{"step": 6, "lo'
+    )
+    _truncate_log(str(log), after_step=4)
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [1, 2, 3, 4]
+    assert os.listdir(tmp_path) == ["transfer_log.jsonl"]
+
+
+def test_a_run_ended_by_an_error_is_not_reported_as_killed(tmp_path, caplog):
+    """A run that claimed its directory and then stopped on a bad setting left its pid in the lock, and the next run
+    warned that it had been killed."""
+    from linformer_hf.training.checkpointing import RunLock
+
+    out = tmp_path / "run"
+    out.mkdir()
+    ended = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom linformer_hf.training.checkpointing import RunLock\n"
+            "RunLock.acquire(sys.argv[1])\nraise SystemExit('error: a setting found wrong after the claim')",
+            str(out),
+        ],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert ended.returncode == 1 and "found wrong" in ended.stderr
+    assert (out / LOCK_FILE).read_text() == ""
+    with caplog.at_level("WARNING"):
+        RunLock.acquire(str(out)).release()
+    assert not any("Taking over the lock" in r.getMessage() for r in caplog.records)

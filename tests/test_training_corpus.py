@@ -30,6 +30,7 @@ def test_corpus_and_tokenizer_scripts(tmp_path, capsys):
     train, valid = tmp_path / "docs.train.txt", tmp_path / "docs.valid.txt"
     n_train, n_valid = (len(p.read_text().splitlines()) for p in (train, valid))
     assert n_train + n_valid == len(corpus.read_text().splitlines()) and n_valid > 0
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))  # the splits were renamed into place
     train_tokenizer = load_script("train_tokenizer")
     assert (
         train_tokenizer.main(["--files", str(train), "--vocab_size", "600", "--output_dir", str(tmp_path / "tok")]) == 0

@@ -14,13 +14,16 @@ from linformer_hf.training.transfer import TransferArguments, main, run_transfer
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
+    return build_pair(tmp_path_factory.mktemp("transfer"))
+
+
+def build_pair(root):
     """A tiny random BERT MLM teacher with its WordPiece tokenizer, two Linformers converted from it, and a text file.
 
     student_k16: k = n, the identity; student_k4: k = 4 with random E, F, far from the teacher, so that what transfer
     does is visible in a few steps (from neighbour-average E, F a random tiny teacher's diffuse attention is already
     matched about as well as k = 4 allows).
     """
-    root = tmp_path_factory.mktemp("transfer")
     tokenizer = build_wordpiece_tokenizer(str(root / "teacher"))
     teacher = transformers.BertForMaskedLM(tiny_bert_config()).eval()
     randomize_all(teacher, seed=3)

@@ -51,6 +51,7 @@ from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
 from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
 from .models.modeling_performer import PERFORMER_HEADS
+from .outputs import check_output_dir, publish_folder, staging_folder
 from .registration import TOKENIZER_FILES
 
 # The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
@@ -705,6 +706,7 @@ def convert_checkpoint(
     architecture: str | None = None,
     copy_tokenizer: bool = True,
     target: str = "linformer",
+    overwrite: bool = False,
     **conversion_options,
 ) -> ConversionReport:
     """Convert the RoBERTa or BERT checkpoint `source` (local dir or Hub name) and save the `target` family's model
@@ -712,25 +714,33 @@ def convert_checkpoint(
 
     Writes the weights (safetensors), the config with the full `auto_map`, the modeling files, the source's tokenizer
     (with `model_max_length` set to n), a sentence-transformers folder's pooling modules, and
-    `conversion_report.json`; prints the report's summary.
+    `conversion_report.json`; prints the report's summary. A non-empty `output_dir` (an earlier model) is refused
+    unless `overwrite`. The folder is written beside `output_dir` under a temporary name and moved into place when
+    whole, so a conversion killed part-way leaves no folder that reads as a model.
     """
+    if os.path.abspath(source) == os.path.abspath(output_dir):
+        raise ValueError(f"output_dir must differ from the source {source}: the conversion would replace it.")
+    check_output_dir(output_dir, overwrite, create=False)
     model, loading_info = load_source(source, architecture, target)
     converted, report = convert_model(model, target=target, source_name=source, **conversion_options)
     report.source_missing = sorted(loading_info.get("missing_keys", []))
     report.source_unexpected = sorted(loading_info.get("unexpected_keys", []))
     report.source_mismatched = sorted(str(item) for item in loading_info.get("mismatched_keys", []))
 
-    converted.save_pretrained(output_dir)
+    staging = staging_folder(output_dir)
+    shutil.rmtree(staging, ignore_errors=True)  # what a killed conversion left
+    converted.save_pretrained(staging)
     if copy_tokenizer:
-        report.tokenizer = _copy_tokenizer(source, output_dir, report.max_sequence_length)
-    copied = copy_sentence_transformers_modules(source, output_dir)
+        report.tokenizer = _copy_tokenizer(source, staging, report.max_sequence_length)
+    copied = copy_sentence_transformers_modules(source, staging)
     if copied:
         report.notes.append(
             f"sentence-transformers modules copied as they are: {copied} (pooling runs on the encoder's token "
             "outputs, so it carries over unchanged; see docs/pretrained.md)"
         )
-    with open(os.path.join(output_dir, "conversion_report.json"), "w") as handle:
+    with open(os.path.join(staging, "conversion_report.json"), "w") as handle:
         json.dump(report.to_dict(), handle, indent=2)
+    publish_folder(staging, output_dir)
     print(report.summary())
     return report
 

@@ -622,6 +622,11 @@ def validate_model_card(content: str) -> dict:
     return metadata
 
 
+def _inside(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
 def prepare_model_folder(
     model_dir: str,
     output_dir: str,
@@ -639,8 +644,25 @@ def prepare_model_folder(
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the folder is written fresh.")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"output_dir {output_dir} is a file, not a folder: give a folder for the model.")
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True (--overwrite) to replace it.")
+    # An overwrite deletes output_dir whole: never with one of the inputs inside it (e.g. --output_dir outputs/run
+    # for the model outputs/run/final).
+    for what, path in (
+        ("model_dir", model_dir),
+        ("tokenizer", tokenizer_path),
+        ("card_info", card_info_path),
+        ("efficiency", efficiency_path),
+        ("recipe", recipe_path),
+        ("template", template_path),
+    ):
+        if path and _inside(path, output_dir):
+            raise ValueError(
+                f"{what} {path} is inside output_dir {output_dir}, which is written fresh (deleted first): give an "
+                "output_dir of its own."
+            )
 
     from transformers import AutoTokenizer
 

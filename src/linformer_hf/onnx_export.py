@@ -203,6 +203,8 @@ def export_folder(
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"output_dir {output_dir} is a file, not a folder: give a folder for the export.")
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         held = sorted(os.listdir(output_dir))
         raise FileExistsError(

@@ -156,10 +156,16 @@ def measure_model(
     """
     from transformers import AutoModel, AutoTokenizer
 
+    from ..models.lengths import max_input_length
     from .spectrum import read_texts
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)
     model = AutoModel.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    limit = max_input_length(model.config)
+    if seq_len > limit:  # said now, not as an index error deep in the embeddings
+        raise ValueError(
+            f"seq_len {seq_len} exceeds the model's maximum input length {limit}: give --seq_len <= {limit}."
+        )
     texts = read_texts(text_path, limit=max_inputs)
     batch = tokenizer(texts, truncation=True, max_length=seq_len, padding=True, return_tensors="pt")
     mask = batch["attention_mask"]

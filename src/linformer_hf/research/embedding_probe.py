@@ -18,7 +18,6 @@ Performer, BERT or RoBERTa; each is truncated to the longest input it takes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ import time
 import torch
 
 from ..models.lengths import max_input_length
+from ..outputs import write_json_atomic
 
 
 @torch.no_grad()
@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as handle:
-        json.dump(results, handle, indent=2)
+    write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished probe
     return 0
 
 

@@ -34,6 +34,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
+from ..outputs import write_text_atomic
+
 PARTS = ("environment", "inference_grid", "training_step", "long_sequence")
 RUN_ORDER = ("environment", "training_step", "long_sequence", "inference_grid")
 NO_CUDA = "no CUDA device"
@@ -126,10 +128,10 @@ class Report:
             "runtime_s": round(time.time() - self.started, 1),
             "parts": [dataclasses.asdict(p) for p in ordered],
         }
-        with open(os.path.join(self.run_dir, "report.json"), "w") as f:
-            json.dump(data, f, indent=2, default=str)
-        with open(os.path.join(self.run_dir, "report.md"), "w") as f:
-            f.write(self.markdown(ordered))
+        # Rewritten after every part, each through a temporary file and a rename: a run killed while writing keeps
+        # the previous whole report, with every part finished before.
+        write_text_atomic(os.path.join(self.run_dir, "report.json"), json.dumps(data, indent=2, default=str))
+        write_text_atomic(os.path.join(self.run_dir, "report.md"), self.markdown(ordered))
 
     def markdown(self, ordered: list[PartResult]) -> str:
         out = [

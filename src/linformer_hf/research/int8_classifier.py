@@ -110,19 +110,24 @@ def run(data_dir: str, steps: int = 400, batch_size: int = 32, max_length: int =
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from ..training.errors import positive_int
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", default="../shared/data/sst2", help="folder with train.tsv and dev.tsv")
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--steps", type=positive_int, default=400)
+    parser.add_argument("--batch_size", type=positive_int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=1,
         help="intra-op threads (1: a tiny model gains nothing from more, and on "
         "shared cores a second thread mostly waits at every op's barrier)",
     )
     args = parser.parse_args(argv)
+    missing = [name for name in ("train.tsv", "dev.tsv") if not os.path.isfile(os.path.join(args.data_dir, name))]
+    if missing:  # before the tokenizer and the training
+        parser.error(f"--data_dir {args.data_dir} has no {' or '.join(missing)}: give the SST-2 folder.")
     torch.set_num_threads(args.threads)
     return run(args.data_dir, args.steps, args.batch_size, seed=args.seed)
 

@@ -27,10 +27,12 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
 from ..models.lengths import max_input_length
+from ..outputs import publish_folder, staging_folder, write_json_atomic
 from .embedding_probe import embed, fit_probe
 
 
@@ -60,14 +62,19 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     state = model.state_dict()
     state["embeddings.position_embeddings.weight"] = table
     extended.load_state_dict(state, strict=True)  # the index buffers (position_ids, ...) are not persistent
-    extended.save_pretrained(output_dir)
+    # Written beside output_dir under a temporary name and moved into place when whole: a kill part-way leaves no
+    # folder that reads as a model.
+    staging = staging_folder(output_dir)
+    shutil.rmtree(staging, ignore_errors=True)
+    extended.save_pretrained(staging)
 
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.model_max_length = n
-    tokenizer.save_pretrained(output_dir)
+    tokenizer.save_pretrained(staging)
     report = {"source": source, "source_positions": learned, "n": n, "rows_before": positions.shape[0], "rows": rows}
-    with open(os.path.join(output_dir, "extension_report.json"), "w") as handle:
+    with open(os.path.join(staging, "extension_report.json"), "w") as handle:
         json.dump(report, handle, indent=2)
+    publish_folder(staging, output_dir)
     return report
 
 
@@ -129,8 +136,9 @@ def write_length_split(data: str, tokenizer_name: str, output_dir: str, threshol
         [str(t) for t in frame["text"]], AutoTokenizer.from_pretrained(tokenizer_name), threshold
     )
     os.makedirs(output_dir, exist_ok=True)
-    for name, rows in (("short", short), ("long", long)):
-        frame.iloc[rows].to_csv(paths[name], index=False)
+    for name, rows in (("short", short), ("long", long)):  # each whole or absent: a kill leaves no short file
+        frame.iloc[rows].to_csv(paths[name] + ".tmp", index=False)
+        os.replace(paths[name] + ".tmp", paths[name])
     return {"threshold": threshold, "short": len(short), "long": len(long), "longest": max(lengths)}
 
 
@@ -252,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     except (*USER_ERRORS, FileExistsError, FileNotFoundError) as err:
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as handle:
-        json.dump(results, handle, indent=2)
+    write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished probe
     return 0
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import html
+import io
 import json
 import os
 import shlex
@@ -43,6 +44,7 @@ from typing import Any, Literal
 import yaml
 
 from ..models import max_input_length
+from ..outputs import write_json_atomic, write_text_atomic
 from ..training.config import (
     ConfigError,
     FinetuneDataSection,
@@ -228,18 +230,21 @@ def prepare_data(plan: ReplicationPlan) -> dict[str, str]:
     if len(reviews) <= plan.imdb_heldout:
         raise ConfigError(f"imdb_heldout={plan.imdb_heldout} leaves no IMDB reviews to train on ({len(reviews)}).")
     train, heldout = reviews[: -plan.imdb_heldout], reviews[-plan.imdb_heldout :]
+    # Each file through a temporary name and a rename: the check above must never take a file cut short by a kill.
     for path, rows in ((paths["imdb_train"], train), (paths["imdb_heldout"], heldout)):
-        with open(path, "w", encoding="utf-8", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=["text", "label"])
-            writer.writeheader()
-            writer.writerows({"text": _clean_review(r["text"]), "label": int(r["label"])} for r in rows)
-    with open(paths["pretrain_text"], "w", encoding="utf-8") as fh:
-        with open(os.path.join(plan.data_dir, "wikitext-2", "valid.txt"), encoding="utf-8") as wiki:
-            for line in wiki:
-                if line.strip() and not line.strip().startswith("="):  # paragraphs, not headings
-                    fh.write(line.strip() + "\n")
-        for row in train:  # the held-out reviews never reach pretraining
-            fh.write(_clean_review(row["text"]) + "\n")
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=["text", "label"])
+        writer.writeheader()
+        writer.writerows({"text": _clean_review(r["text"]), "label": int(r["label"])} for r in rows)
+        write_text_atomic(path, text.getvalue())
+    lines = []
+    with open(os.path.join(plan.data_dir, "wikitext-2", "valid.txt"), encoding="utf-8") as wiki:
+        for line in wiki:
+            if line.strip() and not line.strip().startswith("="):  # paragraphs, not headings
+                lines.append(line.strip() + "\n")
+    for row in train:  # the held-out reviews never reach pretraining
+        lines.append(_clean_review(row["text"]) + "\n")
+    write_text_atomic(paths["pretrain_text"], "".join(lines))
     return paths
 
 
@@ -289,6 +294,7 @@ def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
                 str(plan.vocab_size),
                 "--model_max_length",
                 str(max(variant_n(plan, v) for v in plan.variants)),
+                "--overwrite",  # the plan's own folder: what a killed run left there (no tokenizer.json) is replaced
             ),
             os.path.join(plan.output_dir, "logs", "tokenizer.log"),
         )
@@ -297,9 +303,6 @@ def train_tokenizer(plan: ReplicationPlan, paths: dict[str, str]) -> str:
 
 def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, tokenizer_dir: str) -> dict:
     result_path = pretrain_result_path(plan, variant)
-    saved = _read_json(result_path)
-    if saved is not None:
-        return saved
     run_dir = os.path.join(plan.output_dir, "pretrain", variant.name)
     block_size = block_size_of(plan, variant)
     # A variant interrupted before its result file was written starts over (its directory is not resumed).
@@ -322,6 +325,10 @@ def pretrain_variant(plan: ReplicationPlan, variant: Variant, paths: dict, token
             training=training,
         )
     )
+    saved = _read_json(result_path)
+    if saved is not None:
+        check_saved_recipe(result_path, saved, recipe)
+        return saved
     recipe_path = _write_yaml(os.path.join(plan.output_dir, "recipes", f"pretrain_{variant.name}.yaml"), recipe)
     command = _module_command("training.pretrain", "--config", recipe_path, "--no_progress")
     seconds = _run(command, os.path.join(plan.output_dir, "logs", f"pretrain_{variant.name}.log"))
@@ -389,9 +396,6 @@ def finetune_variant(
     plan: ReplicationPlan, variant: Variant, task: FinetuneTask, seed: int, paths: dict, model_dir: str
 ) -> dict:
     result_path = finetune_result_path(plan, variant, task, seed)
-    saved = _read_json(result_path)
-    if saved is not None:
-        return saved
     run_dir = os.path.join(plan.output_dir, "finetune", variant.name, task.name, f"seed{seed}")
     if task.task == "sst2":  # checkpoint chosen on 10% of train; the GLUE dev set is the held-out test
         files = {"train_file": paths["sst2_train"], "test_file": paths["sst2_dev"]}
@@ -420,6 +424,11 @@ def finetune_variant(
             ),
         )
     )
+    saved = _read_json(result_path)
+    if saved is not None:
+        if "recipe" in saved:  # results saved before the recipe was recorded are taken as they are
+            check_saved_recipe(result_path, saved, recipe)
+        return saved
     recipe_path = _write_yaml(
         os.path.join(plan.output_dir, "recipes", f"finetune_{variant.name}_{task.name}_seed{seed}.yaml"), recipe
     )
@@ -433,6 +442,7 @@ def finetune_variant(
         "task": task.name,
         "seed": seed,
         "command": shlex.join(command),
+        "recipe": recipe,
         "test_accuracy": finetuned["test"]["accuracy"],
         "validation_accuracy": finetuned["best"]["accuracy"],
         "wall_seconds": seconds,
@@ -458,9 +468,34 @@ def _read_json(path: str) -> Any:
 
 
 def _write_json(path: str, data: Any) -> None:
+    """Through a temporary file and a rename: a result file exists only whole, so a kill never leaves one that a rerun
+    takes as finished (or cannot read)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
+    write_json_atomic(path, data)
+
+
+def check_saved_recipe(result_path: str, saved: dict, recipe: dict) -> None:
+    """A saved result is reused only if it was made with the recipe this plan asks for now: a plan changed since
+    (steps, learning rate, model settings...) and rerun into the same output_dir must not report the old figures."""
+    now = json.loads(json.dumps(recipe))  # as saved: tuples are lists
+    differences = [
+        f"{key}: {before!r} in the saved result, {after!r} now"
+        for key, before, after in _differences(saved.get("recipe"), now)
+    ]
+    if differences:
+        raise ConfigError(
+            f"{result_path} was made with another recipe ({'; '.join(differences[:6])}): this plan's run would "
+            "differ. Give the changed plan another --output_dir, or delete that result file to run it again."
+        )
+
+
+def _differences(before: Any, after: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(before, dict) and isinstance(after, dict):
+        found = []
+        for key in sorted(set(before) & set(after)):  # a key the saved recipe lacks: a field added since, not a change
+            found += _differences(before[key], after[key], f"{prefix}{key}.")
+        return found
+    return [] if before == after else [(prefix.rstrip("."), before, after)]
 
 
 def run_plan(plan: ReplicationPlan, log=print) -> dict:
@@ -572,8 +607,7 @@ def write_report(results: dict, output_dir: str) -> str:
             cells.append("-" if value is None else f"{100 * value[0]:.1f} ± {100 * value[1]:.1f} (n={value[2]})")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(output_dir, "results.md"), "w", encoding="utf-8") as fh:
-        fh.write(table)
+    write_text_atomic(os.path.join(output_dir, "results.md"), table)
     plot_perplexity(results, os.path.join(output_dir, "perplexity.png"))
     return table
 

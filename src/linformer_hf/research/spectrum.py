@@ -462,6 +462,26 @@ def plot(spectrum: Spectrum, index: int, output_dir: str, title: str | None = No
     return paths
 
 
+def check_indices(model, input_ids: torch.Tensor, index: int | None, report_indices: list[int] | None) -> None:
+    """Before the work: every index asked for is within 1..r, r read off one input's attention matrices (r = min(L, k)
+    for a Linformer), so that a wrong --index is said now, not after every input was analysed."""
+    asked = [i for i in [index, *(report_indices or [])] if i is not None]
+    if not asked:
+        return
+    with torch.no_grad():
+        attentions = model(
+            input_ids[:1], attention_mask=torch.ones_like(input_ids[:1]), output_attentions=True
+        ).attentions
+    rank = max(min(probs.shape[-2:]) for probs in attentions) if attentions else None
+    wrong = [i for i in asked if i < 1 or (rank is not None and i > rank)]
+    if wrong:
+        raise ValueError(
+            f"index {wrong[0]} is outside 1..{rank}: P has r = min(L, k) = {rank} singular values here "
+            f"(L = {input_ids.shape[1]}). Pick --index / --report_indices within 1..{rank}, e.g. {max(1, rank // 4)} "
+            "(the paper's 128 of 512 is r / 4)."
+        )
+
+
 def analyze(
     name_or_path: str,
     text_path: str,
@@ -492,6 +512,7 @@ def analyze(
     if seq_len > limit:
         raise ValueError(f"seq_len {seq_len} exceeds the model's maximum input length {limit}.")
     input_ids = WINDOW_KINDS[windows](tokenizer, read_texts(text_path, text_column), seq_len, max_inputs)
+    check_indices(model, input_ids, index, report_indices)
     spectrum = compute_spectrum(
         model,
         input_ids,
@@ -501,7 +522,7 @@ def analyze(
         locality_width=locality_width,
         windows=windows,
     )
-    index = index or max(1, spectrum.rank // 4)
+    index = max(1, spectrum.rank // 4) if index is None else index
     paths = write_csv(spectrum, index, output_dir, report_indices)
     paths.update(plot(spectrum, index, output_dir, title))
     return spectrum, paths

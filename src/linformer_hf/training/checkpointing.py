@@ -21,6 +21,7 @@ how it is written so that a kill at any moment leaves the previous one usable, a
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import errno
 import hashlib
@@ -412,6 +413,9 @@ class RunLock:
         os.fsync(handle.fileno())
         lock = cls(path, handle)
         cls._held[path] = lock
+        # A run that ends by an error after claiming its directory (a bad setting found later) ended cleanly: release
+        # at interpreter exit, so the next run does not report it as killed. (A killed process runs no exit handler.)
+        atexit.register(lock.release)
         return lock
 
     def release(self) -> None:
@@ -444,14 +448,26 @@ def _describe(holder: dict) -> str:
     )
 
 
+def _is_within(path: str, folder: str) -> bool:
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
 def _earlier_outputs(output_dir: str) -> list[str]:
     return sorted(name for name in os.listdir(output_dir) if name != LOCK_FILE)
 
 
-def claim_output_dir(output_dir: str, resuming: bool, overwrite: bool, is_main_process: bool = True) -> RunLock | None:
+def claim_output_dir(
+    output_dir: str,
+    resuming: bool,
+    overwrite: bool,
+    is_main_process: bool = True,
+    inputs: dict[str, str | list[str] | None] | None = None,
+) -> RunLock | None:
     """Before the first write: make sure ``output_dir`` can be written, is this run's to write, and stays so.
 
-    The main process creates the directory, takes the lock and applies the policy; the others return None.
+    The main process creates the directory, takes the lock and applies the policy; the others return None. ``inputs``
+    (recipe key -> path(s) the run reads) are checked against what an overwrite would delete.
     """
     if not is_main_process:
         return None
@@ -475,13 +491,26 @@ def claim_output_dir(output_dir: str, resuming: bool, overwrite: bool, is_main_p
             f"true (deletes its checkpoints, final model and logs), or use another training.output_dir."
         )
     if overwrite:
-        for name in earlier:
-            full = os.path.join(output_dir, name)
-            if name in RUN_OUTPUTS or any(re.fullmatch(p, name) for p in RUN_OUTPUT_PATTERNS):
-                if os.path.isdir(full):
-                    _remove_dir(full)
-                else:
-                    os.remove(full)
+        doomed = [
+            os.path.join(output_dir, name)
+            for name in earlier
+            if name in RUN_OUTPUTS or any(re.fullmatch(p, name) for p in RUN_OUTPUT_PATTERNS)
+        ]
+        for key, paths in (inputs or {}).items():
+            for path in [paths] if isinstance(paths, str) else paths or []:
+                inside = [d for d in doomed if _is_within(path, d)]
+                if inside:  # e.g. model.pretrained=<output_dir>/final: deleted before it is read
+                    lock.release()
+                    raise ConfigError(
+                        f"{key}={path} is inside {inside[0]}, which training.overwrite_output_dir deletes (the "
+                        f"earlier run's outputs in {output_dir}): use another training.output_dir, or copy "
+                        f"{inside[0]} out of it first."
+                    )
+        for full in doomed:
+            if os.path.isdir(full):
+                _remove_dir(full)
+            else:
+                os.remove(full)
     for parent in (output_dir, checkpoint_root(output_dir)):  # a kill while saving or pruning leaves these
         for name in os.listdir(parent) if os.path.isdir(parent) else []:
             if name.startswith((TMP_PREFIX, TRASH_PREFIX)):

@@ -6,6 +6,7 @@ field they reject (e.g. `projected_length: -1`) and which are not ValueErrors.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from huggingface_hub.errors import StrictDataclassError
@@ -28,3 +29,19 @@ def report(err: BaseException) -> int:
     """Print ``error: <message>`` to stderr; the exit status for the scripts."""
     print(f"error: {one_line(err)}", file=sys.stderr)
     return 2
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be >= 1: `--max_inputs 0` is refused by the parser, not taken as a default
+    or met as a confusing error after the model is loaded."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value

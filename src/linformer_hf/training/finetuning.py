@@ -209,6 +209,13 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         resuming=False,
         overwrite=tcfg.overwrite_output_dir,
         is_main_process=int(os.environ.get("RANK", "0")) == 0,
+        inputs={
+            "model.pretrained": mcfg.pretrained,
+            "model.tokenizer": mcfg.tokenizer,
+            "data.train_file": dcfg.train_file,
+            "data.validation_file": dcfg.validation_file,
+            "data.test_file": dcfg.test_file,
+        },
     )
     if mcfg.convert_from_roberta is not None:
         mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)

@@ -236,6 +236,12 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         resuming=resume_dir is not None,
         overwrite=tcfg.overwrite_output_dir,
         is_main_process=int(os.environ.get("RANK", "0")) == 0,
+        inputs={
+            "model.pretrained": recipe.model.pretrained,
+            "tokenizer.name_or_path": recipe.tokenizer.name_or_path,
+            "data.train_files": dcfg.train_files,
+            "data.validation_files": dcfg.validation_files,
+        },
     )
 
     accelerator = build_accelerator(

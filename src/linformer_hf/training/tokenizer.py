@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 
+from ..outputs import publish_folder, staging_folder
 from .config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -74,8 +76,12 @@ def train_bpe_tokenizer(
         tokenizer = RobertaTokenizer(
             vocab=vocab_file, merges=merges_file, mask_token=mask_token, model_max_length=model_max_length
         )
-    os.makedirs(output_dir, exist_ok=True)
-    tokenizer.save_pretrained(output_dir)
+    # Saved beside output_dir under a temporary name and moved into place when whole: a kill during the save leaves
+    # no folder that reads as a tokenizer (scripts/demo.sh takes tokenizer_config.json as "trained").
+    staging = staging_folder(output_dir)
+    shutil.rmtree(staging, ignore_errors=True)  # what a killed run left
+    tokenizer.save_pretrained(staging)
+    publish_folder(staging, output_dir)
     return tokenizer
 
 

@@ -16,6 +16,7 @@ import itertools
 import os
 import sys
 
+from ..outputs import check_output_dir
 from .config import ConfigError
 from .errors import USER_ERRORS, report
 from .tokenizer import iter_text_files, train_bpe_tokenizer
@@ -37,8 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min_frequency", type=int, default=2)
     parser.add_argument("--model_max_length", type=int, default=512)
     parser.add_argument("--output_dir", required=True)
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace what a non-empty --output_dir holds (a model trained with that tokenizer no longer matches it)",
+    )
     args = parser.parse_args(argv)
     try:
+        # A tokenizer is the vocabulary of every model trained with it: an earlier one is never replaced silently.
+        check_output_dir(args.output_dir, args.overwrite, create=False)
         if args.files:
             for f in args.files:  # fail on a missing file before training starts
                 if not os.path.isfile(f):
@@ -56,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_documents:
             texts = itertools.islice(texts, args.max_documents)
         tok = train_bpe_tokenizer(texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length)
-    except USER_ERRORS as err:
+    except (*USER_ERRORS, OSError) as err:
         return report(err)
     print(f"tokenizer with {len(tok)} tokens saved to {args.output_dir}")
     return 0

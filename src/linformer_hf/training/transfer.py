@@ -46,6 +46,9 @@ from ..loading import load_model
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
+from ..outputs import write_json_atomic, write_text_atomic
+from .checkpointing import LOCK_FILE, TMP_PREFIX, RunLock, publish_dir, temporary_name
+from .validation import check_model_source
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
 STUDENT_FAMILIES = {"linformer": LinformerPreTrainedModel, "performer": PerformerPreTrainedModel}
@@ -116,6 +119,13 @@ class TransferArguments:
     stop_after_steps: int | None = dataclasses.field(
         default=None, metadata={"help": "stop this process at this step, with a checkpoint, to resume later"}
     )
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "start over in a non-empty output_dir: deletes the earlier transfer's checkpoints, log, reports "
+            "and model (without it such a folder is refused, unless --resume)"
+        },
+    )
     seed: int = 0
     show_progress: bool = True
 
@@ -135,6 +145,10 @@ class TransferArguments:
             raise ValueError("--batch_size and --eval_windows must be positive.")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
+        if self.resume is not None and self.overwrite_output_dir:
+            raise ValueError(
+                "--overwrite_output_dir deletes the checkpoints that --resume would continue from: give one of them."
+            )
 
     @property
     def total_steps(self) -> int:
@@ -582,29 +596,107 @@ def resolve_resume(spec: str | None, output_dir: str) -> str | None:
             raise FileNotFoundError(f"--resume {spec}: no such checkpoint folder.")
         return spec
     root = os.path.join(output_dir, "checkpoints")
-    found = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    # A checkpoint is written under a temporary name and renamed when whole: one a kill cut short is not taken.
+    found = sorted(name for name in os.listdir(root) if not name.startswith(TMP_PREFIX)) if os.path.isdir(root) else []
     if not found:
         raise FileNotFoundError(f"--resume latest: no checkpoint under {root}.")
     return os.path.join(root, found[-1])
+
+
+# What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
+# the model's weights and config, so that nothing of the earlier run is taken as this one's.
+TRANSFER_OUTPUTS = (
+    "checkpoints",
+    "transfer_log.jsonl",
+    "fidelity_before.json",
+    "fidelity.json",
+    "transfer_report.json",
+    "model.safetensors",
+    "config.json",
+)
+
+
+def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | None:
+    """The output folder is this run's. A non-empty one belongs to an earlier run and is refused unless the run
+    resumes it (--resume) or starts over there (--overwrite_output_dir). With `take` (before the first write), a
+    training run locks the folder (as pretraining does) until it ends, so a second run there is refused while the
+    first is alive, and an overwrite deletes the earlier run's outputs; without it, the checks only (before any work,
+    creating nothing)."""
+    out = args.output_dir
+    for role in ("teacher", "student"):
+        check_model_source(getattr(args, role), f"--{role}")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise NotADirectoryError(f"--output_dir {out} is a file, not a folder.")
+    if args.evaluate_only:  # writes fidelity.json only, e.g. beside a transferred model
+        if os.path.exists(os.path.join(out, "fidelity.json")) and not args.overwrite_output_dir:
+            raise FileExistsError(
+                f"{os.path.join(out, 'fidelity.json')} exists (an earlier evaluation): give another --output_dir, "
+                "or pass --overwrite_output_dir to replace it."
+            )
+        return None
+    for role in ("teacher", "student"):  # --overwrite_output_dir would delete that model's weights first
+        if os.path.abspath(getattr(args, role)) == os.path.abspath(out):
+            raise ValueError(f"--output_dir must differ from --{role} {out}: the transfer would replace that model.")
+    lock = None
+    if take:
+        os.makedirs(out, exist_ok=True)
+        lock = RunLock.acquire(out)
+    earlier = sorted(name for name in os.listdir(out) if name != LOCK_FILE) if os.path.isdir(out) else []
+    if earlier and args.resume is None and not args.overwrite_output_dir:
+        if lock is not None:
+            lock.release()
+        shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
+        raise FileExistsError(
+            f"--output_dir {out} is not empty (it holds {shown}): it belongs to an earlier run. Resume that run "
+            "with --resume latest, start over there with --overwrite_output_dir (deletes its checkpoints, log, "
+            "reports and model), or give another --output_dir."
+        )
+    if take and args.overwrite_output_dir:
+        for name in TRANSFER_OUTPUTS:
+            path = os.path.join(out, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            elif os.path.exists(path):
+                os.remove(path)
+    return lock
 
 
 def _truncate_log(path: str, after_step: int) -> None:
     """Drop log records past a resumed step, so the log reads as one uninterrupted run."""
     if not os.path.exists(path):
         return
+    kept = []
     with open(path) as handle:
-        kept = [line for line in handle if json.loads(line).get("step", 0) <= after_step]
-    with open(path, "w") as handle:
-        handle.writelines(kept)
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except ValueError:  # a last line cut short by a kill: that step is logged again after the resume
+                continue
+            if record.get("step", 0) <= after_step:
+                kept.append(line)
+    write_text_atomic(path, "".join(kept))
 
 
 def run_transfer(args: TransferArguments) -> dict:
     """Transfer the teacher's attention into the student; save the result to `args.output_dir`; return the report."""
     from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    if accelerator.is_main_process:
+        claim_output_dir(args, take=False)  # a used folder is refused before any work
+    locks = []  # the folder's lock, taken before the first write
+    try:
+        return _transfer(args, accelerator, locks)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
-    accelerator = Accelerator()
+    resume_from = resolve_resume(args.resume, args.output_dir)  # a missing checkpoint: said before any work
     set_seed(args.seed)
     # Linformer or Performer, as the head its config names; a folder of another model type is refused before its
     # weights are read
@@ -619,6 +711,8 @@ def run_transfer(args: TransferArguments) -> dict:
     too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
+    if accelerator.is_main_process:
+        locks += [lock for lock in [claim_output_dir(args)] if lock is not None]
 
     streams = tokenize_streams(
         load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed
@@ -644,8 +738,7 @@ def run_transfer(args: TransferArguments) -> dict:
         report["eval_seconds"] = round(time.perf_counter() - started, 1)
         if accelerator.is_main_process:
             os.makedirs(args.output_dir, exist_ok=True)
-            with open(os.path.join(args.output_dir, "fidelity.json"), "w") as handle:
-                json.dump(report, handle, indent=2)
+            write_json_atomic(os.path.join(args.output_dir, "fidelity.json"), report)
             print(json.dumps(report["fidelity"], indent=1))
         return report
     if len(streams.train) < longest:
@@ -666,7 +759,6 @@ def run_transfer(args: TransferArguments) -> dict:
 
     os.makedirs(args.output_dir, exist_ok=True)
     log_path = os.path.join(args.output_dir, "transfer_log.jsonl")
-    resume_from = resolve_resume(args.resume, args.output_dir)
     report = {
         "teacher": args.teacher,
         "student": args.student,
@@ -682,8 +774,7 @@ def run_transfer(args: TransferArguments) -> dict:
         report["before"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
         if accelerator.is_main_process:
             _truncate_log(log_path, -1)
-            with open(os.path.join(args.output_dir, "fidelity_before.json"), "w") as handle:
-                json.dump(report["before"], handle, indent=2)
+            write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), report["before"])
 
     bar = tqdm(
         total=args.total_steps,
@@ -734,8 +825,13 @@ def run_transfer(args: TransferArguments) -> dict:
         if progress.step < args.total_steps and (
             progress.step % args.checkpoint_every == 0 or progress.step == stop_at
         ):
-            accelerator.save_state(checkpoint_dir(args.output_dir, progress.step))
+            # Written under a temporary name, renamed when whole: a kill during the save leaves no checkpoint that
+            # --resume latest would take.
+            final = checkpoint_dir(args.output_dir, progress.step)
+            accelerator.save_state(temporary_name(final))
+            accelerator.wait_for_everyone()
             if accelerator.is_main_process:
+                publish_dir(temporary_name(final), final)
                 _prune_checkpoints(args.output_dir, args.checkpoints_to_keep)
     bar.close()
     if progress.step < args.total_steps:
@@ -756,7 +852,7 @@ def run_transfer(args: TransferArguments) -> dict:
 
 def _prune_checkpoints(output_dir: str, keep: int) -> None:
     root = os.path.join(output_dir, "checkpoints")
-    found = sorted(os.listdir(root))
+    found = sorted(os.listdir(root))  # a temporary one a kill left (".tmp-...") sorts first: deleted first
     for name in found[:-keep] if keep > 0 else []:
         shutil.rmtree(os.path.join(root, name))
 
@@ -771,8 +867,8 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     # (conversion, then transfer), which linformer_hf.hub renders into the model card.
     if os.path.exists(os.path.join(args.student, "conversion_report.json")):
         shutil.copy(os.path.join(args.student, "conversion_report.json"), args.output_dir)
-    with open(os.path.join(args.output_dir, "transfer_report.json"), "w") as handle:
-        json.dump(report, handle, indent=2)
+    # Last, and whole or absent: its presence says the transfer finished (scripts/pretrained_evidence.sh reads it so).
+    write_json_atomic(os.path.join(args.output_dir, "transfer_report.json"), report)
     for length, result in report["after"]["windows"].items():
         before = report.get("before", {}).get("windows", {}).get(length)
         was = f" (before: {before['embedding_cosine_mean']:.4f})" if before else ""
@@ -784,8 +880,13 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
 
 
 def main(argv: list[str] | None = None) -> dict:
-    (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
-    return run_transfer(args)
+    from .errors import USER_ERRORS, report
+
+    try:
+        (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
+        return run_transfer(args)
+    except (*USER_ERRORS, OSError, ValueError) as err:  # bad input: one `error:` line, not a traceback
+        raise SystemExit(report(err)) from None
 
 
 if __name__ == "__main__":

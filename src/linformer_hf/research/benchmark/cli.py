@@ -3,17 +3,21 @@ preset sets the defaults, and flags given override it. `python -m linformer_hf.r
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from ...outputs import check_output_dir, write_json_atomic, write_text_atomic
+from ...training.errors import report
 from .config import PRESETS, BenchmarkConfig
 from .report import load_average, machine_description, plot, report_markdown
 from .results import write_csv
 from .run import run_benchmark
+
+# What a run writes in output_dir (besides its PNGs); --overwrite deletes these of the earlier run.
+RUN_FILES = ("results.csv", "results_partial.csv", "results.md", "run_info.json")
 
 
 @dataclass
@@ -23,6 +27,9 @@ class CommandLine:
     preset: Literal[tuple(PRESETS)] = field(default="default", metadata={"help": "the defaults of every field"})
     output_dir: str = field(
         default="outputs/benchmarks/latest", metadata={"help": "results.csv, results.md, run_info.json, PNGs"}
+    )
+    overwrite: bool = field(
+        default=False, metadata={"help": "replace an earlier run's results in a non-empty output_dir"}
     )
 
 
@@ -47,11 +54,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[CommandLine, BenchmarkCon
     return command_line, cfg
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line, cfg = parse_args(argv)
     out_dir = command_line.output_dir
-    os.makedirs(out_dir, exist_ok=True)
+    try:  # before any work: an earlier run's results are never overwritten silently
+        check_output_dir(out_dir, command_line.overwrite)
+    except OSError as err:
+        return report(err)
+    if command_line.overwrite:  # the earlier run's own files only; a partial CSV of it would read as this run's
+        for name in os.listdir(out_dir):
+            if name in RUN_FILES or name.endswith(".png"):
+                os.remove(os.path.join(out_dir, name))
     command = "python scripts/benchmark_efficiency.py " + " ".join(shlex.quote(a) for a in argv)
     machine_before = machine_description(cfg)
     print(f"machine: {machine_before}", flush=True)
@@ -61,10 +75,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     machine = f"{machine_before}; after the run: {load_average()}"
     write_csv(rows, os.path.join(out_dir, "results.csv"))
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
-        f.write(report_markdown(rows, info, cfg, command, machine))
-    with open(os.path.join(out_dir, "run_info.json"), "w") as f:
-        json.dump({"command": command, "machine": machine, "config": asdict(cfg), **asdict(info)}, f, indent=2)
+    write_text_atomic(os.path.join(out_dir, "results.md"), report_markdown(rows, info, cfg, command, machine))
+    write_json_atomic(
+        os.path.join(out_dir, "run_info.json"),
+        {"command": command, "machine": machine, "config": asdict(cfg), **asdict(info)},
+    )
     for path in plot(rows, cfg, out_dir):
         print(f"wrote {path}")
     print(f"wrote {out_dir}/results.csv, results.md, run_info.json")
+    return 0

@@ -1,0 +1,92 @@
+"""Where a command writes its results: an earlier run's results are never replaced silently, and a result file is
+either whole or absent (a kill mid-write leaves no truncated file under the final name).
+
+The wording and the flag are those of export_onnx and push_to_hub: a non-empty output folder, or an existing output
+file, is refused before any work unless `--overwrite`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+
+def held(output_dir: str) -> str:
+    """What a folder holds, for an error message: the first few names."""
+    names = sorted(os.listdir(output_dir))
+    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+
+
+def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite", create: bool = True) -> None:
+    """Before any work: `output_dir` is a folder (or can be one) that holds no earlier results unless `overwrite`
+    (`flag` on the command line). With `create`, makes it and checks it can be written."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"{output_dir} is a file, not a folder: give a folder for the results.")
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise FileExistsError(
+            f"{output_dir} is not empty (it holds {held(output_dir)}): an earlier run's results are never "
+            f"overwritten silently. Give another output directory, or pass {flag} to replace them."
+        )
+    if not create:
+        return
+    os.makedirs(output_dir, exist_ok=True)
+    if not os.access(output_dir, os.W_OK):
+        raise PermissionError(f"{output_dir} cannot be written by this user: give another output directory.")
+
+
+def check_output_file(path: str, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Before any work: `path` names a file (not a folder) in a folder that can be written, and no earlier result
+    unless `overwrite`. Creates the folder."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a folder: give the name of the file to write, e.g. {path}/result.json.")
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(
+            f"{path} exists (an earlier run's result): it is never overwritten silently. Give another file name, "
+            f"or pass {flag} to replace it."
+        )
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise NotADirectoryError(f"{parent} is a file, not a folder: {path} cannot be written there.")
+    os.makedirs(parent, exist_ok=True)
+    if not os.access(parent, os.W_OK):
+        raise PermissionError(f"{parent} cannot be written by this user: give another place for {path}.")
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename: a reader sees the whole file or none."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json_atomic(path: str, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2))
+
+
+def staging_folder(output_dir: str) -> str:
+    """Where a folder is written before `publish_folder` moves it to `output_dir`: beside it (the same filesystem, so
+    the move is a rename), under a hidden temporary name."""
+    output_dir = os.path.abspath(output_dir)
+    return os.path.join(os.path.dirname(output_dir), f".tmp-{os.path.basename(output_dir)}")
+
+
+def publish_folder(staging: str, output_dir: str) -> None:
+    """Move the whole folder `staging` to `output_dir`: one rename when `output_dir` does not exist; otherwise (an
+    overwrite) each entry replaces the one of the same name, and other files there are kept."""
+    if not os.path.isdir(output_dir):
+        os.replace(staging, output_dir)
+        return
+    for name in os.listdir(staging):
+        target = os.path.join(output_dir, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(staging, name), target)
+    os.rmdir(staging)
