@@ -1,6 +1,10 @@
 """The long-document command (research/long_document.py) on tiny models: progress per layer, fp32 vs int8, and the
 Linformer fast path running through quantised Linear modules."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.ao.nn.quantized import dynamic as quantized_dynamic
@@ -79,6 +83,7 @@ def test_fast_path_with_padding_matches_the_plain_path_after_the_module_call_rew
 def test_one_command_runs_both_modes_and_summarises_against_the_targets(capsys):
     report = long_document.main(
         ["--mode", "both", "--layers", "2", "--n", "32", "--k", "8", "--chunk_size_feed_forward", "16", "--no_progress"]
+        + ["--return_freed_memory"]  # mallopt is process-wide: tested in a process of its own below
     )
     assert [result.mode for result in report.results] == ["fp32", "int8"]
     for result in report.results:
@@ -136,7 +141,7 @@ def test_compiled_layers_match_eager_on_a_padded_batch_with_one_graph_per_block_
 def test_command_with_compile_warms_up_and_the_timed_pass_compiles_nothing(capsys):
     report = long_document.main(
         ["--mode", "both", "--layers", "2", "--n", "32", "--k", "8", "--chunk_size_feed_forward", "16"]
-        + ["--no_progress", "--no_reference", "--compile"]
+        + ["--no_progress", "--no_reference", "--compile", "--return_freed_memory"]
     )
     fp32, int8 = report.results
     assert fp32.compiled and not int8.compiled
@@ -150,3 +155,61 @@ def test_command_with_compile_warms_up_and_the_timed_pass_compiles_nothing(capsy
 def test_compile_without_the_fp32_mode_is_refused_before_building():
     with pytest.raises(ValueError, match="compile applies to the fp32 pass"):
         long_document.run_long_document(tiny_config(), modes=("int8",), compile=True)
+
+
+def test_bad_command_lines_are_one_error_line_before_any_work(tmp_path, capsys):
+    """A missing folder, a folder of another model type, k > n or a zero count: exit 2 and one `error:` line, no
+    traceback from huggingface_hub or the config dataclass."""
+    from transformers import RobertaConfig, RobertaModel
+
+    RobertaModel(
+        RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(tmp_path / "roberta")
+    cases = {
+        ("--model_dir", str(tmp_path / "missing")): "not a saved model folder",
+        ("--model_dir", str(tmp_path / "roberta")): "holds a 'roberta' model, not a Linformer",
+        ("--n", "256", "--k", "512"): "--k 512 exceeds --n 256",
+        ("--layers", "0"): "must be >= 1",
+        ("--n", "1000", "--chunk_size_feed_forward", "300"): "must divide n=1000",
+    }
+    for argv, message in cases.items():
+        with pytest.raises(SystemExit) as exit_info:
+            long_document.main([*argv, "--no_reference", "--no_progress", "--return_freed_memory"])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+
+
+KEEP_FREED_PROBE = """
+import resource, sys, torch
+from linformer_hf.research.long_document import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory() is None
+torch.ones(1)
+faults = []
+for _ in range(8):  # a fresh 256 MB activation each time, as each layer of a long document allocates
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    x = torch.ones(64 * 2**20)
+    del x
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(sum(faults[1:]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and minor-fault counts: glibc on Linux")
+def test_keep_freed_memory_lets_later_activations_reuse_pages_without_faults():
+    """Without it, glibc unmaps each freed 256 MB block and the next one is faulted in again (65,536 pages); with it,
+    the freed block is reused. In a fresh process: mallopt is process-wide."""
+
+    def later_faults(mode):
+        out = subprocess.run(
+            [sys.executable, "-c", KEEP_FREED_PROBE, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "THP_MEM_ALLOC_ENABLE": "0"},
+        )
+        return int(out.stdout.split()[-1])
+
+    default, kept = later_faults("default"), later_faults("keep")
+    assert default > 6 * 50_000  # seven blocks of 65,536 pages faulted in again
+    assert kept < default / 4  # at most a block or so while the heap settles

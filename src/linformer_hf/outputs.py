@@ -53,8 +53,18 @@ def check_output_file(path: str, overwrite: bool, flag: str = "--overwrite") -> 
         raise PermissionError(f"{parent} cannot be written by this user: give another place for {path}.")
 
 
+def fsync_path(path: str) -> None:
+    """Flush a file or a folder (its entries: a rename into it) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_text_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename: a reader sees the whole file or none."""
+    """Write `text` to `path` through a temporary file and a rename: a reader sees the old file or the whole new one,
+    never a torn one, also after a power cut (the file and then its folder are flushed)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as handle:
@@ -62,6 +72,7 @@ def write_text_atomic(path: str, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        fsync_path(os.path.dirname(os.path.abspath(path)))
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -27,8 +27,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..loading import load_linformer
 from ..models.configuration_linformer import LinformerConfig
 from ..models.modeling_linformer import LinformerModel
+from ..training.errors import non_negative_int, positive_int
+from ..training.errors import report as report_error
 from .benchmark.costs import forward_flops
 from .benchmark.workers import read_status_kb, reset_peak_rss
 
@@ -70,11 +73,34 @@ def base_config(
     )
 
 
+def keep_freed_memory() -> str | None:
+    """Make glibc keep freed memory in the process for reuse: no `mmap` per large block, no trimming of the heap.
+
+    By default glibc serves each allocation above 32 MB with its own `mmap` and unmaps it when freed, so every fresh
+    (L, d) or (L, d_ff) activation of every layer is faulted in and zeroed by the kernel again, page by page: at
+    n = 65,536 that was ~580,000 page faults and ~25 s of system CPU time in an 80 s pass. Kept memory is reused
+    without faults, for a larger peak RSS (fragmentation). Process-wide, so the command calls it, not the library.
+    Returns None when applied, else why not (not glibc).
+    """
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return "the C library has no mallopt (not glibc): freed memory is handled by its defaults"
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    # M_TRIM_THRESHOLD = -1 turns trimming off (documented in mallopt(3)); M_MMAP_MAX = 0 puts every block on the heap
+    if mallopt(m_mmap_max, 0) != 1 or mallopt(m_trim_threshold, -1) != 1:
+        return "mallopt refused the settings: freed memory is handled by glibc's defaults"
+    return None
+
+
 def build_model(config: LinformerConfig | None = None, model_dir: str | None = None, seed: int = 0) -> LinformerModel:
     """The bare encoder in eval mode: loaded from `model_dir` (a saved Linformer folder), else built from `config`
     with random weights."""
     if model_dir is not None:
-        return LinformerModel.from_pretrained(model_dir).eval()
+        # a clear error (before any weights are read) for a missing folder or one of another model type
+        return load_linformer(model_dir, "AutoModel")
     torch.manual_seed(seed)
     return LinformerModel(config or base_config()).eval()
 
@@ -474,12 +500,12 @@ def main(argv: list[str] | None = None) -> LongDocumentReport:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("fp32", "int8", "both"), default="both", help="fp32 then int8 with both")
     parser.add_argument("--model_dir", help="a saved Linformer folder to load instead of building a random one")
-    parser.add_argument("--layers", type=int, default=12)
-    parser.add_argument("--n", type=int, default=65536, help="document length, and the model's n")
-    parser.add_argument("--k", type=int, default=256)
+    parser.add_argument("--layers", type=positive_int, default=12)
+    parser.add_argument("--n", type=positive_int, default=65536, help="document length, and the model's n")
+    parser.add_argument("--k", type=positive_int, default=256, help="projected length, at most n")
     parser.add_argument(
         "--chunk_size_feed_forward",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_FEED_FORWARD_CHUNK,
         help="feed-forward chunk in positions (0: the whole sequence at once)",
     )
@@ -490,25 +516,39 @@ def main(argv: list[str] | None = None) -> LongDocumentReport:
         action="store_true",
         help="run the fp32 pass's layers as torch.compile graphs (needs a C++ compiler); compile time reported apart",
     )
+    parser.add_argument(
+        "--return_freed_memory",
+        action="store_true",
+        help="leave glibc's defaults (return large freed blocks to the kernel: fewer GiB at peak, ~25 s more system "
+        "time at n = 65,536); by default the command keeps them for reuse (keep_freed_memory)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.compile and args.mode == "int8":
         parser.error("--compile applies to the fp32 pass (int8 runs eager): use --mode fp32 or both.")
     if args.model_dir and (args.layers, args.n, args.k) != (12, 65536, 256):
         parser.error("--layers, --n and --k describe a model to build; with --model_dir the folder's config rules.")
+    if args.k > args.n:
+        parser.error(f"--k {args.k} exceeds --n {args.n}: E and F project n positions to k <= n slots.")
     config = None
-    if not args.model_dir:
-        config = base_config(args.layers, args.n, args.k, chunk_size_feed_forward=args.chunk_size_feed_forward)
     modes = ("fp32", "int8") if args.mode == "both" else (args.mode,)
-    report = run_long_document(
-        config,
-        args.model_dir,
-        modes,
-        progress=not args.no_progress,
-        reference=not args.no_reference,
-        seed=args.seed,
-        compile=args.compile,
-    )
+    if not args.return_freed_memory:
+        why_not = keep_freed_memory()
+        print("allocator: freed memory kept for reuse (mallopt)" if why_not is None else f"allocator: {why_not}")
+    try:
+        if not args.model_dir:
+            config = base_config(args.layers, args.n, args.k, chunk_size_feed_forward=args.chunk_size_feed_forward)
+        report = run_long_document(
+            config,
+            args.model_dir,
+            modes,
+            progress=not args.no_progress,
+            reference=not args.no_reference,
+            seed=args.seed,
+            compile=args.compile,
+        )
+    except ValueError as err:  # a folder that is not a Linformer, a chunk that does not divide n...
+        raise SystemExit(report_error(err)) from None
     print()
     print(summary_table(report))
     return report

@@ -34,6 +34,7 @@ import socket
 import sys
 import time
 
+from ..outputs import fsync_path, write_json_atomic
 from .config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -69,25 +70,6 @@ RUN_OUTPUT_PATTERNS = (r"summary_step\d+\.json", r"checkpoint-\d+")
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_json(path: str, data) -> None:
-    """Write JSON to ``path`` so that a reader sees the old file or the whole new one, never a torn one."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_path(os.path.dirname(os.path.abspath(path)))
-
-
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -113,11 +95,11 @@ def _remove_dir(path: str) -> None:
 def publish_dir(tmp: str, final: str) -> None:
     """fsync every file under ``tmp``, then rename it to ``final`` (replacing a torn or older one)."""
     for rel in _files_under(tmp):
-        _fsync_path(os.path.join(tmp, rel))
-    _fsync_path(tmp)
+        fsync_path(os.path.join(tmp, rel))
+    fsync_path(tmp)
     _remove_dir(final)
     os.replace(tmp, final)
-    _fsync_path(os.path.dirname(os.path.abspath(final)))
+    fsync_path(os.path.dirname(os.path.abspath(final)))
 
 
 def temporary_name(path: str) -> str:
@@ -250,8 +232,8 @@ def save_checkpoint(
     accelerator.save_state(tmp)
     accelerator.wait_for_everyone()  # every process' files (its RNG state) are in tmp
     if accelerator.is_main_process:
-        atomic_write_json(os.path.join(tmp, STATE_FILE), state)
-        atomic_write_json(os.path.join(tmp, RECIPE_FILE), fingerprint)
+        write_json_atomic(os.path.join(tmp, STATE_FILE), state)
+        write_json_atomic(os.path.join(tmp, RECIPE_FILE), fingerprint)
         write_completion_marker(tmp)
         publish_dir(tmp, path)
         _prune_checkpoints(output_dir, limit)
@@ -265,7 +247,7 @@ def write_completion_marker(path: str) -> None:
         for rel in _files_under(path)
         if rel != COMPLETE_MARKER
     }
-    atomic_write_json(os.path.join(path, COMPLETE_MARKER), {"files": files, "written": time.time()})
+    write_json_atomic(os.path.join(path, COMPLETE_MARKER), {"files": files, "written": time.time()})
 
 
 # ----------------------------------------------------------------------------------------------------------------

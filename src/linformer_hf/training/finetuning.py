@@ -25,7 +25,8 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from .checkpointing import atomic_write_json, claim_output_dir
+from ..outputs import write_json_atomic
+from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
 from .metrics import classification_metrics
 from .validation import check_labels, warn_if_mixed_precision_ignored
@@ -295,7 +296,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
             if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):
                 shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
-        atomic_write_json(os.path.join(tcfg.output_dir, "results.json"), result)
+        write_json_atomic(os.path.join(tcfg.output_dir, "results.json"), result)
         print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
     finish(trainer.accelerator)
     if lock is not None:

@@ -32,11 +32,11 @@ from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
 from ..models import max_input_length
+from ..outputs import write_json_atomic
 from . import checkpointing
 from .checkpointing import (
     RunLock,
     UpdateLog,
-    atomic_write_json,
     check_resume_compatible,
     claim_output_dir,
     publish_dir,
@@ -427,7 +427,7 @@ def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
     )
     if accelerator.is_main_process:
         run.tokenizer.save_pretrained(final_tmp)
-        atomic_write_json(os.path.join(final_tmp, "eval_results.json"), {"step": run.completed_steps, **metrics})
+        write_json_atomic(os.path.join(final_tmp, "eval_results.json"), {"step": run.completed_steps, **metrics})
         publish_dir(final_tmp, final_dir)
     accelerator.wait_for_everyone()
     return final_dir
@@ -532,6 +532,6 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             summary["final_dir"] = save_final_model(run, metrics)
     summary["completed_steps"] = run.completed_steps
     if accelerator.is_main_process:
-        atomic_write_json(summary_path(tcfg.output_dir, run.completed_steps), summary)
+        write_json_atomic(summary_path(tcfg.output_dir, run.completed_steps), summary)
     close_run(run)
     return summary
