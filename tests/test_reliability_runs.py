@@ -2,6 +2,7 @@
 recipe a checkpoint records, atomic checkpoints with fallback past a torn or corrupt one, the update log, and kills at
 random points (and during a save) that resume to the losses of an uninterrupted run."""
 
+import contextlib
 import json
 import os
 import random
@@ -170,24 +171,31 @@ time.sleep(600)
 """
 
 
-def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(
-    tokenizer_dir, small_corpus, tmp_path, caplog
-):
-    out = tmp_path / "run"
-    out.mkdir()
+@contextlib.contextmanager
+def lock_held_by_another_process(out):
+    """A live process holding `out`'s run lock, SIGKILLed (its lock left behind, as a crash leaves it) on exit."""
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
+def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(
+    tokenizer_dir, small_corpus, tmp_path, caplog
+):
+    out = tmp_path / "run"
+    out.mkdir()
+    with lock_held_by_another_process(out) as holder:
         with pytest.raises(ConfigError) as err:
             run(tokenizer_dir, small_corpus, out, max_steps=3)
         message = str(err.value)
         assert f"Another run is writing to {out}" in message and f"pid {holder.pid}" in message
         assert f"kill {holder.pid}" in message
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     with caplog.at_level("WARNING"):
         summary = run(tokenizer_dir, small_corpus, out, max_steps=3)
     assert summary["completed_steps"] == 3
@@ -569,16 +577,9 @@ def test_transfer_is_refused_while_another_run_writes_its_output_dir(transfer_pa
 
     out = tmp_path / "run"
     out.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held_by_another_process(out) as holder:
         with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
             run_transfer(arguments(transfer_pair, out, layer_steps=2))
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     assert os.listdir(out) == [LOCK_FILE]
     report = run_transfer(arguments(transfer_pair, out, layer_steps=2))  # the killed holder's lock is taken over
     assert "after" in report and (out / LOCK_FILE).read_text() == ""
