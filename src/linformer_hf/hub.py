@@ -64,6 +64,7 @@ from transformers.dynamic_module_utils import get_relative_import_files
 from .conversion import ConversionReport, copy_sentence_transformers_modules
 from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model
 from .models.lengths import max_input_length
+from .outputs import check_output_dir
 from .registration import FAMILIES, TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).
@@ -644,10 +645,7 @@ def prepare_model_folder(
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the folder is written fresh.")
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise NotADirectoryError(f"output_dir {output_dir} is a file, not a folder: give a folder for the model.")
-    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise FileExistsError(f"{output_dir} is not empty; pass overwrite=True (--overwrite) to replace it.")
+    check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
     # An overwrite deletes output_dir whole: never with one of the inputs inside it (e.g. --output_dir outputs/run
     # for the model outputs/run/final).
     for what, path in (

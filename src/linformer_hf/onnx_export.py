@@ -43,6 +43,7 @@ from transformers.dynamic_module_utils import get_relative_import_files
 from .loading import load_linformer
 from .models.configuration_linformer import LinformerConfig
 from .models.modeling_linformer import LinformerForMultipleChoice, LinformerPreTrainedModel
+from .outputs import check_output_dir
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
@@ -203,15 +204,7 @@ def export_folder(
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise NotADirectoryError(f"output_dir {output_dir} is a file, not a folder: give a folder for the export.")
-    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
-        held = sorted(os.listdir(output_dir))
-        raise FileExistsError(
-            f"{output_dir} is not empty (it holds {', '.join(held[:6])}{', ...' if len(held) > 6 else ''}): an "
-            "earlier export is never overwritten silently. Give another output directory, or pass overwrite=True "
-            "(--overwrite) to replace that export."
-        )
+    check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
     model = load_linformer(model_dir, head)  # checks model_dir before output_dir is touched
     if overwrite:
         remove_export(output_dir)

@@ -18,15 +18,21 @@ def held(output_dir: str) -> str:
     return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
 
 
-def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite", create: bool = True) -> None:
+def replace_hint(flag: str | None, what: str) -> str:
+    """The end of a refusal: how to replace `what`, where the command has a flag for it."""
+    return f", or pass {flag} to replace {what}." if flag else "."
+
+
+def check_output_dir(output_dir: str, overwrite: bool, flag: str | None = "--overwrite", create: bool = True) -> None:
     """Before any work: `output_dir` is a folder (or can be one) that holds no earlier results unless `overwrite`
-    (`flag` on the command line). With `create`, makes it and checks it can be written."""
+    (`flag` on the command line; None where the command has no such flag). With `create`, makes it and checks it can
+    be written."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"{output_dir} is a file, not a folder: give a folder for the results.")
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise FileExistsError(
             f"{output_dir} is not empty (it holds {held(output_dir)}): an earlier run's results are never "
-            f"overwritten silently. Give another output directory, or pass {flag} to replace them."
+            f"overwritten silently. Give another output directory{replace_hint(flag, 'them')}"
         )
     if not create:
         return
@@ -35,15 +41,15 @@ def check_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite"
         raise PermissionError(f"{output_dir} cannot be written by this user: give another output directory.")
 
 
-def check_output_file(path: str, overwrite: bool, flag: str = "--overwrite") -> None:
+def check_output_file(path: str, overwrite: bool, flag: str | None = "--overwrite") -> None:
     """Before any work: `path` names a file (not a folder) in a folder that can be written, and no earlier result
     unless `overwrite`. Creates the folder."""
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a folder: give the name of the file to write, e.g. {path}/result.json.")
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(
-            f"{path} exists (an earlier run's result): it is never overwritten silently. Give another file name, "
-            f"or pass {flag} to replace it."
+            f"{path} exists (an earlier run's result): it is never overwritten silently. Give another file name"
+            f"{replace_hint(flag, 'it')}"
         )
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.exists(parent) and not os.path.isdir(parent):

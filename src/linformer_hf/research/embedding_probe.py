@@ -25,7 +25,7 @@ import time
 import torch
 
 from ..models.lengths import max_input_length
-from ..outputs import write_json_atomic
+from ..outputs import check_output_file, write_json_atomic
 
 
 @torch.no_grad()
@@ -108,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="results JSON (refused if it exists)")
     parser.add_argument("--batch_size", type=int, default=64)
     args, rest = parser.parse_known_args(argv)
-    if os.path.exists(args.output):
-        print(f"error: {args.output} exists; give a new --output (results are never overwritten).", file=sys.stderr)
-        return 2
+    try:
+        check_output_file(args.output, overwrite=False, flag=None)
+    except OSError as err:
+        return report(err)
     try:
         recipe = load_recipe(FinetuneRecipe, args.config, rest + ["--model.pretrained", args.models[0]])
         results = run_probe(recipe, args.models, args.batch_size)

@@ -32,7 +32,7 @@ import sys
 import time
 
 from ..models.lengths import max_input_length
-from ..outputs import publish_folder, staging_folder, write_json_atomic
+from ..outputs import check_output_dir, check_output_file, publish_folder, staging_folder, write_json_atomic
 from .embedding_probe import embed, fit_probe
 
 
@@ -50,8 +50,7 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     first_row, learned = source_position_layout(config)
     if n <= learned:
         raise ValueError(f"n={n} is not longer than the source's {learned} positions: there is nothing to extend.")
-    if os.path.isdir(output_dir) and os.listdir(output_dir):
-        raise FileExistsError(f"{output_dir} is not empty; give a new output directory.")
+    check_output_dir(output_dir, overwrite=False, flag=None, create=False)
     model = AutoModel.from_pretrained(source)
     positions = model.embeddings.position_embeddings.weight.detach()  # (first_row + learned, hidden)
     rows = first_row + n
@@ -253,11 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "split":
             print(json.dumps(write_length_split(args.data, args.tokenizer, args.output_dir, args.threshold), indent=2))
             return 0
-        if os.path.exists(args.output):
-            raise FileExistsError(f"{args.output} exists; give a new --output (results are never overwritten).")
+        check_output_file(args.output, overwrite=False, flag=None)
         texts, labels = load_documents(args.data, args.text_column, args.label_column)
         results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
-    except (*USER_ERRORS, FileExistsError, FileNotFoundError) as err:
+    except (*USER_ERRORS, OSError) as err:  # an existing output, a missing data file...
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished probe
