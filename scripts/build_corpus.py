@@ -7,6 +7,7 @@ python scripts/build_corpus.py --output outputs/corpus/docs.txt
 import argparse
 import os
 
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.training.corpus import build_docs_corpus
 from linformer_hf.training.errors import positive_int
 
@@ -20,7 +21,7 @@ def fraction(text: str) -> float:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--output", default="outputs/corpus/docs.txt")
     parser.add_argument("--max_chars", type=positive_int, default=5_000_000)
     parser.add_argument("--max_chars_per_package", type=positive_int, default=150_000)

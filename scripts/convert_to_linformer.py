@@ -14,11 +14,11 @@ Options are grouped by family; an option of the other family is an error, not si
 output_dir (an earlier model) is refused unless --overwrite.
 """
 
-import argparse
 import os
 import sys
 
 from linformer_hf import PROJECTION_KINDS, SHARING_MODES
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.conversion import PROJECTION_INITS, TARGET_FAMILIES, check_projection_init, convert_checkpoint
 from linformer_hf.models.configuration_performer import KERNELS, ROW_NORMS
 from linformer_hf.training.config import ConfigError
@@ -33,7 +33,7 @@ def parse_projected_length(text: str):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "source", help="RoBERTa or BERT checkpoint: a local directory or a Hub name such as roberta-base"
     )

@@ -10,16 +10,16 @@ Examples:
     python scripts/export_onnx.py outputs/demo/pretrain/final outputs/demo/onnx --head AutoModel --no_int8
 """
 
-import argparse
 import sys
 
 from linformer_hf import LINFORMER_HEADS
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.onnx_export import export_folder
 from linformer_hf.training.errors import report
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("model_dir", help="a saved Linformer folder (save_pretrained output)")
     parser.add_argument(
         "output_dir", help="where to write model.onnx, model_int8.onnx (each with its .data file) and config.json"

@@ -12,17 +12,17 @@ Examples:
     python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --card_info card.json
 """
 
-import argparse
 import os
 import sys
 import tempfile
 
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.hub import check_remote_loading, prepare_model_folder, push_folder
 from linformer_hf.training.errors import USER_ERRORS, report
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "model_dir", help="a saved Linformer or Performer (save_pretrained output, e.g. from the conversion)"
     )

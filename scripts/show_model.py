@@ -4,7 +4,6 @@
 python scripts/show_model.py outputs/demo/pretrain/final --text "Returns a <mask> of the values."
 """
 
-import argparse
 import json
 import os
 import sys
@@ -12,12 +11,13 @@ import sys
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.training.config import ConfigError
 from linformer_hf.training.errors import USER_ERRORS, positive_int, report
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("model_dir")
     parser.add_argument(
         "--text",

@@ -5,7 +5,7 @@ optimizer. No timing assertions."""
 import pytest
 import torch
 
-from linformer_hf.research.benchmark import (
+from benchmarks import (
     PRESETS,
     BenchmarkConfig,
     Mode,
@@ -15,9 +15,9 @@ from linformer_hf.research.benchmark import (
     model_config,
     run_benchmark,
 )
-from linformer_hf.research.benchmark.models import model_inputs, realised_attention
-from linformer_hf.research.benchmark.report import peers_table
-from linformer_hf.research.benchmark.workers import MemoryTask, _optimizer, _step, run_in_fresh_process
+from benchmarks.models import model_inputs, realised_attention
+from benchmarks.report import peers_table
+from benchmarks.workers import MemoryTask, _optimizer, _step, run_in_fresh_process
 
 PEERS = ["longformer", "longformer-global", "bigbird"]
 

@@ -12,8 +12,7 @@ from conftest import randomize_projections, tiny_config
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from linformer_hf import LinformerModel
-from linformer_hf.research.benchmark import (
+from benchmarks import (
     CSV_COLUMNS,
     BenchmarkConfig,
     BenchmarkRow,
@@ -29,9 +28,10 @@ from linformer_hf.research.benchmark import (
     step_flops,
     write_csv,
 )
-from linformer_hf.research.benchmark.cli import parse_args
-from linformer_hf.research.benchmark.run import memory_budget_bytes
-from linformer_hf.research.benchmark.workers import MemoryTask, WorkerFailed, run_in_fresh_process
+from benchmarks.cli import parse_args
+from benchmarks.run import memory_budget_bytes
+from benchmarks.workers import MemoryTask, WorkerFailed, run_in_fresh_process
+from linformer_hf import LinformerModel
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
 

@@ -23,7 +23,6 @@ from linformer_hf.conversion import (
 )
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-import convert_roberta_to_linformer  # noqa: E402
 import convert_to_linformer  # noqa: E402
 
 OUTPUT_KEY = {"RobertaModel": "last_hidden_state"}
@@ -214,15 +213,13 @@ def test_unsupported_heads_and_models_are_refused(tmp_path):
 
 def test_script_converts_a_local_checkpoint_with_its_tokenizer(tmp_path, tokenizer):
     save_roberta("RobertaForMaskedLM", tmp_path / "roberta", tokenizer)
-    assert convert_roberta_to_linformer.main is convert_to_linformer.main  # the old name stays a thin alias
     convert_to_linformer.main(
         [
             str(tmp_path / "roberta"),
             str(tmp_path / "linformer"),
-            "--max_sequence_length",
+            "--max-sequence-length",  # the dashed form of a flag is the underscored one
             "32",
-            "--projected_length",
-            "8,4",
+            "--projected-length=8,4",
             "--sharing",
             "key_value",
         ]

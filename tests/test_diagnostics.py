@@ -5,8 +5,8 @@ import torch
 from conftest import random_batch, randomize_projections, tiny_config
 from transformers import RobertaConfig, RobertaModel
 
+from experiments.diagnostics import attention_output_rms
 from linformer_hf import LinformerModel
-from linformer_hf.research.diagnostics import attention_output_rms
 
 
 def test_rms_is_that_of_the_attention_output_and_scales_with_f():

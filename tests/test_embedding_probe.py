@@ -9,7 +9,7 @@ import torch
 from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
 from transformers import BertModel
 
-from linformer_hf.research.embedding_probe import embed, main
+from experiments.embedding_probe import embed, main
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""scripts/gpu_checks.py on a machine without CUDA: what it skips and says, the CPU tiny run of its parts, and the
+"""experiments/gpu_checks.py on a machine without CUDA: what it skips and says, the CPU tiny run of its parts, and the
 run folder policy. (On a CUDA machine the default run is the GPU run itself, so these tests pin the CPU paths.)"""
 
 import json
@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from linformer_hf.research import gpu_checks
-from linformer_hf.research.gpu_checks import PARTS, GpuChecksConfig, main, run_checks
+from experiments import gpu_checks
+from experiments.gpu_checks import PARTS, GpuChecksConfig, main, run_checks
 
 
 def _report(run_dir):
@@ -122,8 +122,8 @@ def test_unknown_part_is_refused_before_any_folder_is_made(tmp_path, capsys):
 
 def _grid(tmp_path, monkeypatch, budget, fail_n=None):
     """The grid part with the benchmark replaced by a stand-in (the real one needs CUDA for fp16/bf16)."""
-    from linformer_hf.research import benchmark
-    from linformer_hf.research.benchmark import BenchmarkRow, Mode, RunInfo, read_csv
+    import benchmarks
+    from benchmarks import BenchmarkRow, Mode, RunInfo, read_csv
 
     calls = []
 
@@ -138,7 +138,7 @@ def _grid(tmp_path, monkeypatch, budget, fail_n=None):
         ]
         return rows, RunInfo(matmul_peak_gflops=100.0, memory_budget_gib=10.0, runtime_s=1.0)
 
-    monkeypatch.setattr(benchmark, "run_benchmark", fake_run_benchmark)
+    monkeypatch.setattr(benchmarks, "run_benchmark", fake_run_benchmark)
     cfg = GpuChecksConfig(
         grid_fp16_ns=[512, 1024], grid_bf16_ns=[512], grid_ks=[128], grid_models=["roberta-sdpa", "linformer"],
         grid_time_budget_s=budget,

@@ -210,7 +210,7 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
     assert push_to_hub.main([roberta_folder] + args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and "holds a 'roberta' model, not a Linformer" in error
-    assert "convert_roberta_to_linformer.py" in error
+    assert "scripts/convert_to_linformer.py" in error
     assert (out / "keep.txt").exists()  # nothing deleted before the inputs were checked
 
     assert push_to_hub.main([str(tmp_path / "nowhere")] + args) == 2

@@ -1,4 +1,4 @@
-"""The long-document command (research/long_document.py) on tiny models: progress per layer, fp32 vs int8, and the
+"""The long-document command (experiments/long_document.py) on tiny models: progress per layer, fp32 vs int8, and the
 Linformer fast path running through quantised Linear modules."""
 
 import os
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.ao.nn.quantized import dynamic as quantized_dynamic
 
+from experiments import long_document
 from linformer_hf import LinformerConfig, LinformerModel
-from linformer_hf.research import long_document
 
 
 def tiny_config(**overrides) -> LinformerConfig:
@@ -181,7 +181,7 @@ def test_bad_command_lines_are_one_error_line_before_any_work(tmp_path, capsys):
 
 KEEP_FREED_PROBE = """
 import resource, sys, torch
-from linformer_hf.research.long_document import keep_freed_memory
+from experiments.long_document import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory() is None
 torch.ones(1)

@@ -10,8 +10,8 @@ from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
 from transformers import AutoModel, AutoTokenizer, BertModel
 
 import linformer_hf  # noqa: F401  (registers the Linformer Auto classes)
+from experiments.long_input import extend_positions, long_document_probe, main, paired_difference
 from linformer_hf.conversion import convert_checkpoint
-from linformer_hf.research.long_input import extend_positions, long_document_probe, main, paired_difference
 
 SHORT_POSITIONS = 16
 LONG_N = 48
@@ -149,12 +149,12 @@ def test_missing_data_is_a_clear_error(teacher_dir, tmp_path, capsys):
 
 
 def test_a_killed_split_or_extension_leaves_nothing_that_reads_as_finished(teacher_dir, tmp_path, monkeypatch):
-    """scripts/pretrained_evidence.sh takes an existing long.csv (or config.json) as a finished step: a kill while
+    """experiments/pretrained_evidence.sh takes an existing long.csv (or config.json) as a finished step: a kill while
     they were written used to leave one cut short."""
     import pandas as pd
     import transformers
 
-    from linformer_hf.research.long_input import write_length_split
+    from experiments.long_input import write_length_split
 
     data = tmp_path / "docs.csv"
     write_documents(data)

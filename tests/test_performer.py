@@ -16,6 +16,12 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModel, Trainer, TrainingArguments
 
 import linformer_hf
+from experiments.approximation import (
+    error_table,
+    exact_attention,
+    favor_relative_error,
+    teacher_queries_keys,
+)
 from linformer_hf import (
     PerformerConfig,
     PerformerForCausalLM,
@@ -26,12 +32,6 @@ from linformer_hf import (
 )
 from linformer_hf.models import modeling_performer
 from linformer_hf.models.modeling_performer import draw_random_features, favor_attention
-from linformer_hf.research.approximation import (
-    error_table,
-    exact_attention,
-    favor_relative_error,
-    teacher_queries_keys,
-)
 
 HEADS = {name: (getattr(transformers, name), cls) for name, cls in linformer_hf.PERFORMER_HEADS.items()}
 
@@ -543,10 +543,10 @@ def test_teacher_queries_and_keys_are_what_each_layer_computes():
 
 def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
     """The measurement on a saved encoder and its tokenizer, end to end through the script."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-    import measure_favor_error
     from tiny_roberta import WIKITEXT, build_tokenizer, tiny_roberta_config
     from transformers import RobertaModel
+
+    from experiments import measure_favor_error
 
     tokenizer = build_tokenizer(str(tmp_path / "model"))
     tokenizer.save_pretrained(tmp_path / "model")

@@ -351,13 +351,13 @@ def test_model_config_rejected_by_the_strict_dataclass_is_an_error_line(tokenize
 def test_conversion_script_errors(tmp_path, capsys):
     from transformers import GPT2Config
 
-    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "no_such_model"), str(tmp_path / "o")], capsys)
+    line = run_main("convert_to_linformer", [str(tmp_path / "no_such_model"), str(tmp_path / "o")], capsys)
     assert "no such directory" in line and str(tmp_path / "no_such_model") in line and "Repo id" not in line
     (tmp_path / "empty").mkdir()
-    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "empty"), str(tmp_path / "o")], capsys)
+    line = run_main("convert_to_linformer", [str(tmp_path / "empty"), str(tmp_path / "o")], capsys)
     assert "has no config.json" in line
     GPT2Config(n_embd=32, n_layer=1, n_head=2, architectures=["GPT2LMHeadModel"]).save_pretrained(tmp_path / "gpt2")
-    line = run_main("convert_roberta_to_linformer", [str(tmp_path / "gpt2"), str(tmp_path / "o")], capsys)
+    line = run_main("convert_to_linformer", [str(tmp_path / "gpt2"), str(tmp_path / "o")], capsys)
     assert "'gpt2' checkpoint" in line and "'bert', 'roberta'" in line
     # The same missing directory given to fine-tuning's on-the-fly conversion.
     with pytest.raises(ConfigError, match="no such directory"):
@@ -427,7 +427,7 @@ def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
         [str(tmp_path / "roberta"), "me/model", "--dry_run", "--output_dir", str(tmp_path / "hub")],
         capsys,
     )
-    assert "holds a 'roberta' model, not a Linformer" in line and "convert_roberta_to_linformer" in line
+    assert "holds a 'roberta' model, not a Linformer" in line and "convert_to_linformer" in line
 
 
 def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
@@ -619,7 +619,7 @@ def test_push_to_hub_overwrite_never_deletes_its_own_model(encoder_dir, tmp_path
     ],
 )
 def test_int8_classifier_refuses_bad_arguments_before_training(argv, message, capsys):
-    from linformer_hf.research.int8_classifier import main
+    from experiments.int8_classifier import main
 
     with pytest.raises(SystemExit):
         main(argv)

@@ -453,7 +453,7 @@ def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(
 
 
 def test_benchmark_refuses_an_earlier_runs_results_before_measuring(tmp_path, capsys):
-    from linformer_hf.research.benchmark.cli import main
+    from benchmarks.cli import main
 
     out = tmp_path / "bench"
     out.mkdir()
@@ -468,7 +468,7 @@ def test_benchmark_refuses_an_earlier_runs_results_before_measuring(tmp_path, ca
 def test_benchmark_csv_stopped_while_written_keeps_the_previous_whole_file(tmp_path, monkeypatch):
     """results_partial.csv is rewritten after every length: a stop in the middle of a rewrite used to leave a
     truncated file, losing the rows measured before."""
-    from linformer_hf.research.benchmark import results
+    from benchmarks import results
 
     rows = [
         results.BenchmarkRow(mode=results.Mode.INFERENCE, model="linformer", n=n, k=8, time_s=0.1) for n in (16, 32)
@@ -501,7 +501,7 @@ def test_replication_rerun_with_a_changed_plan_does_not_report_the_old_results(t
     """A plan changed and rerun into the same output_dir used to report the earlier plan's saved figures as its own."""
     from test_replication import QUICK, tiny_overrides
 
-    from linformer_hf.research import replication
+    from experiments import replication
 
     class Ran(Exception):
         pass
@@ -551,7 +551,7 @@ def test_transfer_never_writes_over_its_own_models_and_names_a_missing_teacher(t
 def test_gpu_checks_report_killed_while_rewritten_keeps_the_parts_before(tmp_path, monkeypatch):
     """report.json and report.md are rewritten after every part of a ~7 min run: a stop during a rewrite used to leave
     them truncated, losing every part finished before."""
-    from linformer_hf.research import gpu_checks
+    from experiments import gpu_checks
 
     report = gpu_checks.Report(str(tmp_path), "test", "a stand-in GPU")
     report.add(gpu_checks.PartResult(name="environment", summary={"cuda": "12.4"}))

@@ -8,7 +8,7 @@ import os
 import pytest
 from conftest import SHARED_DATA
 
-from linformer_hf.research.replication import load_plan, prepare_data, pretrain_variant, run_plan, summarize
+from experiments.replication import load_plan, prepare_data, pretrain_variant, run_plan, summarize
 from linformer_hf.training.config import ConfigError
 
 REPO = os.path.join(os.path.dirname(__file__), "..")
@@ -241,7 +241,7 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
 
 def test_the_shipped_full_plan_has_performers_under_the_common_recipe():
     """Performer variants: their longest input is their position table, sized to the plan's blocks, as RoBERTa's."""
-    from linformer_hf.research.replication import variant_model_fields, variant_n
+    from experiments.replication import variant_model_fields, variant_n
 
     plan = load_plan(FULL, dict(data_dir=SHARED_DATA))
     performers = [v for v in plan.variants if v.model_type == "performer"]
@@ -284,8 +284,8 @@ def test_plan_overrides_use_the_recipe_parser(tmp_path):
 
 def test_variant_n_is_the_models_longest_input():
     """The plan's n for each variant is `max_input_length` of the config the variant is pretrained with."""
+    from experiments.replication import variant_model_fields, variant_n
     from linformer_hf.models import max_input_length
-    from linformer_hf.research.replication import variant_model_fields, variant_n
     from linformer_hf.training.model_setup import make_config
 
     plan = load_plan(

@@ -3,15 +3,14 @@
 import csv
 import json
 import os
-import sys
 
 import pytest
 import torch
 import transformers
 from tiny_roberta import build_tokenizer, randomize_all, tiny_roberta_config
 
-from linformer_hf import LinformerConfig, LinformerModel
-from linformer_hf.research.spectrum import (
+from experiments import analyze_spectrum
+from experiments.spectrum import (
     Spectrum,
     attention_structure,
     compute_spectrum,
@@ -20,9 +19,7 @@ from linformer_hf.research.spectrum import (
     pack_inputs,
     read_texts,
 )
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
-import analyze_spectrum  # noqa: E402
+from linformer_hf import LinformerConfig, LinformerModel
 
 SST2_DEV = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst2", "dev.tsv")
 WIKITEXT = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "wikitext-2", "valid.txt")
@@ -245,8 +242,8 @@ def test_bert_folder_spectrum_finds_the_rank_one_head(tmp_path):
 
 
 def test_converted_linformer_at_k_equal_n_has_the_teachers_spectrum(tmp_path):
+    from experiments.spectrum import load_encoder
     from linformer_hf.conversion import convert_checkpoint
-    from linformer_hf.research.spectrum import load_encoder
 
     directory = tiny_bert_folder(tmp_path / "bert")
     convert_checkpoint(str(directory), str(tmp_path / "linformer"), projected_length=24)

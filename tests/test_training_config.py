@@ -178,3 +178,18 @@ def test_optimizer_fields_are_shared_and_checked_at_load(cls, tmp_path):
         load_recipe(cls, None, extra={**base, "training.lr_scheduler_type": "cosin"})
     with pytest.raises(ConfigError, match="adam_beta2 must be in"):
         load_recipe(cls, None, extra={**base, "training.adam_beta2": 1.5})
+
+
+def test_flags_take_the_dashed_and_the_underscored_form():
+    from linformer_hf.cli import ArgumentParser
+    from linformer_hf.training.config import parse_overrides
+
+    parser = ArgumentParser()
+    parser.add_argument("--max_sequence_length", type=int)
+    parser.add_argument("--dry_run", action="store_true")
+    args, rest = parser.parse_known_args(["--max-sequence-length=7", "--dry-run", "--not-a-flag", "x"])
+    assert (args.max_sequence_length, args.dry_run, rest) == (7, True, ["--not-a-flag", "x"])
+    assert parse_overrides(["--training.max-steps", "5", "--data.max-seq-length=8"]) == {
+        "training.max_steps": 5,
+        "data.max_seq_length": 8,
+    }

@@ -55,7 +55,7 @@ def test_recipes_have_known_keys(kind, cls):
 def test_replication_plans_load(path):
     from training_utils import DATA
 
-    from linformer_hf.research.replication import load_plan, variant_n
+    from experiments.replication import load_plan, variant_n
 
     plan = load_plan(path, {"data_dir": DATA})  # typed and checked, model fields included
     assert all(variant_n(plan, v) >= plan.block_size for v in plan.variants)

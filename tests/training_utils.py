@@ -75,9 +75,13 @@ def as_argv(overrides):
 
 
 def load_script(name):
-    """Import scripts/<name>.py as a module, to call its main(argv) in-process (faster than a subprocess)."""
+    """Import scripts/<name>.py (or, for the research commands, experiments.<name>) as a module, to call its
+    main(argv) in-process (faster than a subprocess)."""
+    import importlib
     import importlib.util
 
+    if not os.path.exists(os.path.join(REPO, "scripts", f"{name}.py")):
+        return importlib.import_module(f"experiments.{name}")
     spec = importlib.util.spec_from_file_location(f"script_{name}", os.path.join(REPO, "scripts", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -58,8 +58,7 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
         families = f" [--family {'|'.join(model_types)}]" if len(model_types) > 1 else ""
         raise ValueError(
             f"{model_dir} holds a {model_type!r} model, not a {names} (model_type {types}): convert a RoBERTa or "
-            f"BERT checkpoint first with scripts/convert_to_linformer.py{families} (earlier name: "
-            "convert_roberta_to_linformer.py)."
+            f"BERT checkpoint first with scripts/convert_to_linformer.py{families}."
         )
     heads = heads_by_name(model_type)
     bare = HEADS_BY_MODEL_TYPE[model_type]["AutoModel"].__name__

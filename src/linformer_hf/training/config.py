@@ -5,7 +5,7 @@ checked against the dataclass of its section: an unknown section or key is an er
 allowed ones. Any key can be overridden on the command line as ``--section.key value`` (or ``--section.key=value``);
 values are parsed as YAML (``8``, ``true``, ``null``, ``[a, b]``) and converted to the field's type (``Optional``,
 ``list[X]``, ``Literal[...]``, nested dataclasses). Each section then checks its values in ``validate()``. The
-replication plan (``research/replication.py``) is read by the same functions, with the same overrides.
+replication plan (``experiments/replication.py``) is read by the same functions, with the same overrides.
 
 Why this module and not a config library (decided for issue 10):
 
@@ -39,6 +39,8 @@ import typing
 from typing import Any
 
 import yaml
+
+from .tasks import TASKS
 
 
 class ConfigError(ValueError):
@@ -190,6 +192,7 @@ def parse_overrides(argv: list[str], top_level_keys: bool = False) -> dict[str, 
                 raise ConfigError(f"Override {arg} needs a value.")
             key, raw = arg[2:], argv[i + 1]
             i += 2
+        key = key.replace("-", "_")  # --training.learning-rate is --training.learning_rate: no recipe key has a dash
         try:
             overrides[key] = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError as err:
@@ -448,8 +451,6 @@ class FinetuneDataSection:
     preprocessing_num_workers: int | None = None
 
     def validate(self):
-        from .finetuning import TASKS
-
         if self.task not in TASKS:
             raise ConfigError(f"data.task must be one of {sorted(TASKS)}, got {self.task!r}.")
         for name in ("train_file", "validation_file", "test_file"):

@@ -23,35 +23,15 @@ import csv
 import logging
 import os
 import shutil
-from dataclasses import dataclass
 
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
 from .metrics import classification_metrics
+from .tasks import TASKS, Task
 from .validation import check_labels, warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Task:
-    text_columns: tuple  # one column (single sentences) or two (pairs)
-    hub: dict | None  # load_dataset kwargs for the Hub version
-    train_split: str
-    eval_split: str
-    main_metric: str = "accuracy"
-    with_f1: bool = False
-    num_labels: int = 2
-    label_column: str = "label"
-
-
-TASKS = {
-    "sst2": Task(("sentence",), {"path": "glue", "name": "sst2"}, "train", "validation"),
-    "qnli": Task(("question", "sentence"), {"path": "glue", "name": "qnli"}, "train", "validation"),
-    "qqp": Task(("question1", "question2"), {"path": "glue", "name": "qqp"}, "train", "validation", with_f1=True),
-    "imdb": Task(("text",), {"path": "imdb"}, "train", "test"),
-}
 
 
 def _load_file(path: str, split: str):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..cli import ArgumentParser
 from .config import PretrainRecipe, load_recipe
 from .errors import USER_ERRORS, report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m linformer_hf.training.pretrain",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -16,6 +16,7 @@ import itertools
 import os
 import sys
 
+from ..cli import ArgumentParser
 from ..outputs import check_output_dir
 from .config import ConfigError
 from .errors import USER_ERRORS, report
@@ -23,7 +24,7 @@ from .tokenizer import iter_text_files, train_bpe_tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m linformer_hf.training.train_tokenizer",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

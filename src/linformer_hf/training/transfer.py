@@ -867,7 +867,7 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     # (conversion, then transfer), which linformer_hf.hub renders into the model card.
     if os.path.exists(os.path.join(args.student, "conversion_report.json")):
         shutil.copy(os.path.join(args.student, "conversion_report.json"), args.output_dir)
-    # Last, and whole or absent: its presence says the transfer finished (scripts/pretrained_evidence.sh reads it so).
+    # Last, and whole or absent: its presence says the transfer finished (experiments/pretrained_evidence.sh reads it).
     write_json_atomic(os.path.join(args.output_dir, "transfer_report.json"), report)
     for length, result in report["after"]["windows"].items():
         before = report.get("before", {}).get("windows", {}).get(length)

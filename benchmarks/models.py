@@ -10,17 +10,32 @@ Longformer and BigBird, opt-in: `--models` or `--preset peers`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from transformers import PretrainedConfig
 
-    from .config import BenchmarkConfig
+
+class ModelShape(Protocol):
+    """The fields of a run's settings (`config.ModelShape`) that the models are built from: named here, so that
+    this module does not import the settings that validate against it."""
+
+    vocab_size: int
+    hidden_size: int
+    layers: int
+    heads: int
+    intermediate_size: int
+    sharing: str
+    projection: str
+    longformer_window: int
+    bigbird_block_size: int
+    bigbird_random_blocks: int
+    num_random_features: int
 
 
-def _shape(cfg: BenchmarkConfig, n: int) -> dict:
+def _shape(cfg: ModelShape, n: int) -> dict:
     """What every model of a run shares: width, depth, heads, feed-forward, vocabulary, positions for n tokens."""
     return dict(
         vocab_size=cfg.vocab_size,
@@ -35,7 +50,7 @@ def _shape(cfg: BenchmarkConfig, n: int) -> dict:
 
 
 def _roberta(attn_implementation: str):
-    def make(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
+    def make(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
         from transformers import RobertaConfig
 
         return RobertaConfig(**_shape(cfg, n), attn_implementation=attn_implementation)
@@ -43,8 +58,8 @@ def _roberta(attn_implementation: str):
     return make
 
 
-def _linformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
-    from ...models.configuration_linformer import LinformerConfig
+def _linformer(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
+    from linformer_hf.models.configuration_linformer import LinformerConfig
 
     return LinformerConfig(
         **_shape(cfg, n),
@@ -56,14 +71,14 @@ def _linformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
     )
 
 
-def _longformer(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
+def _longformer(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
     from transformers import LongformerConfig
 
     # Longformer pads the input to a multiple of the window (`realised_attention` records it).
     return LongformerConfig(**_shape(cfg, n), attention_window=cfg.longformer_window)
 
 
-def _bigbird(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
+def _bigbird(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
     from transformers import BigBirdConfig
 
     # Up to (5 + 2r) blocks of tokens BigBird runs full attention instead (`realised_attention` records it).
@@ -76,8 +91,8 @@ def _bigbird(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
 
 
 def _performer(causal: bool):
-    def make(cfg: BenchmarkConfig, n: int, k: int | None) -> PretrainedConfig:
-        from ...models.configuration_performer import PerformerConfig
+    def make(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
+        from linformer_hf.models.configuration_performer import PerformerConfig
 
         # is_decoder: causal FAVOR+ by prefix sums (the bare PerformerModel, as for the bidirectional one)
         return PerformerConfig(**_shape(cfg, n), num_random_features=cfg.num_random_features, is_decoder=causal)
@@ -87,7 +102,7 @@ def _performer(causal: bool):
 
 @dataclass(frozen=True)
 class BenchmarkModel:
-    make_config: Callable[[BenchmarkConfig, int, int | None], PretrainedConfig]
+    make_config: Callable[[ModelShape, int, int | None], PretrainedConfig]
     takes_k: bool = False  # measured once per projected length k <= n
     # This package's attention of linear cost in n: compared against every other model (the ratio tables), and
     # timed in the linear-cost check.
@@ -114,7 +129,7 @@ MODELS: dict[str, BenchmarkModel] = {
 DEFAULT_MODELS = [name for name, model in MODELS.items() if model.default]
 
 
-def model_config(model: str, n: int, k: int | None, cfg: BenchmarkConfig) -> PretrainedConfig:
+def model_config(model: str, n: int, k: int | None, cfg: ModelShape) -> PretrainedConfig:
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose from {tuple(MODELS)}")
     return MODELS[model].make_config(cfg, n, k)

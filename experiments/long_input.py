@@ -13,8 +13,8 @@ measured here, against the teacher truncated to its own length:
   tokens) and scores it on the longer ones, which the teacher sees truncated. The models are compared on the same
   long documents, paired, so the standard error is that of the per-document difference.
 
-    python -m linformer_hf.research.long_input extend /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 --n 2048
-    python -m linformer_hf.research.long_input probe --data ../shared/data/imdb/train.csv \
+    python -m experiments.long_input extend /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 --n 2048
+    python -m experiments.long_input probe --data ../shared/data/imdb/train.csv \
         --models /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 /tmp/linformer-n2048-k512 \
         --reference /tmp/minilm-n2048 --output outputs/long_input/probe.json
 
@@ -31,8 +31,10 @@ import shutil
 import sys
 import time
 
-from ..models.lengths import max_input_length
-from ..outputs import check_output_dir, check_output_file, publish_folder, staging_folder, write_json_atomic
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.models.lengths import max_input_length
+from linformer_hf.outputs import check_output_dir, check_output_file, publish_folder, staging_folder, write_json_atomic
+
 from .embedding_probe import embed, fit_probe
 
 
@@ -43,7 +45,7 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from ..conversion import _check_source_config, extend_position_embeddings, source_position_layout
+    from linformer_hf.conversion import _check_source_config, extend_position_embeddings, source_position_layout
 
     config = AutoConfig.from_pretrained(source)
     _check_source_config(config)  # BERT or RoBERTa layout, absolute positions, a pad id
@@ -218,10 +220,10 @@ def long_document_probe(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..training.errors import USER_ERRORS, report
+    from linformer_hf.training.errors import USER_ERRORS, report
 
-    parser = argparse.ArgumentParser(
-        prog="python -m linformer_hf.research.long_input",
+    parser = ArgumentParser(
+        prog="python -m experiments.long_input",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -3,29 +3,29 @@
 
 Writes spectrum_curves.csv, spectrum_at_index.csv, spectrum_heads.csv, spectrum_summary.json, spectrum_curves.png,
 spectrum_heatmap.png, spectrum_curves_per_head.png and (square P) spectrum_structure.png to OUTPUT_DIR. See
-linformer_hf.research.spectrum.
+experiments.spectrum.
 
 Examples:
-    python scripts/analyze_spectrum.py roberta-base ../shared/data/wikitext-2/valid.txt outputs/spectrum-roberta \
+    python -m experiments.analyze_spectrum roberta-base ../shared/data/wikitext-2/valid.txt outputs/spectrum-roberta \
         --seq_len 512 --index 128 --max_inputs 32
-    python scripts/analyze_spectrum.py /tmp/minilm/all-MiniLM-L6-v2 ../shared/data/imdb/train.csv \
+    python -m experiments.analyze_spectrum /tmp/minilm/all-MiniLM-L6-v2 ../shared/data/imdb/train.csv \
         outputs/spectrum-minilm --text_column text --windows documents --seq_len 512 --max_inputs 32
 """
 
-import argparse
 import os
 import sys
 
 import torch
 
+from experiments.spectrum import analyze
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.outputs import check_output_dir
-from linformer_hf.research.spectrum import analyze
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
 from linformer_hf.training.validation import check_model_source
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument(
         "model", help="an encoder folder or Hub name: RoBERTa, BERT layout (BERT, MiniLM) or a converted Linformer"
     )

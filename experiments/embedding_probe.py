@@ -6,7 +6,7 @@ embeddings is scored on the validation embeddings. The splits come from a fine-t
 `load_task_data` that `linformer_hf.training.finetune` uses, so a probe and a fine-tuning run with the same recipe
 see the same train and validation texts (IMDB's held-out part included).
 
-    python -m linformer_hf.research.embedding_probe --config configs/finetune/sst2.yaml \
+    python -m experiments.embedding_probe --config configs/finetune/sst2.yaml \
         --data.train_file ../shared/data/sst2/train.tsv --data.validation_file ../shared/data/sst2/dev.tsv \
         --data.max_train_samples 20000 --models /tmp/minilm/all-MiniLM-L6-v2 outputs/minilm-k128 \
         --output outputs/probe/sst2.json
@@ -24,8 +24,9 @@ import time
 
 import torch
 
-from ..models.lengths import max_input_length
-from ..outputs import check_output_file, write_json_atomic
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.models.lengths import max_input_length
+from linformer_hf.outputs import check_output_file, write_json_atomic
 
 
 @torch.no_grad()
@@ -67,7 +68,7 @@ def probe_accuracy(train_x, train_y, eval_x, eval_y, seed: int = 0) -> dict:
 def run_probe(recipe, models: list[str], batch_size: int = 64, device: str | None = None) -> dict:
     from transformers import AutoModel, AutoTokenizer
 
-    from ..training.finetuning import TASKS, load_task_data
+    from linformer_hf.training.finetuning import TASKS, load_task_data
 
     task = TASKS[recipe.data.task]
     if len(task.text_columns) != 1:
@@ -95,11 +96,11 @@ def run_probe(recipe, models: list[str], batch_size: int = 64, device: str | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..training.config import FinetuneRecipe, load_recipe
-    from ..training.errors import USER_ERRORS, report
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.errors import USER_ERRORS, report
 
-    parser = argparse.ArgumentParser(
-        prog="python -m linformer_hf.research.embedding_probe",
+    parser = ArgumentParser(
+        prog="python -m experiments.embedding_probe",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from ..models import max_input_length
+from linformer_hf.models import max_input_length
 
 
 @dataclass

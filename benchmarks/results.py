@@ -9,7 +9,7 @@ import io
 import typing
 from dataclasses import dataclass
 
-from ...outputs import write_text_atomic
+from linformer_hf.outputs import write_text_atomic
 
 
 class Status(str, enum.Enum):

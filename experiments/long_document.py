@@ -12,7 +12,7 @@ With `--compile`, each encoder layer's attention block and feed-forward chunk ru
 (inductor's C++ backend), which fuse the elementwise work around the matrix products (bias adds, GELU, residual adds,
 LayerNorm, the masking of E); see `compile_layers`.
 
-The FLOP count is the benchmark's cost model (`research.benchmark.costs.forward_flops`): the matrix products only.
+The FLOP count is the benchmark's cost model (`benchmarks.costs.forward_flops`): the matrix products only.
 """
 
 from __future__ import annotations
@@ -24,16 +24,22 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import torch
+# Transparent huge pages for PyTorch's large CPU tensors, read once at torch's first allocation, so set before the
+# import when run as `python -m experiments.long_document`: a 65,536-token layer allocates gigabytes of fresh
+# activations, and faulting them in 4 KiB at a time costs seconds of system time per pass.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+import torch  # noqa: E402
 from torch import nn
 
-from ..loading import load_linformer
-from ..models.configuration_linformer import LinformerConfig
-from ..models.modeling_linformer import LinformerModel
-from ..training.errors import non_negative_int, positive_int
-from ..training.errors import report as report_error
-from .benchmark.costs import forward_flops
-from .benchmark.workers import read_status_kb, reset_peak_rss
+from benchmarks.costs import forward_flops
+from benchmarks.workers import read_status_kb, reset_peak_rss
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.loading import load_linformer
+from linformer_hf.models.configuration_linformer import LinformerConfig
+from linformer_hf.models.modeling_linformer import LinformerModel
+from linformer_hf.training.errors import non_negative_int, positive_int
+from linformer_hf.training.errors import report as report_error
 
 # Issue 14's targets.
 FP32_TARGET_SECONDS = 80.0
@@ -495,9 +501,8 @@ def summary_table(report: LongDocumentReport) -> str:
 
 
 def main(argv: list[str] | None = None) -> LongDocumentReport:
-    import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--mode", choices=("fp32", "int8", "both"), default="both", help="fp32 then int8 with both")
     parser.add_argument("--model_dir", help="a saved Linformer folder to load instead of building a random one")
     parser.add_argument("--layers", type=positive_int, default=12)
@@ -552,3 +557,7 @@ def main(argv: list[str] | None = None) -> LongDocumentReport:
     print()
     print(summary_table(report))
     return report
+
+
+if __name__ == "__main__":
+    main()

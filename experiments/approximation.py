@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.configuration_performer import DEFAULT_KERNEL_EPSILON
-from ..models.modeling_performer import draw_random_features, favor_attention
+from linformer_hf.models.configuration_performer import DEFAULT_KERNEL_EPSILON
+from linformer_hf.models.modeling_performer import draw_random_features, favor_attention
 
 
 def exact_attention(query, key, value, mask, causal: bool = False) -> torch.Tensor:
@@ -156,7 +156,8 @@ def measure_model(
     """
     from transformers import AutoModel, AutoTokenizer
 
-    from ..models.lengths import max_input_length
+    from linformer_hf.models.lengths import max_input_length
+
     from .spectrum import read_texts
 
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust_remote_code)

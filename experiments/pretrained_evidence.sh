@@ -3,7 +3,7 @@
 # (k = 64, 128, 256) and Performer (m = 256), transfer the teacher's attention, measure fidelity, probe frozen
 # embeddings, fine-tune on SST-2 (3 seeds) and IMDB, and measure how fast a converted classifier recovers.
 #
-#   TEACHER=/tmp/minilm/all-MiniLM-L6-v2 bash scripts/pretrained_evidence.sh all
+#   TEACHER=/tmp/minilm/all-MiniLM-L6-v2 bash experiments/pretrained_evidence.sh all
 #   TEACHER=sentence-transformers/all-MiniLM-L6-v2 ...     # online; roberta-base / bert-base-uncased likewise
 #
 # Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`
@@ -109,7 +109,7 @@ if [ "$phase" = transfer ] || [ "$phase" = all ]; then
   done
   for task in sst2 imdb; do
     if [ $task = sst2 ]; then data=("${sst2[@]}"); else data=("${imdb[@]}"); fi
-    timed "probe $task" "$WORK/probe-$task.json" "$PY" -m linformer_hf.research.embedding_probe \
+    timed "probe $task" "$WORK/probe-$task.json" "$PY" -m experiments.embedding_probe \
       --config "configs/finetune/$task.yaml" "${data[@]}" --output "$WORK/probe-$task.json" \
       --models "$TEACHER" $(students)
   done
@@ -145,7 +145,7 @@ if [ "$phase" = long ]; then
   long="$WORK/long-n$LONG_N-k$LONG_K"
   # The teacher with its positions copied out to LONG_N: full attention at that length, the transfer's teacher.
   timed "extend teacher n=$LONG_N" "$teacher_long/config.json" \
-    "$PY" -m linformer_hf.research.long_input extend "$TEACHER" "$teacher_long" --n "$LONG_N"
+    "$PY" -m experiments.long_input extend "$TEACHER" "$teacher_long" --n "$LONG_N"
   timed "convert n=$LONG_N k=$LONG_K" "$long/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" "$long" \
     --max_sequence_length "$LONG_N" --projected_length "$LONG_K" --sharing key_value
   timed "transfer n=$LONG_N k=$LONG_K" "$long-transferred/transfer_report.json" \
@@ -156,9 +156,9 @@ if [ "$phase" = long ]; then
     --eval_windows 4 --checkpoint_every 50 --log_every 10 --show_progress false $(continue_transfer "$long-transferred")
   # Reviews the teacher reads whole (fit / train on them) and longer ones (scored on them).
   timed "split imdb by length" "$WORK/imdb-by-length/long.csv" \
-    "$PY" -m linformer_hf.research.long_input split --data "$DATA/imdb/train.csv" --tokenizer "$TEACHER" \
+    "$PY" -m experiments.long_input split --data "$DATA/imdb/train.csv" --tokenizer "$TEACHER" \
     "$WORK/imdb-by-length"
-  timed "probe long reviews" "$WORK/probe-long.json" "$PY" -m linformer_hf.research.long_input probe \
+  timed "probe long reviews" "$WORK/probe-long.json" "$PY" -m experiments.long_input probe \
     --data "$DATA/imdb/train.csv" --models "$TEACHER" "$teacher_long" "$long" "$long-transferred" \
     --reference "$teacher_long" --output "$WORK/probe-long.json"
   for model in "$TEACHER" "$long-transferred"; do

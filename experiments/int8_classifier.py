@@ -2,15 +2,14 @@
 
 Trains a byte-level BPE tokenizer and a small Linformer classifier from scratch on SST-2 (local GLUE files, no
 pretraining), for a few hundred steps, then scores the SST-2 dev set with the fp32 model and with the same model
-after `torch.ao.quantization.quantize_dynamic` (every `nn.Linear` in int8, as `research.long_document` does). It
+after `torch.ao.quantization.quantize_dynamic` (every `nn.Linear` in int8, as `experiments.long_document` does). It
 reports both accuracies, how many dev predictions flip, and the cosine of the logits. A few minutes on 2 CPU cores:
 
-    python -m linformer_hf.research.int8_classifier --data_dir ../shared/data/sst2
+    python -m experiments.int8_classifier --data_dir ../shared/data/sst2
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import tempfile
@@ -18,8 +17,10 @@ import time
 
 import torch
 
-from ..models.configuration_linformer import LinformerConfig
-from ..models.modeling_linformer import LinformerForSequenceClassification
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.models.configuration_linformer import LinformerConfig
+from linformer_hf.models.modeling_linformer import LinformerForSequenceClassification
+
 from .long_document import quantize_int8
 
 
@@ -47,7 +48,7 @@ def predict(model, tokenizer, sentences: list[str], max_length: int, batch_size:
 
 
 def run(data_dir: str, steps: int = 400, batch_size: int = 32, max_length: int = 64, seed: int = 0, log=print) -> dict:
-    from ..training.tokenizer import train_bpe_tokenizer
+    from linformer_hf.training.tokenizer import train_bpe_tokenizer
 
     torch.manual_seed(seed)
     train_sentences, train_labels = read_sst2(os.path.join(data_dir, "train.tsv"))
@@ -110,9 +111,9 @@ def run(data_dir: str, steps: int = 400, batch_size: int = 32, max_length: int =
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from ..training.errors import positive_int
+    from linformer_hf.training.errors import positive_int
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("--data_dir", default="../shared/data/sst2", help="folder with train.tsv and dev.tsv")
     parser.add_argument("--steps", type=positive_int, default=400)
     parser.add_argument("--batch_size", type=positive_int, default=32)

@@ -1,10 +1,10 @@
-"""Everything a CUDA machine should run, in one command: `python scripts/gpu_checks.py --output_dir DIR`.
+"""Everything a CUDA machine should run, in one command: `python -m experiments.gpu_checks --output_dir DIR`.
 
 Parts, each timed on its own and reported `ok`, `skipped` (with the reason) or `failed` (with the error; the other
 parts still run):
 
 1. `environment`: device name and memory, torch, CUDA and transformers versions.
-2. `inference_grid`: the efficiency benchmark (`research.benchmark`) on CUDA in fp16 (n = 512 ... 65536) and bf16
+2. `inference_grid`: the efficiency benchmark (`benchmarks`) on CUDA in fp16 (n = 512 ... 65536) and bf16
    (n up to 16384), RoBERTa (SDPA, eager) against Linformer (k = 128, 256) and Performer, within a time budget.
 3. `training_step`: a V100-style fp16 AMP training step (autocast + `GradScaler`, AdamW, MLM loss) of Linformer and
    RoBERTa at base width side by side, the same in bf16 autocast (no scaler), and a Performer step in fp16.
@@ -34,7 +34,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from ..outputs import write_text_atomic
+from linformer_hf.outputs import write_text_atomic
 
 PARTS = ("environment", "inference_grid", "training_step", "long_sequence")
 RUN_ORDER = ("environment", "training_step", "long_sequence", "inference_grid")
@@ -43,7 +43,7 @@ NO_CUDA = "no CUDA device"
 
 @dataclass
 class GpuChecksConfig:
-    """The command line of `scripts/gpu_checks.py` (each field a flag of the same name)."""
+    """The command line of `experiments/gpu_checks.py` (each field a flag of the same name)."""
 
     output_dir: str | None = field(
         default=None, metadata={"help": "run folder (default outputs/gpu_checks/<timestamp>); must not hold files"}
@@ -215,8 +215,8 @@ def _shape(tiny: bool, layers: int) -> dict:
 def _config(family: str, n: int, k: int, tiny: bool, layers: int):
     from transformers import RobertaConfig
 
-    from ..models.configuration_linformer import LinformerConfig
-    from ..models.configuration_performer import PerformerConfig
+    from linformer_hf.models.configuration_linformer import LinformerConfig
+    from linformer_hf.models.configuration_performer import PerformerConfig
 
     common = dict(
         **_shape(tiny, layers), max_position_embeddings=n + 2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
@@ -269,7 +269,7 @@ def part_environment(device: str, report: Report) -> PartResult:
 
 
 def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
-    from .benchmark import BenchmarkConfig, RunInfo, ratio_tables, report_markdown, run_benchmark, write_csv
+    from benchmarks import BenchmarkConfig, RunInfo, ratio_tables, report_markdown, run_benchmark, write_csv
 
     result = PartResult("inference_grid")
     started = time.time()
@@ -565,7 +565,7 @@ def run_checks(cfg: GpuChecksConfig, command: str = "") -> tuple[str, dict[str, 
             part = PartResult(
                 name,
                 status="skipped",
-                reason="the grid is fp16/bf16 on CUDA; on CPU run scripts/benchmark_efficiency.py (fp32)",
+                reason="the grid is fp16/bf16 on CUDA; on CPU run `python -m benchmarks` (fp32)",
             )
         else:
             try:
@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     (cfg,) = parser.parse_args_into_dataclasses(argv)
     try:
         cfg.validate()
-        command = "python scripts/gpu_checks.py " + " ".join(shlex.quote(a) for a in argv)
+        command = "python -m experiments.gpu_checks " + " ".join(shlex.quote(a) for a in argv)
         _, parts = run_checks(cfg, command)
     except (ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)

@@ -15,14 +15,14 @@ that differ only in their attention settings), one pretraining recipe and the fi
 
 Each run's command is recorded, and a run whose result file exists is not repeated, so an interrupted plan resumes.
 
-    python -m linformer_hf.research.replication --plan configs/replication/quick.yaml   # < 10 min on 2 CPU cores
-    python -m linformer_hf.research.replication --plan configs/replication/full.yaml    # the docs/results.md run
+    python -m experiments.replication --plan configs/replication/quick.yaml   # < 10 min on 2 CPU cores
+    python -m experiments.replication --plan configs/replication/full.yaml    # the docs/results.md run
 
 Plan keys are overridden as recipe keys are, --key value (YAML values) and --section.key value:
 --output_dir outputs/replication/try2 --seeds [1,2] --pretrain.seed 43. --only_variants [a,b] runs only those variants
 of the plan (its tokenizer and recipe unchanged), e.g. ones added since the plan was run; the other variants'
 finished results in output_dir are reported beside them. Results: <output_dir>/results.json,
-results.md and perplexity.png. (`scripts/replicate_paper.py` is the same command.)
+results.md and perplexity.png. (`experiments/replication.py` is the same command.)
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ from typing import Any, Literal
 
 import yaml
 
-from ..models import max_input_length
-from ..outputs import write_json_atomic, write_text_atomic
-from ..training.config import (
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.models import max_input_length
+from linformer_hf.outputs import write_json_atomic, write_text_atomic
+from linformer_hf.training.config import (
     ConfigError,
     FinetuneDataSection,
     FinetuneModelSection,
@@ -61,10 +62,10 @@ from ..training.config import (
     load_yaml,
     parse_overrides,
 )
-from ..training.errors import USER_ERRORS, report
-from ..training.model_setup import make_config
-from ..training.pretraining import read_final_summary
-from ..training.tokenizer import SPECIAL_TOKENS
+from linformer_hf.training.errors import USER_ERRORS, report
+from linformer_hf.training.model_setup import make_config
+from linformer_hf.training.pretraining import read_final_summary
+from linformer_hf.training.tokenizer import SPECIAL_TOKENS
 
 PAD_TOKEN_ID = SPECIAL_TOKENS.index("<pad>")  # of the tokenizer the replication trains
 
@@ -362,7 +363,7 @@ def attention_rms_of(
 ) -> dict[str, float]:
     """First-layer attention output RMS of a pretrained model at each input length, on held-out reviews.
 
-    The check for the short-input failure (`linformer_hf.research.diagnostics`): a model whose attention output
+    The check for the short-input failure (`experiments.diagnostics`): a model whose attention output
     shrinks with L
     passes little between tokens on SST-2's short sentences.
     """
@@ -657,8 +658,8 @@ def plot_perplexity(results: dict, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(
-        prog="python -m linformer_hf.research.replication",
+    parser = ArgumentParser(
+        prog="python -m experiments.replication",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -17,7 +17,7 @@ BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2}
 class BenchmarkConfig:
     """One benchmark run. The models share everything but their attention.
 
-    The fields are the command line of `scripts/benchmark_efficiency.py` (`--ns 512 4096 --reps 5 ...`); each
+    The fields are the command line of `python -m benchmarks` (`--ns 512 4096 --reps 5 ...`); each
     field's `help` is its flag's help.
     """
 

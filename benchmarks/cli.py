@@ -1,5 +1,5 @@
 """The benchmark's command line: every `BenchmarkConfig` field is a flag (transformers' `HfArgumentParser`), a
-preset sets the defaults, and flags given override it. `python -m linformer_hf.research.benchmark --help`."""
+preset sets the defaults, and flags given override it. `python -m benchmarks --help`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from ...outputs import check_output_dir, write_json_atomic, write_text_atomic
-from ...training.errors import report
+from linformer_hf.outputs import check_output_dir, write_json_atomic, write_text_atomic
+from linformer_hf.training.errors import report
+
 from .config import PRESETS, BenchmarkConfig
 from .report import load_average, machine_description, plot, report_markdown
 from .results import write_csv
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in os.listdir(out_dir):
             if name in RUN_FILES or name.endswith(".png"):
                 os.remove(os.path.join(out_dir, name))
-    command = "python scripts/benchmark_efficiency.py " + " ".join(shlex.quote(a) for a in argv)
+    command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in argv)
     machine_before = machine_description(cfg)
     print(f"machine: {machine_before}", flush=True)
     partial = os.path.join(out_dir, "results_partial.csv")  # the rows so far, should the run be stopped

@@ -309,8 +309,8 @@ class PeerTask:
         except ImportError as error:
             raise ImportError("--peer needs the `linformer` package: pip install linformer --no-deps") from error
 
-        from ...models.configuration_linformer import LinformerConfig
-        from ...models.modeling_linformer import LinformerSelfAttention
+        from linformer_hf.models.configuration_linformer import LinformerConfig
+        from linformer_hf.models.modeling_linformer import LinformerSelfAttention
 
         n, k, d, h = self.n, self.k, cfg.hidden_size, cfg.heads
         dtype = getattr(torch, DTYPES[cfg.dtype])

@@ -4,25 +4,25 @@
 For every layer of MODEL (BERT, RoBERTa, Linformer, Performer: a local directory), the queries and keys it computes
 on the first texts of TEXT, and the relative Frobenius error of the FAVOR+ attention matrix against the exact one
 for every m, orthogonal and i.i.d. features, softmax and relu kernels. Writes OUTPUT (JSON) and prints the means
-over layers. See linformer_hf.research.approximation.
+over layers. See experiments.approximation.
 
 Example:
-    python scripts/measure_favor_error.py outputs/roberta-base ../shared/data/wikitext-2/valid.txt \\
+    python -m experiments.measure_favor_error outputs/roberta-base ../shared/data/wikitext-2/valid.txt \\
         outputs/favor-error.json --seq_len 128 --max_inputs 4
 """
 
-import argparse
 import os
 import sys
 
+from experiments.approximation import measure_model
+from linformer_hf.cli import ArgumentParser
 from linformer_hf.outputs import check_output_file, write_json_atomic
-from linformer_hf.research.approximation import measure_model
 from linformer_hf.training.errors import USER_ERRORS, positive_int, report
 from linformer_hf.training.validation import check_model_source
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("model", help="a local model directory (with its tokenizer)")
     parser.add_argument("text", help="a .txt file (one text per line) or a .tsv/.csv file")
     parser.add_argument("output", help="the JSON file to write")
