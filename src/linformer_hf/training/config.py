@@ -40,11 +40,8 @@ from typing import Any
 
 import yaml
 
+from .errors import ConfigError
 from .tasks import TASKS
-
-
-class ConfigError(ValueError):
-    """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
 
 
 def _check_at_least(section, names: tuple[str, ...], minimum, optional_means: str | None = None):

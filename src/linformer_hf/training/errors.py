@@ -11,7 +11,10 @@ import sys
 
 from huggingface_hub.errors import StrictDataclassError
 
-from .config import ConfigError
+
+class ConfigError(ValueError):
+    """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
+
 
 # The exceptions that mean "your input is wrong" (the message says what and how to fix it), not "the code is wrong".
 USER_ERRORS = (ConfigError, StrictDataclassError)

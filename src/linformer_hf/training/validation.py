@@ -11,7 +11,7 @@ import logging
 import math
 import numbers
 
-from .config import ConfigError
+from .errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
