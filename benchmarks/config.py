@@ -129,7 +129,8 @@ PRESETS = {
     "quick": dict(
         ns=[256, 1024], ks=[64, 128], train_ns=[256], scaling_ns=[256, 1024], layers=1, reps=2, vocab_size=1000
     ),
-    # The default: Table 3's k = 128, 256 up to n = 16384 (about 15 minutes on 2 CPU cores, see docs/efficiency.md).
+    # The default: Table 3's k = 128, 256 up to n = 16384 (about 15 minutes on 2 CPU cores,
+    # see docs/results/efficiency-cpu.md).
     "default": dict(
         ns=[512, 1024, 2048, 4096, 8192, 16384],
         ks=[128, 256],

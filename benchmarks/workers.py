@@ -75,8 +75,8 @@ def _prepared_model(cfg: BenchmarkConfig, model: str, n: int, k: int | None, mod
 def _optimizer(model, mode: Mode):
     """The training step's AdamW, None in inference. The fused implementation: torch's default on CPU is a loop over
     the parameters that took 3-6 s a step for a 2-layer base model on the loaded 2-core machine, against 0.2-0.7 s
-    fused (docs/efficiency.md), a cost the same for every model that would drown the attention's. A tiny learning
-    rate, so that the weights barely move between repetitions."""
+    fused (docs/results/efficiency-cpu.md), a cost the same for every model that would drown the attention's. A tiny
+    learning rate, so that the weights barely move between repetitions."""
     import torch
 
     return torch.optim.AdamW(model.parameters(), lr=1e-7, fused=True) if mode == Mode.TRAIN else None

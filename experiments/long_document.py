@@ -148,7 +148,7 @@ def compile_layers(model: LinformerModel) -> LinformerModel:
       length compiles again.
 
     Inductor's `freezing` (weights as constants, MKL-packed Linear) is not used: it compiles a graph per layer and
-    measured no faster here (docs/efficiency.md).
+    measured no faster here (docs/results/long-document.md).
     """
     reason = cpp_compiler_missing()
     if reason:

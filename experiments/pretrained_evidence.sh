@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The evidence of docs/pretrained.md in one go: convert a pretrained BERT/RoBERTa-layout encoder to Linformer
+# The evidence of docs/results/pretrained-minilm.md in one go: convert a pretrained BERT/RoBERTa-layout encoder to Linformer
 # (k = 64, 128, 256) and Performer (m = 256), transfer the teacher's attention, measure fidelity, probe frozen
 # embeddings, fine-tune on SST-2 (3 seeds) and IMDB, and measure how fast a converted classifier recovers.
 #
@@ -8,7 +8,7 @@
 #
 # Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`
 # (both), and `long`: a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on
-# the IMDB reviews longer than that (docs/pretrained.md, "Long inputs").
+# the IMDB reviews longer than that (docs/results/long-inputs-minilm.md).
 # Every step writes into its own folder under $WORK and is skipped when that folder already holds its result, so a
 # stopped run continues where it stopped; a new $WORK starts over. Per-step wall times go to $WORK/times.tsv.
 # Meant for a GPU (about 15 minutes on an H100); on 2 CPU cores it takes hours: lower the knobs below to try it.
@@ -35,7 +35,7 @@ RECOVERY_STEPS=${RECOVERY_STEPS:-200}
 EVAL_DOCS=${EVAL_DOCS:-256}
 LONG_N=${LONG_N:-2048}
 LONG_K=${LONG_K:-512}
-LONG_LENGTHS=${LONG_LENGTHS:-$LONG_N}   # mixing 128 and 512 in damaged L = 2048 (docs/pretrained.md, "Long inputs")
+LONG_LENGTHS=${LONG_LENGTHS:-$LONG_N}   # mixing 128 and 512 in damaged L = 2048 (docs/results/long-inputs-minilm.md)
 LONG_STEPS=${LONG_STEPS:-150}
 LONG_PROJECTION_LR=${LONG_PROJECTION_LR:-2e-4}
 LONG_BATCH=${LONG_BATCH:-4}

@@ -16,7 +16,7 @@ that differ only in their attention settings), one pretraining recipe and the fi
 Each run's command is recorded, and a run whose result file exists is not repeated, so an interrupted plan resumes.
 
     python -m experiments.replication --plan configs/replication/quick.yaml   # < 10 min on 2 CPU cores
-    python -m experiments.replication --plan configs/replication/full.yaml    # the docs/results.md run
+    python -m experiments.replication --plan configs/replication/full.yaml    # the docs/results/replication.md run
 
 Plan keys are overridden as recipe keys are, --key value (YAML values) and --section.key value:
 --output_dir outputs/replication/try2 --seeds [1,2] --pretrain.seed 43. --only_variants [a,b] runs only those variants

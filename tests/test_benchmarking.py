@@ -199,9 +199,16 @@ def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
     )
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(DOCS, "efficiency_runs", "*.csv"))))
+PUBLISHED_RUNS = sorted(glob.glob(os.path.join(DOCS, "results", "data", "cpu2_*.csv")))
+
+
+def test_published_runs_are_found():
+    assert len(PUBLISHED_RUNS) == 4, PUBLISHED_RUNS
+
+
+@pytest.mark.parametrize("path", PUBLISHED_RUNS)
 def test_published_runs_load_and_agree_with_the_cost_model(path):
-    """The CSVs docs/efficiency.md cites are typed rows of today's format, and their FLOPs are today's count."""
+    """The run CSVs docs/results/efficiency-cpu.md cites are typed rows of today's format, FLOPs today's count."""
     rows = read_csv(path)
     assert rows and {row.status for row in rows} <= {Status.OK, Status.SKIPPED}
     for row in rows:

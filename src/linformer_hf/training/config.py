@@ -285,7 +285,8 @@ class PretrainDataSection:
     shuffle_buffer_size: int = 10000  # streaming only
     block_size: int = 512  # tokens per packed block; must be <= the model's max_sequence_length (n)
     # Share of training blocks cut shorter, to a length uniform in [short_block_min_length, block_size] (BERT's
-    # short_seq_prob). A Linformer pretrained on full blocks only barely attends on short inputs (docs/results.md).
+    # short_seq_prob). A Linformer pretrained on full blocks only barely attends on short inputs
+    # (docs/results/replication.md).
     short_block_probability: float = 0.0
     short_block_min_length: int = 8
     mlm_probability: float = 0.15

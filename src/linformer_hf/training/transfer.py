@@ -530,7 +530,7 @@ def default_projection_learning_rate(n: int) -> float:
 
     Adam moves every entry of E (k x n) by about the learning rate per step, whatever its gradient, so a compressed key,
     a sum over n positions, drifts more per step the longer n is. Measured on all-MiniLM-L6-v2 at n = 2048, k = 512
-    (docs/pretrained.md, "Long inputs"): 1e-3 raised the stage-1 loss at L = 2048 from 0.27 to 0.47-0.65 within 30
+    (docs/results/long-inputs-minilm.md): 1e-3 raised the stage-1 loss at L = 2048 from 0.27 to 0.47-0.65 within 30
     steps; 2e-4 lowered it to 0.20 in 15.
     """
     return 1e-3 * 512 / n

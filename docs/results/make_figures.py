@@ -1,0 +1,164 @@
+"""Draw the figures of the docs from the recorded results in docs/results/data/ (nothing is measured here).
+
+    python docs/results/make_figures.py [--data_dir docs/results/data] [--output_dir docs/figures]
+
+Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid) and quality_vs_k.png
+(all-MiniLM-L6-v2 conversion and the small-scale replication). Needs matplotlib (the `tools` extra).
+"""
+
+import argparse
+import csv
+import os
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CPU_RUN = "cpu2_fp32_default_grid_loaded.csv"
+GPU_RUN = "h100_fp16_inference.csv"
+QUALITY = "quality_vs_k.csv"
+
+
+def read_rows(path: str) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def curves(rows: list[dict], column: str) -> dict[str, list[tuple[int, float]]]:
+    """{label: [(n, value), ...]} for the rows that measured `column`; the label is the model, with k if it has one."""
+    lines = defaultdict(list)
+    for row in rows:
+        if row.get("status", "ok") == "ok" and row.get(column):
+            label = f"{row['model']} k={row['k']}" if row.get("k") else row["model"]
+            lines[label].append((int(row["n"]), float(row[column])))
+    return {label: sorted(points) for label, points in sorted(lines.items())}
+
+
+def speed_panel(ax, lines: dict[str, list[tuple[int, float]]], ylabel: str, title: str) -> None:
+    for label, points in lines.items():
+        style = "--" if label.startswith("roberta") else "-"
+        ax.plot(*zip(*points), style, marker="o", markersize=4, label=label)
+    ax.set(yscale="log", xlabel="sequence length n", ylabel=ylabel, title=title)
+    plain_ticks(ax, sorted({n for points in lines.values() for n, _ in points}))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plain_ticks(ax, xs: list[int]) -> None:
+    """A log2 x axis labelled with the values themselves (512, 1024, ...), not powers of 2."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.minorticks_off()
+
+
+def speed_figures(data_dir: str, out_dir: str) -> list[str]:
+    cpu = read_rows(os.path.join(data_dir, CPU_RUN))
+    gpu = read_rows(os.path.join(data_dir, GPU_RUN))
+    figures = [
+        (
+            "speed_cpu.png",
+            "2-core CPU, fp32, 2 layers, width 768, batch 1 (machine under load)",
+            [
+                (curves([r for r in cpu if r["mode"] == "inference"], "time_s"), "inference time (s)", "inference"),
+                (curves([r for r in cpu if r["mode"] == "train"], "tokens_per_s"), "tokens/s", "training"),
+            ],
+        ),
+        (
+            "speed_gpu_h100.png",
+            "NVIDIA H100, fp16, 2 layers, width 768, batch 1",
+            [
+                (curves(gpu, "time_ms"), "inference time (ms)", "inference"),
+                (curves(gpu, "activation_mb"), "activation memory (MB)", "inference memory"),
+            ],
+        ),
+    ]
+    written = []
+    for filename, suptitle, panels in figures:
+        fig, axes = plt.subplots(1, len(panels), figsize=(11, 4.2), dpi=90)
+        for ax, (lines, ylabel, title) in zip(axes, panels):
+            speed_panel(ax, lines, ylabel, title)
+        fig.suptitle(suptitle)
+        fig.tight_layout()
+        written.append(save(fig, out_dir, filename))
+    return written
+
+
+def quality_figure(data_dir: str, out_dir: str) -> str:
+    rows = read_rows(os.path.join(data_dir, QUALITY))
+
+    def series(source, model, stage, metric):
+        points = [
+            (int(r["k_or_m"]), float(r["value"]), float(r["std"] or 0))
+            for r in rows
+            if (r["source"], r["model"], r["stage"], r["metric"]) == (source, model, stage, metric) and r["k_or_m"]
+        ]
+        return sorted(points)
+
+    def reference(source, model, metric):
+        key = (source, model, metric)
+        return next(float(r["value"]) for r in rows if (r["source"], r["model"], r["metric"]) == key)
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 10), dpi=90)
+    panels = [
+        (axes[0, 0], "minilm", ["cosine_sst2", "cosine_imdb"], "embedding cosine with the teacher", None),
+        (axes[0, 1], "minilm", ["probe_sst2", "probe_imdb"], "frozen-embedding probe accuracy (%)", "teacher"),
+    ]
+    for ax, source, metrics, ylabel, teacher in panels:
+        for metric, colour in zip(metrics, ("C0", "C1")):
+            task = metric.split("_")[1].upper().replace("SST2", "SST-2")
+            for stage, style in (("transferred", "-"), ("converted", ":")):
+                points = series(source, "linformer", stage, metric)
+                ax.plot([p[0] for p in points], [p[1] for p in points], style, color=colour, marker="o",
+                        label=f"Linformer, {stage}, {task}")  # fmt: skip
+                performer = series(source, "performer", stage, metric)
+                ax.plot([p[0] for p in performer], [p[1] for p in performer], "*", color=colour, markersize=11,
+                        fillstyle="full" if stage == "transferred" else "none",
+                        label=f"Performer m=256, {stage}, {task}")  # fmt: skip
+            if teacher:
+                ax.axhline(reference(source, teacher, metric), color=colour, linestyle="--", alpha=0.6,
+                           label=f"teacher, {task}")  # fmt: skip
+        ax.set(xlabel="k (Performer: m)", ylabel=ylabel, title="converted from all-MiniLM-L6-v2 (n = 512)")
+        plain_ticks(ax, [64, 128, 256])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.13))
+    for ax, metric, ylabel in (
+        (axes[1, 0], "perplexity", "validation perplexity, one seed (lower is better)"),
+        (axes[1, 1], "sst2_dev", "SST-2 dev accuracy (%), mean ± std of 3 seeds"),
+    ):
+        for stage, style in (("headwise", "-o"), ("mean pooling", "s")):
+            points = series("replication", "linformer", stage, metric)
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], fmt=style,
+                        capsize=3, label=f"Linformer, {stage}")  # fmt: skip
+        ax.axhline(reference("replication", "roberta", metric), color="k", linestyle="--", label="RoBERTa")
+        ax.set(xlabel="k", ylabel=ylabel, title="pretrained from scratch (tiny models, CPU, n = 512)")
+        plain_ticks(ax, [32, 64, 128])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, out_dir, "quality_vs_k.png")
+
+
+def save(fig, out_dir: str, filename: str) -> str:
+    path = os.path.join(out_dir, filename)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data_dir", "--data-dir", default=os.path.join(HERE, "data"))
+    parser.add_argument("--output_dir", "--output-dir", default=os.path.join(HERE, "..", "figures"))
+    args = parser.parse_args(argv)
+    os.makedirs(args.output_dir, exist_ok=True)
+    written = speed_figures(args.data_dir, args.output_dir) + [quality_figure(args.data_dir, args.output_dir)]
+    for path in written:
+        print("wrote", os.path.relpath(path))
+    return written
+
+
+if __name__ == "__main__":
+    main()

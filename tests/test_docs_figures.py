@@ -1,0 +1,53 @@
+"""docs/results/make_figures.py draws every figure from the committed CSVs, and those CSVs hold the figures the
+results pages state."""
+
+import csv
+import os
+import runpy
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(REPO, "docs", "results", "data")
+SCRIPT = os.path.join(REPO, "docs", "results", "make_figures.py")
+
+
+def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    make_figures = runpy.run_path(SCRIPT)
+    written = make_figures["main"](["--output_dir", str(tmp_path)])
+    names = sorted(os.path.basename(path) for path in written)
+    assert names == ["quality_vs_k.png", "speed_cpu.png", "speed_gpu_h100.png"]
+    for path in written:
+        with open(path, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert os.path.getsize(path) > 10_000  # axes, lines and labels, not an empty canvas
+
+
+def test_the_curves_keep_one_line_per_model_and_k_and_skip_what_was_not_measured():
+    curves = runpy.run_path(SCRIPT)["curves"]
+    with open(os.path.join(DATA, "h100_fp16_inference.csv"), newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    lines = curves(rows, "time_ms")
+    assert set(lines) == {"linformer k=128", "linformer k=256", "performer k=256", "roberta-eager", "roberta-sdpa"}
+    assert [n for n, _ in lines["roberta-eager"]] == [512, 1024, 2048, 4096, 8192, 16384]  # 32768 was skipped
+    assert dict(lines["linformer k=256"])[32768] == 4.09
+
+
+def test_the_plotted_data_match_the_results_pages():
+    """Each CSV row copied from a results table appears in that table (a typo in either would show here)."""
+    with open(os.path.join(REPO, "docs", "results", "efficiency-gpu-h100.md"), encoding="utf-8") as fh:
+        gpu_page = fh.read()
+    with open(os.path.join(DATA, "h100_fp16_inference.csv"), newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["status"] == "ok":
+                assert f"{float(row['time_ms']):.2f} ({row['activation_mb']})" in gpu_page, row
+    with open(os.path.join(REPO, "docs", "results", "pretrained-minilm.md"), encoding="utf-8") as fh:
+        minilm_page = fh.read()
+    with open(os.path.join(REPO, "docs", "results", "replication.md"), encoding="utf-8") as fh:
+        replication_page = fh.read()
+    with open(os.path.join(DATA, "quality_vs_k.csv"), newline="") as fh:
+        for row in csv.DictReader(fh):
+            page = minilm_page if row["source"] == "minilm" else replication_page
+            value = row["value"] + (f" ± {row['std']}" if row["std"] else "")
+            assert value in page, row
