@@ -1,0 +1,179 @@
+"""Runs that survive divergence and preemption (issue 23): the divergence guard never saves a broken model and keeps
+the last good checkpoint; SIGTERM / SIGINT finish the update, write a checkpoint, release the lock and exit with the
+resumable status, alone and under `accelerate launch` with two processes; logs stay valid JSON."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import test_reliability_runs as reliability
+import torch
+from safetensors.torch import load_file
+from test_reliability_runs import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
+from training_utils import REPO
+
+from linformer_hf.training import pretraining
+from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE, UPDATE_LOG, list_checkpoints
+from linformer_hf.training.errors import RESUMABLE_EXIT_CODE, TrainingDiverged
+from linformer_hf.training.guards import DivergenceGuard
+
+# The module-scoped tokenizer and corpus of the first reliability round's tests.
+tokenizer_dir, small_corpus = reliability.tokenizer_dir, reliability.small_corpus
+
+
+def strict_json_lines(path):
+    """Every line of a JSONL file, parsed as strict JSON (Python's json accepts NaN, other readers do not)."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line, parse_constant=refuse) for line in fh]
+
+
+def checkpoint_weights_finite(path):
+    return all(torch.isfinite(t).all() for t in load_file(os.path.join(path, "model.safetensors")).values())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Divergence
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_diverging_run_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
+    tokenizer_dir, small_corpus, tmp_path, capsys
+):
+    """lr 1e4: the loss is non-finite from update 4 on. Before: the run went on, exited 0, wrote a NaN final/ and
+    NaN checkpoints that rotated the good ones out, and NaN literals in its log."""
+    from linformer_hf.training.pretrain import main
+
+    out = tmp_path / "run"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tokenizer_dir,
+        small_corpus,
+        out,
+        max_steps=12,
+        learning_rate=1e4,
+        checkpoints_total_limit=1,
+        nonfinite_patience=3,
+    )
+    assert main(["--config", str(recipe), "--no_progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    good = os.path.join(str(out), "checkpoints", "step_2")
+    assert err.startswith("error: training diverged at step 6:") and "(steps 4-6)" in err, err
+    assert f"The last good checkpoint is {good}" in err and f"--resume_from_checkpoint {good}" in err
+    assert "training.learning_rate (now 10000)" in err and "bf16 instead of fp16" in err
+    assert not (out / "final").exists()
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2"]  # step_4 was not written over it
+    assert checkpoint_weights_finite(good)
+    records = strict_json_lines(out / UPDATE_LOG)
+    bad = [r for r in records if r.get("step") in (4, 5, 6) and "loss" in r]
+    assert [(r["loss"], r["nonfinite"], r["skipped"]) for r in bad] == [(None, ["loss"], True)] * 3
+    assert records[-1]["event"] == "diverged"
+    assert (out / LOCK_FILE).read_text() == ""  # released: the next run is not told this one was killed
+
+
+def test_an_isolated_non_finite_update_is_skipped_not_a_divergence(tokenizer_dir, small_corpus, tmp_path, monkeypatch):
+    """One NaN loss (as an fp16 overflow gives): that update is skipped, weights and schedule unchanged, and the run
+    goes on to a finite final model; the same NaN on `nonfinite_patience` updates in a row stops it."""
+    original, calls = pretraining.masked_lm_loss, {"train": 0}
+    nan_at = {3}
+
+    def sometimes_nan(model, batch, num_masked):
+        loss = original(model, batch, num_masked)
+        if model.training:
+            calls["train"] += 1
+            if calls["train"] in nan_at:
+                return loss * float("nan")
+        return loss
+
+    monkeypatch.setattr(pretraining, "masked_lm_loss", sometimes_nan)
+    summary = run(tokenizer_dir, small_corpus, tmp_path / "one", max_steps=5, nonfinite_patience=2)
+    assert summary["completed_steps"] == 5 and (tmp_path / "one" / "final").is_dir()
+    assert checkpoint_weights_finite(tmp_path / "one" / "final")
+    records = {r["step"]: r for r in strict_json_lines(tmp_path / "one" / UPDATE_LOG) if "loss" in r}
+    assert records[3]["loss"] is None and records[3]["skipped"] and records[3]["lr"] == records[2]["lr"]
+    assert all(records[s]["loss"] is not None and "skipped" not in records[s] for s in (1, 2, 4, 5))
+    summary_file = json.loads((tmp_path / "one" / "summary_step5.json").read_text())
+    assert summary_file["train_losses"]["3"] is None
+
+    calls["train"], nan_at = 0, {3, 4}
+    with pytest.raises(TrainingDiverged, match=r"at step 4: .* 2 consecutive updates \(steps 3-4\)"):
+        run(tokenizer_dir, small_corpus, tmp_path / "two", max_steps=5, nonfinite_patience=2)
+
+
+def test_divergence_guard_counts_only_consecutive_bad_updates_and_spikes_when_asked():
+    guard = DivergenceGuard(3, advice="a lower lr", resume_hint=lambda p: f"resume {p}")
+    for step, loss in enumerate([1.0, float("nan"), float("inf"), 1.0, float("nan"), 0.9, None], start=1):
+        guard.after_update(step, loss)  # never 3 in a row
+    guard.after_update(8, 1.0, gradients_ok=False)
+    with pytest.raises(TrainingDiverged, match="No checkpoint was written"):
+        guard.after_update(9, float("nan"))
+
+    spikes = DivergenceGuard(3, advice="x", resume_hint=lambda p: f"resume {p}", spike_factor=5.0, spike_action="stop")
+    spikes.last_good_checkpoint = "ckpt"
+    for step in range(1, 12):
+        spikes.after_update(step, 2.0)
+    spikes.after_update(12, 9.0)  # 4.5 x the median
+    with pytest.raises(TrainingDiverged, match=r"loss spike at step 13: 11 is above 5 x .*last good checkpoint is"):
+        spikes.after_update(13, 11.0)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Preemption
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def wait_for_update(out, step, proc, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it was signalled"
+        if (out / UPDATE_LOG).exists() and max(losses_by_step(out) or [0]) >= step:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no update {step} within {timeout} s")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_dir, small_corpus, tmp_path, signum):
+    """Before: SIGTERM exited 143 with no checkpoint (all updates since the last one lost). After: the update ends, a
+    checkpoint is written, the lock released, the exit status is the resumable one, and `latest` continues exactly."""
+    max_steps = 8
+    full = run(tokenizer_dir, small_corpus, tmp_path / "full", max_steps=max_steps, checkpointing_steps=None)
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "r.yaml", tokenizer_dir, small_corpus, out, max_steps=max_steps)
+    recipe.write_text(recipe.read_text().replace("checkpointing_steps: 2", "checkpointing_steps: null"))
+    proc = subprocess.Popen(
+        pretrain_command(recipe), cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for_update(out, 2, proc)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == RESUMABLE_EXIT_CODE, stderr.decode()[-3000:]
+    stopped = [r for r in strict_json_lines(out / UPDATE_LOG) if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["signal"] == signal.Signals(signum).name
+    step = stopped[0]["step"]
+    assert 2 <= step < max_steps
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == [f"step_{step}"]
+    assert os.path.isfile(os.path.join(list_checkpoints(out)[0], COMPLETE_MARKER))
+    message = stderr.decode().strip().splitlines()[-1]
+    assert message.startswith(f"stopped: {signal.Signals(signum).name} received: stopped after update {step}")
+    assert "--resume_from_checkpoint latest" in message
+    assert (out / LOCK_FILE).read_text() == ""  # released, not left to the kernel
+    assert not (out / "final").exists()
+
+    run(
+        tokenizer_dir, small_corpus, out, max_steps=max_steps, checkpointing_steps=None, resume_from_checkpoint="latest"
+    )
+    losses = losses_by_step(out)
+    assert sorted(losses) == list(range(1, max_steps + 1))
+    for s in losses:
+        assert losses[s] == pytest.approx(full["train_losses"][s], abs=1e-6), s
