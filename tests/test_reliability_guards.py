@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -13,7 +14,7 @@ import test_reliability_runs as reliability
 import torch
 from safetensors.torch import load_file
 from test_reliability_runs import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
-from training_utils import REPO
+from training_utils import REPO, free_port, script_env
 
 from linformer_hf.training import pretraining
 from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE, UPDATE_LOG, list_checkpoints
@@ -138,10 +139,11 @@ def wait_for_update(out, step, proc, timeout=240):
     raise AssertionError(f"no update {step} within {timeout} s")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_dir, small_corpus, tmp_path, signum):
-    """Before: SIGTERM exited 143 with no checkpoint (all updates since the last one lost). After: the update ends, a
-    checkpoint is written, the lock released, the exit status is the resumable one, and `latest` continues exactly."""
+def test_ctrl_c_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_dir, small_corpus, tmp_path):
+    """SIGINT (Ctrl-C) to a one-process run. Before: a KeyboardInterrupt traceback and no checkpoint (all updates
+    since the last one lost). After: the update ends, a checkpoint is written, the lock released, the exit status is
+    the resumable one, and `latest` continues exactly."""
+    signum = signal.SIGINT
     max_steps = 8
     full = run(tokenizer_dir, small_corpus, tmp_path / "full", max_steps=max_steps, checkpointing_steps=None)
     out = tmp_path / "run"
@@ -177,3 +179,90 @@ def test_a_signal_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_
     assert sorted(losses) == list(range(1, max_steps + 1))
     for s in losses:
         assert losses[s] == pytest.approx(full["train_losses"][s], abs=1e-6), s
+
+
+def accelerate_launch(recipe, *extra):
+    """`accelerate launch` with two CPU processes (torchrun underneath: it passes SIGTERM on to both)."""
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "scripts/pretrain.py",
+        "--config",
+        str(recipe),
+        "--no_progress",
+        *extra,
+    ]
+
+
+def test_sigterm_under_accelerate_launch_with_two_processes_checkpoints_and_resumes_exactly(
+    tokenizer_dir, small_corpus, tmp_path
+):
+    """SLURM's preemption: SIGTERM to `accelerate launch` (two processes), which passes it on. Before: both processes
+    died (status 143) with no checkpoint. After: both stop after the same update (the flag is all-reduced each update),
+    save one checkpoint together without deadlock and exit with the resumable status; the resumed run's losses equal
+    the uninterrupted two-process run's to 1e-6."""
+    max_steps = 40  # about 50 ms an update: the signal lands mid-run
+    env = script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+    recipes = {}
+    for name in ("full", "run"):
+        recipes[name] = write_recipe(
+            tmp_path / f"{name}.yaml",
+            tokenizer_dir,
+            small_corpus,
+            tmp_path / name,
+            max_steps=max_steps,
+            per_device_train_batch_size=4,
+            checkpointing_steps=None,
+        )
+    full = subprocess.run(
+        accelerate_launch(recipes["full"]), cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(
+        accelerate_launch(recipes["run"]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for_update(out, 3, launcher)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    stderr = stderr.decode()
+    # Each training process says so and exits with the resumable status (the launcher itself reports the signal).
+    stopped_lines = [line for line in stderr.splitlines() if line.startswith("stopped: SIGTERM received")]
+    assert len(stopped_lines) == 2 and stopped_lines[0] == stopped_lines[1], stderr[-3000:]
+    stopped = [r for r in strict_json_lines(out / UPDATE_LOG) if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and 3 <= stopped[0]["step"] < max_steps
+    (checkpoint,) = list_checkpoints(out)
+    assert os.path.basename(checkpoint) == f"step_{stopped[0]['step']}"
+    assert {"random_states_0.pkl", "random_states_1.pkl", COMPLETE_MARKER} <= set(os.listdir(checkpoint))
+    assert (out / LOCK_FILE).read_text() == ""
+
+    resumed = subprocess.run(
+        accelerate_launch(recipes["run"], "--resume_from_checkpoint", "latest"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    reference, losses = losses_by_step(tmp_path / "full"), losses_by_step(out)
+    assert sorted(losses) == list(range(1, max_steps + 1))
+    for step in losses:
+        assert losses[step] == pytest.approx(reference[step], abs=1e-6), step
