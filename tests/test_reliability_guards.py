@@ -266,3 +266,73 @@ def test_sigterm_under_accelerate_launch_with_two_processes_checkpoints_and_resu
     assert sorted(losses) == list(range(1, max_steps + 1))
     for step in losses:
         assert losses[step] == pytest.approx(reference[step], abs=1e-6), step
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Attention transfer: the same guard and the same stop
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transfer_pair(tmp_path_factory):
+    from test_transfer import build_pair
+
+    return build_pair(tmp_path_factory.mktemp("transfer"))
+
+
+def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_pair, tmp_path, monkeypatch):
+    """Before: a NaN loss trained on (NaN weights saved as the transferred model, NaN in the log), and SIGTERM lost
+    every step since the last checkpoint. After: non-finite steps are skipped, `nonfinite_patience` in a row stop the
+    run naming the last good checkpoint; SIGTERM writes a checkpoint after the step and raises `Preempted`, and the
+    resumed run ends with the weights of an uninterrupted one."""
+    from test_transfer import arguments
+
+    from linformer_hf.training import transfer
+    from linformer_hf.training.errors import Preempted
+
+    original, calls = transfer.layer_local_loss, {"n": 0}
+
+    def nan_from_step_3(*args, **kwargs):
+        calls["n"] += 1
+        loss, per_layer = original(*args, **kwargs)
+        return (loss * float("nan"), per_layer) if calls["n"] >= 3 else (loss, per_layer)
+
+    monkeypatch.setattr(transfer, "layer_local_loss", nan_from_step_3)
+    out = tmp_path / "diverged"
+    with pytest.raises(TrainingDiverged) as err:
+        transfer.run_transfer(arguments(transfer_pair, out, layer_steps=8, checkpoint_every=2, nonfinite_patience=3))
+    good = transfer.checkpoint_dir(str(out), 2)
+    assert "at step 5" in str(err.value) and f"The last good checkpoint is {good}" in str(err.value)
+    assert "--projection_learning_rate" in str(err.value)
+    assert os.listdir(out / "checkpoints") == [os.path.basename(good)]  # step 4's was not written
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+    log = strict_json_lines(out / "transfer_log.jsonl")
+    assert [(r["step"], r["loss"], r.get("skipped")) for r in log][2:] == [
+        (3, None, True),
+        (4, None, True),
+        (5, None, True),
+    ]
+    assert (out / LOCK_FILE).read_text() == ""
+    monkeypatch.setattr(transfer, "layer_local_loss", original)
+
+    overrides = dict(layer_steps=6, checkpoint_every=100)
+    straight = transfer.run_transfer(arguments(transfer_pair, tmp_path / "straight", **overrides))
+    batch = transfer.training_batch
+
+    def sigterm_at_step_3(streams, tokenizer, args, lengths, step, *rest):
+        if step == 2:  # the third step: the signal arrives during it
+            os.kill(os.getpid(), signal.SIGTERM)
+        return batch(streams, tokenizer, args, lengths, step, *rest)
+
+    monkeypatch.setattr(transfer, "training_batch", sigterm_at_step_3)
+    out = tmp_path / "stopped"
+    with pytest.raises(Preempted, match=r"SIGTERM received: stopped after step 3 of 6 with checkpoint .*step_0000003"):
+        transfer.run_transfer(arguments(transfer_pair, out, **overrides))
+    assert os.listdir(out / "checkpoints") == ["step_0000003"]
+    assert (out / LOCK_FILE).read_text() == ""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are given back
+    monkeypatch.setattr(transfer, "training_batch", batch)
+    resumed = transfer.run_transfer(arguments(transfer_pair, out, resume="latest", **overrides))
+    assert resumed["after"] == straight["after"]
+    a, b = load_file(str(tmp_path / "straight" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(a[key], b[key]) for key in a)
