@@ -19,7 +19,7 @@ from training_utils import REPO, free_port, script_env
 from linformer_hf.training import pretraining
 from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE, UPDATE_LOG, list_checkpoints
 from linformer_hf.training.errors import RESUMABLE_EXIT_CODE, TrainingDiverged
-from linformer_hf.training.guards import DivergenceGuard
+from linformer_hf.training.guards import DivergenceGuard, resume_hint
 
 # The module-scoped tokenizer and corpus of the first reliability round's tests.
 tokenizer_dir, small_corpus = reliability.tokenizer_dir, reliability.small_corpus
@@ -108,14 +108,16 @@ def test_an_isolated_non_finite_update_is_skipped_not_a_divergence(tokenizer_dir
 
 
 def test_divergence_guard_counts_only_consecutive_bad_updates_and_spikes_when_asked():
-    guard = DivergenceGuard(3, advice="a lower lr", resume_hint=lambda p: f"resume {p}")
-    for step, loss in enumerate([1.0, float("nan"), float("inf"), 1.0, float("nan"), 0.9, None], start=1):
+    guard = DivergenceGuard(3, advice="a lower lr", resume_hint=resume_hint("--resume", "start over"))
+    for step, loss in enumerate([1.0, float("nan"), float("inf"), 1.0, float("nan"), 0.9, float("nan")], start=1):
         guard.after_update(step, loss)  # never 3 in a row
     guard.after_update(8, 1.0, gradients_ok=False)
     with pytest.raises(TrainingDiverged, match="No checkpoint was written"):
         guard.after_update(9, float("nan"))
 
-    spikes = DivergenceGuard(3, advice="x", resume_hint=lambda p: f"resume {p}", spike_factor=5.0, spike_action="stop")
+    spikes = DivergenceGuard(
+        3, advice="x", resume_hint=resume_hint("--resume", "start over"), spike_factor=5.0, spike_action="stop"
+    )
     spikes.last_good_checkpoint = "ckpt"
     for step in range(1, 12):
         spikes.after_update(step, 2.0)
@@ -336,3 +338,58 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
     assert resumed["after"] == straight["after"]
     a, b = load_file(str(tmp_path / "straight" / "model.safetensors")), load_file(str(out / "model.safetensors"))
     assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fine-tuning (transformers' Trainer): the guard as a callback
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory):
+    from test_training_finetune import pretrained_dir as build
+
+    return build.__wrapped__(tmp_path_factory)
+
+
+def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp_path):
+    """lr 1e4 on SST-2. Before: the Trainer replaced the NaN losses in its log by the running mean, trained on and
+    saved best/ and results.json. After: non-finite updates are skipped and 3 in a row stop the run with the error;
+    no best/, no results.json, the lock released."""
+    from test_training_finetune import SST2_DEV, SST2_TRAIN
+
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    train = tmp_path / "train.tsv"
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(129), fh)), encoding="utf-8")
+    out = tmp_path / "run"
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": pretrained_dir,
+            "data.task": "sst2",
+            "data.train_file": str(train),
+            "data.validation_file": SST2_DEV,
+            "data.max_eval_samples": 16,
+            "data.max_seq_length": 32,
+            "training.output_dir": str(out),
+            "training.max_steps": 16,
+            "training.per_device_train_batch_size": 8,
+            "training.eval_steps": 2,
+            "training.learning_rate": 1e4,
+            "training.nonfinite_patience": 3,
+            "training.logging_steps": 1,
+        },
+    )
+    with pytest.raises(TrainingDiverged) as err:
+        run_finetuning(recipe, show_progress=False)
+    message = str(err.value)
+    assert "consecutive updates" in message and "training.learning_rate (now 10000)" in message
+    assert "--training.overwrite_output_dir true" in message
+    assert not (out / "best").exists() and not (out / "results.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+    for checkpoint in out.glob("checkpoint-*"):  # the Trainer's own, written before the divergence
+        assert checkpoint_weights_finite(checkpoint)

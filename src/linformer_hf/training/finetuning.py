@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
+from .errors import TrainingDiverged
+from .guards import check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics
 from .validation import check_labels, warn_if_mixed_precision_ignored
 
@@ -256,9 +258,16 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
+        callbacks=[divergence_callback(finetune_guard(tcfg))],
     )
     warn_if_mixed_precision_ignored(trainer.accelerator)
-    trainer.train()
+    try:
+        trainer.train()
+    except TrainingDiverged:
+        finish(trainer.accelerator)  # every process raised at the same update: tear the group down together
+        if lock is not None:
+            lock.release()
+        raise
 
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
     if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
@@ -268,6 +277,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
     best_dir = os.path.join(tcfg.output_dir, "best")
     if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
+        check_weights_finite(trainer.model, best_dir)
         trainer.save_model(best_dir)
     # The validation predictions of the model kept (the best one, or the last without save_best).
     validation = trainer.predict(encoded["validation"])
@@ -302,6 +312,19 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     if lock is not None:
         lock.release()
     return result
+
+
+def finetune_guard(tcfg):
+    from .loop import recipe_guard
+
+    return recipe_guard(
+        tcfg,
+        resume_hint(
+            "",
+            "fine-tuning does not resume; start over with --training.overwrite_output_dir true after changing one of "
+            "these",
+        ),
+    )
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str):

@@ -30,8 +30,19 @@ logger = logging.getLogger(__name__)
 SPIKE_MIN_HISTORY = 10
 
 
-def is_finite(value) -> bool:
-    return value is not None and math.isfinite(float(value))
+def resume_hint(flag: str, without_checkpoint: str):
+    """A `DivergenceGuard.resume_hint`: resume from the last good checkpoint with ``flag``, or (none written)
+    ``without_checkpoint``."""
+
+    def hint(checkpoint: str | None) -> str:
+        if checkpoint is None:
+            return f"No checkpoint was written before it: {without_checkpoint}"
+        return (
+            f"The last good checkpoint is {checkpoint}; resume from it with {flag} {checkpoint} after changing one of "
+            f"these"
+        )
+
+    return hint
 
 
 def gradients_finite(parameters) -> bool:
@@ -51,7 +62,8 @@ class DivergenceGuard:
     """Counts non-finite updates in a row and stops the run after ``patience`` of them; watches for loss spikes.
 
     ``advice`` ends the error: what to change (flag names differ between the commands). ``resume_hint(checkpoint)``
-    says how to go on from a checkpoint. ``last_good_checkpoint`` is kept up to date by the caller.
+    says where to go on from (the checkpoint may be None: none was written); `resume_hint` makes one.
+    ``last_good_checkpoint`` is kept up to date by the caller.
     """
 
     def __init__(
@@ -72,20 +84,21 @@ class DivergenceGuard:
         self.last_good_checkpoint = last_good_checkpoint
 
     def where_to_resume(self) -> str:
-        if self.last_good_checkpoint is None:
-            return "No checkpoint was written before it (set a checkpoint interval to keep one); start over"
-        return f"The last good checkpoint is {self.last_good_checkpoint}; {self.resume_hint(self.last_good_checkpoint)}"
+        return self.resume_hint(self.last_good_checkpoint)
 
     def after_update(self, step: int, loss: float | None, gradients_ok: bool = True) -> None:
-        """Record update ``step`` (1-based); raise `TrainingDiverged` when the run must stop."""
-        if is_finite(loss) and gradients_ok:
+        """Record update ``step`` (1-based; ``loss`` None where the loop does not see it); raise `TrainingDiverged`
+        when the run must stop."""
+        loss_ok = loss is None or math.isfinite(loss)
+        if loss_ok and gradients_ok:
             self.streak, self.first_bad_step = 0, None
-            self._check_spike(step, float(loss))
+            if loss is not None:
+                self._check_spike(step, float(loss))
             return
         self.streak += 1
         if self.first_bad_step is None:
             self.first_bad_step = step
-        what = "loss" if not is_finite(loss) else "gradients"
+        what = "loss" if not loss_ok else "gradients"
         if self.streak < self.patience:
             logger.warning(
                 "Update %d: non-finite %s, update skipped (%d in a row; the run stops at %d).",
@@ -168,3 +181,30 @@ class StopSignal:
             return flag
         total = accelerator.reduce(torch.tensor(float(flag), device=accelerator.device), reduction="sum")
         return bool(total.item() > 0)
+
+
+def divergence_callback(guard: DivergenceGuard):
+    """The guard as a `transformers.TrainerCallback`, for fine-tuning on the `Trainer`.
+
+    Before each optimizer step (the Trainer has unscaled and measured the gradients by then): non-finite gradients
+    are dropped, so AdamW leaves the weights and its moments as they were (under fp16 the grad scaler skips the step
+    itself). After the step: the guard counts it, and a save due now is refused if the weights are non-finite.
+    """
+    from transformers import TrainerCallback
+
+    class DivergenceCallback(TrainerCallback):
+        def __init__(self):
+            self.gradients_ok = True
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            self.gradients_ok = gradients_finite(model.parameters())
+            if not self.gradients_ok and not args.fp16:
+                for parameter in model.parameters():
+                    parameter.grad = None
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            guard.after_update(state.global_step, None, self.gradients_ok)
+            if control.should_save:
+                check_weights_finite(model, f"the checkpoint of step {state.global_step}", guard)
+
+    return DivergenceCallback()

@@ -48,7 +48,7 @@ from .checkpointing import (
 from .config import ConfigError, PretrainRecipe
 from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from .errors import Preempted, TrainingDiverged
-from .guards import DivergenceGuard, StopSignal, check_weights_finite
+from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config
@@ -323,7 +323,10 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         lock=lock,
         guard=recipe_guard(
             tcfg,
-            resume_hint=lambda path: f"resume from it with --resume_from_checkpoint {path} after changing one of these",
+            resume_hint(
+                "--resume_from_checkpoint",
+                "start over after changing one of these (training.checkpointing_steps keeps one)",
+            ),
             last_good_checkpoint=resume_dir,
         ),
         unigram=unigram_baseline(data["train"], tokenizer, eval_dl, accelerator),

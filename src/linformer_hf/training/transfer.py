@@ -49,7 +49,7 @@ from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTraine
 from ..outputs import finite_or_null, write_json_atomic, write_text_atomic
 from .checkpointing import LOCK_FILE, TMP_PREFIX, RunLock, publish_dir, temporary_name
 from .errors import Preempted
-from .guards import DivergenceGuard, StopSignal, check_weights_finite, gradients_finite
+from .guards import DivergenceGuard, StopSignal, check_weights_finite, gradients_finite, resume_hint
 from .validation import check_model_source
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
@@ -708,7 +708,7 @@ def transfer_guard(args: TransferArguments, resume_from: str | None) -> Divergen
             f"--attention_learning_rate, now {args.attention_learning_rate:g}; --end_to_end_learning_rate, now "
             f"{args.end_to_end_learning_rate:g}) or more --warmup_steps (now {args.warmup_steps})"
         ),
-        resume_hint=lambda path: f"resume from it with --resume {path} after changing one of these",
+        resume_hint=resume_hint("--resume", "start over after changing one of these (--checkpoint_every keeps one)"),
         last_good_checkpoint=resume_from,
     )
 
