@@ -31,7 +31,14 @@ from .config import ConfigError, FinetuneRecipe
 from .errors import TrainingDiverged
 from .guards import check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics
-from .validation import check_labels, warn_if_mixed_precision_ignored
+from .validation import (
+    check_has_rows,
+    check_labels,
+    check_model_files,
+    check_tokenizer_fits_model,
+    unreadable_file_error,
+    warn_if_mixed_precision_ignored,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -58,15 +65,22 @@ TASKS = {
 
 def _load_file(path: str, split: str):
     from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
 
     lower = path.lower()
     if lower.endswith(".tsv"):
-        return load_dataset("csv", data_files={split: path}, delimiter="\t", quoting=csv.QUOTE_NONE)[split]
-    if lower.endswith(".csv"):
-        return load_dataset("csv", data_files={split: path})[split]
-    if lower.endswith((".json", ".jsonl")):
-        return load_dataset("json", data_files={split: path})[split]
-    raise ConfigError(f"Unsupported file type for {path}: use .tsv, .csv, .json or .jsonl.")
+        builder, options = "csv", {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
+    elif lower.endswith(".csv"):
+        builder, options = "csv", {}
+    elif lower.endswith((".json", ".jsonl")):
+        builder, options = "json", {}
+    else:
+        raise ConfigError(f"Unsupported file type for {path}: use .tsv, .csv, .json or .jsonl.")
+    check_has_rows(path, header_rows=1 if builder == "csv" else 0)
+    try:
+        return load_dataset(builder, data_files={split: path}, **options)[split]
+    except DatasetGenerationError as err:  # e.g. bytes that are not UTF-8: said with the file and the line
+        raise unreadable_file_error([path], err) from None
 
 
 def check_columns(ds, task: Task, source: str, need_labels: bool = True):
@@ -228,11 +242,13 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     except (OSError, ValueError) as err:
         raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
+    check_model_files(mcfg.pretrained, "model.pretrained")
     unknown = sorted(set(mcfg.config) - set(config.to_dict()))
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
     for k, v in mcfg.config.items():
         setattr(config, k, v)
+    check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
     n = max_input_length(config)
     max_length = dcfg.max_seq_length or n
     if max_length > n:

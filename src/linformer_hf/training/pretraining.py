@@ -53,7 +53,7 @@ from .loop import build_accelerator, build_optimizer, finish, init_trackers, opt
 from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config
 from .tokenizer import load_tokenizer
-from .validation import warn_if_mixed_precision_ignored
+from .validation import check_model_files, check_tokenizer_fits_model, warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +230,11 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     else:
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
+    if recipe.model.pretrained:
+        check_model_files(recipe.model.pretrained, "model.pretrained")
+    check_tokenizer_fits_model(
+        tokenizer, model_config, recipe.tokenizer.name_or_path, recipe.model.pretrained or "built"
+    )
     # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked). The
     # Accelerator does not exist yet: the launcher's environment says how many processes there are and which is main.
     fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, int(os.environ.get("WORLD_SIZE", "1")))
