@@ -419,11 +419,10 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
             key, saved, now = mismatched[0]
             raise ValueError(
                 f"The projection weights in {self.config._name_or_path or 'the checkpoint'} do not fit its config "
-                f"(projected_length={self.config.projected_length}, max_sequence_length="
-                f"{self.config.max_sequence_length}): {key} is {tuple(saved)} in the weights but the config asks "
-                f"for {tuple(now)} ({len(mismatched)} projection weight(s) differ). Likely cause: projected_length or "
-                "max_sequence_length in config.json was edited after the model was saved; restore the values it was "
-                "saved with."
+                f"(sharing={self.config.sharing!r}, projected_length={self.config.projected_length}, "
+                f"max_sequence_length={self.config.max_sequence_length}): {key} is {tuple(saved)} in the weights but "
+                f"the config asks for {tuple(now)} ({len(mismatched)} projection weight(s) differ). Likely cause: one "
+                "of these was edited in config.json after the model was saved; restore the values it was saved with."
             )
         missing = sorted(key for key in loading_info.missing_keys if PROJECTION_KEY.search(key))
         unexpected = sorted(key for key in loading_info.unexpected_keys if PROJECTION_KEY.search(key))
