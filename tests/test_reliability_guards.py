@@ -393,3 +393,21 @@ def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp
     assert (out / LOCK_FILE).read_text() == ""
     for checkpoint in out.glob("checkpoint-*"):  # the Trainer's own, written before the divergence
         assert checkpoint_weights_finite(checkpoint)
+
+
+@pytest.mark.parametrize(
+    "training, message",
+    [
+        ({"nonfinite_patience": 0}, r"training.nonfinite_patience must be >= 1, got 0"),
+        ({"loss_spike_factor": 0.5}, r"training.loss_spike_factor must be > 1 \(or null: no spike rule\), got 0.5"),
+        ({"loss_spike_action": "explode"}, r"training.loss_spike_action must be warn or stop, got 'explode'"),
+    ],
+)
+def test_guard_settings_are_checked_at_load(training, message):
+    from training_utils import tiny_pretrain_overrides
+
+    from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
+
+    overrides = tiny_pretrain_overrides("unused-tokenizer", "unused-output", max_steps=10, **training)
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(PretrainRecipe, None, extra=overrides)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import statistics
 from collections import deque
@@ -163,6 +164,12 @@ class StopSignal:
     def _handle(self, signum, frame) -> None:
         self.received = signum
         self.restore()
+        # os.write, not print: a handler may interrupt a print in progress
+        os.write(
+            2,
+            f"\n{self.name} received: stopping after the current update, with a checkpoint (send it again to stop at "
+            f"once, without one)\n".encode(),
+        )
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():

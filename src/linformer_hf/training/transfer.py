@@ -691,7 +691,9 @@ def run_transfer(args: TransferArguments) -> dict:
     if accelerator.is_main_process:
         claim_output_dir(args, take=False)  # a used folder is refused before any work
     locks = []  # the folder's lock, taken before the first write
-    stop = StopSignal().install()  # SIGTERM / SIGINT: a checkpoint after the current step, then `Preempted`
+    stop = StopSignal()  # SIGTERM / SIGINT: a checkpoint after the current step, then `Preempted`
+    if not args.evaluate_only:
+        stop.install()
     try:
         return _transfer(args, accelerator, locks, stop)
     finally:
