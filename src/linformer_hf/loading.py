@@ -69,7 +69,28 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
             f"Unknown head {head!r} for {model_dir}; choose one of {', '.join(HEADS_BY_MODEL_TYPE[model_type])} (or "
             f"the {family_name(model_type)} class names)."
         )
+    check_weight_files(model_dir)
     return heads[head].from_pretrained(model_dir).eval()
+
+
+def check_weight_files(model_dir: str) -> None:
+    """Refuse a folder whose safetensors files are truncated or corrupt, naming the file, before transformers reads
+    them (it reports "incomplete metadata, file not fully covered", without the file). Reads the headers only."""
+    from safetensors import SafetensorError, safe_open
+
+    if not os.path.isdir(model_dir):  # a Hub name: the download checks its files
+        return
+    for name in sorted(os.listdir(model_dir)):
+        if name.endswith(".safetensors"):
+            path = os.path.join(model_dir, name)
+            try:
+                with safe_open(path, framework="pt"):
+                    pass
+            except (SafetensorError, OSError) as err:
+                raise ValueError(
+                    f"{path} is truncated or corrupt ({err}): the folder was not written or copied whole. Copy or "
+                    "download it again, or save the model again."
+                ) from None
 
 
 def load_linformer(model_dir: str, head: str | None = None) -> PreTrainedModel:

@@ -8,6 +8,7 @@ file, is refused before any work unless `--overwrite`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
@@ -84,8 +85,25 @@ def write_text_atomic(path: str, text: str) -> None:
             os.remove(tmp)
 
 
+def finite_or_null(data, flag: bool = True):
+    """``data`` with every non-finite float (NaN, inf) as None: what strict JSON can hold (``json.dumps`` writes
+    ``NaN``, which JSON readers other than Python's refuse). With ``flag``, a top-level dict that had one gets
+    ``"nonfinite"``: the keys whose values were non-finite (nested dicts, e.g. losses by step, keep their keys)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        out = {key: finite_or_null(value, flag=False) for key, value in data.items()}
+        flagged = [key for key, value in data.items() if isinstance(value, float) and not math.isfinite(value)]
+        if flag and flagged:
+            out["nonfinite"] = flagged
+        return out
+    if isinstance(data, (list, tuple)):
+        return [finite_or_null(value, flag=False) for value in data]
+    return data
+
+
 def write_json_atomic(path: str, data) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2))
+    write_text_atomic(path, json.dumps(finite_or_null(data), indent=2, allow_nan=False))
 
 
 def staging_folder(output_dir: str) -> str:

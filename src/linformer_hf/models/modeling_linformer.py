@@ -413,6 +413,17 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
         start from `projection_init`, said loudly.
         """
         super()._adjust_missing_and_unexpected_keys(loading_info)
+        mismatched = sorted(entry for entry in loading_info.mismatched_keys if PROJECTION_KEY.search(entry[0]))
+        if mismatched:  # said here, by name, instead of transformers' "look at the above report"
+            loading_info.mismatched_keys.difference_update(mismatched)
+            key, saved, now = mismatched[0]
+            raise ValueError(
+                f"The projection weights in {self.config._name_or_path or 'the checkpoint'} do not fit its config "
+                f"(sharing={self.config.sharing!r}, projected_length={self.config.projected_length}, "
+                f"max_sequence_length={self.config.max_sequence_length}): {key} is {tuple(saved)} in the weights but "
+                f"the config asks for {tuple(now)} ({len(mismatched)} projection weight(s) differ). Likely cause: one "
+                "of these was edited in config.json after the model was saved; restore the values it was saved with."
+            )
         missing = sorted(key for key in loading_info.missing_keys if PROJECTION_KEY.search(key))
         unexpected = sorted(key for key in loading_info.unexpected_keys if PROJECTION_KEY.search(key))
         source = self.config._name_or_path or "the checkpoint"

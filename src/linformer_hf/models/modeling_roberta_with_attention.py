@@ -60,6 +60,28 @@ def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) ->
         )
 
 
+def check_token_ids(config, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None) -> None:
+    """Refuse ids the embedding tables have no row for, with the sizes, instead of an index error (CPU) or a device
+    assert (GPU) inside the embedding. Checked on CPU tensors only: on an accelerator it would wait for the device on
+    every forward; there the training scripts check the tokenizer against the model before any work."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    for name, ids, field in (
+        ("input_ids", input_ids, "vocab_size"),
+        ("token_type_ids", token_type_ids, "type_vocab_size"),
+    ):
+        if ids is None or ids.device.type != "cpu" or ids.numel() == 0:
+            continue
+        size, low, high = getattr(config, field), int(ids.min()), int(ids.max())
+        if low < 0 or high >= size:
+            raise ValueError(
+                f"{name} holds {high if high >= size else low}, but the model's {field} is {size} (ids 0 to "
+                f"{size - 1}): the inputs come from another tokenizer than the model's. Use the tokenizer saved with "
+                f"the model"
+                + ("; a single-segment model takes no token_type_ids." if field == "type_vocab_size" else ".")
+            )
+
+
 def auto_map_for(config_class: type, heads: dict[str, type]) -> dict[str, str]:
     """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there).
 
@@ -198,6 +220,7 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
         if attention_mask is not None:
             check_padding_mask(attention_mask, input_shape)
 
+        check_token_ids(self.config, input_ids, token_type_ids)
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )

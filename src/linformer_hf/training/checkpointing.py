@@ -34,7 +34,7 @@ import socket
 import sys
 import time
 
-from ..outputs import fsync_path, write_json_atomic
+from ..outputs import finite_or_null, fsync_path, write_json_atomic
 from .config import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -518,7 +518,9 @@ class UpdateLog:
 
     def write(self, **record) -> None:
         if self.handle is not None:
-            self.handle.write(json.dumps({"time": round(time.time(), 3), **record}) + "\n")
+            # NaN / inf as null plus a "nonfinite" list: every line stays valid JSON
+            line = json.dumps(finite_or_null({"time": round(time.time(), 3), **record}), allow_nan=False)
+            self.handle.write(line + "\n")
             self.handle.flush()
 
     def close(self) -> None:

@@ -348,9 +348,22 @@ class OptimizerSection:
     weight_decay: float = 0.01  # not applied to biases and LayerNorm gains (training.loop.NO_DECAY)
     lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
     max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
+    # The divergence guard (training/guards.py): an update with a non-finite loss or gradients is skipped, and this
+    # many in a row stop the run (an isolated fp16 overflow, which the grad scaler skips, is not a divergence).
+    nonfinite_patience: int = 10
+    loss_spike_factor: float | None = None  # a loss above this x the running median of the last 100: a spike
+    loss_spike_action: str = "warn"  # warn | stop
 
     def validate(self):
         from transformers.trainer_utils import SchedulerType
+
+        _check_at_least(self, ("nonfinite_patience",), 1)
+        if self.loss_spike_factor is not None and not self.loss_spike_factor > 1:
+            raise ConfigError(
+                f"training.loss_spike_factor must be > 1 (or null: no spike rule), got {self.loss_spike_factor}."
+            )
+        if self.loss_spike_action not in ("warn", "stop"):
+            raise ConfigError(f"training.loss_spike_action must be warn or stop, got {self.loss_spike_action!r}.")
 
         if self.learning_rate <= 0:
             raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")

@@ -17,8 +17,10 @@ import torch
 import torch.nn.functional as F
 from datasets import IterableDataset, concatenate_datasets, interleave_datasets, load_dataset
 from datasets.distributed import split_dataset_by_node
+from datasets.exceptions import DatasetGenerationError
 
 from .config import ConfigError, PretrainDataSection
+from .validation import unreadable_file_error
 
 INDEX_COLUMN = "block_index"
 
@@ -43,7 +45,10 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
         files = {"train": list(cfg.train_files)}
         if cfg.validation_files:
             files["validation"] = list(cfg.validation_files)
-        raw = load_dataset("text", data_files=files, streaming=cfg.streaming, cache_dir=cfg.cache_dir)
+        try:
+            raw = load_dataset("text", data_files=files, streaming=cfg.streaming, cache_dir=cfg.cache_dir)
+        except DatasetGenerationError as err:  # e.g. bytes that are not UTF-8: said with the file and the line
+            raise unreadable_file_error([path for paths in files.values() for path in paths], err) from None
         train = raw["train"]
         validation = raw["validation"] if "validation" in raw else None
     else:

@@ -16,8 +16,22 @@ class ConfigError(ValueError):
     """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
 
 
-# The exceptions that mean "your input is wrong" (the message says what and how to fix it), not "the code is wrong".
-USER_ERRORS = (ConfigError, StrictDataclassError)
+# The exit status of a run stopped by SIGTERM / SIGINT after writing a checkpoint: "resume me" (EX_TEMPFAIL of
+# sysexits.h, "temporary failure, try again later"), for job scripts that requeue.
+RESUMABLE_EXIT_CODE = 75
+
+
+class TrainingDiverged(Exception):
+    """The loss or gradients stayed non-finite (or spiked): the run stopped without saving its current state."""
+
+
+class Preempted(Exception):
+    """The run was asked to stop (SIGTERM / SIGINT) and wrote a checkpoint to resume from; the message says which."""
+
+
+# The exceptions that mean "your input is wrong" (the message says what and how to fix it), not "the code is wrong";
+# a diverged run is one: its message says what to change.
+USER_ERRORS = (ConfigError, StrictDataclassError, TrainingDiverged)
 
 
 def one_line(err: BaseException) -> str:
@@ -32,6 +46,12 @@ def report(err: BaseException) -> int:
     """Print ``error: <message>`` to stderr; the exit status for the scripts."""
     print(f"error: {one_line(err)}", file=sys.stderr)
     return 2
+
+
+def report_preempted(err: Preempted) -> int:
+    """Print the stop message and return `RESUMABLE_EXIT_CODE`."""
+    print(f"stopped: {one_line(err)}", file=sys.stderr)
+    return RESUMABLE_EXIT_CODE
 
 
 def positive_int(text: str) -> int:

@@ -27,24 +27,40 @@ import shutil
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
+from .errors import TrainingDiverged
+from .guards import check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics
 from .tasks import TASKS, Task
-from .validation import check_labels, warn_if_mixed_precision_ignored
+from .validation import (
+    check_has_rows,
+    check_labels,
+    check_model_files,
+    check_tokenizer_fits_model,
+    unreadable_file_error,
+    warn_if_mixed_precision_ignored,
+)
 
 logger = logging.getLogger(__name__)
 
 
 def _load_file(path: str, split: str):
     from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
 
     lower = path.lower()
     if lower.endswith(".tsv"):
-        return load_dataset("csv", data_files={split: path}, delimiter="\t", quoting=csv.QUOTE_NONE)[split]
-    if lower.endswith(".csv"):
-        return load_dataset("csv", data_files={split: path})[split]
-    if lower.endswith((".json", ".jsonl")):
-        return load_dataset("json", data_files={split: path})[split]
-    raise ConfigError(f"Unsupported file type for {path}: use .tsv, .csv, .json or .jsonl.")
+        builder, options = "csv", {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
+    elif lower.endswith(".csv"):
+        builder, options = "csv", {}
+    elif lower.endswith((".json", ".jsonl")):
+        builder, options = "json", {}
+    else:
+        raise ConfigError(f"Unsupported file type for {path}: use .tsv, .csv, .json or .jsonl.")
+    check_has_rows(path, header_rows=1 if builder == "csv" else 0)
+    try:
+        return load_dataset(builder, data_files={split: path}, **options)[split]
+    except DatasetGenerationError as err:  # e.g. bytes that are not UTF-8: said with the file and the line
+        raise unreadable_file_error([path], err) from None
 
 
 def check_columns(ds, task: Task, source: str, need_labels: bool = True):
@@ -206,11 +222,13 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     except (OSError, ValueError) as err:
         raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
+    check_model_files(mcfg.pretrained, "model.pretrained")
     unknown = sorted(set(mcfg.config) - set(config.to_dict()))
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
     for k, v in mcfg.config.items():
         setattr(config, k, v)
+    check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
     n = max_input_length(config)
     max_length = dcfg.max_seq_length or n
     if max_length > n:
@@ -236,9 +254,16 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
+        callbacks=[divergence_callback(finetune_guard(tcfg))],
     )
     warn_if_mixed_precision_ignored(trainer.accelerator)
-    trainer.train()
+    try:
+        trainer.train()
+    except TrainingDiverged:
+        finish(trainer.accelerator)  # every process raised at the same update: tear the group down together
+        if lock is not None:
+            lock.release()
+        raise
 
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
     if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
@@ -248,6 +273,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
     best_dir = os.path.join(tcfg.output_dir, "best")
     if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
+        check_weights_finite(trainer.model, best_dir)
         trainer.save_model(best_dir)
     # The validation predictions of the model kept (the best one, or the last without save_best).
     validation = trainer.predict(encoded["validation"])
@@ -282,6 +308,19 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     if lock is not None:
         lock.release()
     return result
+
+
+def finetune_guard(tcfg):
+    from .loop import recipe_guard
+
+    return recipe_guard(
+        tcfg,
+        resume_hint(
+            "",
+            "fine-tuning does not resume; start over with --training.overwrite_output_dir true after changing one of "
+            "these",
+        ),
+    )
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str):

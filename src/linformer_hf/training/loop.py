@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from .guards import DivergenceGuard, gradients_finite
+
 # Parameters without weight decay (biases and LayerNorm gains), as in RoBERTa's recipe and transformers' Trainer.
 NO_DECAY = ("bias", "LayerNorm.weight", "layer_norm.weight", "layernorm.weight")
 
@@ -52,14 +54,50 @@ def init_trackers(accelerator, recipe, project: str) -> None:
     accelerator.init_trackers(project, config=flat)
 
 
-def optimizer_step(accelerator, model, optimizer, scheduler, max_grad_norm) -> None:
-    """The update inside `accelerator.accumulate`: clip and advance the schedule only when gradients are synced."""
-    if accelerator.sync_gradients and max_grad_norm:
-        accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+def optimizer_step(accelerator, model, optimizer, scheduler, max_grad_norm) -> bool:
+    """The update inside `accelerator.accumulate`: clip and advance the schedule only when gradients are synced.
+
+    Returns whether the gradients were finite (after unscaling; always True between syncs). An update with non-finite
+    gradients is skipped, weights, optimizer moments and schedule unchanged: by the grad scaler under fp16 (which also
+    lowers its scale), here otherwise. Synced gradients are the same on every process, so all decide alike.
+    """
+    finite = True
+    if accelerator.sync_gradients:
+        if max_grad_norm:
+            norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+            finite = bool(torch.isfinite(norm).item())
+        else:
+            accelerator.unscale_gradients()
+            finite = gradients_finite(model.parameters())
+        if not finite and accelerator.scaler is None:
+            optimizer.zero_grad()
+            return False
     optimizer.step()
     if accelerator.sync_gradients and not accelerator.optimizer_step_was_skipped:
         scheduler.step()
     optimizer.zero_grad()
+    return finite
+
+
+def recipe_guard(tcfg, resume_hint, last_good_checkpoint: str | None = None) -> DivergenceGuard:
+    """The divergence guard of a recipe's ``training`` section (`config.OptimizerSection` fields)."""
+    warmup = getattr(tcfg, "warmup_steps", None)
+    warmup = (
+        f"training.warmup_steps (now {warmup})"
+        if warmup is not None
+        else f"training.warmup_ratio (now {tcfg.warmup_ratio})"
+    )
+    return DivergenceGuard(
+        tcfg.nonfinite_patience,
+        advice=(
+            f"a lower training.learning_rate (now {tcfg.learning_rate:g}), more warm-up with {warmup}, clipping with "
+            f"training.max_grad_norm (now {tcfg.max_grad_norm}), or mixed_precision bf16 instead of fp16"
+        ),
+        resume_hint=resume_hint,
+        spike_factor=tcfg.loss_spike_factor,
+        spike_action=tcfg.loss_spike_action,
+        last_good_checkpoint=last_good_checkpoint,
+    )
 
 
 def finish(accelerator) -> None:

@@ -8,6 +8,9 @@
 (`python -m linformer_hf.training.pretrain` runs it in one process; `scripts/pretrain.py` is the same command.)
 Any recipe key can be overridden as --section.key value (e.g. --training.max_steps 1000, --data.block_size 256).
 --resume_from_checkpoint takes a checkpoint dir or `latest` (the newest under <output_dir>/checkpoints).
+SIGTERM / SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
+(`errors.RESUMABLE_EXIT_CODE`; resume with `latest`);
+a diverged run (non-finite losses, training.nonfinite_patience in a row) stops with an `error:` line, status 2.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 
 from ..cli import ArgumentParser
 from .config import PretrainRecipe, load_recipe
-from .errors import USER_ERRORS, report
+from .errors import USER_ERRORS, Preempted, report, report_preempted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         run_pretraining(recipe, show_progress=not args.no_progress)
     except USER_ERRORS as err:
         return report(err)
+    except Preempted as err:  # SIGTERM / SIGINT: a checkpoint was written, the exit status says "resume me"
+        return report_preempted(err)
     return 0
 
 

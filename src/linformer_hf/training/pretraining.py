@@ -47,11 +47,13 @@ from .checkpointing import (
 )
 from .config import ConfigError, PretrainRecipe
 from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
-from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step
+from .errors import Preempted, TrainingDiverged
+from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint
+from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config
 from .tokenizer import load_tokenizer
-from .validation import warn_if_mixed_precision_ignored
+from .validation import check_model_files, check_tokenizer_fits_model, warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +205,8 @@ class PretrainingRun:
     lock: RunLock | None = None  # on <output_dir>/.run.lock, held by the main process until `close_run`
     update_log: UpdateLog | None = None  # <output_dir>/train_log.jsonl: one line per update, evaluation, checkpoint
     unigram: dict | None = None  # `unigram_baseline` of the validation masked tokens (None for streamed data)
+    guard: DivergenceGuard | None = None  # stops the run on non-finite updates; knows the last good checkpoint
+    last_update_finite: bool = True  # the gradients of the last update were finite (it was not skipped)
 
     @property
     def streaming(self) -> bool:
@@ -226,6 +230,11 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     else:
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
+    if recipe.model.pretrained:
+        check_model_files(recipe.model.pretrained, "model.pretrained")
+    check_tokenizer_fits_model(
+        tokenizer, model_config, recipe.tokenizer.name_or_path, recipe.model.pretrained or "built"
+    )
     # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked). The
     # Accelerator does not exist yet: the launcher's environment says how many processes there are and which is main.
     fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, int(os.environ.get("WORLD_SIZE", "1")))
@@ -317,6 +326,14 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         },
         fingerprint=fingerprint,
         lock=lock,
+        guard=recipe_guard(
+            tcfg,
+            resume_hint(
+                "--resume_from_checkpoint",
+                "start over after changing one of these (training.checkpointing_steps keeps one)",
+            ),
+            last_good_checkpoint=resume_dir,
+        ),
         unigram=unigram_baseline(data["train"], tokenizer, eval_dl, accelerator),
     )
     if run.unigram:
@@ -368,7 +385,9 @@ def train_micro_batch(run: PretrainingRun, batch) -> torch.Tensor:
         loss = masked_lm_loss(run.model, batch, global_count)  # this process' token losses / global count
         # DDP averages gradients over processes: scale so the update follows sum / global masked tokens.
         accelerator.backward(loss * accelerator.num_processes)
-        optimizer_step(accelerator, run.model, run.optimizer, run.scheduler, tcfg.max_grad_norm)
+        finite = optimizer_step(accelerator, run.model, run.optimizer, run.scheduler, tcfg.max_grad_norm)
+        if accelerator.sync_gradients:
+            run.last_update_finite = finite
     return accelerator.reduce(loss.detach().double(), reduction="sum") / tcfg.gradient_accumulation_steps
 
 
@@ -401,6 +420,7 @@ def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, floa
 def save_checkpoint(run: PretrainingRun) -> str:
     """``<output_dir>/checkpoints/step_N``, written atomically with the recipe fingerprint; older ones pruned."""
     tcfg = run.recipe.training
+    check_weights_finite(run.model, f"checkpoint step_{run.completed_steps}", run.guard)
     path = checkpointing.save_checkpoint(
         run.accelerator,
         tcfg.output_dir,
@@ -410,6 +430,7 @@ def save_checkpoint(run: PretrainingRun) -> str:
         tcfg.checkpoints_total_limit,
     )
     run.update_log.write(event="checkpoint", step=run.completed_steps, path=path)
+    run.guard.last_good_checkpoint = path
     return path
 
 
@@ -420,6 +441,7 @@ def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
     """
     accelerator = run.accelerator
     final_dir = os.path.join(run.recipe.training.output_dir, "final")
+    check_weights_finite(run.model, final_dir, run.guard)
     final_tmp = temporary_name(final_dir)
     accelerator.wait_for_everyone()
     accelerator.unwrap_model(run.model).save_pretrained(
@@ -443,10 +465,28 @@ def close_run(run: PretrainingRun) -> None:
 
 
 def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
-    """Pretrain as the recipe says; returns a summary (losses per step, evaluations, paths)."""
+    """Pretrain as the recipe says; returns a summary (losses per step, evaluations, paths).
+
+    Raises `TrainingDiverged` when the guard stops the run (nothing saved from then), and `Preempted` after the
+    checkpoint a SIGTERM / SIGINT asked for (the lock released): the command exits with the resumable status.
+    """
+    stop = StopSignal().install()  # from the start: a signal during setup stops the run after its first update
+    try:
+        run = setup_pretraining(recipe)
+        try:
+            return _train(run, stop, show_progress)
+        except TrainingDiverged as err:
+            run.update_log.write(event="diverged", step=run.completed_steps, error=str(err))
+            close_run(run)
+            raise
+    finally:
+        stop.restore()
+
+
+def _train(run: PretrainingRun, stop: StopSignal, show_progress: bool) -> dict:
     from tqdm.auto import tqdm
 
-    run = setup_pretraining(recipe)
+    recipe = run.recipe
     tcfg, accelerator, summary = recipe.training, run.accelerator, run.summary
     tokens_per_update = (
         tcfg.per_device_train_batch_size
@@ -493,7 +533,10 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             summary["train_losses"][step] = step_loss = update_loss.item()
             update_loss.zero_()
             lr = run.scheduler.get_last_lr()[0]
-            run.update_log.write(step=step, loss=step_loss, lr=lr)
+            run.update_log.write(
+                step=step, loss=step_loss, lr=lr, **({} if run.last_update_finite else {"skipped": True})
+            )
+            run.guard.after_update(step, step_loss, run.last_update_finite)
             progress.update(1)
             if step % tcfg.logging_steps == 0 or step == stop_at:
                 now = time.perf_counter()
@@ -505,8 +548,25 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
             pause_start = time.perf_counter()
             if tcfg.eval_steps and step % tcfg.eval_steps == 0 and step < tcfg.max_steps:
                 evaluate_and_log(run)
-            if tcfg.checkpointing_steps and step % tcfg.checkpointing_steps == 0:
+            saved = bool(tcfg.checkpointing_steps and step % tcfg.checkpointing_steps == 0)
+            if saved and run.guard.streak:  # the run may be diverging: keep the last good checkpoint the newest
+                logger.warning(
+                    "No checkpoint at step %d: its update was non-finite (the last good one, %s, stays the newest).",
+                    step,
+                    run.guard.last_good_checkpoint,
+                )
+                saved = False
+            if saved:
                 save_checkpoint(run)
+            if stop.requested(accelerator):  # agreed by every process: all stop after this update
+                path = run.guard.last_good_checkpoint if saved else save_checkpoint(run)
+                run.update_log.write(event="stopped", step=step, signal=stop.name, checkpoint=path)
+                progress.close()
+                close_run(run)
+                raise Preempted(
+                    f"{stop.name} received: stopped after update {step} of {tcfg.max_steps} with checkpoint {path}. "
+                    f"Resume with --resume_from_checkpoint latest."
+                )
             paused_seconds += time.perf_counter() - pause_start
             if step >= stop_at:
                 break

@@ -46,8 +46,10 @@ from ..loading import load_model
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
-from ..outputs import write_json_atomic, write_text_atomic
+from ..outputs import finite_or_null, write_json_atomic, write_text_atomic
 from .checkpointing import LOCK_FILE, TMP_PREFIX, RunLock, publish_dir, temporary_name
+from .errors import Preempted
+from .guards import DivergenceGuard, StopSignal, check_weights_finite, gradients_finite, resume_hint
 from .validation import check_model_source
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
@@ -119,6 +121,10 @@ class TransferArguments:
     stop_after_steps: int | None = dataclasses.field(
         default=None, metadata={"help": "stop this process at this step, with a checkpoint, to resume later"}
     )
+    nonfinite_patience: int = dataclasses.field(
+        default=10,
+        metadata={"help": "stop after this many updates in a row with a non-finite loss or gradients (each skipped)"},
+    )
     overwrite_output_dir: bool = dataclasses.field(
         default=False,
         metadata={
@@ -141,8 +147,8 @@ class TransferArguments:
             or (self.layer_steps + self.end_to_end_steps == 0 and not self.evaluate_only)
         ):
             raise ValueError("Nothing to train: set --layer_steps and/or --end_to_end_steps to a positive number.")
-        if self.batch_size <= 0 or self.eval_windows <= 0:
-            raise ValueError("--batch_size and --eval_windows must be positive.")
+        if self.batch_size <= 0 or self.eval_windows <= 0 or self.nonfinite_patience <= 0:
+            raise ValueError("--batch_size, --eval_windows and --nonfinite_patience must be positive.")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
         if self.resume is not None and self.overwrite_output_dir:
@@ -685,14 +691,31 @@ def run_transfer(args: TransferArguments) -> dict:
     if accelerator.is_main_process:
         claim_output_dir(args, take=False)  # a used folder is refused before any work
     locks = []  # the folder's lock, taken before the first write
+    stop = StopSignal()  # SIGTERM / SIGINT: a checkpoint after the current step, then `Preempted`
+    if not args.evaluate_only:
+        stop.install()
     try:
-        return _transfer(args, accelerator, locks)
+        return _transfer(args, accelerator, locks, stop)
     finally:
+        stop.restore()
         for lock in locks:
             lock.release()
 
 
-def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
+def transfer_guard(args: TransferArguments, resume_from: str | None) -> DivergenceGuard:
+    return DivergenceGuard(
+        args.nonfinite_patience,
+        advice=(
+            f"lower learning rates (--projection_learning_rate, now {args.projection_learning_rate:g}; "
+            f"--attention_learning_rate, now {args.attention_learning_rate:g}; --end_to_end_learning_rate, now "
+            f"{args.end_to_end_learning_rate:g}) or more --warmup_steps (now {args.warmup_steps})"
+        ),
+        resume_hint=resume_hint("--resume", "start over after changing one of these (--checkpoint_every keeps one)"),
+        last_good_checkpoint=resume_from,
+    )
+
+
+def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSignal) -> dict:
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
@@ -782,6 +805,21 @@ def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
         disable=not (args.show_progress and accelerator.is_local_main_process),
     )
     stop_at = args.total_steps if args.stop_after_steps is None else min(args.stop_after_steps, args.total_steps)
+    guard = transfer_guard(args, resume_from)
+
+    def save_checkpoint() -> str:
+        # Written under a temporary name, renamed when whole: a kill during the save leaves no checkpoint that
+        # --resume latest would take. Never from non-finite weights.
+        check_weights_finite(student, f"the checkpoint of step {progress.step}", guard)
+        final = checkpoint_dir(args.output_dir, progress.step)
+        accelerator.save_state(temporary_name(final))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            publish_dir(temporary_name(final), final)
+            _prune_checkpoints(args.output_dir, args.checkpoints_to_keep)
+        guard.last_good_checkpoint = final
+        return final
+
     while progress.step < stop_at:
         started = time.perf_counter()
         step, stage = progress.step, args.stage_of(progress.step)
@@ -804,7 +842,11 @@ def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
             for parameter in student.parameters():
                 if parameter.grad is not None:
                     parameter.grad = accelerator.reduce(parameter.grad, reduction="mean")
-        optimizer.step()
+        # Non-finite gradients (the same on every process, once averaged): the step is skipped, weights and Adam's
+        # moments unchanged; `nonfinite_patience` in a row stop the run.
+        finite = gradients_finite(student.parameters())
+        if finite:
+            optimizer.step()
         progress.step += 1
         progress.seconds += time.perf_counter() - started
         bar.update(1)
@@ -819,20 +861,24 @@ def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
                 ("layer_relative_error" if args.loss == "relative" else "layer_mse"): per_layer,
                 "learning_rates": rates,
                 "train_seconds": round(progress.seconds, 2),
+                **({} if finite else {"skipped": True}),
             }
-            with open(log_path, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
-        if progress.step < args.total_steps and (
+            with open(log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
+                handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")
+        guard.after_update(progress.step, loss.item(), finite)
+        saved = progress.step < args.total_steps and (
             progress.step % args.checkpoint_every == 0 or progress.step == stop_at
-        ):
-            # Written under a temporary name, renamed when whole: a kill during the save leaves no checkpoint that
-            # --resume latest would take.
-            final = checkpoint_dir(args.output_dir, progress.step)
-            accelerator.save_state(temporary_name(final))
-            accelerator.wait_for_everyone()
-            if accelerator.is_main_process:
-                publish_dir(temporary_name(final), final)
-                _prune_checkpoints(args.output_dir, args.checkpoints_to_keep)
+        )
+        if saved and not guard.streak:  # while updates are non-finite, the last good checkpoint stays the newest
+            save_checkpoint()
+        if stop.requested(accelerator):  # agreed by every process: all stop after this step
+            path = guard.last_good_checkpoint if saved and not guard.streak else save_checkpoint()
+            bar.close()
+            accelerator.end_training()
+            raise Preempted(
+                f"{stop.name} received: stopped after step {progress.step} of {args.total_steps} with checkpoint "
+                f"{path}. Resume with --resume latest."
+            )
     bar.close()
     if progress.step < args.total_steps:
         accelerator.print(f"Stopped at step {progress.step} of {args.total_steps}; resume with --resume latest")
@@ -843,6 +889,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list) -> dict:
         parameter.requires_grad_(True)
     report["after"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
     report["train_seconds"] = round(progress.seconds, 1)
+    check_weights_finite(student, f"the transferred model in {args.output_dir}", guard)
     if accelerator.is_main_process:
         _save_result(student, tokenizer, args, report)
     accelerator.wait_for_everyone()
@@ -880,13 +927,15 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from .errors import USER_ERRORS, report
+    from .errors import USER_ERRORS, report, report_preempted
 
     try:
         (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
         return run_transfer(args)
     except (*USER_ERRORS, OSError, ValueError) as err:  # bad input: one `error:` line, not a traceback
         raise SystemExit(report(err)) from None
+    except Preempted as err:  # SIGTERM / SIGINT: a checkpoint was written, the status says "resume me"
+        raise SystemExit(report_preempted(err)) from None
 
 
 if __name__ == "__main__":

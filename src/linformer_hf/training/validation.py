@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import os
 
 from .errors import ConfigError
 
@@ -76,8 +77,6 @@ def check_model_source(name_or_path: str, what: str) -> None:
 
     Without this, a mistyped local path reaches huggingface_hub, which reports it as a malformed repo id.
     """
-    import os
-
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -120,3 +119,69 @@ def check_text_files(train_files: list[str], validation_files: list[str], hold_o
             f"data.train_files {list(train_files)} hold a single document (one non-blank line): too few to hold out "
             f"data.validation_split_percentage for validation. Give more text, or data.validation_files."
         )
+
+
+def check_tokenizer_fits_model(tokenizer, model_config, tokenizer_source: str, model_source: str, pairs: bool = False):
+    """Every id the tokenizer can give has an embedding row: refused before training, naming both sizes (otherwise an
+    index error deep inside the embedding at the first rare token, or a device assert on a GPU). With ``pairs``, a
+    tokenizer that marks the second segment with token_type_ids 1 needs a model with two segment embeddings."""
+    if len(tokenizer) > model_config.vocab_size:
+        raise ConfigError(
+            f"The tokenizer {tokenizer_source} has {len(tokenizer)} tokens but the model {model_source} has only "
+            f"{model_config.vocab_size} embeddings (vocab_size): ids from {model_config.vocab_size} up have no "
+            f"embedding. Use the tokenizer the model was trained with."
+        )
+    type_vocab_size = getattr(model_config, "type_vocab_size", None)
+    if (
+        pairs
+        and type_vocab_size is not None
+        and type_vocab_size < 2
+        and "token_type_ids" in tokenizer.model_input_names
+    ):
+        raise ConfigError(
+            f"The tokenizer {tokenizer_source} marks the second text of a pair with token_type_ids 1, but the model "
+            f"{model_source} has type_vocab_size={type_vocab_size} (one segment). Use the tokenizer the model was "
+            f"trained with."
+        )
+
+
+def check_model_files(model_dir: str, what: str) -> None:
+    """A saved model's weight files are whole (`loading.check_weight_files`), as a recipe error."""
+    from ..loading import check_weight_files
+
+    try:
+        check_weight_files(model_dir)
+    except ValueError as err:
+        raise ConfigError(f"{what}: {err}") from None
+
+
+def first_non_utf8_line(path: str) -> str | None:
+    """Where ``path`` stops being UTF-8 ("line N: byte 0x.. at column C"), or None. Read only after a load failed."""
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return f"line {number}: byte {raw[err.start]:#04x} at column {err.start + 1}"
+    return None
+
+
+def unreadable_file_error(paths: list[str], err: BaseException) -> ConfigError:
+    """The error for data files that `datasets` could not read (it names neither the file nor the line)."""
+    for path in paths:
+        where = first_non_utf8_line(path) if os.path.isfile(path) else None
+        if where:
+            return ConfigError(
+                f"Data file {path} is not UTF-8 text ({where}). Convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8 "
+                f"{os.path.basename(path)}`), or remove the line."
+            )
+    cause = err.__cause__ or err
+    return ConfigError(f"Data file(s) {', '.join(paths)} could not be read: {type(cause).__name__}: {cause}")
+
+
+def check_has_rows(path: str, header_rows: int) -> None:
+    """A table file holds at least one row below its header (``datasets`` fails on it with a message that does not
+    name the file)."""
+    if count_documents(path, header_rows + 1) <= header_rows:
+        what = "only a header" if count_documents(path, 1) else "no text (it is empty or only blank lines)"
+        raise ConfigError(f"Data file {path} has {what}: give a file with the task's columns and at least one row.")

@@ -1,0 +1,413 @@
+"""Runs that survive divergence and preemption (issue 23): the divergence guard never saves a broken model and keeps
+the last good checkpoint; SIGTERM / SIGINT finish the update, write a checkpoint, release the lock and exit with the
+resumable status, alone and under `accelerate launch` with two processes; logs stay valid JSON."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import test_reliability_runs as reliability
+import torch
+from safetensors.torch import load_file
+from test_reliability_runs import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
+from training_utils import REPO, free_port, script_env
+
+from linformer_hf.training import pretraining
+from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE, UPDATE_LOG, list_checkpoints
+from linformer_hf.training.errors import RESUMABLE_EXIT_CODE, TrainingDiverged
+from linformer_hf.training.guards import DivergenceGuard, resume_hint
+
+# The module-scoped tokenizer and corpus of the first reliability round's tests.
+tokenizer_dir, small_corpus = reliability.tokenizer_dir, reliability.small_corpus
+
+
+def strict_json_lines(path):
+    """Every line of a JSONL file, parsed as strict JSON (Python's json accepts NaN, other readers do not)."""
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line, parse_constant=refuse) for line in fh]
+
+
+def checkpoint_weights_finite(path):
+    return all(torch.isfinite(t).all() for t in load_file(os.path.join(path, "model.safetensors")).values())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Divergence
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_diverging_run_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
+    tokenizer_dir, small_corpus, tmp_path, capsys
+):
+    """lr 1e4: the loss is non-finite from update 4 on. Before: the run went on, exited 0, wrote a NaN final/ and
+    NaN checkpoints that rotated the good ones out, and NaN literals in its log."""
+    from linformer_hf.training.pretrain import main
+
+    out = tmp_path / "run"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tokenizer_dir,
+        small_corpus,
+        out,
+        max_steps=12,
+        learning_rate=1e4,
+        checkpoints_total_limit=1,
+        nonfinite_patience=3,
+    )
+    assert main(["--config", str(recipe), "--no_progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    good = os.path.join(str(out), "checkpoints", "step_2")
+    assert err.startswith("error: training diverged at step 6:") and "(steps 4-6)" in err, err
+    assert f"The last good checkpoint is {good}" in err and f"--resume_from_checkpoint {good}" in err
+    assert "training.learning_rate (now 10000)" in err and "bf16 instead of fp16" in err
+    assert not (out / "final").exists()
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2"]  # step_4 was not written over it
+    assert checkpoint_weights_finite(good)
+    records = strict_json_lines(out / UPDATE_LOG)
+    bad = [r for r in records if r.get("step") in (4, 5, 6) and "loss" in r]
+    assert [(r["loss"], r["nonfinite"], r["skipped"]) for r in bad] == [(None, ["loss"], True)] * 3
+    assert records[-1]["event"] == "diverged"
+    assert (out / LOCK_FILE).read_text() == ""  # released: the next run is not told this one was killed
+
+
+def test_an_isolated_non_finite_update_is_skipped_not_a_divergence(tokenizer_dir, small_corpus, tmp_path, monkeypatch):
+    """One NaN loss (as an fp16 overflow gives): that update is skipped, weights and schedule unchanged, and the run
+    goes on to a finite final model; the same NaN on `nonfinite_patience` updates in a row stops it."""
+    original, calls = pretraining.masked_lm_loss, {"train": 0}
+    nan_at = {3}
+
+    def sometimes_nan(model, batch, num_masked):
+        loss = original(model, batch, num_masked)
+        if model.training:
+            calls["train"] += 1
+            if calls["train"] in nan_at:
+                return loss * float("nan")
+        return loss
+
+    monkeypatch.setattr(pretraining, "masked_lm_loss", sometimes_nan)
+    summary = run(tokenizer_dir, small_corpus, tmp_path / "one", max_steps=5, nonfinite_patience=2)
+    assert summary["completed_steps"] == 5 and (tmp_path / "one" / "final").is_dir()
+    assert checkpoint_weights_finite(tmp_path / "one" / "final")
+    records = {r["step"]: r for r in strict_json_lines(tmp_path / "one" / UPDATE_LOG) if "loss" in r}
+    assert records[3]["loss"] is None and records[3]["skipped"] and records[3]["lr"] == records[2]["lr"]
+    assert all(records[s]["loss"] is not None and "skipped" not in records[s] for s in (1, 2, 4, 5))
+    summary_file = json.loads((tmp_path / "one" / "summary_step5.json").read_text())
+    assert summary_file["train_losses"]["3"] is None
+
+    calls["train"], nan_at = 0, {3, 4}
+    with pytest.raises(TrainingDiverged, match=r"at step 4: .* 2 consecutive updates \(steps 3-4\)"):
+        run(tokenizer_dir, small_corpus, tmp_path / "two", max_steps=5, nonfinite_patience=2)
+
+
+def test_divergence_guard_counts_only_consecutive_bad_updates_and_spikes_when_asked():
+    guard = DivergenceGuard(3, advice="a lower lr", resume_hint=resume_hint("--resume", "start over"))
+    for step, loss in enumerate([1.0, float("nan"), float("inf"), 1.0, float("nan"), 0.9, float("nan")], start=1):
+        guard.after_update(step, loss)  # never 3 in a row
+    guard.after_update(8, 1.0, gradients_ok=False)
+    with pytest.raises(TrainingDiverged, match="No checkpoint was written"):
+        guard.after_update(9, float("nan"))
+
+    spikes = DivergenceGuard(
+        3, advice="x", resume_hint=resume_hint("--resume", "start over"), spike_factor=5.0, spike_action="stop"
+    )
+    spikes.last_good_checkpoint = "ckpt"
+    for step in range(1, 12):
+        spikes.after_update(step, 2.0)
+    spikes.after_update(12, 9.0)  # 4.5 x the median
+    with pytest.raises(TrainingDiverged, match=r"loss spike at step 13: 11 is above 5 x .*last good checkpoint is"):
+        spikes.after_update(13, 11.0)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Preemption
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def wait_for_update(out, step, proc, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it was signalled"
+        if (out / UPDATE_LOG).exists() and max(losses_by_step(out) or [0]) >= step:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no update {step} within {timeout} s")
+
+
+def test_ctrl_c_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_dir, small_corpus, tmp_path):
+    """SIGINT (Ctrl-C) to a one-process run. Before: a KeyboardInterrupt traceback and no checkpoint (all updates
+    since the last one lost). After: the update ends, a checkpoint is written, the lock released, the exit status is
+    the resumable one, and `latest` continues exactly."""
+    signum = signal.SIGINT
+    max_steps = 8
+    full = run(tokenizer_dir, small_corpus, tmp_path / "full", max_steps=max_steps, checkpointing_steps=None)
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "r.yaml", tokenizer_dir, small_corpus, out, max_steps=max_steps)
+    recipe.write_text(recipe.read_text().replace("checkpointing_steps: 2", "checkpointing_steps: null"))
+    proc = subprocess.Popen(
+        pretrain_command(recipe), cwd=REPO, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for_update(out, 2, proc)
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == RESUMABLE_EXIT_CODE, stderr.decode()[-3000:]
+    stopped = [r for r in strict_json_lines(out / UPDATE_LOG) if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["signal"] == signal.Signals(signum).name
+    step = stopped[0]["step"]
+    assert 2 <= step < max_steps
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == [f"step_{step}"]
+    assert os.path.isfile(os.path.join(list_checkpoints(out)[0], COMPLETE_MARKER))
+    message = stderr.decode().strip().splitlines()[-1]
+    assert message.startswith(f"stopped: {signal.Signals(signum).name} received: stopped after update {step}")
+    assert "--resume_from_checkpoint latest" in message
+    assert (out / LOCK_FILE).read_text() == ""  # released, not left to the kernel
+    assert not (out / "final").exists()
+
+    run(
+        tokenizer_dir, small_corpus, out, max_steps=max_steps, checkpointing_steps=None, resume_from_checkpoint="latest"
+    )
+    losses = losses_by_step(out)
+    assert sorted(losses) == list(range(1, max_steps + 1))
+    for s in losses:
+        assert losses[s] == pytest.approx(full["train_losses"][s], abs=1e-6), s
+
+
+def accelerate_launch(recipe, *extra):
+    """`accelerate launch` with two CPU processes (torchrun underneath: it passes SIGTERM on to both)."""
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "scripts/pretrain.py",
+        "--config",
+        str(recipe),
+        "--no_progress",
+        *extra,
+    ]
+
+
+def test_sigterm_under_accelerate_launch_with_two_processes_checkpoints_and_resumes_exactly(
+    tokenizer_dir, small_corpus, tmp_path
+):
+    """SLURM's preemption: SIGTERM to `accelerate launch` (two processes), which passes it on. Before: both processes
+    died (status 143) with no checkpoint. After: both stop after the same update (the flag is all-reduced each update),
+    save one checkpoint together without deadlock and exit with the resumable status; the resumed run's losses equal
+    the uninterrupted two-process run's to 1e-6."""
+    max_steps = 40  # about 50 ms an update: the signal lands mid-run
+    env = script_env(ACCELERATE_USE_CPU="1", OMP_NUM_THREADS="1")
+    recipes = {}
+    for name in ("full", "run"):
+        recipes[name] = write_recipe(
+            tmp_path / f"{name}.yaml",
+            tokenizer_dir,
+            small_corpus,
+            tmp_path / name,
+            max_steps=max_steps,
+            per_device_train_batch_size=4,
+            checkpointing_steps=None,
+        )
+    full = subprocess.run(
+        accelerate_launch(recipes["full"]), cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(
+        accelerate_launch(recipes["run"]), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for_update(out, 3, launcher)
+        launcher.send_signal(signal.SIGTERM)
+        _, stderr = launcher.communicate(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    stderr = stderr.decode()
+    # Each training process says so and exits with the resumable status (the launcher itself reports the signal).
+    stopped_lines = [line for line in stderr.splitlines() if line.startswith("stopped: SIGTERM received")]
+    assert len(stopped_lines) == 2 and stopped_lines[0] == stopped_lines[1], stderr[-3000:]
+    stopped = [r for r in strict_json_lines(out / UPDATE_LOG) if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and 3 <= stopped[0]["step"] < max_steps
+    (checkpoint,) = list_checkpoints(out)
+    assert os.path.basename(checkpoint) == f"step_{stopped[0]['step']}"
+    assert {"random_states_0.pkl", "random_states_1.pkl", COMPLETE_MARKER} <= set(os.listdir(checkpoint))
+    assert (out / LOCK_FILE).read_text() == ""
+
+    resumed = subprocess.run(
+        accelerate_launch(recipes["run"], "--resume_from_checkpoint", "latest"),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    reference, losses = losses_by_step(tmp_path / "full"), losses_by_step(out)
+    assert sorted(losses) == list(range(1, max_steps + 1))
+    for step in losses:
+        assert losses[step] == pytest.approx(reference[step], abs=1e-6), step
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Attention transfer: the same guard and the same stop
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transfer_pair(tmp_path_factory):
+    from test_transfer import build_pair
+
+    return build_pair(tmp_path_factory.mktemp("transfer"))
+
+
+def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_pair, tmp_path, monkeypatch):
+    """Before: a NaN loss trained on (NaN weights saved as the transferred model, NaN in the log), and SIGTERM lost
+    every step since the last checkpoint. After: non-finite steps are skipped, `nonfinite_patience` in a row stop the
+    run naming the last good checkpoint; SIGTERM writes a checkpoint after the step and raises `Preempted`, and the
+    resumed run ends with the weights of an uninterrupted one."""
+    from test_transfer import arguments
+
+    from linformer_hf.training import transfer
+    from linformer_hf.training.errors import Preempted
+
+    original, calls = transfer.layer_local_loss, {"n": 0}
+
+    def nan_from_step_3(*args, **kwargs):
+        calls["n"] += 1
+        loss, per_layer = original(*args, **kwargs)
+        return (loss * float("nan"), per_layer) if calls["n"] >= 3 else (loss, per_layer)
+
+    monkeypatch.setattr(transfer, "layer_local_loss", nan_from_step_3)
+    out = tmp_path / "diverged"
+    with pytest.raises(TrainingDiverged) as err:
+        transfer.run_transfer(arguments(transfer_pair, out, layer_steps=8, checkpoint_every=2, nonfinite_patience=3))
+    good = transfer.checkpoint_dir(str(out), 2)
+    assert "at step 5" in str(err.value) and f"The last good checkpoint is {good}" in str(err.value)
+    assert "--projection_learning_rate" in str(err.value)
+    assert os.listdir(out / "checkpoints") == [os.path.basename(good)]  # step 4's was not written
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+    log = strict_json_lines(out / "transfer_log.jsonl")
+    assert [(r["step"], r["loss"], r.get("skipped")) for r in log][2:] == [
+        (3, None, True),
+        (4, None, True),
+        (5, None, True),
+    ]
+    assert (out / LOCK_FILE).read_text() == ""
+    monkeypatch.setattr(transfer, "layer_local_loss", original)
+
+    overrides = dict(layer_steps=6, checkpoint_every=100)
+    straight = transfer.run_transfer(arguments(transfer_pair, tmp_path / "straight", **overrides))
+    batch = transfer.training_batch
+
+    def sigterm_at_step_3(streams, tokenizer, args, lengths, step, *rest):
+        if step == 2:  # the third step: the signal arrives during it
+            os.kill(os.getpid(), signal.SIGTERM)
+        return batch(streams, tokenizer, args, lengths, step, *rest)
+
+    monkeypatch.setattr(transfer, "training_batch", sigterm_at_step_3)
+    out = tmp_path / "stopped"
+    with pytest.raises(Preempted, match=r"SIGTERM received: stopped after step 3 of 6 with checkpoint .*step_0000003"):
+        transfer.run_transfer(arguments(transfer_pair, out, **overrides))
+    assert os.listdir(out / "checkpoints") == ["step_0000003"]
+    assert (out / LOCK_FILE).read_text() == ""
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are given back
+    monkeypatch.setattr(transfer, "training_batch", batch)
+    resumed = transfer.run_transfer(arguments(transfer_pair, out, resume="latest", **overrides))
+    assert resumed["after"] == straight["after"]
+    a, b = load_file(str(tmp_path / "straight" / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fine-tuning (transformers' Trainer): the guard as a callback
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory):
+    from test_training_finetune import pretrained_dir as build
+
+    return build.__wrapped__(tmp_path_factory)
+
+
+def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp_path):
+    """lr 1e4 on SST-2. Before: the run ended with status 0, NaN gradients from step 3 on, its log's losses 0.0 (the
+    Trainer filters NaN), eval_loss NaN, and best/ and results.json written as for a good run. After: non-finite
+    updates are skipped and 3 in a row stop the run with the error; no best/, no results.json, the lock released."""
+    from test_training_finetune import SST2_DEV, SST2_TRAIN
+
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    train = tmp_path / "train.tsv"
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(129), fh)), encoding="utf-8")
+    out = tmp_path / "run"
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": pretrained_dir,
+            "data.task": "sst2",
+            "data.train_file": str(train),
+            "data.validation_file": SST2_DEV,
+            "data.max_eval_samples": 16,
+            "data.max_seq_length": 32,
+            "training.output_dir": str(out),
+            "training.max_steps": 16,
+            "training.per_device_train_batch_size": 8,
+            "training.eval_steps": 2,
+            "training.learning_rate": 1e4,
+            "training.nonfinite_patience": 3,
+            "training.logging_steps": 1,
+        },
+    )
+    with pytest.raises(TrainingDiverged) as err:
+        run_finetuning(recipe, show_progress=False)
+    message = str(err.value)
+    assert "consecutive updates" in message and "training.learning_rate (now 10000)" in message
+    assert "--training.overwrite_output_dir true" in message
+    assert not (out / "best").exists() and not (out / "results.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+    for checkpoint in out.glob("checkpoint-*"):  # the Trainer's own, written before the divergence
+        assert checkpoint_weights_finite(checkpoint)
+
+
+@pytest.mark.parametrize(
+    "training, message",
+    [
+        ({"nonfinite_patience": 0}, r"training.nonfinite_patience must be >= 1, got 0"),
+        ({"loss_spike_factor": 0.5}, r"training.loss_spike_factor must be > 1 \(or null: no spike rule\), got 0.5"),
+        ({"loss_spike_action": "explode"}, r"training.loss_spike_action must be warn or stop, got 'explode'"),
+    ],
+)
+def test_guard_settings_are_checked_at_load(training, message):
+    from training_utils import tiny_pretrain_overrides
+
+    from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
+
+    overrides = tiny_pretrain_overrides("unused-tokenizer", "unused-output", max_steps=10, **training)
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(PretrainRecipe, None, extra=overrides)
