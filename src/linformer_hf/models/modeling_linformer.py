@@ -135,7 +135,8 @@ class LinformerProjection(nn.Module):
         """
         if self.kind == "linear":
             seq_len = x.shape[-2]
-            masked_e = self.weight[0, :, :seq_len] * mask[:, None, :]  # (k, L) * (batch, 1, L) -> (batch, k, L)
+            # squeeze, not [0]: its backward is a view, where select's allocates and fills a (1, k, n) gradient
+            masked_e = self.weight.squeeze(0)[:, :seq_len] * mask[:, None, :]  # (k, L) * (batch, 1, L) -> (b, k, L)
             return torch.bmm(masked_e, x), masked_e.sum(dim=-1, keepdim=True)
         # Pooling and conv: each row of E is one bin; compressing the mask itself gives E 1.
         compressed = self(x[:, None], mask)[:, 0]  # (batch, k', d)
@@ -169,7 +170,8 @@ class LinformerProjection(nn.Module):
             # |E| (heads, k, L) times the 0/1 mask: a sum of non-negative terms, > 0 iff a real token has E != 0.
             # Detached: a boolean needs no gradient, so autograd need not record the product.
             magnitude = self.weight[:, :, :seq_len].detach().abs()
-            return torch.einsum("hkl,bl->bhk", magnitude, mask) > 0
+            # (heads, k, L) @ (L, batch) -> (heads, k, batch): one matrix product (an einsum adds a dozen reshapes)
+            return (torch.matmul(magnitude, mask.T) > 0).permute(2, 0, 1)
         padded = F.pad(mask, (0, -seq_len % self.bin_size))
         return padded.unflatten(-1, (-1, self.bin_size)).sum(-1)[:, None] > 0
 
@@ -210,7 +212,8 @@ def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, row_sums: tor
     mapped = linear(compressed_x)  # (batch, k', d)
     if bias is None:
         return mapped
-    return torch.addcmul(mapped, row_sums - 1, bias)
+    # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale.
+    return mapped + (row_sums - 1) * bias
 
 
 class LinformerSelfAttention(nn.Module):
