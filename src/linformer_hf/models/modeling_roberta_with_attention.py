@@ -189,8 +189,9 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
     ) -> BaseModelOutputWithPooling:
         r"""
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error.
-            Only this 2-D padding mask is accepted: the efficient attentions form no (L x L) score matrix to mask.
+            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error
+            (checked for a mask on the CPU: reading an accelerator's mask would stall every call). Only this 2-D
+            padding mask is accepted: the efficient attentions form no (L x L) score matrix to mask.
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
