@@ -384,6 +384,28 @@ def test_features_are_redrawn_only_in_training_on_schedule_and_the_schedule_surv
     assert all(torch.equal(a, b) for a, b in zip(features_of(model), redrawn, strict=True))
 
 
+def test_the_host_copy_of_the_count_follows_every_write_to_the_buffer():
+    """The schedule is decided from a host copy of `training_calls`; a count written into the buffer by anything else
+    (a hand-set count, a state dict loaded in place, a replaced buffer) is what the next call counts on from."""
+    ids = random_batch(2, 8)
+    model = PerformerModel(tiny_performer(feature_redraw_interval=4))
+    _train_calls(model, 1, ids)
+    model.encoder.training_calls.fill_(2)  # in place: the next call is 3, no redraw
+    start = features_of(model)
+    _train_calls(model, 1, ids)
+    assert int(model.encoder.training_calls) == 3
+    assert all(torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))
+
+    model.load_state_dict({**model.state_dict(), "encoder.training_calls": torch.tensor(7)})
+    _train_calls(model, 1, ids)  # call 8: a redraw, seeded by the count
+    assert int(model.encoder.training_calls) == 8
+    assert all(not torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))
+
+    model.encoder.training_calls = torch.tensor(10)  # a new tensor (as `.to(device)` makes)
+    _train_calls(model, 1, ids)
+    assert int(model.encoder.training_calls) == 11
+
+
 @pytest.mark.parametrize(
     "settings", [dict(feature_redraw_interval=None), dict(feature_redraw_interval=1, freeze_features=True)]
 )

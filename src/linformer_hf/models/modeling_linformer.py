@@ -134,9 +134,8 @@ class LinformerProjection(nn.Module):
             E X (batch, k', d) and E 1 (batch, k', 1), the row sums of the masked E that multiply a bias.
         """
         if self.kind == "linear":
-            seq_len = x.shape[-2]
-            masked_e = self.weight[0, :, :seq_len] * mask[:, None, :]  # (k, L) * (batch, 1, L) -> (batch, k, L)
-            return torch.bmm(masked_e, x), masked_e.sum(dim=-1, keepdim=True)
+            compressed, row_sums, _ = compress_by_linear_projections([self], x, mask)
+            return compressed, row_sums
         # Pooling and conv: each row of E is one bin; compressing the mask itself gives E 1.
         compressed = self(x[:, None], mask)[:, 0]  # (batch, k', d)
         row_sums = self(mask[:, None, :, None], mask)[:, 0]  # (batch, k', 1)
@@ -169,9 +168,39 @@ class LinformerProjection(nn.Module):
             # |E| (heads, k, L) times the 0/1 mask: a sum of non-negative terms, > 0 iff a real token has E != 0.
             # Detached: a boolean needs no gradient, so autograd need not record the product.
             magnitude = self.weight[:, :, :seq_len].detach().abs()
-            return torch.einsum("hkl,bl->bhk", magnitude, mask) > 0
+            # (heads, k, L) @ (L, batch) -> (heads, k, batch): one matrix product (an einsum adds a dozen reshapes)
+            return (torch.matmul(magnitude, mask.T) > 0).permute(2, 0, 1)
         padded = F.pad(mask, (0, -seq_len % self.bin_size))
         return padded.unflatten(-1, (-1, self.bin_size)).sum(-1)[:, None] > 0
+
+
+def compress_by_linear_projections(
+    projections: list[LinformerProjection], x: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """E X, E 1 and the slots a real token reaches, for linear projections shared by all heads (`num_heads == 1`).
+
+    Two projections (E and F) are stacked, [E; F] (2k x L), so that one product compresses X for both and one
+    elementwise pass masks both. The padding mask is folded into E (its columns at padded positions are zeroed),
+    which costs k L per sequence instead of masking X (L d).
+
+    Args:
+        projections: [E] or [E, F], linear, of the same k.
+        x: (batch, L, d), the layer input.
+        mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in x's dtype.
+    Returns:
+        [E X; F X] (batch, k or 2k, d), [E 1; F 1] (batch, k or 2k, 1), and whether slot j of every projection is
+        reached (batch, 1, k) (see `LinformerProjection.reached_slots`).
+    """
+    seq_len = x.shape[-2]
+    weights = [projection.weight[..., :seq_len] for projection in projections]  # (1, k, L) each
+    # squeeze, not [0]: its backward is a view, where select's allocates and fills a (1, k, n) gradient
+    stacked = (weights[0] if len(weights) == 1 else torch.cat(weights, dim=1)).squeeze(0)  # (k or 2k, L)
+    masked = stacked * mask[:, None, :]  # (batch, k or 2k, L)
+    # |E| 1 over real tokens: a sum of non-negative terms, > 0 iff a real token has E != 0 (one matrix product;
+    # detached: a boolean needs no gradient)
+    reached = torch.mm(mask, stacked.detach().abs().T) > 0  # (batch, k or 2k)
+    reached = reached.unflatten(-1, (len(projections), -1)).all(dim=1, keepdim=True)  # (batch, 1, k)
+    return torch.bmm(masked, x), masked.sum(dim=-1, keepdim=True), reached
 
 
 def eager_attention_forward(
@@ -210,7 +239,8 @@ def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, row_sums: tor
     mapped = linear(compressed_x)  # (batch, k', d)
     if bias is None:
         return mapped
-    return torch.addcmul(mapped, row_sums - 1, bias)
+    # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale.
+    return mapped + (row_sums - 1) * bias
 
 
 class LinformerSelfAttention(nn.Module):
@@ -273,25 +303,48 @@ class LinformerSelfAttention(nn.Module):
     def compress_keys_values(self, hidden_states, mask, key_projection, value_projection, use_fast_path=True):
         """E K and F V as (batch, heads, k', d_h) each.
 
-        The fast path compresses X once (or twice when E != F) and applies W^K, W^V to k' rows; the plain path
-        applies W^K, W^V to all L rows, then compresses per head. Both give the same result.
+        The fast path compresses X once (E = F, or E and F stacked when linear) and applies W^K, W^V to k' rows;
+        the plain path applies W^K, W^V to all L rows, then compresses per head. Both give the same result.
         """
+        key, value, _ = self.compress_keys_values_and_reach(
+            hidden_states, mask, key_projection, value_projection, use_fast_path
+        )
+        return key, value
+
+    def compress_keys_values_and_reach(self, hidden_states, mask, key_projection, value_projection, use_fast_path):
+        """`compress_keys_values`, and which compressed slots a real token reaches in E and F (batch, heads or 1, k').
+
+        The reach of linear projections on the fast path comes with their compression, from the same stacked E."""
         batch, seq_len, _ = hidden_states.shape
         heads, d_h = self.num_attention_heads, self.attention_head_size
-        fast = use_fast_path and self.config.compresses_input_first
-        if fast:
-            compressed_x, row_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
-            key = _map_compressed(self.key, compressed_x, row_sums)  # (E X) W + (E 1) b
-            if value_projection is not key_projection:
-                compressed_x, row_sums = value_projection.compress_input(hidden_states, mask)  # F X, F 1
-            value = _map_compressed(self.value, compressed_x, row_sums)
+        shared = value_projection is key_projection
+        if use_fast_path and self.config.compresses_input_first:
+            if key_projection.kind == "linear":
+                projections = [key_projection] if shared else [key_projection, value_projection]
+                compressed_x, row_sums, reached = compress_by_linear_projections(projections, hidden_states, mask)
+                # [E X; F X] -> E X, F X: views, (batch, k, d) each
+                key_x, value_x = (compressed_x, compressed_x) if shared else compressed_x.chunk(2, dim=1)
+                key_sums, value_sums = (row_sums, row_sums) if shared else row_sums.chunk(2, dim=1)
+            else:
+                key_x, key_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
+                value_x, value_sums = (
+                    (key_x, key_sums) if shared else value_projection.compress_input(hidden_states, mask)
+                )
+                reached = key_projection.reached_slots(mask)  # pooling: the bins alone say it, alike for E and F
+            key = _map_compressed(self.key, key_x, key_sums)  # (E X) W + (E 1) b
+            value = _map_compressed(self.value, value_x, value_sums)
             # (batch, k', d) -> (batch, heads, k', d_h)
-            return key.unflatten(-1, (heads, d_h)).transpose(1, 2), value.unflatten(-1, (heads, d_h)).transpose(1, 2)
+            key = key.unflatten(-1, (heads, d_h)).transpose(1, 2)
+            value = value.unflatten(-1, (heads, d_h)).transpose(1, 2)
+            return key, value, reached
 
         hidden_shape = (batch, seq_len, heads, d_h)
         key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)  # (batch, heads, L, d_h)
         value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
-        return key_projection(key, mask), value_projection(value, mask)  # (batch, heads, k', d_h)
+        reached = key_projection.reached_slots(mask)
+        if not shared and key_projection.kind == "linear":  # pooling reaches alike through E and F
+            reached = reached & value_projection.reached_slots(mask)
+        return key_projection(key, mask), value_projection(value, mask), reached  # (batch, heads, k', d_h)
 
     def forward(
         self,
@@ -315,14 +368,11 @@ class LinformerSelfAttention(nn.Module):
         key_projection, value_projection = self.projections(shared_projection)
 
         query = self.query(hidden_states).view(batch, seq_len, -1, self.attention_head_size).transpose(1, 2)
-        key, value = self.compress_keys_values(
+        key, value, reached = self.compress_keys_values_and_reach(
             hidden_states, attention_mask, key_projection, value_projection, use_fast_path
-        )  # (batch, heads, k', d_h) each
+        )  # (batch, heads, k', d_h) each, (batch, heads or 1, k')
 
         # Additive mask over compressed slots that no real token reaches: (batch, heads or 1, 1, k').
-        reached = key_projection.reached_slots(attention_mask)
-        if value_projection is not key_projection:
-            reached = reached & value_projection.reached_slots(attention_mask)
         slot_mask = torch.where(reached, 0.0, torch.finfo(query.dtype).min).to(query.dtype)[:, :, None, :]
 
         if output_attentions:

@@ -281,12 +281,70 @@ class PerformerSelfAttention(nn.Module):
         return output, None
 
 
+# The count of the encoder's host copy (see PerformerEncoder): [count, _version and data_ptr of the buffer it mirrors].
+HOST_COUNT, HOST_VERSION, HOST_POINTER = 0, 1, 2
+
+
+def _count_training_call(
+    host_count: torch.Tensor,
+    training_calls: torch.Tensor,
+    random_features: list[torch.Tensor],
+    redraw_interval: int,
+    orthogonal: bool,
+    row_norms: str,
+) -> None:
+    """Count one training call in `training_calls`; redraw every W in `random_features` when the count is a multiple
+    of `redraw_interval` (0: never).
+
+    The schedule is decided on the host, from `host_count` (a CPU tensor), so a CUDA model never waits for its
+    device to say the count. The device buffer is read only when something other than this function wrote it since
+    (loading a checkpoint, a hand-set count): its `_version` or storage then differs from the one recorded.
+    The fresh features come from a generator seeded with the call count, so every data-parallel process draws the
+    same W without communicating (DDP also broadcasts buffers, but only at the start of the next call).
+    """
+    state = host_count.tolist()
+    if state[HOST_VERSION] != training_calls._version or state[HOST_POINTER] != training_calls.data_ptr():
+        state[HOST_COUNT] = int(training_calls)  # written elsewhere: read it once (a sync on CUDA, once per load)
+    calls = state[HOST_COUNT] + 1
+    training_calls.fill_(calls)  # a kernel launch, no sync
+    host_count.copy_(torch.tensor([calls, training_calls._version, training_calls.data_ptr()]))
+    if redraw_interval == 0 or calls % redraw_interval != 0:
+        return
+    generator = torch.Generator().manual_seed(calls)
+    for features in random_features:
+        m, d = features.shape
+        fresh = draw_random_features(m, d, orthogonal, row_norms, generator)
+        # non_blocking: from pageable host memory the copy is staged before it returns, and it does not wait for
+        # the device to finish its queue (a blocking copy would, at every redraw).
+        features.copy_(fresh, non_blocking=True)
+
+
+def _count_training_call_op():
+    """`_count_training_call` as a custom op: opaque to torch.compile, which would otherwise break the graph at the
+    host-side schedule (fullgraph=True refuses to), and run as is, in eager and compiled code alike."""
+    namespace = torch.ops.linformer_hf
+    if hasattr(namespace, "performer_training_call"):  # defined already: by the package, or by a copy of this file
+        return namespace.performer_training_call
+    op = torch.library.custom_op(
+        "linformer_hf::performer_training_call", mutates_args=("host_count", "training_calls", "random_features")
+    )(_count_training_call)
+    op.register_fake(lambda *args: None)
+    return op
+
+
+count_training_call_op = _count_training_call_op()
+
+
 class PerformerEncoder(RobertaEncoderWith):
     """RoBERTa's layer stack with FAVOR+ self-attention; owns the redraw schedule of the random features.
 
     The count of training forward calls is a persistent buffer (`training_calls`), so a model saved mid-training
     and loaded again redraws on the same steps. Counting and redrawing happen here, once per model call and before
     any layer runs, so gradient checkpointing (which re-runs layers in the backward pass) sees the same features.
+
+    The count also lives on the host, in a CPU tensor that `.to(device)` leaves in place and the state dict does not
+    hold: deciding whether a call redraws then never reads the device, so a training step on CUDA has no
+    host-device sync, and under torch.compile the schedule is data, not a Python branch to guard on.
     """
 
     self_attention_class = PerformerSelfAttention
@@ -294,25 +352,22 @@ class PerformerEncoder(RobertaEncoderWith):
     def __init__(self, config: PerformerConfig):
         super().__init__(config)
         self.register_buffer("training_calls", torch.zeros((), dtype=torch.long), persistent=True)
+        # [count, _version, data_ptr] of the buffer last counted; version -1: read the buffer at the first call.
+        # On the CPU by name: from_pretrained builds the model under a meta default device.
+        self.host_count = torch.tensor([0, -1, 0], dtype=torch.long, device="cpu")
 
     @torch.no_grad()
-    def count_training_call(self) -> bool:
-        """Count one training call; redraw every layer's features when the schedule says so. Returns whether it did.
-
-        The fresh features come from a generator seeded with the call count, so every data-parallel process draws
-        the same W without communicating (DDP also broadcasts buffers, but only at the start of the next call).
-        """
-        self.training_calls += 1
+    def count_training_call(self) -> None:
+        """Count one training call; redraw every layer's features when the schedule says so."""
         interval = self.config.feature_redraw_interval
-        if interval is None or self.config.freeze_features:
-            return False
-        calls = int(self.training_calls)
-        if calls % interval != 0:
-            return False
-        generator = torch.Generator().manual_seed(calls)
-        for layer in self.layer:
-            layer.attention.self.redraw_features(generator)
-        return True
+        count_training_call_op(
+            self.host_count,
+            self.training_calls,
+            [layer.attention.self.random_features for layer in self.layer],
+            0 if interval is None or self.config.freeze_features else interval,
+            self.config.orthogonal_features,
+            self.config.orthogonal_row_norms,
+        )
 
     def forward(self, hidden_states, attention_mask, **kwargs):
         if self.training:

@@ -49,6 +49,11 @@ def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) ->
     if attention_mask.dtype == torch.bool or torch.compiler.is_compiling() or torch.jit.is_tracing():
         # Compiled and traced graphs skip the value check: a data-dependent branch would break them.
         return
+    if attention_mask.device.type != "cpu":
+        # Reading an accelerator tensor's values is a host-device sync that stalls every call (and
+        # `torch._assert_async` would abort the CUDA context rather than raise). The check runs where reading is free:
+        # on the CPU, where a tokenizer's mask and any mask a user builds by hand start out.
+        return
     # One elementwise pass: an additive (0 / -inf) or soft mask read as `!= 0` would silently let padding in.
     invalid = (attention_mask != 0) & (attention_mask != 1)
     if invalid.any():
@@ -206,8 +211,9 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
     ) -> BaseModelOutputWithPooling:
         r"""
         attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
-            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error.
-            Only this 2-D padding mask is accepted: the efficient attentions form no (L x L) score matrix to mask.
+            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error
+            (checked for a mask on the CPU: reading an accelerator's mask would stall every call). Only this 2-D
+            padding mask is accepted: the efficient attentions form no (L x L) score matrix to mask.
         """
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -225,7 +231,7 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
         if attention_mask is None:
-            if input_ids is not None:
+            if input_ids is not None and input_ids.device.type == "cpu":  # reads ids: a sync elsewhere, as above
                 self.warn_if_padding_and_no_attention_mask(input_ids, None)
             attention_mask = torch.ones(input_shape, device=embedding_output.device)
         mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L): 1.0 token, 0.0 padding
