@@ -14,11 +14,9 @@ import re
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as init
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
-from transformers.utils.generic import is_flash_attention_requested
 
+from .compat import attention_function, init, is_flash_attention_requested
 from .configuration_linformer import LinformerConfig
 from .modeling_roberta_with_attention import (
     RobertaEncoderWith,
@@ -329,9 +327,7 @@ class LinformerSelfAttention(nn.Module):
             # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
             attention_interface = eager_attention_forward
         else:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
+            attention_interface = attention_function(self.config._attn_implementation, eager_attention_forward)
         attn_output, attn_probs = attention_interface(
             self,
             query,
@@ -403,7 +399,7 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
                 )
         return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
 
-    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+    def check_loaded_keys(self, missing_keys, unexpected_keys) -> None:
         """After from_pretrained has loaded a checkpoint: refuse projections that do not fit the config.
 
         The layout of E and F (which modules exist, and whether they have weights) follows `sharing` and `projection`.
@@ -412,9 +408,8 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
         A checkpoint with no projection weights at all is a RoBERTa checkpoint (or a pooling Linformer): its E, F
         start from `projection_init`, said loudly.
         """
-        super()._adjust_missing_and_unexpected_keys(loading_info)
-        missing = sorted(key for key in loading_info.missing_keys if PROJECTION_KEY.search(key))
-        unexpected = sorted(key for key in loading_info.unexpected_keys if PROJECTION_KEY.search(key))
+        missing = sorted(key for key in missing_keys if PROJECTION_KEY.search(key))
+        unexpected = sorted(key for key in unexpected_keys if PROJECTION_KEY.search(key))
         source = self.config._name_or_path or "the checkpoint"
         config = self.config
         settings = f"sharing={config.sharing!r}, projection={config.projection!r}"
