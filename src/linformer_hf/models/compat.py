@@ -62,6 +62,7 @@ else:
 # Checked only once the floor is: below it, these imports are what would fail.
 import torch  # noqa: E402
 from huggingface_hub.dataclasses import strict, type_validator  # noqa: E402
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError  # noqa: E402
 from transformers import RobertaConfig as _RobertaConfig  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as _ALL_ATTENTION_FUNCTIONS  # noqa: E402
 
@@ -84,32 +85,51 @@ else:
         def validate_architecture(self):
             pass
 
+    def _field_type(hint):
+        # `int | None`: older huggingface_hub's type_validator knows only typing.Union
+        return typing.Union[typing.get_args(hint)] if isinstance(hint, types.UnionType) else hint  # noqa: UP007
+
     def config_class(cls):
         """What `@strict` gives a dataclass config from 5.4, for the plain config classes before: keyword arguments
-        for the class's own annotated fields (defaults from the class body), then `__post_init__`, then validation
-        (field types, including the allowed values of a Literal, and `validate_architecture`), raising ValueError."""
+        for the class's own annotated fields (defaults from the class body), then `__post_init__`, then validation,
+        with `@strict`'s errors: a field's type (the allowed values of a Literal too, also on assignment) raises
+        `StrictDataclassFieldValidationError`, `validate_architecture` `StrictDataclassClassValidationError`."""
         annotations = cls.__dict__.get("__annotations__", {})
         defaults = {name: cls.__dict__[name] for name in annotations if name in cls.__dict__}
-        hints = typing.get_type_hints(cls)
+        field_types = {name: _field_type(hint) for name, hint in typing.get_type_hints(cls).items() if name in defaults}
         parent_init = cls.__mro__[1].__init__
+
+        def check_field(name, value):
+            try:
+                type_validator(name, value, field_types[name])
+            except (TypeError, ValueError) as err:
+                raise StrictDataclassFieldValidationError(field=name, cause=err) from err
 
         @functools.wraps(parent_init)
         def __init__(self, **kwargs):
             for name, default in defaults.items():
                 kwargs.setdefault(name, list(default) if isinstance(default, list) else default)
+            self._fields_unchecked = True  # the parent's __init__ and __post_init__ may pass through unset values
             parent_init(self, **kwargs)
             self.__post_init__()
+            del self._fields_unchecked
             self.validate()
 
+        def __setattr__(self, name, value):
+            if name in field_types and not self.__dict__.get("_fields_unchecked", False):
+                check_field(name, value)
+            super(cls, self).__setattr__(name, value)
+
         def validate(self):
-            for name in defaults:
-                expected = hints[name]
-                if isinstance(expected, types.UnionType):  # `int | None`: older huggingface_hub knows only Union
-                    expected = typing.Union[typing.get_args(expected)]  # noqa: UP007
-                type_validator(name, getattr(self, name), expected)
-            self.validate_architecture()
+            for name in field_types:
+                check_field(name, getattr(self, name))
+            try:
+                self.validate_architecture()
+            except (TypeError, ValueError) as err:
+                raise StrictDataclassClassValidationError(validator="validate_architecture", cause=err) from err
 
         cls.__init__ = __init__
+        cls.__setattr__ = __setattr__
         cls.validate = validate
         return cls
 
