@@ -10,7 +10,14 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import SHARED_DATA, random_batch, randomize_projections, tiny_config
+from conftest import (
+    CHECKPOINTING_METHODS,
+    SHARED_DATA,
+    enable_checkpointing,
+    random_batch,
+    randomize_projections,
+    tiny_config,
+)
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -192,8 +199,9 @@ def test_frozen_projections_do_not_train_but_are_saved(tmp_path):
             torch.testing.assert_close(state[name], value, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("method", CHECKPOINTING_METHODS)
 @pytest.mark.parametrize("sharing", ["none", "layerwise"])
-def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing):
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing, method):
     model = LinformerForMaskedLM(tiny_config(sharing=sharing)).train()  # dropout is 0 in tiny_config
     ids = random_batch(2, 12)
     mask = torch.ones_like(ids)
@@ -206,9 +214,9 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing):
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     loss, grads = loss_and_grads()
-    model.activation_checkpointing_enable()  # transformers 5's name for gradient checkpointing
-    assert model.is_activation_checkpointing
+    checkpointed_calls = enable_checkpointing(model, method)
     loss_ckpt, grads_ckpt = loss_and_grads()
+    assert len(checkpointed_calls) == model.config.num_hidden_layers  # every layer ran checkpointed
     torch.testing.assert_close(loss_ckpt, loss)
     assert grads_ckpt.keys() == grads.keys()
     assert any("projection" in name for name in grads)
