@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 import transformers
+from packaging.version import Version
 from conftest import (
     CHECKPOINTING_METHODS,
     SHARED_DATA,
@@ -269,7 +270,12 @@ def test_fill_mask_and_text_classification_pipelines(tokenizer, tmp_path):
 def test_auto_tokenizer_loads_from_a_linformer_model_folder(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     LinformerForMaskedLM(config_for(tokenizer)).save_pretrained(tmp_path)
-    assert isinstance(AutoTokenizer.from_pretrained(tmp_path), RobertaTokenizer)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    # Through 5.5 (5.9 no longer), transformers gives a model type it does not know itself the generic
+    # TokenizersBackend of tokenizer.json, whatever was registered: the same tokenizer, under another class.
+    assert isinstance(loaded, RobertaTokenizer) or Version(transformers.__version__) < Version("5.9")
+    text = ["A Linformer reads the same tokens.", "Short"]
+    assert loaded(text).input_ids == tokenizer(text).input_ids
 
 
 def _train_one_step(model, dataset, collator, per_device_batch, accumulation, tmp_path):
