@@ -10,7 +10,6 @@ import textwrap
 import pytest
 import torch
 import transformers
-from packaging.version import Version
 from conftest import (
     CHECKPOINTING_METHODS,
     SHARED_DATA,
@@ -19,6 +18,7 @@ from conftest import (
     randomize_projections,
     tiny_config,
 )
+from packaging.version import Version
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
