@@ -13,6 +13,8 @@ it requires, from PyPI. The venvs live outside the repository and are reused on 
 Usage:
     python scripts/check_transformers_versions.py --envs_dir /tmp/transformers-envs [--versions 4.57.6 5.0.0 ...]
     python scripts/check_transformers_versions.py --python /path/to/env/bin/python   (an existing environment)
+    python scripts/check_transformers_versions.py --envs_dir .ci-envs --versions "5.0.*" --setup_only
+        (CI: only build the venvs, a version may be a pip pattern; prints each venv's python, one per line)
 
 Prints one markdown row per release (whether every folder loads, the largest output difference) and exits 1 if any
 release fails.
@@ -25,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import venv
 
@@ -138,7 +139,8 @@ def save_reference_folders(root: str) -> int:
 
 def isolated_python(env_dir: str, transformers_version: str | None = None) -> str:
     """The python of a venv at `env_dir` that sees this interpreter's packages but not linformer_hf, with
-    `transformers_version` (and what it requires that differs) installed from PyPI; None keeps this interpreter's."""
+    `transformers_version` (and what it requires that differs) installed from PyPI; None keeps this interpreter's.
+    A version may be a pip pattern ("5.0.*"), then pip runs every time (it does nothing once one is there)."""
     python = os.path.join(env_dir, "bin", "python")
     if not os.path.exists(python):
         venv.EnvBuilder(with_pip=False).create(env_dir)
@@ -148,14 +150,18 @@ def isolated_python(env_dir: str, transformers_version: str | None = None) -> st
         text=True,
         check=True,
     ).stdout.strip()
+    # Every site-packages this interpreter reads, in its order (itself such a venv: its own, then the reused ones);
+    # never a source folder on the path, e.g. the checkout's src/.
+    reused = [path for path in sys.path if os.path.basename(path) == "site-packages" and os.path.isdir(path)]
     with open(os.path.join(site, "_reuse_dependencies.pth"), "w", encoding="utf-8") as handle:
-        handle.write(sysconfig.get_paths()["purelib"] + "\n")
+        handle.write("".join(path + "\n" for path in reused))
     if transformers_version is not None and installed_transformers(python) != transformers_version:
         # pip sees the reused packages as installed: it adds to the venv only what the release needs otherwise, and
         # leaves this interpreter's own environment alone ("outside environment").
         subprocess.run(
             [sys.executable, "-m", "pip", "--python", python, "install", "-q", f"transformers=={transformers_version}"],
             check=True,
+            stdout=sys.stderr,  # stdout is for the results (--setup_only: the pythons)
             env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
         )
     return python
@@ -217,7 +223,18 @@ def main(argv=None) -> int:
     where.add_argument("--envs_dir", help="folder of the per-release venvs (created as needed, reused)")
     where.add_argument("--python", nargs="+", help="existing environments' python executables to load with")
     parser.add_argument("--versions", nargs="+", default=DEFAULT_VERSIONS, help="with --envs_dir: the releases")
+    parser.add_argument(
+        "--setup_only", action="store_true", help="with --envs_dir: build the venvs, print their python"
+    )
     args = parser.parse_args(argv)
+    if args.setup_only and args.envs_dir is None:
+        parser.error("error: --setup_only builds the venvs of --envs_dir: give --envs_dir")
+    if args.envs_dir is not None:
+        environments = [os.path.join(args.envs_dir, f"transformers-{v.replace('*', 'x')}") for v in args.versions]
+    if args.setup_only:
+        for environment, version in zip(environments, args.versions, strict=True):
+            print(os.path.abspath(isolated_python(environment, version)))
+        return 0
 
     import transformers
 
@@ -226,12 +243,8 @@ def main(argv=None) -> int:
         print(f"saved with transformers {transformers.__version__}: {jobs} jobs (family, head, attention)", flush=True)
         print("| transformers | loads, same outputs | largest difference |\n| --- | --- | --- |")
         failed = False
-        environments = args.python or [os.path.join(args.envs_dir, f"transformers-{v}") for v in args.versions]
-        for index, environment in enumerate(environments):
-            if args.python:
-                python = environment
-            else:
-                python = isolated_python(environment, args.versions[index])
+        for index, environment in enumerate(args.python or environments):
+            python = environment if args.python else isolated_python(environment, args.versions[index])
             report = load_and_compare(python, root)
             problems = failures(report)
             differences = [r["difference"] for r in report["results"] if r["difference"] is not None]

@@ -298,7 +298,7 @@ def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
 
     assert load_script().main([str(model_dir), str(output_dir), "--no_int8", "--overwrite"]) == 0
     assert sorted(os.listdir(output_dir)) == sorted(
-        ["config.json", "configuration_linformer.py", ONNX_FILE, ONNX_FILE + ".data", "tokenizer.json"]
+        ["config.json", "configuration_linformer.py", "compat.py", ONNX_FILE, ONNX_FILE + ".data", "tokenizer.json"]
     )
     assert (output_dir / "tokenizer.json").read_text() == "{}"
     session = onnx_session(str(output_dir / ONNX_FILE))
