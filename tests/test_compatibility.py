@@ -104,9 +104,10 @@ def test_importing_the_package_below_its_floor_is_one_line_naming_versions_and_t
         f'transformers 4.57.6 is installed; upgrade it with: pip install "transformers>={compat.PACKAGE_MINIMUM},'
         f'<{compat.BELOW}"'
     )
-    # at the floor (pre-releases of it too) the package imports
-    for version in (f"{compat.PACKAGE_MINIMUM}.0", f"{compat.PACKAGE_MINIMUM}.0rc1"):
-        assert run_with_transformers_version(version, "import linformer_hf", tmp_path, SRC).returncode == 0
+    # the floor itself, its pre-releases and patches pass; the release before it does not
+    for version in (f"{compat.PACKAGE_MINIMUM}.0", f"{compat.PACKAGE_MINIMUM}.0rc1", f"{compat.PACKAGE_MINIMUM}.3"):
+        assert compat.unsupported_transformers_message(Version(version), compat.PACKAGE_MINIMUM, "x") is None
+    assert compat.unsupported_transformers_message(Version("4.99.9"), compat.PACKAGE_MINIMUM, "x") is not None
 
 
 def test_loading_the_remote_code_below_its_floor_is_one_line_naming_versions_and_the_fix(saved_folders, tmp_path):
