@@ -30,10 +30,11 @@ import sys
 import tempfile
 import venv
 
-# The releases of the matrix: the last 4.x, then 5.x from the first to the newest.
+# The releases measured: the last 4.x, then 5.x from the first to the newest (docs/compatibility.md).
 DEFAULT_VERSIONS = [
     "4.57.6",
     "5.0.0",
+    "5.1.0",
     "5.2.0",
     "5.3.0",
     "5.4.0",

@@ -9,10 +9,10 @@ that names the installed version, the version needed and the pip command.
 What differs, and since when:
 - configs: dataclasses validated by huggingface_hub's `@strict` from 5.4; before, plain classes with an `__init__`;
 - `transformers.initialization` (init functions that skip loaded tensors) from 5.0; before, torch's own;
-- `AttentionInterface.get_interface` from 5.2; `is_flash_attention_requested` from 5.0;
+- `AttentionInterface.get_interface` from 5.1; `is_flash_attention_requested` from 5.0;
 - the forward decorators `merge_with_config_defaults` and `capture_outputs` from 5.2; before, `check_model_inputs`;
-- the hook after loading a checkpoint, `_adjust_missing_and_unexpected_keys`: (loading_info) from 5.2,
-  (missing, unexpected) in 5.0-5.1, (missing, unexpected, loading_base_into_head) -> lists in 4.x;
+- the hook after loading a checkpoint, `_adjust_missing_and_unexpected_keys`: (loading_info) from 5.1,
+  (missing, unexpected) in 5.0, (missing, unexpected, loading_base_into_head) -> lists in 4.x;
 - tied weights: a {target: source} dict from 5.0; before, a list of the tied keys; 5.3 alone leaves the tied
   weights of remote code untied on the meta device.
 
@@ -162,7 +162,7 @@ else:
 
 def attention_function(implementation: str | None, eager: typing.Callable) -> typing.Callable:
     """The attention function registered for `implementation` (`eager` for "eager" or None)."""
-    if hasattr(_ALL_ATTENTION_FUNCTIONS, "get_interface"):
+    if TRANSFORMERS_VERSION >= Version("5.1"):
         return _ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
     return eager if implementation in (None, "eager") else _ALL_ATTENTION_FUNCTIONS[implementation]
 
@@ -193,7 +193,7 @@ class PreTrainedModelCompat:
     def check_loaded_keys(self, missing_keys, unexpected_keys) -> None:
         pass
 
-    if TRANSFORMERS_VERSION >= Version("5.2"):
+    if TRANSFORMERS_VERSION >= Version("5.1"):
 
         def _adjust_missing_and_unexpected_keys(self, loading_info):
             super()._adjust_missing_and_unexpected_keys(loading_info)
