@@ -23,6 +23,7 @@ from linformer_hf.hub import (
     render_model_card,
     validate_model_card,
 )
+from linformer_hf.models import compat
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import push_to_hub  # noqa: E402
@@ -163,6 +164,8 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
         'AutoModelForSequenceClassification.from_pretrained("someone/linformer-sst2", trust_remote_code=True)'
         in content
     )
+    # the transformers the folder's code runs on, as compat.py states it (tests/test_compatibility.py proves it)
+    assert f"`transformers>={compat.REMOTE_CODE_MINIMUM},<{compat.BELOW}`: the last\n4.x or any 5.x" in content
     assert "{{" not in content and "{%" not in content
 
 
