@@ -229,12 +229,22 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     if args.setup_only and args.envs_dir is None:
-        parser.error("error: --setup_only builds the venvs of --envs_dir: give --envs_dir")
+        parser.error("--setup_only builds the venvs of --envs_dir: give --envs_dir")
+    for python in args.python or []:
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            parser.error(f"--python {python} is not an executable file: give an environment's bin/python")
     if args.envs_dir is not None:
         environments = [os.path.join(args.envs_dir, f"transformers-{v.replace('*', 'x')}") for v in args.versions]
     if args.setup_only:
-        for environment, version in zip(environments, args.versions, strict=True):
-            print(os.path.abspath(isolated_python(environment, version)))
+        try:
+            pythons = [isolated_python(env, version) for env, version in zip(environments, args.versions, strict=True)]
+        except subprocess.CalledProcessError as err:
+            print(
+                f"error: {err.cmd[-1]} could not be installed (pip's message is above); check the version",
+                file=sys.stderr,
+            )
+            return 2
+        print("\n".join(os.path.abspath(python) for python in pythons))
         return 0
 
     import transformers
@@ -245,8 +255,15 @@ def main(argv=None) -> int:
         print("| transformers | loads, same outputs | largest difference |\n| --- | --- | --- |")
         failed = False
         for index, environment in enumerate(args.python or environments):
-            python = environment if args.python else isolated_python(environment, args.versions[index])
-            report = load_and_compare(python, root)
+            try:
+                python = environment if args.python else isolated_python(environment, args.versions[index])
+                report = load_and_compare(python, root)
+            except (subprocess.CalledProcessError, RuntimeError) as err:  # this release fails; measure the others
+                version = args.versions[index] if args.envs_dir else environment
+                print(f"| {version} | no (not loaded) | - |", flush=True)
+                print(f"    {str(err).splitlines()[-1] if str(err) else type(err).__name__}", file=sys.stderr)
+                failed = True
+                continue
             problems = failures(report)
             differences = [r["difference"] for r in report["results"] if r["difference"] is not None]
             largest = f"{max(differences):.2g}" if differences else "-"
