@@ -1,6 +1,7 @@
 #!/usr/bin/env python
-"""Export a saved Linformer to ONNX (dynamic batch and sequence length, L <= n) and quantise it to int8 for ONNX
-Runtime; see linformer_hf.onnx_export. Needs the `onnx` extra (pip install -e .[onnx]).
+"""Export a saved Linformer or Performer to ONNX (dynamic batch and sequence length, up to the model's longest input:
+n for Linformer) and quantise it to int8 for ONNX Runtime; see linformer_hf.onnx_export (a causal Performer is
+refused: no ONNX operator for its running maximum). Needs the `onnx` extra (pip install -e .[onnx]).
 
 The output folder holds model.onnx and model_int8.onnx, each with its weights in a .data file beside it, and
 config.json; move or copy it whole. A non-empty output folder (an earlier export) is refused unless --overwrite.
@@ -12,7 +13,7 @@ Examples:
 
 import sys
 
-from linformer_hf import LINFORMER_HEADS
+from linformer_hf import LINFORMER_HEADS, PERFORMER_HEADS
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.onnx_export import export_folder
 from linformer_hf.training.errors import report
@@ -20,13 +21,13 @@ from linformer_hf.training.errors import report
 
 def main(argv=None):
     parser = ArgumentParser(description=__doc__)
-    parser.add_argument("model_dir", help="a saved Linformer folder (save_pretrained output)")
+    parser.add_argument("model_dir", help="a saved Linformer or Performer folder (save_pretrained output)")
     parser.add_argument(
         "output_dir", help="where to write model.onnx, model_int8.onnx (each with its .data file) and config.json"
     )
     parser.add_argument(
         "--head",
-        choices=sorted(LINFORMER_HEADS),
+        choices=sorted({*LINFORMER_HEADS, *PERFORMER_HEADS}),
         help="head to export (default: the one the folder was saved as, config.architectures)",
     )
     parser.add_argument("--no_int8", action="store_true", help="skip the int8 dynamic quantisation")

@@ -6,8 +6,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import warnings  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import transformers  # noqa: E402
 
 import linformer_hf  # noqa: E402,F401  (registers the Auto classes)
 from linformer_hf import LinformerConfig  # noqa: E402
@@ -51,3 +54,28 @@ def random_batch(batch_size: int, seq_len: int, vocab_size: int = 99, seed: int 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# The two names of turning gradient checkpointing on: `gradient_checkpointing_enable` (every 5.x; a deprecated alias
+# in newer releases) and `activation_checkpointing_enable` (newer releases only).
+CHECKPOINTING_METHODS = ["gradient_checkpointing_enable", "activation_checkpointing_enable"]
+
+
+def enable_checkpointing(model, method: str) -> list:
+    """Turn gradient checkpointing on by `method`; the list returned gains one entry per checkpointed layer call."""
+    if not hasattr(model, method):
+        pytest.skip(f"transformers {transformers.__version__} has no {method}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the deprecated alias works all the same
+        getattr(model, method)()
+    calls = []
+    for layer in model.modules():
+        if getattr(layer, "gradient_checkpointing", False):
+            checkpoint = layer._gradient_checkpointing_func
+
+            def counted(*args, _checkpoint=checkpoint, **kwargs):
+                calls.append(1)
+                return _checkpoint(*args, **kwargs)
+
+            layer._gradient_checkpointing_func = counted
+    return calls

@@ -23,6 +23,7 @@ from linformer_hf.hub import (
     render_model_card,
     validate_model_card,
 )
+from linformer_hf.models import compat
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import push_to_hub  # noqa: E402
@@ -163,6 +164,8 @@ def test_model_card_metadata_is_valid_and_filled_from_the_config(converted, tmp_
         'AutoModelForSequenceClassification.from_pretrained("someone/linformer-sst2", trust_remote_code=True)'
         in content
     )
+    # the transformers the folder's code runs on, as compat.py states it (tests/test_compatibility.py proves it)
+    assert f"`transformers>={compat.REMOTE_CODE_MINIMUM},<{compat.BELOW}`: the last\n4.x or any 5.x" in content
     assert "{{" not in content and "{%" not in content
 
 
@@ -257,10 +260,11 @@ def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transform
     assert PIPELINE_TAGS["LinformerForMaskedLM"] == PIPELINE_TAGS["PerformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
     assert PIPELINE_TAGS["PerformerForCausalLM"] == "text-generation"
-    # the code a folder needs: the family's config and modeling files and the skeleton they share, nothing else
-    skeleton = "modeling_roberta_with_attention.py"
-    assert remote_code_files("linformer") == ["configuration_linformer.py", "modeling_linformer.py", skeleton]
-    assert remote_code_files("performer") == ["configuration_performer.py", "modeling_performer.py", skeleton]
+    # the code a folder needs: the family's config and modeling files, the skeleton they share and the module of
+    # transformers release differences, nothing else
+    shared = ["compat.py", "modeling_roberta_with_attention.py"]
+    assert remote_code_files("linformer") == sorted(["configuration_linformer.py", "modeling_linformer.py", *shared])
+    assert remote_code_files("performer") == sorted(["configuration_performer.py", "modeling_performer.py", *shared])
 
 
 # ---- a transferred BERT-layout sentence encoder: the first pretrained Linformer's card, on a tiny random BERT ----

@@ -10,7 +10,15 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import SHARED_DATA, random_batch, randomize_projections, tiny_config
+from conftest import (
+    CHECKPOINTING_METHODS,
+    SHARED_DATA,
+    enable_checkpointing,
+    random_batch,
+    randomize_projections,
+    tiny_config,
+)
+from packaging.version import Version
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -192,8 +200,9 @@ def test_frozen_projections_do_not_train_but_are_saved(tmp_path):
             torch.testing.assert_close(state[name], value, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("method", CHECKPOINTING_METHODS)
 @pytest.mark.parametrize("sharing", ["none", "layerwise"])
-def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing):
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing, method):
     model = LinformerForMaskedLM(tiny_config(sharing=sharing)).train()  # dropout is 0 in tiny_config
     ids = random_batch(2, 12)
     mask = torch.ones_like(ids)
@@ -206,9 +215,9 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing):
         return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     loss, grads = loss_and_grads()
-    model.activation_checkpointing_enable()  # transformers 5's name for gradient checkpointing
-    assert model.is_activation_checkpointing
+    checkpointed_calls = enable_checkpointing(model, method)
     loss_ckpt, grads_ckpt = loss_and_grads()
+    assert len(checkpointed_calls) == model.config.num_hidden_layers  # every layer ran checkpointed
     torch.testing.assert_close(loss_ckpt, loss)
     assert grads_ckpt.keys() == grads.keys()
     assert any("projection" in name for name in grads)
@@ -261,7 +270,12 @@ def test_fill_mask_and_text_classification_pipelines(tokenizer, tmp_path):
 def test_auto_tokenizer_loads_from_a_linformer_model_folder(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     LinformerForMaskedLM(config_for(tokenizer)).save_pretrained(tmp_path)
-    assert isinstance(AutoTokenizer.from_pretrained(tmp_path), RobertaTokenizer)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    # Through 5.5 (5.9 no longer), transformers gives a model type it does not know itself the generic
+    # TokenizersBackend of tokenizer.json, whatever was registered: the same tokenizer, under another class.
+    assert isinstance(loaded, RobertaTokenizer) or Version(transformers.__version__) < Version("5.9")
+    text = ["A Linformer reads the same tokens.", "Short"]
+    assert loaded(text).input_ids == tokenizer(text).input_ids
 
 
 def _train_one_step(model, dataset, collator, per_device_batch, accumulation, tmp_path):

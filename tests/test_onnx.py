@@ -1,4 +1,5 @@
-"""ONNX export and ONNX Runtime inference (linformer_hf.onnx_export, scripts/export_onnx.py) on a tiny Linformer.
+"""ONNX export and ONNX Runtime inference (linformer_hf.onnx_export, scripts/export_onnx.py) on a tiny Linformer
+and a tiny Performer.
 
 Each export takes seconds, so each head is exported once per module and every test reads the same files.
 """
@@ -13,7 +14,15 @@ import torch.nn.functional as F
 from conftest import random_batch, randomize_projections, tiny_config
 from transformers import RobertaConfig, RobertaModel
 
-from linformer_hf import LinformerForMultipleChoice, LinformerForSequenceClassification, LinformerModel
+from linformer_hf import (
+    LinformerForMultipleChoice,
+    LinformerForSequenceClassification,
+    LinformerModel,
+    PerformerConfig,
+    PerformerForCausalLM,
+    PerformerForSequenceClassification,
+)
+from linformer_hf.loading import load_linformer
 from linformer_hf.onnx_export import (
     INT8_FILE,
     ONNX_FILE,
@@ -21,7 +30,6 @@ from linformer_hf.onnx_export import (
     export_folder,
     export_onnx,
     feed_forward_unchunked,
-    load_linformer,
     onnx_session,
     quantize_int8,
     run_onnx,
@@ -45,6 +53,17 @@ def tiny_model(model_class, **overrides):
     return model
 
 
+def tiny_performer(model_class, **overrides):
+    """A Performer with the tiny Linformer's sizes and longest input (N)."""
+    torch.manual_seed(0)
+    sizes = {key: getattr(tiny_config(), key) for key in ("vocab_size", "hidden_size", "intermediate_size")}
+    config = PerformerConfig(
+        **sizes, num_hidden_layers=2, num_attention_heads=4, num_labels=3, num_random_features=16,
+        max_position_embeddings=N + 2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **overrides,
+    )  # fmt: skip
+    return model_class(config).eval()
+
+
 def load_script():
     spec = importlib.util.spec_from_file_location("export_onnx_script", SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -61,15 +80,25 @@ def encoder_export(tmp_path_factory):
     return model, onnx_session(path), path
 
 
+def export_classifier(tmp_path_factory, model, args=()):
+    """A saved classifier exported through the script, reloaded from its folder for reference."""
+    model_dir = str(tmp_path_factory.mktemp("classifier"))
+    model.save_pretrained(model_dir)
+    output_dir = str(tmp_path_factory.mktemp("classifier_onnx"))
+    assert load_script().main([model_dir, output_dir, *args]) == 0
+    return type(model).from_pretrained(model_dir).eval(), output_dir
+
+
 @pytest.fixture(scope="module")
 def classifier_export(tmp_path_factory):
-    """A saved classifier exported through the script (fp32 and int8), reloaded from its folder for reference."""
-    model_dir = str(tmp_path_factory.mktemp("classifier"))
-    tiny_model(LinformerForSequenceClassification).save_pretrained(model_dir)
-    output_dir = str(tmp_path_factory.mktemp("classifier_onnx"))
-    assert load_script().main([model_dir, output_dir]) == 0
-    model = LinformerForSequenceClassification.from_pretrained(model_dir).eval()
-    return model, output_dir
+    """A Linformer classifier exported through the script (fp32 and int8)."""
+    return export_classifier(tmp_path_factory, tiny_model(LinformerForSequenceClassification))
+
+
+@pytest.fixture(scope="module")
+def performer_classifier_export(tmp_path_factory):
+    """A Performer classifier exported through the script (fp32 only: int8 is the same code for every family)."""
+    return export_classifier(tmp_path_factory, tiny_performer(PerformerForSequenceClassification), ["--no_int8"])
 
 
 # Two lengths (one below n, one at n) and two batch sizes, every batch right-padded, all through the same file.
@@ -90,9 +119,10 @@ def test_encoder_matches_pytorch_on_padded_batches(encoder_export, batch_size, s
         torch.testing.assert_close(value, expected[name], atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("export", ["classifier_export", "performer_classifier_export"])
 @pytest.mark.parametrize("batch_size,seq_len,real_lengths", SHAPES)
-def test_classifier_matches_pytorch_on_padded_batches(classifier_export, batch_size, seq_len, real_lengths):
-    model, output_dir = classifier_export
+def test_classifier_matches_pytorch_on_padded_batches(export, batch_size, seq_len, real_lengths, request):
+    model, output_dir = request.getfixturevalue(export)
     session = onnx_session(os.path.join(output_dir, ONNX_FILE))
     input_ids, attention_mask = right_padded(batch_size, seq_len, real_lengths, seed=1)
     with torch.no_grad():
@@ -193,6 +223,15 @@ def test_a_folder_that_is_not_a_linformer_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_causal_performer_is_refused_before_any_work(tmp_path):
+    model_dir = tmp_path / "causal"
+    tiny_performer(PerformerForCausalLM, is_decoder=True).save_pretrained(model_dir)
+    with pytest.raises(ValueError, match=r"PerformerForCausalLM is causal .*cummax.*no ONNX operator"):
+        export_folder(str(model_dir), str(tmp_path / "out"))
+    assert load_script().main([str(model_dir), str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unknown_head_is_refused(tmp_path):
     tiny_model(LinformerModel).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="Unknown head 'AutoModelForCausalLM'"):
@@ -219,7 +258,7 @@ def test_the_export_folder_is_self_contained_and_movable(classifier_export, tmp_
     """The folder copied elsewhere and the original gone: fp32 still matches PyTorch on a padded batch, int8 still
     runs close to it; a graph copied without its data file is a clear error."""
     model, output_dir = classifier_export
-    config = ["config.json", "configuration_linformer.py"]  # the latter for trust_remote_code readers
+    config = ["config.json", "configuration_linformer.py", "compat.py"]  # the last two for trust_remote_code readers
     assert sorted(os.listdir(output_dir)) == sorted(
         [*config, ONNX_FILE, ONNX_FILE + ".data", INT8_FILE, INT8_FILE + ".data"]
     )
@@ -259,7 +298,7 @@ def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
 
     assert load_script().main([str(model_dir), str(output_dir), "--no_int8", "--overwrite"]) == 0
     assert sorted(os.listdir(output_dir)) == sorted(
-        ["config.json", "configuration_linformer.py", ONNX_FILE, ONNX_FILE + ".data", "tokenizer.json"]
+        ["config.json", "configuration_linformer.py", "compat.py", ONNX_FILE, ONNX_FILE + ".data", "tokenizer.json"]
     )
     assert (output_dir / "tokenizer.json").read_text() == "{}"
     session = onnx_session(str(output_dir / ONNX_FILE))

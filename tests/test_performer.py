@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import random_batch
+from conftest import CHECKPOINTING_METHODS, enable_checkpointing, random_batch
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModel, Trainer, TrainingArguments
 
@@ -417,14 +417,14 @@ def test_features_never_change_without_a_schedule_or_when_frozen(settings):
     assert all(torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))
 
 
+@pytest.mark.parametrize("method", CHECKPOINTING_METHODS)
 @pytest.mark.parametrize("is_decoder", [False, True])
-def test_gradient_checkpointing_gives_the_same_loss_and_gradients(is_decoder):
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(is_decoder, method):
     """With a redraw on every call: the checkpointed layers re-run in backward with the features of their forward."""
     config = tiny_performer(feature_redraw_interval=1, is_decoder=is_decoder)
     model = (PerformerForCausalLM if is_decoder else PerformerForMaskedLM)(config).train()
     checkpointed = copy.deepcopy(model)
-    checkpointed.activation_checkpointing_enable()
-    assert checkpointed.is_activation_checkpointing
+    checkpointed_calls = enable_checkpointing(checkpointed, method)
     ids = random_batch(2, 12)
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
@@ -436,6 +436,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(is_decoder):
 
     loss, grads = loss_and_grads(model)
     loss_ckpt, grads_ckpt = loss_and_grads(checkpointed)
+    assert len(checkpointed_calls) == config.num_hidden_layers  # every layer ran checkpointed
     torch.testing.assert_close(loss_ckpt, loss)
     assert grads_ckpt.keys() == grads.keys() and any("attention.self.query" in n for n in grads)
     for name in grads:

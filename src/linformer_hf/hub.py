@@ -63,6 +63,7 @@ from transformers.dynamic_module_utils import get_relative_import_files
 
 from .conversion import ConversionReport, copy_sentence_transformers_modules
 from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model
+from .models import compat
 from .models.lengths import max_input_length
 from .outputs import check_output_dir
 from .registration import FAMILIES, TOKENIZER_FILES
@@ -565,6 +566,8 @@ def render_model_card(
         model_name=model_name,
         repo_id=repo_id,
         package_version=__version__,
+        # what the folder's code runs on (models/compat.py states it)
+        transformers_requirement=f"transformers>={compat.REMOTE_CODE_MINIMUM},<{compat.BELOW}",
         family=config.model_type,
         family_name=family_name(config.model_type),
         config=config,

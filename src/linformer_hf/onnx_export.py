@@ -1,13 +1,17 @@
-"""Deployment: export a saved Linformer to ONNX, and quantise it to int8 for ONNX Runtime.
+"""Deployment: export a saved Linformer or Performer to ONNX, and quantise it to int8 for ONNX Runtime.
 
 The export goes through `torch.onnx.export(..., dynamo=True)` (torch.export, then ONNX). optimum is not used: its
-ONNX exporter now lives in `optimum-onnx`, whose releases require transformers < 4.58, and this package pins
-transformers 5.23 (setup.cfg); `optimum-cli export onnx` therefore cannot run beside it.
+ONNX exporter now lives in `optimum-onnx`, whose releases require transformers < 4.58, and this package needs
+transformers 5 (setup.cfg); `optimum-cli export onnx` therefore cannot run beside it.
+
+Every head of both families exports except a causal Performer (`is_decoder`, `PerformerForCausalLM`): its prefix sums
+take a running maximum (`torch.cummax`), which has no ONNX operator, so it is refused before any work.
 
 The exported graph takes `input_ids` and `attention_mask` (int64, (batch, L), 1 = token, 0 = padding; for the
-multiple-choice head (batch, choices, L)), with batch and L dynamic for any L <= n: one file serves every batch
-shape. The mask is a real graph input and is applied as in PyTorch: padding is zeroed before E, F compress the
-sequence and compressed slots that no token reaches are masked out. Outputs are the head's ModelOutput fields
+multiple-choice head (batch, choices, L)), with batch and L dynamic for any L up to the model's longest input (n for
+Linformer): one file serves every batch shape. The mask is a real graph input and is applied as in PyTorch (Linformer:
+padding is zeroed before E, F compress the sequence and compressed slots that no token reaches are masked out;
+Performer: padded keys take no part in the feature sums). Outputs are the head's ModelOutput fields
 (`last_hidden_state` and `pooler_output` for LinformerModel, `logits` for the classification heads, ...).
 
 The forward's value check of the mask (only 0 and 1) is data-dependent, so it is skipped inside the exported graph
@@ -40,10 +44,15 @@ import os
 import torch
 from transformers.dynamic_module_utils import get_relative_import_files
 
-from .loading import load_linformer
+from .loading import load_model
 from .models.configuration_linformer import LinformerConfig
-from .models.modeling_linformer import LinformerForMultipleChoice, LinformerPreTrainedModel
+from .models.lengths import max_input_length
+from .models.modeling_roberta_with_attention import (
+    RobertaWithAttentionForMultipleChoice,
+    RobertaWithAttentionPreTrainedModel,
+)
 from .outputs import check_output_dir
+from .registration import FAMILIES
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
@@ -53,14 +62,15 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 NOT_EXPORTED = ("loss", "hidden_states", "attentions")
 
 
-def example_inputs(model: LinformerPreTrainedModel, batch_size: int = 2, seq_len: int | None = None):
+def example_inputs(model: RobertaWithAttentionPreTrainedModel, batch_size: int = 2, seq_len: int | None = None):
     """(input_ids, attention_mask) to trace with; the second row right-padded, so the traced path sees padding.
 
-    Any sizes work (the exported axes are dynamic); a length below n keeps the traced example general.
+    Any sizes work (the exported axes are dynamic); a length below the longest keeps the traced example general.
     """
-    n = model.config.max_sequence_length
-    seq_len = seq_len or max(2, min(n, 8))
-    shape = (batch_size, 2, seq_len) if isinstance(model, LinformerForMultipleChoice) else (batch_size, seq_len)
+    longest = max_input_length(model.config)
+    seq_len = seq_len or max(2, min(longest, 8))
+    multiple_choice = isinstance(model, RobertaWithAttentionForMultipleChoice)
+    shape = (batch_size, 2, seq_len) if multiple_choice else (batch_size, seq_len)
     input_ids = torch.randint(3, model.config.vocab_size, shape)  # ids 0-2 are special (bos, pad, eos)
     attention_mask = torch.ones(shape, dtype=torch.long)
     attention_mask[1, ..., seq_len // 2 :] = 0
@@ -71,7 +81,7 @@ def example_inputs(model: LinformerPreTrainedModel, batch_size: int = 2, seq_len
 class _OnnxWrapper(torch.nn.Module):
     """The head called with (input_ids, attention_mask) and returning its output fields as a tuple."""
 
-    def __init__(self, model: LinformerPreTrainedModel, output_names: list[str]):
+    def __init__(self, model: RobertaWithAttentionPreTrainedModel, output_names: list[str]):
         super().__init__()
         self.model = model
         self.output_names = output_names
@@ -81,11 +91,21 @@ class _OnnxWrapper(torch.nn.Module):
         return tuple(outputs[name] for name in self.output_names)
 
 
-def export_onnx(model: LinformerPreTrainedModel, path: str, opset_version: int | None = None) -> list[str]:
-    """Write `model` (any Linformer head) as an ONNX graph with dynamic batch and sequence axes; return its output
-    names."""
-    if not isinstance(model, LinformerPreTrainedModel):
-        raise TypeError(f"Expected a Linformer model, got {type(model).__name__}.")
+def check_exportable(model) -> None:
+    """Refuse, before any work, a model this export cannot write."""
+    if not isinstance(model, RobertaWithAttentionPreTrainedModel):
+        raise TypeError(f"Expected a Linformer or Performer model, got {type(model).__name__}.")
+    if model.config.is_decoder:
+        raise ValueError(
+            f"{type(model).__name__} is causal (is_decoder=True): its attention takes a running maximum "
+            "(torch.cummax), which has no ONNX operator. Export a bidirectional head (is_decoder=False) instead."
+        )
+
+
+def export_onnx(model: RobertaWithAttentionPreTrainedModel, path: str, opset_version: int | None = None) -> list[str]:
+    """Write `model` (any Linformer head, any bidirectional Performer head) as an ONNX graph with dynamic batch and
+    sequence axes; return its output names."""
+    check_exportable(model)
     model = model.eval()
     input_ids, attention_mask = example_inputs(model)
     # Unchunked here too: the short example length need not be a multiple of the model's feed-forward chunk.
@@ -94,8 +114,9 @@ def export_onnx(model: LinformerPreTrainedModel, path: str, opset_version: int |
     output_names = [name for name in outputs.keys() if name not in NOT_EXPORTED]
 
     batch = torch.export.Dim("batch")
-    # L <= n: the bound keeps the traced length check (and the slice of E's first L columns) valid for every L.
-    sequence = torch.export.Dim("sequence", max=model.config.max_sequence_length)
+    # L <= the longest input (n for Linformer): the bound keeps the traced length check (and the slice of E's first L
+    # columns) valid for every L.
+    sequence = torch.export.Dim("sequence", max=max_input_length(model.config))
     axes = {0: batch, input_ids.dim() - 1: sequence}
     if input_ids.dim() == 3:
         axes[1] = torch.export.Dim("num_choices")
@@ -195,9 +216,9 @@ def check_data_files(onnx_path: str) -> list[str]:
 def export_folder(
     model_dir: str, output_dir: str, head: str | None = None, int8: bool = True, overwrite: bool = False
 ) -> dict[str, str]:
-    """Export a saved Linformer folder to `output_dir`: `model.onnx` (and `model_int8.onnx`), each with its weights
-    in a `.data` file beside it, and the config (`config.json`, `configuration_linformer.py`). Return the graphs'
-    paths by precision.
+    """Export a saved Linformer or Performer folder to `output_dir`: `model.onnx` (and `model_int8.onnx`), each with
+    its weights in a `.data` file beside it, and the config (`config.json`, `configuration_<family>.py` and what it
+    imports). Return the graphs' paths by precision.
 
     The folder is self-contained and movable. A non-empty `output_dir` holds an earlier export and is refused unless
     `overwrite` (then that export's files are deleted first; other files there, e.g. a tokenizer, are kept).
@@ -205,7 +226,8 @@ def export_folder(
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
     check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
-    model = load_linformer(model_dir, head)  # checks model_dir before output_dir is touched
+    model = load_model(model_dir, head)  # checks model_dir before output_dir is touched
+    check_exportable(model)
     if overwrite:
         remove_export(output_dir)
     paths = {"fp32": os.path.join(output_dir, ONNX_FILE)}
@@ -232,16 +254,16 @@ def remove_export(output_dir: str) -> None:
             inside = os.path.dirname(os.path.relpath(doomed_path, output_dir)) == ""
             if inside and os.path.isfile(doomed_path):
                 os.remove(doomed_path)
-    for name in config_files():
+    for name in {name for config_class in FAMILIES for name in config_files(config_class)}:
         path = os.path.join(output_dir, name)
         if os.path.isfile(path):
             os.remove(path)
 
 
-def config_files() -> list[str]:
+def config_files(config_class: type = LinformerConfig) -> list[str]:
     """What `config.save_pretrained` writes: config.json, and for `trust_remote_code` the config's module with the
     siblings it imports (transformers copies them beside it)."""
-    module = inspect.getfile(LinformerConfig)
+    module = inspect.getfile(config_class)
     return [CONFIG_FILE, *sorted({os.path.basename(path) for path in [module, *get_relative_import_files(module)]})]
 
 

@@ -2,8 +2,7 @@
 
 from typing import Literal, get_args
 
-from huggingface_hub.dataclasses import strict
-from transformers import RobertaConfig
+from .compat import RobertaConfig, config_class
 
 # The option types: @strict validates every value against them (on construction, from_pretrained and assignment),
 # naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
@@ -16,7 +15,7 @@ PROJECTION_KINDS: tuple[str, ...] = get_args(ProjectionKind)
 PROJECTION_INITS: tuple[str, ...] = get_args(ProjectionInit)
 
 
-@strict
+@config_class
 class LinformerConfig(RobertaConfig):
     r"""
     Configuration of a Linformer encoder (Wang et al., 2020, "Self-Attention with Linear Complexity").

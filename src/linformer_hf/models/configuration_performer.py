@@ -2,8 +2,7 @@
 
 from typing import Literal, get_args
 
-from huggingface_hub.dataclasses import strict
-from transformers import RobertaConfig
+from .compat import RobertaConfig, config_class
 
 # The option types: @strict validates every value against them (on construction, from_pretrained and assignment),
 # naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
@@ -18,7 +17,7 @@ ROW_NORMS: tuple[str, ...] = get_args(RowNorms)
 DEFAULT_KERNEL_EPSILON = {"softmax": 1e-6, "relu": 1e-3}
 
 
-@strict
+@config_class
 class PerformerConfig(RobertaConfig):
     r"""
     Configuration of a Performer (Choromanski et al., 2021, "Rethinking Attention with Performers").

@@ -14,11 +14,9 @@ import re
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as init
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
-from transformers.utils.generic import is_flash_attention_requested
 
+from .compat import attention_function, init, is_flash_attention_requested
 from .configuration_linformer import LinformerConfig
 from .modeling_roberta_with_attention import (
     RobertaEncoderWith,
@@ -379,9 +377,7 @@ class LinformerSelfAttention(nn.Module):
             # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
             attention_interface = eager_attention_forward
         else:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-                self.config._attn_implementation, eager_attention_forward
-            )
+            attention_interface = attention_function(self.config._attn_implementation, eager_attention_forward)
         attn_output, attn_probs = attention_interface(
             self,
             query,
@@ -453,7 +449,7 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
                 )
         return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
 
-    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+    def check_loaded_keys(self, missing_keys, unexpected_keys, mismatched_keys) -> None:
         """After from_pretrained has loaded a checkpoint: refuse projections that do not fit the config.
 
         The layout of E and F (which modules exist, and whether they have weights) follows `sharing` and `projection`.
@@ -462,10 +458,9 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
         A checkpoint with no projection weights at all is a RoBERTa checkpoint (or a pooling Linformer): its E, F
         start from `projection_init`, said loudly.
         """
-        super()._adjust_missing_and_unexpected_keys(loading_info)
-        mismatched = sorted(entry for entry in loading_info.mismatched_keys if PROJECTION_KEY.search(entry[0]))
+        mismatched = sorted(entry for entry in mismatched_keys if PROJECTION_KEY.search(entry[0]))
         if mismatched:  # said here, by name, instead of transformers' "look at the above report"
-            loading_info.mismatched_keys.difference_update(mismatched)
+            mismatched_keys.difference_update(mismatched)
             key, saved, now = mismatched[0]
             raise ValueError(
                 f"The projection weights in {self.config._name_or_path or 'the checkpoint'} do not fit its config "
@@ -474,8 +469,8 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
                 f"the config asks for {tuple(now)} ({len(mismatched)} projection weight(s) differ). Likely cause: one "
                 "of these was edited in config.json after the model was saved; restore the values it was saved with."
             )
-        missing = sorted(key for key in loading_info.missing_keys if PROJECTION_KEY.search(key))
-        unexpected = sorted(key for key in loading_info.unexpected_keys if PROJECTION_KEY.search(key))
+        missing = sorted(key for key in missing_keys if PROJECTION_KEY.search(key))
+        unexpected = sorted(key for key in unexpected_keys if PROJECTION_KEY.search(key))
         source = self.config._name_or_path or "the checkpoint"
         config = self.config
         settings = f"sharing={config.sharing!r}, projection={config.projection!r}"

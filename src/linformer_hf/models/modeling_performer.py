@@ -14,9 +14,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as init
 from transformers.utils import logging
 
+from .compat import init
 from .configuration_performer import PerformerConfig
 from .modeling_roberta_with_attention import (
     RobertaEncoderWith,

@@ -10,7 +10,7 @@ A self-attention module plugged in here is built as `SelfAttention(config, layer
 (batch, L) holding 1.0 for real tokens and 0.0 for padding; it returns `(output (batch, L, d), weights or None)`.
 
 This file is copied beside saved weights with the family's modeling file (a sibling import), so it may import only
-`torch` and `transformers`.
+`torch`, `transformers` and its siblings; what differs between transformers releases comes from `compat.py`.
 """
 
 import torch
@@ -34,8 +34,9 @@ from transformers.models.roberta.modeling_roberta import (
     RobertaSelfOutput,
 )
 from transformers.pytorch_utils import apply_chunking_to_forward
-from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
+from transformers.utils.generic import can_return_tuple
+
+from .compat import PreTrainedModelCompat, model_forward, tied_weights
 
 
 def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
@@ -152,7 +153,7 @@ class RobertaEncoderWith(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class RobertaWithAttentionPreTrainedModel(RobertaPreTrainedModel):
+class RobertaWithAttentionPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     """What every family shares: RoBERTa's weight names and init, gradient checkpointing, hidden-state capture.
 
     A family subclass sets `config_class`, `_can_record_outputs["attentions"]` when its attention has weights to
@@ -196,8 +197,7 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
                 f"tokenizer(..., truncation=True, max_length={longest})."
             )
 
-    @merge_with_config_defaults
-    @capture_outputs
+    @model_forward
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -249,10 +249,9 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
 
 class RobertaWithAttentionForMaskedLM(RobertaWithAttentionPreTrainedModel, RobertaForMaskedLM):
     base_model_class: type[RobertaWithAttentionModel]
-    _tied_weights_keys = {
-        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    }
+    _tied_weights_keys = tied_weights(
+        {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight", "lm_head.decoder.bias": "lm_head.bias"}
+    )
 
     def __init__(self, config):
         RobertaWithAttentionPreTrainedModel.__init__(self, config)
@@ -311,10 +310,9 @@ class RobertaWithAttentionForCausalLM(RobertaWithAttentionPreTrainedModel, Gener
     There is no key/value cache: `generate` re-reads the whole prefix at every step (`use_cache=False`)."""
 
     base_model_class: type[RobertaWithAttentionModel]
-    _tied_weights_keys = {
-        "lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-        "lm_head.decoder.bias": "lm_head.bias",
-    }
+    _tied_weights_keys = tied_weights(
+        {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight", "lm_head.decoder.bias": "lm_head.bias"}
+    )
 
     def __init__(self, config):
         if not config.is_decoder:
