@@ -19,7 +19,8 @@ def _find(rows: list[BenchmarkRow], mode: Mode, model: str, n: int, k: int | Non
 
 
 def _cell(baseline: BenchmarkRow | None, compressed: BenchmarkRow | None, column: str) -> str:
-    """baseline / compressed model of `column`, or why there is no ratio."""
+    """baseline / compressed model of `column`, or why there is no ratio; for times, the FLOP ratio beside it (the
+    speed-up's ceiling where both run at the same fraction of the machine's peak)."""
     if compressed is None or baseline is None:
         return "-"
     for row, name in ((baseline, "baseline "), (compressed, "")):
@@ -30,7 +31,10 @@ def _cell(baseline: BenchmarkRow | None, compressed: BenchmarkRow | None, column
     a, b = getattr(baseline, column), getattr(compressed, column)
     if a is None or b is None or b == 0:
         return "n/a"
-    return f"{a / b:.2f}x"
+    cell = f"{a / b:.2f}x"
+    if column == "time_s" and baseline.gflop and compressed.gflop:
+        cell += f" (FLOP {baseline.gflop / compressed.gflop:.2f}x)"
+    return cell
 
 
 def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
@@ -52,7 +56,8 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
             else:
                 ks, header = [None], f"| n | m={cfg.num_random_features} |"
             for baseline in baselines:
-                out.append(f"**{title} of {model} over {baseline}** (baseline / {model})\n")
+                flops = " (in brackets: the FLOP ratio, the ceiling)" if column == "time_s" else ""
+                out.append(f"**{title} of {model} over {baseline}** (baseline / {model}{flops})\n")
                 out.append(header)
                 out.append("| --- |" + " --- |" * len(ks))
                 for n in ns:
@@ -115,9 +120,9 @@ def _text(value) -> str:
 def absolute_table(rows: list[BenchmarkRow]) -> str:
     """Markdown: every point's time, throughput, achieved FLOP/s and memory."""
     out = [
-        "| mode | model | n | k | status | time (s) | tokens/s | GFLOP | GFLOP/s | of matmul peak | activation MB "
-        "| weights MB | attention that ran |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| mode | model | n | k | batch | status | time (s) | tokens/s | real tokens/s (padding) | GFLOP | GFLOP/s "
+        "| of matmul peak | activation MB | peak MB | weights MB | attention that ran | attention kernels |",
+        "|" + " --- |" * 17,
     ]
     for r in rows:
         status = r.status.value + (f": {r.reason}" if r.reason else "")
@@ -125,8 +130,9 @@ def absolute_table(rows: list[BenchmarkRow]) -> str:
             status += f" (memory failed: {r.memory_error})"
         fraction = f"{r.fraction_of_peak:.0%}" if r.fraction_of_peak is not None else ""
         gflop = f"{r.gflop} (counted)" if r.gflop is not None and r.flop_source == "FlopCounterMode" else r.gflop
-        cells = [r.mode, r.model, r.n, r.k, status, r.time_s, r.tokens_per_s, gflop, r.achieved_gflops, fraction,
-                 r.activation_mb, r.weights_mb, r.attention]  # fmt: skip
+        real = "" if r.real_tokens_per_s is None else f"{r.real_tokens_per_s} ({r.padding_fraction:.0%})"
+        cells = [r.mode, r.model, r.n, r.k, r.batch, status, r.time_s, r.tokens_per_s, real, gflop, r.achieved_gflops,
+                 fraction, r.activation_mb, r.peak_mb, r.weights_mb, r.attention, r.kernels]  # fmt: skip
         out.append("| " + " | ".join(_text(c) for c in cells) + " |")
     return "\n".join(out)
 
@@ -231,6 +237,19 @@ def machine_description(cfg: BenchmarkConfig) -> str:
     )
 
 
+def _batch_text(cfg: BenchmarkConfig) -> str:
+    text = f"batch {cfg.batch_at(0) if cfg.tokens_per_batch is None else f'{cfg.tokens_per_batch} / n'}"
+    if cfg.padding_fraction:
+        text += f", {cfg.padding_fraction:.0%} of the positions padding (real tokens/s excludes them)"
+    return text
+
+
+def _precision_text(cfg: BenchmarkConfig) -> str:
+    if not cfg.autocast:
+        return f"weights in {cfg.dtype}"
+    return f"fp32 weights under {cfg.dtype} autocast" + (", loss scaling" if cfg.dtype == "fp16" else "")
+
+
 def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfig, command: str, machine: str) -> str:
     parts = [
         "# Benchmark results\n",
@@ -239,8 +258,8 @@ def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfi
         f"Dense matmul peak measured in this run: {info.matmul_peak_gflops:.1f} GFLOP/s ({cfg.dtype})  ",
         f"Runtime: {info.runtime_s / 60:.1f} min  ",
         f"Models: width {cfg.hidden_size}, {cfg.heads} heads, d_ff {cfg.intermediate_size}, {cfg.layers} layers, "
-        f"batch {cfg.batch}; Linformer sharing={cfg.sharing}, projection={cfg.projection}; Performer "
-        f"m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
+        f"{_batch_text(cfg)}, {_precision_text(cfg)}; Linformer sharing={cfg.sharing}, projection={cfg.projection}; "
+        f"Performer m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
         f"{cfg.longformer_window}; BigBird block {cfg.bigbird_block_size}, {cfg.bigbird_random_blocks} random blocks\n",
     ]
     peers = peers_table(rows, cfg)
