@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass
 
 from .config import BenchmarkConfig
 from .models import MODELS
@@ -65,6 +66,64 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
                     out.append(f"| {n} | " + " | ".join(cells) + " |")
                 out.append("")
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 20's targets: `model` (every k of the run) at least `ratio` times as fast as `baseline` at n."""
+
+    mode: Mode
+    model: str
+    baseline: str
+    n: int
+    ratio: float
+
+
+_MODERNBERTS = ("modernbert-base-sdpa", "modernbert-base-fa2", "modernbert-sdpa", "modernbert-fa2")
+# For H100 or better, bf16, 12 layers, 32,768 tokens a batch (the `gpu-realistic` presets); with 25% padding the
+# same ratios within 10%.
+TARGETS = [
+    Target(Mode.TRAIN, "linformer", "roberta-sdpa", 512, 1.0),
+    Target(Mode.TRAIN, "linformer", "roberta-sdpa", 4096, 1.6),
+    Target(Mode.TRAIN, "linformer", "roberta-sdpa", 16384, 3.0),
+    Target(Mode.INFERENCE, "linformer", "roberta-sdpa", 512, 1.0),
+    Target(Mode.INFERENCE, "linformer", "roberta-sdpa", 4096, 1.5),
+    *(Target(mode, "linformer", m, 8192, 1.5) for m in _MODERNBERTS for mode in (Mode.INFERENCE, Mode.TRAIN)),
+    Target(Mode.TRAIN, "performer", "roberta-sdpa", 8192, 1.0),
+]
+
+
+def targets_table(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
+    """Markdown: each target whose two points the run measured, with the speed-up in real tokens/s, its FLOP
+    ratio (the ceiling) and whether it is met; empty when the run has none of them."""
+    out = []
+    for target in TARGETS:
+        for k in cfg.ks if MODELS[target.model].takes_k else [None]:
+            ours, theirs = (
+                _find(rows, target.mode, target.model, target.n, k),
+                _find(rows, target.mode, target.baseline, target.n),
+            )
+            if ours is None or theirs is None:
+                continue
+            label = target.model if k is None else f"{target.model} k={k}"
+            ceiling = f"{theirs.gflop / ours.gflop:.2f}x" if theirs.gflop and ours.gflop else "n/a"
+            if ours.status == Status.OK and theirs.status == Status.OK and ours.time_s and theirs.time_s:
+                measured = theirs.time_s / ours.time_s  # one batch for both: the ratio of their (real) tokens/s
+                cells = [f"{measured:.2f}x", "yes" if measured >= target.ratio else "no"]
+            else:
+                cells = [_cell(theirs, ours, "time_s"), "-"]
+            out.append(
+                f"| {target.mode.value} | {label} | {target.baseline} | {target.n} | >= {target.ratio}x | {ceiling} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    if not out:
+        return ""
+    header = [
+        "| mode | model | over | n | target | FLOP ratio (ceiling) | measured (real tokens/s) | met |",
+        "|" + " --- |" * 8,
+    ]
+    return "\n".join(header + out)
 
 
 PEER_SECTIONS = [
@@ -262,6 +321,14 @@ def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfi
         f"Performer m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
         f"{cfg.longformer_window}; BigBird block {cfg.bigbird_block_size}, {cfg.bigbird_random_blocks} random blocks\n",
     ]
+    targets = targets_table(rows, cfg)
+    if targets:
+        parts += [
+            "## Issue 20's targets\n",
+            "(Set for H100 or better, bf16, 12 layers, 32,768 tokens a batch: the `gpu-realistic` presets.)\n",
+            targets,
+            "",
+        ]
     peers = peers_table(rows, cfg)
     if peers:
         parts += ["## Linformer against the peers\n", peers]

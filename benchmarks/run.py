@@ -36,6 +36,7 @@ class RunInfo:
     memory_budget_gib: float
     peer: list[PeerResult] = field(default_factory=list)
     runtime_s: float = 0.0
+    peak_info: dict = field(default_factory=dict)  # MatmulPeakTask's result (GFLOP/s; CUDA: device name, memory)
 
 
 def memory_budget_bytes(cfg: BenchmarkConfig, device_total: int | None) -> int:
@@ -133,25 +134,29 @@ def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
         row.attention = memory["attention"]
 
 
-def run_benchmark(cfg: BenchmarkConfig, log=print, on_measured=None) -> tuple[list[BenchmarkRow], RunInfo]:
+def run_benchmark(
+    cfg: BenchmarkConfig, log=print, on_measured=None, peak_info: dict | None = None
+) -> tuple[list[BenchmarkRow], RunInfo]:
     """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer).
 
     `on_measured(rows)`, if given, is called with the rows so far after each length is measured (so that a long run
-    can save what it has)."""
+    can save what it has). `peak_info`: the `MatmulPeakTask` result of an earlier run on the same device and dtype
+    (`RunInfo.peak_info`), so that a grid run one n at a time measures it once."""
     cfg.validate()
     started = time.time()
 
     def stamp(message):
         log(f"[{time.time() - started:6.0f} s] {message}")
 
-    try:
-        peak_info = run_in_fresh_process(MatmulPeakTask(cfg), cfg.timeout_s)
-    except WorkerFailed as error:
-        raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
+    if peak_info is None:
+        try:
+            peak_info = run_in_fresh_process(MatmulPeakTask(cfg), cfg.timeout_s)
+        except WorkerFailed as error:
+            raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
     peak = peak_info["gflops"]
     budget = memory_budget_bytes(cfg, peak_info.get("total_memory_bytes"))
     log(f"dense matmul peak: {peak:.1f} GFLOP/s; memory budget {budget / 2**30:.1f} GiB")
-    info = RunInfo(matmul_peak_gflops=peak, memory_budget_gib=budget / 2**30)
+    info = RunInfo(matmul_peak_gflops=peak, memory_budget_gib=budget / 2**30, peak_info=peak_info)
 
     rows: list[BenchmarkRow] = []
     for mode, ns in ((Mode.INFERENCE, cfg.ns), (Mode.TRAIN, cfg.train_ns)):

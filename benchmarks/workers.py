@@ -24,6 +24,7 @@ import random
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import DTYPES, BenchmarkConfig
@@ -144,6 +145,28 @@ def _step(model, inputs: dict, mode: Mode, optimizer=None, autocast=contextlib.n
         return model(**inputs).last_hidden_state
 
 
+@dataclass
+class PreparedStep:
+    """One model ready to step: `run()` is one measured step (`_step`) of `net` on `inputs`."""
+
+    net: object
+    inputs: dict
+    optimizer: object
+    run: Callable[[], object]
+
+
+def prepare_step(
+    cfg: BenchmarkConfig, model: str, n: int, k: int | None, mode: Mode, tokens=None, autocast=None
+) -> PreparedStep:
+    """Build `model` at length n (and k) as the run builds it, with its batch (`tokens`: ids and mask, else the
+    run's batch at n), optimizer and loss scaler."""
+    net = _prepared_model(cfg, model, n, k, mode)
+    inputs = model_inputs(model, *(tokens if tokens is not None else _make_inputs(cfg, n)))
+    optimizer, scaler = _optimizer(net, mode), _scaler(cfg, mode)
+    autocast = autocast or _autocast(cfg)
+    return PreparedStep(net, inputs, optimizer, lambda: _step(net, inputs, mode, optimizer, autocast, scaler))
+
+
 def _attention_op(name: str) -> bool:
     """A fused attention op's name (SDPA's backends: flash, efficient, cudnn, flash_for_cpu; flash_attn's ops)."""
     return ("scaled_dot_product" in name or "flash_attn" in name) and "backward" not in name
@@ -245,29 +268,24 @@ class TimingTask:
         torch = _setup(cfg)
         tokens = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
         autocast = _autocast(cfg)
-        runs, nets, inputs, optimizers, errors, counted, kernels = {}, {}, {}, {}, {}, {}, {}
+        steps, runs, errors, counted, kernels = {}, {}, {}, {}, {}
         for label, model_name, n, k in self.points:
             try:
-                nets[label] = model = _prepared_model(cfg, model_name, n, k, self.mode)
-                inputs[label] = model_inputs(model_name, *tokens[n])
-                optimizers[label] = optimizer = _optimizer(model, self.mode)
-                scaler = _scaler(cfg, self.mode)
-                runs[label] = lambda model=model, x=inputs[label], opt=optimizer, scaler=scaler: _step(
-                    model, x, self.mode, opt, autocast, scaler
-                )
+                steps[label] = step = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
+                runs[label] = step.run
                 # The first warm-up (an extra untimed run with --warmup 0).
-                first = runs[label]
+                first = step.run
                 if MODELS[model_name].counted_flops:
 
-                    def first(run=runs[label], label=label):
+                    def first(run=step.run, label=label):
                         counted[label] = _counted_flops(run)
 
                 kernels[label] = attention_ops(first)
             except Exception as error:  # this point fails; the others still run
                 errors[label] = f"{type(error).__name__}: {error}"
-                for table in (runs, nets, inputs, optimizers):
-                    table.pop(label, None)
-                model = optimizer = None
+                steps.pop(label, None)
+                runs.pop(label, None)
+                step = None
                 gc.collect()
                 if cfg.device.startswith("cuda"):
                     torch.cuda.empty_cache()
@@ -279,10 +297,10 @@ class TimingTask:
                 run()
         memory = {}
         if self.memory and cfg.device.startswith("cuda"):
-            for label, run in runs.items():
-                activation, _ = _cuda_step_memory(run)
-                weights = sum(p.numel() * p.element_size() for p in nets[label].parameters())
-                own = _persistent_bytes(nets[label], optimizers[label])
+            for label, step in steps.items():
+                activation, _ = _cuda_step_memory(step.run)
+                weights = sum(p.numel() * p.element_size() for p in step.net.parameters())
+                own = _persistent_bytes(step.net, step.optimizer)
                 memory[label] = {
                     "activation_bytes": activation,
                     "peak_bytes": own + activation,
@@ -296,7 +314,7 @@ class TimingTask:
             "times": times,
             "matmul_gflops": matmul_flops / statistics.median(times.pop(REFERENCE_MATMUL)) / 1e9,
             "flops": counted,
-            "attention": {label: realised_attention(nets[label], inputs[label]) for label in nets},
+            "attention": {label: realised_attention(step.net, step.inputs) for label, step in steps.items()},
             "kernels": kernels,
             "errors": errors,
             "memory": memory,
