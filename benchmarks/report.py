@@ -25,8 +25,9 @@ def _cell(baseline: BenchmarkRow | None, compressed: BenchmarkRow | None, column
     if compressed is None or baseline is None:
         return "-"
     for row, name in ((baseline, "baseline "), (compressed, "")):
-        if row.status == Status.SKIPPED:
-            return f"{name}OOM"
+        if row.status == Status.SKIPPED:  # estimated not to fit, or unavailable (FlashAttention-2 without flash_attn)
+            unavailable = row.reason and not row.reason.startswith("would not fit")
+            return f"{name}{'skipped' if unavailable else 'OOM'}"
         if row.status == Status.FAILED:
             return f"{name}failed"
     a, b = getattr(baseline, column), getattr(compressed, column)

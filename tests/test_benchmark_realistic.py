@@ -8,10 +8,10 @@ import pytest
 import torch
 from test_benchmarking import TINY, counted_flops
 
-from benchmarks import PRESETS, BenchmarkConfig, Mode, Status, forward_flops, model_config, run_benchmark
+from benchmarks import PRESETS, BenchmarkConfig, BenchmarkRow, Mode, Status, forward_flops, model_config, run_benchmark
 from benchmarks.costs import _modernbert_keys_per_layer
 from benchmarks.models import MODELS, build_model, model_inputs
-from benchmarks.report import ratio_tables, report_markdown
+from benchmarks.report import ratio_tables, report_markdown, targets_table
 from benchmarks.workers import PAD_ID, _autocast, _make_inputs, _optimizer, _scaler, _step, padded_lengths
 
 # Three layers: global, local, local (ModernBERT's pattern); its window of 128 is local at n = 256.
@@ -169,3 +169,22 @@ def test_gpu_presets_are_the_issues_realistic_load():
                 "modernbert-base-fa2", "longformer", "bigbird"} <= set(cfg.models)  # fmt: skip
         dataclasses.replace(cfg, dtype="fp16").validate()  # a V100's run
     assert MODELS["modernbert-fa2"].unavailable(BenchmarkConfig(**TINY)) == "flash_attention_2 runs on CUDA only"
+
+
+def test_targets_table_sets_each_measured_ratio_beside_its_ceiling():
+    cfg = BenchmarkConfig(**PRESETS["gpu-realistic"])
+    rows = [
+        BenchmarkRow(Mode.TRAIN, "roberta-sdpa", 4096, None, time_s=3.0, gflop=90.0),
+        BenchmarkRow(Mode.TRAIN, "linformer", 4096, 256, time_s=2.0, gflop=45.0),
+        BenchmarkRow(Mode.TRAIN, "linformer", 4096, 128, time_s=1.5, gflop=40.0),
+        BenchmarkRow(Mode.INFERENCE, "modernbert-base-fa2", 8192, None, status=Status.SKIPPED, reason="no flash_attn"),
+        BenchmarkRow(Mode.INFERENCE, "linformer", 8192, 256, time_s=1.0, gflop=10.0),
+    ]
+    table = targets_table(rows, cfg).splitlines()
+    assert "| train | linformer k=256 | roberta-sdpa | 4096 | >= 1.6x | 2.00x | 1.50x | no |" in table
+    assert "| train | linformer k=128 | roberta-sdpa | 4096 | >= 1.6x | 2.25x | 2.00x | yes |" in table
+    assert (
+        "| inference | linformer k=256 | modernbert-base-fa2 | 8192 | >= 1.5x | n/a | baseline skipped | - |" in table
+    )
+    assert len(table) == 2 + 3  # header and the three targets the rows hold
+    assert targets_table(rows[:1], cfg) == ""
