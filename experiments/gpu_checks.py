@@ -84,6 +84,11 @@ class GpuChecksConfig:
     realistic_ns: list[int] = field(
         default_factory=list, metadata={"help": "n of the realistic grid (default: the preset's, 512 ... 16384)"}
     )
+    realistic_models: list[str] = field(
+        default_factory=list,
+        metadata={"help": "models of the realistic grid (default: the preset's; fewer on a 16-32 GB GPU: every model "
+                  "of an n is built in one process)"},
+    )  # fmt: skip
     realistic_time_budget_s: float = field(
         default=480.0, metadata={"help": "seconds for the realistic grid, shared equally by its runs"}
     )
@@ -425,6 +430,8 @@ def realistic_configs(cfg: GpuChecksConfig, device: str) -> list[tuple[str, obje
         settings = dict(PRESETS[preset], device=device, dtype=dtype)
         if cfg.realistic_ns:
             settings["ns"] = settings["train_ns"] = list(cfg.realistic_ns)
+        if cfg.realistic_models:
+            settings["models"] = list(cfg.realistic_models)
         if cfg.tiny:
             settings |= dict(
                 hidden_size=32, heads=4, intermediate_size=48, layers=3, vocab_size=99, tokens_per_batch=512,

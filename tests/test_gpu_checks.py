@@ -175,6 +175,11 @@ def test_tiny_cpu_realistic_grid_writes_its_csv(tmp_path):
     assert [(name, bench.padding_fraction, bench.tokens_per_batch) for name, bench in planned] == [
         ("bf16", 0.0, 512), ("bf16-padded", 0.25, 512),
     ]  # fmt: skip
+    chosen = GpuChecksConfig(realistic_runs=["fp16"], realistic_ns=[512], realistic_models=["linformer"])
+    ((name, bench),) = gpu_checks.realistic_configs(chosen, "cuda")  # a V100's run, a model and an n chosen
+    assert (name, bench.dtype, bench.autocast, bench.ns, bench.train_ns, bench.models) == (
+        "fp16", "fp16", True, [512], [512], ["linformer"],
+    )  # fmt: skip
     cfg = GpuChecksConfig(
         output_dir=str(tmp_path / "real"), device="cpu", tiny=True, parts=["realistic_grid"], realistic_ns=[128],
         realistic_runs=["bf16-padded"],
