@@ -188,3 +188,13 @@ def test_targets_table_sets_each_measured_ratio_beside_its_ceiling():
     )
     assert len(table) == 2 + 3  # header and the three targets the rows hold
     assert targets_table(rows[:1], cfg) == ""
+
+
+def test_a_cuda_preset_without_cuda_is_one_error_line_before_any_work(tmp_path, monkeypatch, capsys):
+    from benchmarks.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--preset", "gpu-realistic", "--output_dir", str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --device cuda, but this torch") and error.count("\n") == 1
+    assert not (tmp_path / "run").exists()
