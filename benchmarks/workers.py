@@ -168,26 +168,21 @@ def prepare_step(
 
 
 def _attention_op(name: str) -> bool:
-    """A fused attention op's name (SDPA's backends: flash, efficient, cudnn, flash_for_cpu; flash_attn's ops)."""
-    return ("scaled_dot_product" in name or "flash_attn" in name) and "backward" not in name
+    """A fused attention kernel's op: SDPA's backends (`aten::_scaled_dot_product_flash_attention`, `_efficient_`,
+    `_cudnn_`, `_flash_attention_for_cpu`) and flash_attn's, not SDPA's dispatching op itself nor a backward."""
+    fused = "_scaled_dot_product_" in name or "flash_attn" in name
+    return fused and "backward" not in name and "_math" not in name
 
 
 def attention_ops(run) -> str | None:
-    """The fused attention ops that one call of `run` dispatched (SDPA's backend, as `aten::_scaled_dot_product_*`,
-    or flash_attn's), comma-separated; None where there were none (eager products, or SDPA's math fallback)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    """The fused attention kernels one call of `run` ran (SDPA's backend, flash_attn's ops), comma-separated, as
+    the profiler records the operators (SDPA's choice is made below the op the model calls); None where there were
+    none (eager products, or SDPA's math fallback)."""
+    from torch.profiler import ProfilerActivity, profile
 
-    seen = set()
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if _attention_op(func._schema.name):
-                seen.add(func._schema.name)
-            return func(*args, **(kwargs or {}))
-
-    with Recorder():
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
         run()
-    return ", ".join(sorted(seen)) or None
+    return ", ".join(sorted({event.name for event in profiler.events() if _attention_op(event.name)})) or None
 
 
 def _counted_flops(run) -> int:

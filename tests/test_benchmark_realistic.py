@@ -140,7 +140,7 @@ def test_modernbert_runs_through_the_benchmark_with_padding_and_fixed_tokens():
             assert row.real_tokens_per_s == pytest.approx(0.75 * row.tokens_per_s, rel=1e-3)
             assert row.gflop > 0 and row.flop_source == "cost model"
             assert row.activation_mb is not None and row.peak_mb > 0 and row.memory_method in ("vmhwm", "ru_maxrss")
-            assert row.kernels and "scaled_dot_product" in row.kernels  # SDPA's fused CPU op ran, mask and all
+            assert row.kernels == "aten::_scaled_dot_product_flash_attention_for_cpu"  # SDPA's fused CPU kernel
     modernbert = by_key[(Mode.INFERENCE, "modernbert-sdpa")]
     assert (modernbert.layers, modernbert.intermediate_size) == (3, 48)  # the run's depth, 1.5 d GeGLU
     expected = forward_flops(model_config("modernbert-sdpa", 256, None, cfg), 256, batch=2)
@@ -198,3 +198,16 @@ def test_a_cuda_preset_without_cuda_is_one_error_line_before_any_work(tmp_path, 
     error = capsys.readouterr().err
     assert error.startswith("error: --device cuda, but this torch") and error.count("\n") == 1
     assert not (tmp_path / "run").exists()
+
+
+def test_attention_ops_name_the_kernel_that_ran():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from benchmarks.workers import attention_ops, prepare_step
+
+    cfg = BenchmarkConfig(**TINY, batch=2, padding_fraction=0.25)
+    sdpa, eager = (prepare_step(cfg, model, 64, None, Mode.TRAIN) for model in ("roberta-sdpa", "roberta-eager"))
+    assert attention_ops(sdpa.run) == "aten::_scaled_dot_product_flash_attention_for_cpu"  # not the backward's
+    assert attention_ops(eager.run) is None
+    with sdpa_kernel(SDPBackend.MATH):  # SDPA's fallback: no fused kernel, said as none
+        assert attention_ops(sdpa.run) is None
