@@ -51,8 +51,9 @@ class BenchmarkConfig:
     padding_fraction: float = field(
         default=0.0,
         metadata={
-            "help": "about this fraction of the positions is padding (attention_mask 0): per-sequence lengths drawn, "
-            "seeded, the same batch for every model; real_tokens_per_s counts the other positions"
+            "help": "this fraction of the positions is padding (attention_mask 0): sequence lengths spread evenly "
+            "between (1 - 2 f) n and n in a seeded order, the same batch for every model; real_tokens_per_s counts "
+            "the other positions"
         },
     )
     autocast: bool = field(

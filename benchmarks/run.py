@@ -106,7 +106,7 @@ def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow]
         row.attention, row.kernels = timing["attention"][label], timing["kernels"][label]
         row.time_s, row.time_s_min, row.reps = round(median, 5), round(min(times), 5), len(times)
         row.tokens_per_s = round(row.batch * row.n / median, 1)
-        row.real_tokens_per_s = round(row.tokens_per_s * (1 - row.padding_fraction), 1)
+        row.real_tokens_per_s = round(sum(padded_lengths(row.batch, row.n, cfg.padding_fraction)) / median, 1)
         row.matmul_peak_gflops = _significant(timing["matmul_gflops"])
         if row.gflop is not None:
             achieved = row.gflop / median
