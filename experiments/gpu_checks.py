@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gc
+import importlib
 import io
 import json
 import math
@@ -290,12 +291,11 @@ def part_environment(device: str, report: Report) -> PartResult:
         }
     else:
         row["device name"] = "CPU"
-    try:
-        import accelerate
-
-        row["accelerate"] = accelerate.__version__
-    except ImportError:
-        row["accelerate"] = None
+    for package in ("accelerate", "flash_attn"):  # flash_attn: ModernBERT's FlashAttention-2 rows run only with it
+        try:
+            row[package] = importlib.import_module(package).__version__
+        except ImportError:
+            row[package] = None
     return PartResult("environment", rows=[row])
 
 
