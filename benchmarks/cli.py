@@ -55,13 +55,25 @@ def parse_args(argv: list[str] | None = None) -> tuple[CommandLine, BenchmarkCon
     return command_line, cfg
 
 
+def check_device(cfg: BenchmarkConfig) -> None:
+    """A CUDA run on a machine without CUDA is refused before any work (the presets for a GPU set device=cuda)."""
+    import torch
+
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"--device {cfg.device}, but this torch ({torch.__version__}) sees no CUDA device; run on a CUDA machine, "
+            "or on CPU with --device cpu --dtype fp32 --no_autocast (and a CPU preset: quick, default, peers)"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line, cfg = parse_args(argv)
     out_dir = command_line.output_dir
     try:  # before any work: an earlier run's results are never overwritten silently
+        check_device(cfg)
         check_output_dir(out_dir, command_line.overwrite)
-    except OSError as err:
+    except (OSError, RuntimeError) as err:
         return report(err)
     if command_line.overwrite:  # the earlier run's own files only; a partial CSV of it would read as this run's
         for name in os.listdir(out_dir):

@@ -41,7 +41,31 @@ class BenchmarkConfig:
         default=None, metadata={"help": "default: fp32 on CPU (the only choice there), bf16 on CUDA"}
     )
     layers: int = field(default=2, metadata={"help": "encoder depth, the same for every model"})
-    batch: int = 1
+    batch: int | None = field(default=None, metadata={"help": "sequences per batch (default 1); or tokens_per_batch"})
+    tokens_per_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "a fixed number of positions per batch: batch = tokens_per_batch / n at each n (not with batch)"
+        },
+    )
+    padding_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "this fraction of the positions is padding (attention_mask 0): sequence lengths spread evenly "
+            "between (1 - 2 f) n and n in a seeded order, the same batch for every model; real_tokens_per_s counts "
+            "the other positions"
+        },
+    )
+    autocast: bool = field(
+        default=False,
+        metadata={
+            "help": "mixed precision as in training: fp32 weights, each step under torch.autocast(dtype), fp16 "
+            "training with loss scaling (GradScaler); without it the weights are cast to dtype"
+        },
+    )
+    train_memory: bool = field(
+        default=False, metadata={"help": "also measure the training step's memory (CPU: one process a point)"}
+    )
     hidden_size: int = 768
     heads: int = 12
     intermediate_size: int = 3072
@@ -74,6 +98,15 @@ class BenchmarkConfig:
     def bytes_per_element(self) -> int:
         return BYTES_PER_ELEMENT[self.dtype]
 
+    def batch_at(self, n: int) -> int:
+        """Sequences per batch at length n: tokens_per_batch / n, else `batch` (default 1)."""
+        if self.tokens_per_batch is not None:
+            return self.tokens_per_batch // n
+        return 1 if self.batch is None else self.batch
+
+    def lengths(self) -> list[int]:
+        return sorted({*self.ns, *self.train_ns, *self.scaling_ns})
+
     def points(self, n: int) -> list[tuple[str, int | None]]:
         """(model, k) pairs measured at length n: one per k <= n for models with a projected length."""
         points = []
@@ -104,6 +137,25 @@ class BenchmarkConfig:
                 f"bigbird_block_size must be positive and bigbird_random_blocks >= 0, got {self.bigbird_block_size}, "
                 f"{self.bigbird_random_blocks}"
             )
+        if self.batch is not None and self.tokens_per_batch is not None:
+            raise ValueError(
+                f"batch={self.batch} and tokens_per_batch={self.tokens_per_batch} both set; give one of them "
+                "(tokens_per_batch sets batch = tokens_per_batch / n at each n)"
+            )
+        if self.batch is not None and self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.tokens_per_batch is not None:
+            uneven = [n for n in self.lengths() if n > self.tokens_per_batch or self.tokens_per_batch % n]
+            if uneven:
+                raise ValueError(
+                    f"tokens_per_batch={self.tokens_per_batch} is not a multiple of n={uneven} (batch = "
+                    "tokens_per_batch / n must be a whole number >= 1); change tokens_per_batch or the lengths"
+                )
+        if not 0.0 <= self.padding_fraction <= 0.5:
+            raise ValueError(
+                f"padding_fraction must be in [0, 0.5] (sequence lengths are drawn between (1 - 2 f) n and n), "
+                f"got {self.padding_fraction}"
+            )
         if self.hidden_size % self.heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
         if self.peer and self.peer_k > min(self.peer_ns):
@@ -123,6 +175,27 @@ class BenchmarkConfig:
                             f"projection={self.projection!r}): {reason} Change {name} or ks."
                         ) from error
 
+
+REALISTIC_NS = [512, 1024, 2048, 4096, 8192, 16384]
+REALISTIC = dict(
+    ns=REALISTIC_NS,
+    ks=[128, 256],
+    train_ns=REALISTIC_NS,
+    scaling_ns=[],
+    layers=12,
+    tokens_per_batch=32768,
+    device="cuda",
+    dtype="bf16",
+    autocast=True,
+    train_memory=True,
+    reps=5,
+    warmup=2,
+    timeout_s=600.0,
+    models=[
+        "roberta-sdpa", "roberta-eager", "linformer", "performer", "modernbert-sdpa", "modernbert-base-sdpa",
+        "modernbert-fa2", "modernbert-base-fa2", "longformer", "bigbird",
+    ],
+)  # fmt: skip
 
 PRESETS = {
     # < 2 minutes on 2 CPU cores: a smoke test of every part of the pipeline.
@@ -148,8 +221,22 @@ PRESETS = {
         train_ns=[1024, 4096],
         scaling_ns=[],
         layers=2,
-        models=["roberta-sdpa", "linformer", "performer", "longformer", "longformer-global", "bigbird"],
+        models=[
+            "roberta-sdpa",
+            "linformer",
+            "performer",
+            "modernbert-sdpa",
+            "longformer",
+            "longformer-global",
+            "bigbird",
+        ],
     ),
+    # Issue 20's realistic load, for a CUDA machine: base width, 12 layers, 32,768 positions per batch (batch =
+    # 32768 / n), bf16 autocast (`--dtype fp16` for a V100: loss scaling, no bf16), inference and training at every
+    # n, memory of both (torch.cuda.max_memory_allocated). ModernBERT as released (22 layers) and at equal depth.
+    # `gpu-realistic-padded`: the same with 25% padding. The whole grid: experiments/gpu_checks.py, part realistic_grid.
+    "gpu-realistic": REALISTIC,
+    "gpu-realistic-padded": dict(REALISTIC, padding_fraction=0.25),
     # Table 3's whole grid (hours on a CPU; meant for a GPU).
     "paper": dict(
         ns=[512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],

@@ -5,6 +5,9 @@ tests check the two agree on the real models. Elementwise work (GELU, LayerNorm,
 not counted. Each attention family contributes its terms through a table keyed by `config.model_type`, so a peer
 model joins with one function per table.
 
+ModernBERT's local layers cost full attention under SDPA and eager (the window is a mask) and only the window under
+FlashAttention-2; its feed-forward is GeGLU (3 L d d_ff); it has no pooler.
+
 Notation: L tokens in the input (L <= n), width d, H heads, feed-forward width d_ff, k projected rows (Linformer),
 m random features per head and chunks of C positions (Performer).
 
@@ -82,11 +85,41 @@ def _performer_attention_multiply_adds(config: PretrainedConfig, seq_len: int, l
     return total
 
 
+def _modernbert_keys_per_layer(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """Query-key pairs of one head in one layer: L^2 in global layers, and in local layers too for SDPA and eager (the
+    window is a mask over the full product); FlashAttention-2 computes only the window of w = local_attention / 2
+    positions each side and the query itself, L + 2 sum_j min(j, w) pairs (counted as the window's pairs: the kernel's
+    tiles also compute some pairs outside it)."""
+    L = seq_len
+    window = config.sliding_window  # half the window
+    # transformers passes FlashAttention-2 a window only when L exceeds it (sliding_window + 1 keys), else full
+    windowed = config.layer_types[layer_idx] == "sliding_attention" and L > window + 1
+    if not (windowed and config._attn_implementation == "flash_attention_2"):
+        return L * L
+    inner = (L - 1) * L // 2 if L - 1 <= window else window * (window + 1) // 2 + window * (L - 1 - window)
+    return L + 2 * inner
+
+
+def _modernbert_attention_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """Fused Q, K, V map and output map 4 L d^2; Q K^T and P V 2 d per query-key pair
+    (`_modernbert_keys_per_layer`). Rotary embeddings are elementwise."""
+    d = config.hidden_size
+    return 4 * seq_len * d * d + 2 * d * _modernbert_keys_per_layer(config, seq_len, layer_idx)
+
+
 def _roberta_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
     """One (heads, L, L) score matrix for eager attention; SDPA never holds one."""
     if config._attn_implementation == "eager":
         return config.num_attention_heads * seq_len * seq_len
     return 0
+
+
+def _modernbert_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
+    """Eager: one (heads, L, L) score matrix; SDPA: the (L, L) boolean masks of the full and local layers (about L^2
+    elements of 2 bytes, generous); FlashAttention-2: none."""
+    if config._attn_implementation == "eager":
+        return config.num_attention_heads * seq_len * seq_len
+    return 0 if config._attn_implementation == "flash_attention_2" else seq_len * seq_len
 
 
 def _linformer_attention_elements(config: PretrainedConfig, seq_len: int) -> int:
@@ -131,13 +164,25 @@ ATTENTION_MULTIPLY_ADDS = {
     "roberta": _roberta_attention_multiply_adds,
     "linformer": _linformer_attention_multiply_adds,
     "performer": _performer_attention_multiply_adds,
+    "modernbert": _modernbert_attention_multiply_adds,
 }
+
+
+def _feed_forward_multiply_adds(config: PretrainedConfig, seq_len: int) -> int:
+    """Two maps L d d_ff; ModernBERT's GeGLU: d to 2 d_ff (value and gate), then d_ff to d, 3 L d d_ff."""
+    d, d_ff = config.hidden_size, config.intermediate_size
+    return (3 if config.model_type == "modernbert" else 2) * seq_len * d * d_ff
+
+
+# The bare encoders without a pooler (its d^2 per sequence is not counted for them).
+NO_POOLER = {"modernbert"}
 ATTENTION_ELEMENTS = {
     "roberta": _roberta_attention_elements,
     "linformer": _linformer_attention_elements,
     "performer": _performer_attention_elements,
     "longformer": _longformer_attention_elements,
     "big_bird": _big_bird_attention_elements,
+    "modernbert": _modernbert_attention_elements,
 }
 
 
@@ -153,13 +198,14 @@ def _term(table: dict, config: PretrainedConfig):
 def forward_flops(config: PretrainedConfig, seq_len: int, batch: int = 1, pooler: bool = True) -> int:
     """FLOPs of the matrix products of one forward pass of the bare encoder (`AutoModel`) over `seq_len` tokens.
 
-    Per layer: the attention's terms (see `ATTENTION_MULTIPLY_ADDS`) plus the feed-forward 2 L d d_ff; plus the
-    pooler, d^2 per sequence.
+    Per layer: the attention's terms (see `ATTENTION_MULTIPLY_ADDS`) plus the feed-forward
+    (`_feed_forward_multiply_adds`); plus the pooler, d^2 per sequence (none in `NO_POOLER`).
     """
     attention = _term(ATTENTION_MULTIPLY_ADDS, config)
-    d, d_ff = config.hidden_size, config.intermediate_size
-    layers = sum(attention(config, seq_len, i) + 2 * seq_len * d * d_ff for i in range(config.num_hidden_layers))
-    return 2 * batch * (layers + (d * d if pooler else 0))
+    d, feed_forward = config.hidden_size, _feed_forward_multiply_adds(config, seq_len)
+    layers = sum(attention(config, seq_len, i) + feed_forward for i in range(config.num_hidden_layers))
+    pooled = pooler and config.model_type not in NO_POOLER
+    return 2 * batch * (layers + (d * d if pooled else 0))
 
 
 def _performer_backward_savings(config: PretrainedConfig, seq_len: int, layer_idx: int) -> tuple[int, int]:
@@ -207,7 +253,8 @@ def estimate_activation_bytes(
     layer's probabilities plus the live pair (layers + 2) (Performer: its feature tensors in their place). Quadratic
     only for eager RoBERTa.
     """
-    d, d_ff, layers, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers, seq_len
+    d, layers, L = config.hidden_size, config.num_hidden_layers, seq_len
+    d_ff = config.intermediate_size * (2 if config.model_type == "modernbert" else 1)  # GeGLU: value and gate
     scores = _term(ATTENTION_ELEMENTS, config)(config, seq_len)
     if training:
         elements = layers * L * (16 * d + 4 * d_ff) + (layers + 2) * scores

@@ -4,7 +4,7 @@ A model joins the benchmark with one entry in `MODELS` (how to configure it at l
 memory terms of its attention keyed by its `model_type` and either its FLOP terms or `counted_flops=True`. This
 package's models of linear cost in n (Linformer, Performer) are compared against every other model: the quadratic
 baselines (RoBERTa eager and SDPA) and the peers a user with long documents would pick instead (transformers'
-Longformer and BigBird, opt-in: `--models` or `--preset peers`).
+Longformer and BigBird, ModernBERT; opt-in: `--models` or `--preset peers`).
 """
 
 from __future__ import annotations
@@ -100,6 +100,51 @@ def _performer(causal: bool):
     return make
 
 
+# ModernBERT-base as released (answerdotai/ModernBERT-base): 22 layers, GeGLU feed-forward of width 1152, local
+# attention over a window of 128 positions in two of every three layers, global attention in every third.
+MODERNBERT_BASE = dict(hidden_size=768, num_hidden_layers=22, num_attention_heads=12, intermediate_size=1152)
+MODERNBERT_WINDOW = 128
+
+
+def _modernbert(attn_implementation: str, released: bool):
+    """ModernBERT as released (`released`: its own depth, width and feed-forward whatever the run's shape), or its
+    architecture at the run's width, heads and depth with the released feed-forward ratio (1152 / 768)."""
+
+    def make(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
+        from transformers import ModernBertConfig
+
+        shape = MODERNBERT_BASE if released else dict(
+            hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+            intermediate_size=cfg.hidden_size * MODERNBERT_BASE["intermediate_size"] // MODERNBERT_BASE["hidden_size"],
+        )  # fmt: skip
+        return ModernBertConfig(
+            **shape, vocab_size=cfg.vocab_size, max_position_embeddings=n, local_attention=MODERNBERT_WINDOW,
+            # RoBERTa's special ids, so that one batch (padding id 1) serves every model
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2,
+            attention_dropout=0.0, mlp_dropout=0.0, embedding_dropout=0.0, attn_implementation=attn_implementation,
+        )  # fmt: skip
+
+    return make
+
+
+def _flash_attention_unavailable(cfg) -> str | None:
+    """Why FlashAttention-2 cannot run with `cfg`, or None."""
+    import importlib.util
+
+    if not cfg.device.startswith("cuda"):
+        return "flash_attention_2 runs on CUDA only"
+    if importlib.util.find_spec("flash_attn") is None:
+        return (
+            "flash_attn is not installed (PyPI has only a source distribution, built against the local CUDA "
+            "toolkit: pip install flash-attn --no-build-isolation)"
+        )
+    import torch
+
+    if torch.cuda.get_device_capability(cfg.device)[0] < 8:
+        return "FlashAttention-2 needs an Ampere or newer GPU (compute capability >= 8.0)"
+    return None
+
+
 @dataclass(frozen=True)
 class BenchmarkModel:
     make_config: Callable[[ModelShape, int, int | None], PretrainedConfig]
@@ -114,6 +159,8 @@ class BenchmarkModel:
     # FLOPs counted by torch's FlopCounterMode on the real run instead of `costs.py`'s model (the peers' chunked
     # and block-sparse attention gather and pad in ways a closed form would only approximate).
     counted_flops: bool = False
+    # Why the model cannot run with the run's settings (its rows are then `skipped` with that reason), or None.
+    unavailable: Callable[[ModelShape], str | None] | None = None
 
 
 MODELS: dict[str, BenchmarkModel] = {
@@ -125,6 +172,15 @@ MODELS: dict[str, BenchmarkModel] = {
     "longformer": BenchmarkModel(_longformer, default=False, counted_flops=True),
     "longformer-global": BenchmarkModel(_longformer, default=False, global_tokens=1, counted_flops=True),
     "bigbird": BenchmarkModel(_bigbird, default=False, counted_flops=True),
+    # ModernBERT at the run's depth and width ("equal depth"), and as users get it ("-base": 22 layers, 768 wide).
+    "modernbert-sdpa": BenchmarkModel(_modernbert("sdpa", released=False), default=False),
+    "modernbert-base-sdpa": BenchmarkModel(_modernbert("sdpa", released=True), default=False),
+    "modernbert-fa2": BenchmarkModel(
+        _modernbert("flash_attention_2", released=False), default=False, unavailable=_flash_attention_unavailable
+    ),
+    "modernbert-base-fa2": BenchmarkModel(
+        _modernbert("flash_attention_2", released=True), default=False, unavailable=_flash_attention_unavailable
+    ),
 }
 DEFAULT_MODELS = [name for name, model in MODELS.items() if model.default]
 

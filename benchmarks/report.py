@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from dataclasses import dataclass
 
 from .config import BenchmarkConfig
 from .models import MODELS
@@ -19,18 +20,23 @@ def _find(rows: list[BenchmarkRow], mode: Mode, model: str, n: int, k: int | Non
 
 
 def _cell(baseline: BenchmarkRow | None, compressed: BenchmarkRow | None, column: str) -> str:
-    """baseline / compressed model of `column`, or why there is no ratio."""
+    """baseline / compressed model of `column`, or why there is no ratio; for times, the FLOP ratio beside it (the
+    speed-up's ceiling where both run at the same fraction of the machine's peak)."""
     if compressed is None or baseline is None:
         return "-"
     for row, name in ((baseline, "baseline "), (compressed, "")):
-        if row.status == Status.SKIPPED:
-            return f"{name}OOM"
+        if row.status == Status.SKIPPED:  # estimated not to fit, or unavailable (FlashAttention-2 without flash_attn)
+            unavailable = row.reason and not row.reason.startswith("would not fit")
+            return f"{name}{'skipped' if unavailable else 'OOM'}"
         if row.status == Status.FAILED:
             return f"{name}failed"
     a, b = getattr(baseline, column), getattr(compressed, column)
     if a is None or b is None or b == 0:
         return "n/a"
-    return f"{a / b:.2f}x"
+    cell = f"{a / b:.2f}x"
+    if column == "time_s" and baseline.gflop and compressed.gflop:
+        cell += f" (FLOP {baseline.gflop / compressed.gflop:.2f}x)"
+    return cell
 
 
 def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
@@ -52,7 +58,8 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
             else:
                 ks, header = [None], f"| n | m={cfg.num_random_features} |"
             for baseline in baselines:
-                out.append(f"**{title} of {model} over {baseline}** (baseline / {model})\n")
+                flops = " (in brackets: the FLOP ratio, the ceiling)" if column == "time_s" else ""
+                out.append(f"**{title} of {model} over {baseline}** (baseline / {model}{flops})\n")
                 out.append(header)
                 out.append("| --- |" + " --- |" * len(ks))
                 for n in ns:
@@ -60,6 +67,64 @@ def ratio_tables(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
                     out.append(f"| {n} | " + " | ".join(cells) + " |")
                 out.append("")
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One of issue 20's targets: `model` (every k of the run) at least `ratio` times as fast as `baseline` at n."""
+
+    mode: Mode
+    model: str
+    baseline: str
+    n: int
+    ratio: float
+
+
+_MODERNBERTS = ("modernbert-base-sdpa", "modernbert-base-fa2", "modernbert-sdpa", "modernbert-fa2")
+# For H100 or better, bf16, 12 layers, 32,768 tokens a batch (the `gpu-realistic` presets); with 25% padding the
+# same ratios within 10%.
+TARGETS = [
+    Target(Mode.TRAIN, "linformer", "roberta-sdpa", 512, 1.0),
+    Target(Mode.TRAIN, "linformer", "roberta-sdpa", 4096, 1.6),
+    Target(Mode.TRAIN, "linformer", "roberta-sdpa", 16384, 3.0),
+    Target(Mode.INFERENCE, "linformer", "roberta-sdpa", 512, 1.0),
+    Target(Mode.INFERENCE, "linformer", "roberta-sdpa", 4096, 1.5),
+    *(Target(mode, "linformer", m, 8192, 1.5) for m in _MODERNBERTS for mode in (Mode.INFERENCE, Mode.TRAIN)),
+    Target(Mode.TRAIN, "performer", "roberta-sdpa", 8192, 1.0),
+]
+
+
+def targets_table(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
+    """Markdown: each target whose two points the run measured, with the speed-up in real tokens/s, its FLOP
+    ratio (the ceiling) and whether it is met; empty when the run has none of them."""
+    out = []
+    for target in TARGETS:
+        for k in cfg.ks if MODELS[target.model].takes_k else [None]:
+            ours, theirs = (
+                _find(rows, target.mode, target.model, target.n, k),
+                _find(rows, target.mode, target.baseline, target.n),
+            )
+            if ours is None or theirs is None:
+                continue
+            label = target.model if k is None else f"{target.model} k={k}"
+            ceiling = f"{theirs.gflop / ours.gflop:.2f}x" if theirs.gflop and ours.gflop else "n/a"
+            if ours.status == Status.OK and theirs.status == Status.OK and ours.time_s and theirs.time_s:
+                measured = theirs.time_s / ours.time_s  # one batch for both: the ratio of their (real) tokens/s
+                cells = [f"{measured:.2f}x", "yes" if measured >= target.ratio else "no"]
+            else:
+                cells = [_cell(theirs, ours, "time_s"), "-"]
+            out.append(
+                f"| {target.mode.value} | {label} | {target.baseline} | {target.n} | >= {target.ratio}x | {ceiling} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    if not out:
+        return ""
+    header = [
+        "| mode | model | over | n | target | FLOP ratio (ceiling) | measured (real tokens/s) | met |",
+        "|" + " --- |" * 8,
+    ]
+    return "\n".join(header + out)
 
 
 PEER_SECTIONS = [
@@ -115,9 +180,9 @@ def _text(value) -> str:
 def absolute_table(rows: list[BenchmarkRow]) -> str:
     """Markdown: every point's time, throughput, achieved FLOP/s and memory."""
     out = [
-        "| mode | model | n | k | status | time (s) | tokens/s | GFLOP | GFLOP/s | of matmul peak | activation MB "
-        "| weights MB | attention that ran |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| mode | model | n | k | batch | status | time (s) | tokens/s | real tokens/s (padding) | GFLOP | GFLOP/s "
+        "| of matmul peak | activation MB | peak MB | weights MB | attention that ran | attention kernels |",
+        "|" + " --- |" * 17,
     ]
     for r in rows:
         status = r.status.value + (f": {r.reason}" if r.reason else "")
@@ -125,8 +190,9 @@ def absolute_table(rows: list[BenchmarkRow]) -> str:
             status += f" (memory failed: {r.memory_error})"
         fraction = f"{r.fraction_of_peak:.0%}" if r.fraction_of_peak is not None else ""
         gflop = f"{r.gflop} (counted)" if r.gflop is not None and r.flop_source == "FlopCounterMode" else r.gflop
-        cells = [r.mode, r.model, r.n, r.k, status, r.time_s, r.tokens_per_s, gflop, r.achieved_gflops, fraction,
-                 r.activation_mb, r.weights_mb, r.attention]  # fmt: skip
+        real = "" if r.real_tokens_per_s is None else f"{r.real_tokens_per_s} ({r.padding_fraction:.0%})"
+        cells = [r.mode, r.model, r.n, r.k, r.batch, status, r.time_s, r.tokens_per_s, real, gflop, r.achieved_gflops,
+                 fraction, r.activation_mb, r.peak_mb, r.weights_mb, r.attention, r.kernels]  # fmt: skip
         out.append("| " + " | ".join(_text(c) for c in cells) + " |")
     return "\n".join(out)
 
@@ -231,6 +297,19 @@ def machine_description(cfg: BenchmarkConfig) -> str:
     )
 
 
+def _batch_text(cfg: BenchmarkConfig) -> str:
+    text = f"batch {cfg.batch_at(0) if cfg.tokens_per_batch is None else f'{cfg.tokens_per_batch} / n'}"
+    if cfg.padding_fraction:
+        text += f", {cfg.padding_fraction:.0%} of the positions padding (real tokens/s excludes them)"
+    return text
+
+
+def _precision_text(cfg: BenchmarkConfig) -> str:
+    if not cfg.autocast:
+        return f"weights in {cfg.dtype}"
+    return f"fp32 weights under {cfg.dtype} autocast" + (", loss scaling" if cfg.dtype == "fp16" else "")
+
+
 def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfig, command: str, machine: str) -> str:
     parts = [
         "# Benchmark results\n",
@@ -239,10 +318,18 @@ def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfi
         f"Dense matmul peak measured in this run: {info.matmul_peak_gflops:.1f} GFLOP/s ({cfg.dtype})  ",
         f"Runtime: {info.runtime_s / 60:.1f} min  ",
         f"Models: width {cfg.hidden_size}, {cfg.heads} heads, d_ff {cfg.intermediate_size}, {cfg.layers} layers, "
-        f"batch {cfg.batch}; Linformer sharing={cfg.sharing}, projection={cfg.projection}; Performer "
-        f"m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
+        f"{_batch_text(cfg)}, {_precision_text(cfg)}; Linformer sharing={cfg.sharing}, projection={cfg.projection}; "
+        f"Performer m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
         f"{cfg.longformer_window}; BigBird block {cfg.bigbird_block_size}, {cfg.bigbird_random_blocks} random blocks\n",
     ]
+    targets = targets_table(rows, cfg)
+    if targets:
+        parts += [
+            "## Issue 20's targets\n",
+            "(Set for H100 or better, bf16, 12 layers, 32,768 tokens a batch: the `gpu-realistic` presets.)\n",
+            targets,
+            "",
+        ]
     peers = peers_table(rows, cfg)
     if peers:
         parts += ["## Linformer against the peers\n", peers]

@@ -37,7 +37,9 @@ class BenchmarkRow:
     time_s: float | None = None  # median of the repetitions
     time_s_min: float | None = None
     reps: int | None = None
-    tokens_per_s: float | None = None
+    tokens_per_s: float | None = None  # positions (padding included) per second
+    real_tokens_per_s: float | None = None  # positions the attention mask keeps (padding excluded) per second
+    padding_fraction: float | None = None  # of the batch's positions, as drawn (0: no padding)
     gflop: float | None = None  # from the cost model (costs.step_flops) or counted, see flop_source
     flop_source: str | None = None  # "cost model", or "FlopCounterMode" (counted on the run: the peers)
     achieved_gflops: float | None = None
@@ -46,10 +48,12 @@ class BenchmarkRow:
     activation_mb: float | None = None  # peak memory of the step above the model and its input
     weights_mb: float | None = None
     estimated_activation_mb: float | None = None  # costs.estimate_activation_bytes
+    peak_mb: float | None = None  # the step's peak: CUDA max_memory_allocated (every model of the process), CPU VmHWM
     memory_method: str | None = None  # vmhwm, ru_maxrss or cuda_max_memory_allocated
     memory_error: str | None = None  # the memory process failed (the timing may still be fine)
     device: str | None = None
     dtype: str | None = None
+    autocast: bool | None = None  # fp32 weights, the step under torch.autocast(dtype); else weights cast to dtype
     layers: int | None = None
     batch: int | None = None
     hidden_size: int | None = None
@@ -58,6 +62,7 @@ class BenchmarkRow:
     sharing: str | None = None  # Linformer only
     projection: str | None = None  # Linformer only
     attention: str | None = None  # what the peers' attention actually ran (models.realised_attention)
+    kernels: str | None = None  # the fused attention ops that ran (SDPA's backend, flash_attn), `workers.attention_ops`
 
     @property
     def label(self) -> str:
@@ -80,6 +85,8 @@ def _from_text(text: str, hint):
         if text == "":
             return None
         hint = args[0]
+    if hint is bool:
+        return text == "True"
     return hint(text)
 
 
@@ -94,7 +101,9 @@ def write_csv(rows: list[BenchmarkRow], path: str) -> None:
 
 
 # Columns added after runs were published: absent from an older CSV, they read as not measured (None).
-LATER_COLUMNS = ("flop_source", "attention")
+LATER_COLUMNS = (
+    "flop_source", "attention", "real_tokens_per_s", "padding_fraction", "peak_mb", "autocast", "kernels",
+)  # fmt: skip
 
 
 def read_csv(path: str) -> list[BenchmarkRow]:

@@ -11,7 +11,15 @@ from .config import BenchmarkConfig
 from .costs import estimate_activation_bytes, step_flops
 from .models import MODELS, model_config
 from .results import BenchmarkRow, Mode, Status
-from .workers import MatmulPeakTask, MemoryTask, PeerTask, TimingTask, WorkerFailed, run_in_fresh_process
+from .workers import (
+    MatmulPeakTask,
+    MemoryTask,
+    PeerTask,
+    TimingTask,
+    WorkerFailed,
+    padded_lengths,
+    run_in_fresh_process,
+)
 
 
 @dataclass
@@ -28,6 +36,7 @@ class RunInfo:
     memory_budget_gib: float
     peer: list[PeerResult] = field(default_factory=list)
     runtime_s: float = 0.0
+    peak_info: dict = field(default_factory=dict)  # MatmulPeakTask's result (GFLOP/s; CUDA: device name, memory)
 
 
 def memory_budget_bytes(cfg: BenchmarkConfig, device_total: int | None) -> int:
@@ -47,46 +56,71 @@ def _new_row(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None
     config = model_config(model, n, k, cfg)
     is_linformer = MODELS[model].takes_k
     counted = MODELS[model].counted_flops  # filled in from the timing process
+    batch = cfg.batch_at(n)
+    lengths = padded_lengths(batch, n, cfg.padding_fraction)
     return BenchmarkRow(
         mode=mode, model=model, n=n, k=k,
-        gflop=None if counted else _significant(step_flops(config, n, cfg.batch, training=mode == Mode.TRAIN) / 1e9),
+        gflop=None if counted else _significant(step_flops(config, n, batch, training=mode == Mode.TRAIN) / 1e9),
         flop_source="FlopCounterMode" if counted else "cost model",
         matmul_peak_gflops=round(peak, 1),
+        padding_fraction=round(1 - sum(lengths) / (batch * n), 4),
         estimated_activation_mb=round(_estimate(cfg, mode, model, n, k) / 2**20, 1),
-        device=cfg.device, dtype=cfg.dtype, layers=cfg.layers, batch=cfg.batch, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, heads=cfg.heads,
+        device=cfg.device, dtype=cfg.dtype, autocast=cfg.autocast,
+        # the model's own shape: ModernBERT-base keeps its released depth and width whatever the run's
+        layers=config.num_hidden_layers, batch=batch, hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size, heads=config.num_attention_heads,
         sharing=cfg.sharing if is_linformer else None, projection=cfg.projection if is_linformer else None,
     )  # fmt: skip
 
 
 def _estimate(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None) -> int:
     config = model_config(model, n, k, cfg)
-    return estimate_activation_bytes(config, n, cfg.batch, cfg.bytes_per_element, training=mode == Mode.TRAIN)
+    return estimate_activation_bytes(config, n, cfg.batch_at(n), cfg.bytes_per_element, training=mode == Mode.TRAIN)
+
+
+def _measures_memory(cfg: BenchmarkConfig, mode: Mode) -> bool:
+    return cfg.measure_memory if mode == Mode.INFERENCE else mode == Mode.TRAIN and cfg.train_memory
 
 
 def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow], log) -> None:
-    """Time the rows (by label) in one process and fill in their times, or mark them failed."""
+    """Time the rows (by label) in one process and fill in their times (and, on CUDA, their memory), or mark them
+    failed."""
     points = [(label, row.model, row.n, row.k) for label, row in rows.items()]
+    memory = _measures_memory(cfg, mode) and cfg.device.startswith("cuda")
     try:
-        timing = run_in_fresh_process(TimingTask(cfg, mode, points), cfg.timeout_s)
+        timing = run_in_fresh_process(TimingTask(cfg, mode, points, memory=memory), cfg.timeout_s)
     except WorkerFailed as error:
         log(f"  timing failed: {error}")
         for row in rows.values():
             row.status, row.reason = Status.FAILED, f"timing: {error}"
         return
     for label, row in rows.items():
+        if label in timing["errors"]:
+            log(f"  {label} failed: {timing['errors'][label]}")
+            row.status, row.reason = Status.FAILED, f"timing: {timing['errors'][label]}"
+            continue
         times = timing["times"][label]
         median = statistics.median(times)
         if label in timing["flops"]:
             row.gflop = _significant(timing["flops"][label] / 1e9)
-        row.attention = timing["attention"][label]
+        row.attention, row.kernels = timing["attention"][label], timing["kernels"][label]
         row.time_s, row.time_s_min, row.reps = round(median, 5), round(min(times), 5), len(times)
-        row.tokens_per_s = round(cfg.batch * row.n / median, 1)
+        row.tokens_per_s = round(row.batch * row.n / median, 1)
+        row.real_tokens_per_s = round(sum(padded_lengths(row.batch, row.n, cfg.padding_fraction)) / median, 1)
         row.matmul_peak_gflops = _significant(timing["matmul_gflops"])
         if row.gflop is not None:
             achieved = row.gflop / median
             row.achieved_gflops = _significant(achieved)
             row.fraction_of_peak = _significant(achieved / timing["matmul_gflops"], 3)
+        if label in timing["memory"]:
+            _fill_memory(row, timing["memory"][label], "cuda_max_memory_allocated")
+
+
+def _fill_memory(row: BenchmarkRow, memory: dict, method: str) -> None:
+    row.activation_mb = round(memory["activation_bytes"] / 2**20, 1)
+    row.peak_mb = round(memory["peak_bytes"] / 2**20, 1)
+    row.weights_mb = round(memory["weights_bytes"] / 2**20, 1)
+    row.memory_method = method
 
 
 def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
@@ -95,32 +129,34 @@ def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
     except WorkerFailed as error:
         row.memory_error = str(error)
         return
-    row.activation_mb = round(memory["activation_bytes"] / 2**20, 1)
-    row.weights_mb = round(memory["weights_bytes"] / 2**20, 1)
-    row.memory_method = memory["method"]
+    _fill_memory(row, memory, memory["method"])
     if row.attention is None:  # timing failed; the memory process ran the same model at the same n
         row.attention = memory["attention"]
 
 
-def run_benchmark(cfg: BenchmarkConfig, log=print, on_measured=None) -> tuple[list[BenchmarkRow], RunInfo]:
+def run_benchmark(
+    cfg: BenchmarkConfig, log=print, on_measured=None, peak_info: dict | None = None
+) -> tuple[list[BenchmarkRow], RunInfo]:
     """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer).
 
     `on_measured(rows)`, if given, is called with the rows so far after each length is measured (so that a long run
-    can save what it has)."""
+    can save what it has). `peak_info`: the `MatmulPeakTask` result of an earlier run on the same device and dtype
+    (`RunInfo.peak_info`), so that a grid run one n at a time measures it once."""
     cfg.validate()
     started = time.time()
 
     def stamp(message):
         log(f"[{time.time() - started:6.0f} s] {message}")
 
-    try:
-        peak_info = run_in_fresh_process(MatmulPeakTask(cfg), cfg.timeout_s)
-    except WorkerFailed as error:
-        raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
+    if peak_info is None:
+        try:
+            peak_info = run_in_fresh_process(MatmulPeakTask(cfg), cfg.timeout_s)
+        except WorkerFailed as error:
+            raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
     peak = peak_info["gflops"]
     budget = memory_budget_bytes(cfg, peak_info.get("total_memory_bytes"))
     log(f"dense matmul peak: {peak:.1f} GFLOP/s; memory budget {budget / 2**30:.1f} GiB")
-    info = RunInfo(matmul_peak_gflops=peak, memory_budget_gib=budget / 2**30)
+    info = RunInfo(matmul_peak_gflops=peak, memory_budget_gib=budget / 2**30, peak_info=peak_info)
 
     rows: list[BenchmarkRow] = []
     for mode, ns in ((Mode.INFERENCE, cfg.ns), (Mode.TRAIN, cfg.train_ns)):
@@ -130,7 +166,10 @@ def run_benchmark(cfg: BenchmarkConfig, log=print, on_measured=None) -> tuple[li
                 row = _new_row(cfg, mode, model, n, k, peak)
                 rows.append(row)
                 estimate = _estimate(cfg, mode, model, n, k)
-                if estimate > budget:
+                unavailable = MODELS[model].unavailable and MODELS[model].unavailable(cfg)
+                if unavailable:
+                    row.status, row.reason = Status.SKIPPED, unavailable
+                elif estimate > budget:
                     row.status = Status.SKIPPED
                     row.reason = f"would not fit (est. {estimate / 2**30:.3g} GiB > {budget / 2**30:.3g} GiB)"
                 else:
@@ -139,7 +178,7 @@ def run_benchmark(cfg: BenchmarkConfig, log=print, on_measured=None) -> tuple[li
                 continue
             stamp(f"{mode.value} n={n}: timing {', '.join(measured)}")
             _time_points(cfg, mode, measured, log)
-            if mode == Mode.INFERENCE and cfg.measure_memory:
+            if _measures_memory(cfg, mode) and not cfg.device.startswith("cuda"):  # CUDA: in the timing process
                 for row in measured.values():
                     _measure_memory(cfg, row)
                 stamp(f"{mode.value} n={n}: memory done")

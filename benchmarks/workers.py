@@ -1,6 +1,6 @@
 """The measurements, each run in a fresh process: timing, activation memory, the dense matmul peak, the peer.
 
-Isolation: each memory point runs in a fresh process, so one point's allocations cannot pollute the next. Timing
+Isolation: on CPU each memory point runs in a fresh process, so one point's allocations cannot pollute the next. Timing
 runs one process per n in which all models of that n alternate repetition by repetition (so that load from
 elsewhere on the machine hits every model alike). Processes come from a `forkserver` that has imported torch and
 transformers once, so a fresh process costs a fork rather than an import.
@@ -11,17 +11,20 @@ VmHWM after the measured step minus that resident set. glibc's malloc is told to
 more by mmap, so freed tensors leave the resident set at once and the warm-up leaves no reusable cache behind.
 Where clear_refs cannot be written, the fallback is ru_maxrss (peak since the process started) minus the same
 baseline, named in the row's `memory_method`. CUDA: `torch.cuda.max_memory_allocated` after
-`reset_peak_memory_stats`, minus the memory allocated before the step.
+`reset_peak_memory_stats`, minus the memory allocated before the step, in the timing process (exact per step there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import multiprocessing
+import random
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .config import DTYPES, BenchmarkConfig
@@ -56,20 +59,58 @@ def _synchronize(device: str):
         torch.cuda.synchronize()
 
 
-def _make_inputs(cfg: BenchmarkConfig, n: int):
+PAD_ID = 1  # RoBERTa's <pad>; every model's config of `models.py` uses it
+
+
+def padded_lengths(batch: int, n: int, padding_fraction: float) -> list[int]:
+    """Sequence lengths with `padding_fraction` of the batch's n-position rows padding: lengths spread evenly between
+    (1 - 2 f) n and n (the i-th at the middle of the i-th of `batch` equal slices, so the fraction holds for any batch,
+    one sequence included), in a seeded random order."""
+    lengths = [max(1, round(n * (1 - 2 * padding_fraction * (i + 0.5) / batch))) for i in range(batch)]
+    random.Random(0).shuffle(lengths)
+    return lengths
+
+
+def _make_inputs(cfg: BenchmarkConfig, n: int, batch: int | None = None):
+    """Token ids and attention mask of the batch at length n: the same for every model (seeded), padded at the end
+    (id `PAD_ID`, mask 0) to `cfg.padding_fraction`."""
     import torch
 
+    batch = cfg.batch_at(n) if batch is None else batch
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, cfg.vocab_size, (cfg.batch, n), generator=generator).to(cfg.device)
-    return ids, torch.ones_like(ids)
+    ids = torch.randint(3, cfg.vocab_size, (batch, n), generator=generator)
+    lengths = torch.tensor(padded_lengths(batch, n, cfg.padding_fraction))
+    mask = (torch.arange(n)[None, :] < lengths[:, None]).long()
+    ids = ids.masked_fill(mask == 0, PAD_ID)
+    return ids.to(cfg.device), mask.to(cfg.device)
 
 
 def _prepared_model(cfg: BenchmarkConfig, model: str, n: int, k: int | None, mode: Mode):
     import torch
 
     net = build_model(model_config(model, n, k, cfg))
-    net = net.to(device=cfg.device, dtype=getattr(torch, DTYPES[cfg.dtype]))
+    # Under autocast the weights stay fp32 (mixed precision); otherwise they are cast to the run's dtype.
+    net = net.to(device=cfg.device, dtype=torch.float32 if cfg.autocast else getattr(torch, DTYPES[cfg.dtype]))
     return net.train() if mode == Mode.TRAIN else net.eval()
+
+
+def _autocast(cfg: BenchmarkConfig):
+    """A context factory: torch.autocast in the run's dtype where `cfg.autocast`, else nothing."""
+    import torch
+
+    if not cfg.autocast:
+        return contextlib.nullcontext
+    device_type, dtype = cfg.device.split(":")[0], getattr(torch, DTYPES[cfg.dtype])
+    return lambda: torch.autocast(device_type, dtype=dtype)
+
+
+def _scaler(cfg: BenchmarkConfig, mode: Mode):
+    """The loss scaler of fp16 mixed-precision training (what a V100 user runs), None otherwise."""
+    import torch
+
+    if mode == Mode.TRAIN and cfg.autocast and cfg.dtype == "fp16":
+        return torch.amp.GradScaler(cfg.device.split(":")[0])
+    return None
 
 
 def _optimizer(model, mode: Mode):
@@ -82,19 +123,66 @@ def _optimizer(model, mode: Mode):
     return torch.optim.AdamW(model.parameters(), lr=1e-7, fused=True) if mode == Mode.TRAIN else None
 
 
-def _step(model, inputs: dict, mode: Mode, optimizer=None):
-    """One measured step: a forward pass (inference), or a training step: forward, backward, the optimizer's step,
-    the gradients dropped."""
+def _step(model, inputs: dict, mode: Mode, optimizer=None, autocast=contextlib.nullcontext, scaler=None):
+    """One measured step: a forward pass (inference), or a training step: forward, backward, the optimizer's step
+    (through the loss scaler in fp16 mixed precision), the gradients dropped. `autocast`: a context factory."""
     import torch
 
     if mode == Mode.TRAIN:
-        out = model(**inputs).last_hidden_state
-        out.float().square().mean().backward()
-        optimizer.step()
+        with autocast():
+            out = model(**inputs).last_hidden_state
+            loss = out.float().square().mean()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
         optimizer.zero_grad(set_to_none=True)
         return out
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast():
         return model(**inputs).last_hidden_state
+
+
+@dataclass
+class PreparedStep:
+    """One model ready to step: `run()` is one measured step (`_step`) of `net` on `inputs`."""
+
+    net: object
+    inputs: dict
+    optimizer: object
+    run: Callable[[], object]
+
+
+def prepare_step(
+    cfg: BenchmarkConfig, model: str, n: int, k: int | None, mode: Mode, tokens=None, autocast=None
+) -> PreparedStep:
+    """Build `model` at length n (and k) as the run builds it, with its batch (`tokens`: ids and mask, else the
+    run's batch at n), optimizer and loss scaler."""
+    net = _prepared_model(cfg, model, n, k, mode)
+    inputs = model_inputs(model, *(tokens if tokens is not None else _make_inputs(cfg, n)))
+    optimizer, scaler = _optimizer(net, mode), _scaler(cfg, mode)
+    autocast = autocast or _autocast(cfg)
+    return PreparedStep(net, inputs, optimizer, lambda: _step(net, inputs, mode, optimizer, autocast, scaler))
+
+
+def _attention_op(name: str) -> bool:
+    """A fused attention kernel's op: SDPA's backends (`aten::_scaled_dot_product_flash_attention`, `_efficient_`,
+    `_cudnn_`, `_flash_attention_for_cpu`) and flash_attn's, not SDPA's dispatching op itself nor a backward."""
+    fused = "_scaled_dot_product_" in name or "flash_attn" in name
+    return fused and "backward" not in name and "_math" not in name
+
+
+def attention_ops(run) -> str | None:
+    """The fused attention kernels one call of `run` ran (SDPA's backend, flash_attn's ops), comma-separated, as
+    the profiler records the operators (SDPA's choice is made below the op the model calls); None where there were
+    none (eager products, or SDPA's math fallback)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        run()
+    return ", ".join(sorted({event.name for event in profiler.events() if _attention_op(event.name)})) or None
 
 
 def _counted_flops(run) -> int:
@@ -125,52 +213,107 @@ def _interleaved_times(runs: dict, cfg: BenchmarkConfig, reps: int) -> dict[str,
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def _cuda_step_memory(run) -> tuple[int, int]:
+    """(bytes above what was allocated before, peak bytes allocated) of one call of `run` on CUDA."""
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    run()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    return peak - baseline, peak
+
+
+def _persistent_bytes(model, optimizer) -> int:
+    """The model's weights and its optimizer's state (AdamW: two moments a weight), in bytes."""
+    import torch
+
+    tensors = list(model.parameters())
+    if optimizer is not None:
+        tensors += [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 @dataclass
 class TimingTask:
     """Time every point (label, model, n, k), alternating them repetition by repetition.
 
     A dense matmul of the feed-forward's shape, (4096, d) @ (d, d_ff), is timed in every round too, so each point's
     achieved FLOP/s can be set against the matmul throughput the machine gave at the same time. The first warm-up
-    of a model with `counted_flops` runs under torch's FlopCounterMode (counting is what makes it a warm-up too:
-    every operation runs).
+    of every model records the fused attention ops it dispatched (`attention_ops`) and, for a model with
+    `counted_flops`, runs under torch's FlopCounterMode too (recording is what makes it a warm-up: every operation
+    runs). A point whose model cannot be built or fails its first run (CUDA out of memory, say) is dropped with its
+    error; the others are still timed. On CUDA with `memory` the step's memory is measured here too (the caching
+    allocator's peak is exact per step; no process isolation needed, unlike the resident set on CPU).
     Returns {"times": {label: [seconds]}, "matmul_gflops": that matmul's GFLOP/s (median), "flops": {label: counted
-    FLOPs}, "attention": {label: `realised_attention` after the timed runs}}.
+    FLOPs}, "attention": {label: `realised_attention` after the timed runs}, "kernels": {label: `attention_ops`},
+    "errors": {label: error}, "memory": {label: {"activation_bytes", "peak_bytes", "weights_bytes"}}}.
     """
 
     config: BenchmarkConfig
     mode: Mode
     points: list[tuple[str, str, int, int | None]]
+    memory: bool = False
 
     def run(self) -> dict:
         cfg = self.config
         torch = _setup(cfg)
         tokens = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
-        runs, nets, inputs = {}, {}, {}
+        autocast = _autocast(cfg)
+        steps, runs, errors, counted, kernels = {}, {}, {}, {}, {}
         for label, model_name, n, k in self.points:
-            nets[label] = model = _prepared_model(cfg, model_name, n, k, self.mode)
-            inputs[label] = model_inputs(model_name, *tokens[n])
-            optimizer = _optimizer(model, self.mode)
-            runs[label] = lambda model=model, x=inputs[label], opt=optimizer: _step(model, x, self.mode, opt)
-        # The count's run is the first warm-up (an extra untimed run with --warmup 0).
-        counted = {
-            label: _counted_flops(runs[label])
-            for label, model_name, _, _ in self.points
-            if MODELS[model_name].counted_flops
-        }
+            try:
+                steps[label] = step = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
+                runs[label] = step.run
+                # The first warm-up (an extra untimed run with --warmup 0).
+                first = step.run
+                if MODELS[model_name].counted_flops:
+
+                    def first(run=step.run, label=label):
+                        counted[label] = _counted_flops(run)
+
+                kernels[label] = attention_ops(first)
+            except Exception as error:  # this point fails; the others still run
+                errors[label] = f"{type(error).__name__}: {error}"
+                steps.pop(label, None)
+                runs.pop(label, None)
+                step = None
+                gc.collect()
+                if cfg.device.startswith("cuda"):
+                    torch.cuda.empty_cache()
         dtype = getattr(torch, DTYPES[cfg.dtype])
         a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
         b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
-        runs[REFERENCE_MATMUL] = lambda: a @ b
-        for label, run in runs.items():
-            for _ in range(cfg.warmup - (label in counted)):
+        for run in runs.values():
+            for _ in range(cfg.warmup - 1):
                 run()
+        memory = {}
+        if self.memory and cfg.device.startswith("cuda"):
+            for label, step in steps.items():
+                activation, _ = _cuda_step_memory(step.run)
+                weights = sum(p.numel() * p.element_size() for p in step.net.parameters())
+                own = _persistent_bytes(step.net, step.optimizer)
+                memory[label] = {
+                    "activation_bytes": activation,
+                    "peak_bytes": own + activation,
+                    "weights_bytes": weights,
+                }
+        runs[REFERENCE_MATMUL] = lambda: a @ b
+        for _ in range(cfg.warmup):
+            runs[REFERENCE_MATMUL]()
         times = _interleaved_times(runs, cfg, cfg.reps)
         matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
         return {
             "times": times,
             "matmul_gflops": matmul_flops / statistics.median(times.pop(REFERENCE_MATMUL)) / 1e9,
             "flops": counted,
-            "attention": {label: realised_attention(nets[label], inputs[label]) for label in nets},
+            "attention": {label: realised_attention(step.net, step.inputs) for label, step in steps.items()},
+            "kernels": kernels,
+            "errors": errors,
+            "memory": memory,
         }
 
 
@@ -208,7 +351,8 @@ class MemoryTask:
 
     The warm-up (a short input, to initialise kernels and thread pools off the books) runs on a second copy of the
     model: BigBird switches itself to full attention for good on a short input.
-    Returns {"activation_bytes", "weights_bytes", "method", "attention"}.
+    Returns {"activation_bytes", "peak_bytes" (CPU: the process's peak resident set, VmHWM), "weights_bytes",
+    "method", "attention"}. (On CUDA the run measures memory in the timing process, `TimingTask`.)
     """
 
     config: BenchmarkConfig
@@ -221,35 +365,32 @@ class MemoryTask:
         cfg = self.config
         if cfg.device == "cpu":
             _malloc_returns_large_blocks()
-        torch = _setup(cfg)
+        _setup(cfg)
+        autocast = _autocast(cfg)
         warm_model = _prepared_model(cfg, self.model, self.n, self.k, self.mode)
-        warm_inputs = model_inputs(self.model, *_make_inputs(cfg, min(self.n, 64)))
-        _step(warm_model, warm_inputs, self.mode, _optimizer(warm_model, self.mode))
+        warm_inputs = model_inputs(self.model, *_make_inputs(cfg, min(self.n, 64), batch=1))
+        _step(warm_model, warm_inputs, self.mode, _optimizer(warm_model, self.mode), autocast, _scaler(cfg, self.mode))
         del warm_model, warm_inputs
         model = _prepared_model(cfg, self.model, self.n, self.k, self.mode)
-        optimizer = _optimizer(model, self.mode)
+        optimizer, scaler = _optimizer(model, self.mode), _scaler(cfg, self.mode)
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         inputs = model_inputs(self.model, *_make_inputs(cfg, self.n))
         gc.collect()
         if cfg.device.startswith("cuda"):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            baseline = torch.cuda.memory_allocated()
-            _step(model, inputs, self.mode, optimizer)
-            torch.cuda.synchronize()
-            activation = torch.cuda.max_memory_allocated() - baseline
+            activation, peak = _cuda_step_memory(lambda: _step(model, inputs, self.mode, optimizer, autocast, scaler))
             method = "cuda_max_memory_allocated"
         else:
             baseline_kb = read_status_kb("VmRSS")
             method = "vmhwm" if reset_peak_rss() else "ru_maxrss"
-            _step(model, inputs, self.mode, optimizer)
+            _step(model, inputs, self.mode, optimizer, autocast, scaler)
             if method == "vmhwm":
                 peak_kb = read_status_kb("VmHWM")
             else:
                 peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            activation = max(0, peak_kb - baseline_kb) * 1024
+            activation, peak = max(0, peak_kb - baseline_kb) * 1024, peak_kb * 1024
         return {
             "activation_bytes": activation,
+            "peak_bytes": peak,
             "weights_bytes": weights,
             "method": method,
             "attention": realised_attention(model, inputs),

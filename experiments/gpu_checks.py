@@ -1,4 +1,4 @@
-"""Everything a CUDA machine should run, in one command: `python -m experiments.gpu_checks --output_dir DIR`.
+"""Everything a CUDA machine should run: `python -m experiments.gpu_checks --output_dir DIR`.
 
 Parts, each timed on its own and reported `ok`, `skipped` (with the reason) or `failed` (with the error; the other
 parts still run):
@@ -10,20 +10,31 @@ parts still run):
    RoBERTa at base width side by side, the same in bf16 autocast (no scaler), and a Performer step in fp16.
 4. `long_sequence`: Linformer and Performer forward at n = 16384 and 65536 in fp16 autocast: finite outputs and
    their relative error against an fp32 forward of the same model on the same input.
+5. `realistic_grid` (issue 20; not in the default run, it takes a command of its own): the benchmark's
+   `gpu-realistic` presets, 12 base layers, 32,768 positions a batch, inference and training (AdamW) tokens/s and
+   memory of every model (RoBERTa SDPA and eager, Linformer k = 128 and 256, Performer, ModernBERT as released and at
+   equal depth with SDPA and FlashAttention-2, Longformer, BigBird), one run per `--realistic_runs` entry (bf16,
+   bf16-padded, fp16, fp16-padded), within `--realistic_time_budget_s`, each CSV written as it goes.
+6. `profile`: torch.profiler's table of one training step of one base layer, Linformer k = 256 against RoBERTa-SDPA
+   at n = `--profile_n`, the top kernels by device time, as text and CSV.
 
-The parts run in the order 1, 3, 4, 2: the grid is the longest and is bounded by `--grid_time_budget_s`, so a run cut
-short keeps the short checks. Without CUDA, parts 2-4 are skipped ("no CUDA device"); `--device cpu --tiny` runs
-parts 3 and 4 on CPU with a tiny model, which is how the tests exercise them. Imports nothing of `datasets`.
+The parts run in the order 1, 3, 4, 6, 2, 5: the grids are the longest and each is bounded by its time budget, so
+a run cut short keeps the short checks. Without CUDA, parts 2-6 are skipped ("no CUDA device"); `--device cpu --tiny`
+runs parts 3-6 on CPU with tiny models, which is how the tests exercise them. Imports nothing of `datasets`.
 
 Output: a run folder (default `outputs/gpu_checks/<timestamp>`; an existing non-empty folder is refused) with
-`report.json` (rewritten after every part, so a killed run keeps the parts done), `report.md` (a table per part) and
-the benchmark's own `results.csv` / `results.md` per dtype under `grid_fp16/`, `grid_bf16/`.
+`report.json` (rewritten after every part, so a killed run keeps the parts done), `report.md` (a table per part), the
+benchmark's own `results.csv` / `results.md` per grid run under `grid_<run>/` (`grid_fp16/`, `grid_bf16/`,
+`grid_bf16-padded/`, ...) and `profile_<model>.txt` / `.csv`.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import gc
+import importlib
+import io
 import json
 import math
 import os
@@ -36,8 +47,10 @@ from dataclasses import dataclass, field
 
 from linformer_hf.outputs import write_text_atomic
 
-PARTS = ("environment", "inference_grid", "training_step", "long_sequence")
-RUN_ORDER = ("environment", "training_step", "long_sequence", "inference_grid")
+PARTS = ("environment", "inference_grid", "training_step", "long_sequence", "realistic_grid", "profile")
+RUN_ORDER = ("environment", "training_step", "long_sequence", "profile", "inference_grid", "realistic_grid")
+# The default run: every part but the realistic grid, which takes a command of its own (see --realistic_runs).
+DEFAULT_PARTS = [part for part in PARTS if part != "realistic_grid"]
 NO_CUDA = "no CUDA device"
 
 
@@ -50,7 +63,10 @@ class GpuChecksConfig:
     )
     device: str = field(default="auto", metadata={"help": "auto (CUDA if there is one), cuda[:i] or cpu"})
     tiny: bool = field(default=False, metadata={"help": "tiny models and lengths (parts 3 and 4 testable on CPU)"})
-    parts: list[str] = field(default_factory=lambda: list(PARTS), metadata={"help": f"a subset of {PARTS}"})
+    parts: list[str] = field(
+        default_factory=lambda: list(DEFAULT_PARTS),
+        metadata={"help": f"a subset of {PARTS} (default: all but realistic_grid)"},
+    )
     grid_time_budget_s: float = field(
         default=240.0, metadata={"help": "seconds for the grid: no new n is started after it (fp16 gets 65%%)"}
     )
@@ -62,6 +78,22 @@ class GpuChecksConfig:
     warmup_steps: int = 3
     train_batch: int = field(default=8, metadata={"help": "sequences of n = 512 per training step"})
     long_ns: list[int] = field(default_factory=lambda: [16384, 65536], metadata={"help": "n of the long forward"})
+    realistic_runs: list[str] = field(
+        default_factory=lambda: ["bf16", "bf16-padded"],
+        metadata={"help": "the realistic grid's runs, a subset of bf16, bf16-padded, fp16, fp16-padded (V100: fp16)"},
+    )
+    realistic_ns: list[int] = field(
+        default_factory=list, metadata={"help": "n of the realistic grid (default: the preset's, 512 ... 16384)"}
+    )
+    realistic_models: list[str] = field(
+        default_factory=list,
+        metadata={"help": "models of the realistic grid (default: the preset's; fewer on a 16-32 GB GPU: every model "
+                  "of an n is built in one process)"},
+    )  # fmt: skip
+    realistic_time_budget_s: float = field(
+        default=480.0, metadata={"help": "seconds for the realistic grid, shared equally by its runs"}
+    )
+    profile_n: int = field(default=4096, metadata={"help": "n of the profiled training step"})
 
     def validate(self):
         unknown = set(self.parts) - set(PARTS)
@@ -71,6 +103,11 @@ class GpuChecksConfig:
             raise ValueError(f"device must be auto, cpu or cuda[:i], got {self.device!r}")
         if self.train_steps < 1 or self.warmup_steps < 0:
             raise ValueError("train_steps must be >= 1 and warmup_steps >= 0")
+        unknown_runs = set(self.realistic_runs) - set(REALISTIC_RUNS)
+        if unknown_runs or not self.realistic_runs:
+            raise ValueError(f"realistic_runs must be a subset of {tuple(REALISTIC_RUNS)}, got {self.realistic_runs}")
+        if 32768 % self.profile_n:
+            raise ValueError(f"profile_n must divide the realistic batch of 32768 positions, got {self.profile_n}")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,12 +291,11 @@ def part_environment(device: str, report: Report) -> PartResult:
         }
     else:
         row["device name"] = "CPU"
-    try:
-        import accelerate
-
-        row["accelerate"] = accelerate.__version__
-    except ImportError:
-        row["accelerate"] = None
+    for package in ("accelerate", "flash_attn"):  # flash_attn: ModernBERT's FlashAttention-2 rows run only with it
+        try:
+            row[package] = importlib.import_module(package).__version__
+        except ImportError:
+            row[package] = None
     return PartResult("environment", rows=[row])
 
 
@@ -268,39 +304,44 @@ def part_environment(device: str, report: Report) -> PartResult:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
-    from benchmarks import BenchmarkConfig, RunInfo, ratio_tables, report_markdown, run_benchmark, write_csv
+def _run_grid(
+    result: PartResult,
+    runs: list[tuple[str, object, float]],
+    report: Report,
+    row_of,
+    max_timeout_s: float = 180.0,
+    run_key: str = "run",
+) -> None:
+    """Run each benchmark config of `runs` ((name, config, deadline)) one n at a time into `grid_<name>/`, so that
+    its results.csv and results.md grow as the grid goes and no n starts after its deadline. `row_of(name, row)`: the
+    part's table row of a benchmark row, whose `run_key` names the run. A failed n is recorded and the next n still
+    runs."""
+    from benchmarks import ratio_tables, report_markdown, run_benchmark, write_csv
 
-    result = PartResult("inference_grid")
-    started = time.time()
-    # fp16 first with 65% of the budget; bf16 gets the rest of the budget, whatever fp16 left included.
-    deadlines = {"fp16": started + 0.65 * cfg.grid_time_budget_s, "bf16": started + cfg.grid_time_budget_s}
     markdown, not_run = [], []
-    for dtype, ns in (("fp16", cfg.grid_fp16_ns), ("bf16", cfg.grid_bf16_ns)):
-        full = BenchmarkConfig(
-            ns=list(ns), ks=list(cfg.grid_ks), train_ns=[], scaling_ns=[], models=list(cfg.grid_models),
-            device=device, dtype=dtype, layers=2, timeout_s=180.0,
-        )  # fmt: skip
-        full.validate()
-        out_dir = os.path.join(report.run_dir, f"grid_{dtype}")
+    peaks = {}  # the matmul peak, measured once per device and dtype
+    for name, full, deadline in runs:
+        out_dir = os.path.join(report.run_dir, f"grid_{name}")
         os.makedirs(out_dir, exist_ok=True)
         rows, done, info = [], [], None
-        for n in ns:
-            if time.time() > deadlines[dtype]:
-                not_run.append(f"{dtype} n={n}")
+        for n in full.ns:
+            if time.time() > deadline:
+                not_run.append(f"{name} n={n}")
                 continue
-            report.log(f"grid {dtype} n={n}")
-            # One benchmark run per n, so the CSV grows as the grid goes and the budget is checked between n.
+            report.log(f"grid {name} n={n}")
             # A hung worker must not eat the whole command's time: no worker outlives the budget by much.
-            timeout_s = min(180.0, max(60.0, deadlines[dtype] - time.time()))
-            one = dataclasses.replace(full, ns=[n], timeout_s=timeout_s)
+            timeout_s = min(max_timeout_s, max(60.0, deadline - time.time()))
+            train_ns = [n] if n in full.train_ns else []
+            one = dataclasses.replace(full, ns=[n], train_ns=train_ns, timeout_s=timeout_s)
+            peak_key = (full.device, full.dtype, full.hidden_size, full.intermediate_size)
+            extra = {"peak_info": peaks[peak_key]} if peak_key in peaks else {}
             try:
-                n_rows, n_info = run_benchmark(one, log=lambda message: report.log(f"  {message}"))
+                n_rows, n_info = run_benchmark(one, log=lambda message: report.log(f"  {message}"), **extra)
             except Exception as error:  # e.g. the matmul-peak process died: this n fails, the next n still runs
-                report.log(f"  grid {dtype} n={n} failed: {type(error).__name__}: {error}")
+                report.log(f"  grid {name} n={n} failed: {type(error).__name__}: {error}")
                 result.rows.append(
                     {
-                        "dtype": dtype,
+                        run_key: name,
                         "model": "(all)",
                         "n": n,
                         "status": "failed",
@@ -311,28 +352,23 @@ def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
                 continue
             rows += n_rows
             done.append(n)
+            peaks[peak_key] = n_info.peak_info
             if info is None:
                 info = n_info
             else:
-                info = RunInfo(
-                    info.matmul_peak_gflops, info.memory_budget_gib, runtime_s=info.runtime_s + n_info.runtime_s
-                )
-            shown = dataclasses.replace(full, ns=done)
+                info = dataclasses.replace(info, runtime_s=info.runtime_s + n_info.runtime_s)
+            shown = dataclasses.replace(full, ns=done, train_ns=[m for m in full.train_ns if m in done])
             write_csv(rows, os.path.join(out_dir, "results.csv"))
-            with open(os.path.join(out_dir, "results.md"), "w") as f:
-                f.write(report_markdown(rows, info, shown, report.command, report.device))
-            for row in n_rows:
-                result.rows.append(
-                    {"dtype": dtype, "model": row.label, "n": row.n, "status": row.status.value,
-                     "time_ms": None if row.time_s is None else round(1000 * row.time_s, 3),
-                     "activation_mb": row.activation_mb, "fraction_of_peak": row.fraction_of_peak,
-                     "reason": row.reason or row.memory_error}
-                )  # fmt: skip
+            write_text_atomic(
+                os.path.join(out_dir, "results.md"), report_markdown(rows, info, shown, report.command, report.device)
+            )
+            result.rows += [row_of(name, row) for row in n_rows]
             report.add(result)  # the rows so far survive a killed run
         if done:
-            markdown.append(f"### {dtype} (Table 3 layout; every point in `grid_{dtype}/results.md`)\n")
-            markdown.append(ratio_tables(rows, dataclasses.replace(full, ns=done)))
-            result.summary[f"{dtype} dense matmul peak GFLOP/s"] = info.matmul_peak_gflops
+            shown = dataclasses.replace(full, ns=done, train_ns=[m for m in full.train_ns if m in done])
+            markdown.append(f"### {name} (every point in `grid_{name}/results.md`)\n")
+            markdown.append(ratio_tables(rows, shown))
+            result.summary[f"{name} dense matmul peak GFLOP/s"] = info.matmul_peak_gflops
     result.markdown = "\n".join(markdown)
     if not_run:
         result.summary["not run (time budget)"] = ", ".join(not_run)
@@ -342,6 +378,168 @@ def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
         result.reason = (
             f"{len(failed)} points failed, e.g. {failed[0]['model']} n={failed[0]['n']}: {failed[0]['reason']}"
         )
+
+
+def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
+    from benchmarks import BenchmarkConfig
+
+    result = PartResult("inference_grid")
+    started = time.time()
+    # fp16 first with 65% of the budget; bf16 gets the rest of the budget, whatever fp16 left included.
+    deadlines = {"fp16": started + 0.65 * cfg.grid_time_budget_s, "bf16": started + cfg.grid_time_budget_s}
+    runs = []
+    for dtype, ns in (("fp16", cfg.grid_fp16_ns), ("bf16", cfg.grid_bf16_ns)):
+        full = BenchmarkConfig(
+            ns=list(ns), ks=list(cfg.grid_ks), train_ns=[], scaling_ns=[], models=list(cfg.grid_models),
+            device=device, dtype=dtype, layers=2, timeout_s=180.0,
+        )  # fmt: skip
+        full.validate()
+        runs.append((dtype, full, deadlines[dtype]))
+
+    def row_of(dtype, row):
+        return {"dtype": dtype, "model": row.label, "n": row.n, "status": row.status.value,
+                "time_ms": None if row.time_s is None else round(1000 * row.time_s, 3),
+                "activation_mb": row.activation_mb, "fraction_of_peak": row.fraction_of_peak,
+                "reason": row.reason or row.memory_error}  # fmt: skip
+
+    _run_grid(result, runs, report, row_of, run_key="dtype")
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 5: the realistic-load grid (issue 20)
+# ---------------------------------------------------------------------------------------------------------------
+
+# What each realistic run is: the benchmark's preset and dtype. fp16 is what a V100 runs (loss scaling, no bf16).
+REALISTIC_RUNS = {
+    "bf16": ("gpu-realistic", "bf16"),
+    "bf16-padded": ("gpu-realistic-padded", "bf16"),
+    "fp16": ("gpu-realistic", "fp16"),
+    "fp16-padded": ("gpu-realistic-padded", "fp16"),
+}
+
+
+def realistic_configs(cfg: GpuChecksConfig, device: str) -> list[tuple[str, object]]:
+    """The benchmark config of each of `cfg.realistic_runs`: its preset on `device`; with `tiny` a tiny shape of the
+    same grid (fp32 on CPU), which is how the tests run it."""
+    from benchmarks import PRESETS, BenchmarkConfig
+
+    configs = []
+    for name in cfg.realistic_runs:
+        preset, dtype = REALISTIC_RUNS[name]
+        settings = dict(PRESETS[preset], device=device, dtype=dtype)
+        if cfg.realistic_ns:
+            settings["ns"] = settings["train_ns"] = list(cfg.realistic_ns)
+        if cfg.realistic_models:
+            settings["models"] = list(cfg.realistic_models)
+        if cfg.tiny:
+            settings |= dict(
+                hidden_size=32, heads=4, intermediate_size=48, layers=3, vocab_size=99, tokens_per_batch=512,
+                ks=[16], num_random_features=16, longformer_window=16, bigbird_block_size=8, reps=1, warmup=1,
+                ns=cfg.realistic_ns or [128, 256], train_ns=cfg.realistic_ns or [128, 256], timeout_s=120.0,
+                models=["roberta-sdpa", "linformer", "modernbert-sdpa", "modernbert-fa2"],
+                measure_memory=False, train_memory=False,  # a process a point on CPU: the benchmark's tests cover it
+            )  # fmt: skip
+        if device == "cpu":
+            settings |= dict(dtype="fp32", autocast=False)  # the benchmark runs fp32 only on CPU
+        configs.append((name, BenchmarkConfig(**settings)))
+    return configs
+
+
+def part_realistic_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
+    """The `gpu-realistic` presets, one run per `realistic_runs` entry, the time budget shared among them (what one
+    leaves, the next gets)."""
+    result = PartResult("realistic_grid")
+    configs = realistic_configs(cfg, device)
+    started = time.time()
+    runs = []
+    for index, (name, full) in enumerate(configs):
+        full.validate()
+        runs.append((name, full, started + (index + 1) * cfg.realistic_time_budget_s / len(configs)))
+    result.summary["shape"] = (
+        f"{configs[0][1].layers} layers, width {configs[0][1].hidden_size}, {configs[0][1].tokens_per_batch} "
+        "positions a batch (batch = that / n), inference and training step (AdamW), memory of both"
+    )
+
+    def row_of(name, row):
+        return {"run": name, "mode": row.mode.value, "model": row.label, "n": row.n, "batch": row.batch,
+                "status": row.status.value,
+                "time_ms": None if row.time_s is None else round(1000 * row.time_s, 3),
+                "real_tokens_per_s": row.real_tokens_per_s, "peak_mb": row.peak_mb, "kernels": row.kernels,
+                "reason": row.reason or row.memory_error}  # fmt: skip
+
+    _run_grid(result, runs, report, row_of, max_timeout_s=600.0)
+    for name, _ in configs:
+        markdown = os.path.join(report.run_dir, f"grid_{name}", "results.md")
+        if os.path.exists(markdown):
+            result.summary[f"{name} report"] = markdown  # the targets table is in it
+    # Points skipped for a stated reason (FlashAttention-2 without flash_attn, memory) are not failures.
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 6: the kernel profile of one training step
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
+    """torch.profiler over one training step (forward, backward, AdamW) of a one-layer model at base width,
+    Linformer (k = 256) against RoBERTa-SDPA, at n = `profile_n` with the realistic batch of 32,768 positions, bf16
+    autocast: the top kernels by their own device time (CPU: the top operators), as text and CSV per model."""
+    import torch
+
+    from benchmarks import PRESETS, BenchmarkConfig, Mode
+    from benchmarks.workers import prepare_step
+
+    cuda = device.startswith("cuda")
+    n, k = (128, 16) if cfg.tiny else (cfg.profile_n, 256)
+    settings = dict(PRESETS["gpu-realistic"], device=device, layers=1, ns=[n], train_ns=[n], ks=[k])
+    if cfg.tiny:
+        settings |= dict(hidden_size=32, heads=4, intermediate_size=48, vocab_size=99, tokens_per_batch=256)
+    if not cuda:
+        settings |= dict(dtype="fp32", autocast=False)
+    bench = BenchmarkConfig(**settings)
+    bench.validate()
+    sort_key = "self_device_time_total" if cuda else "self_cpu_time_total"
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    result = PartResult("profile")
+    result.summary["shape"] = (
+        f"1 layer, width {bench.hidden_size}, n {n}, batch {bench.batch_at(n)}, {bench.dtype}"
+        f"{' autocast' if bench.autocast else ''}, one training step after 2 warm-up steps; sorted by {sort_key}"
+    )
+    for model, model_k in (("linformer", k), ("roberta-sdpa", None)):
+        label = f"linformer k={k}" if model_k else model
+        report.log(f"profile: {label}")
+        torch.manual_seed(0)
+        step = prepare_step(bench, model, n, model_k, Mode.TRAIN)
+        for _ in range(2):
+            step.run()
+        _synchronize(device)
+        with torch.profiler.profile(activities=activities) as profiler:
+            step.run()
+            _synchronize(device)
+        averages = profiler.key_averages()
+        stem = os.path.join(report.run_dir, f"profile_{model}")
+        write_text_atomic(stem + ".txt", averages.table(sort_by=sort_key, row_limit=30, max_name_column_width=80))
+        events = sorted(averages, key=lambda e: getattr(e, sort_key), reverse=True)
+        total = sum(getattr(e, sort_key) for e in events) or 1.0
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(["name", "calls", "self_time_us", "share_of_self_time", "cpu_time_total_us"])
+        for event in events:
+            self_us = getattr(event, sort_key)
+            writer.writerow(
+                [event.key, event.count, f"{self_us:.1f}", f"{self_us / total:.4f}", f"{event.cpu_time_total:.1f}"]
+            )
+        write_text_atomic(stem + ".csv", text.getvalue())
+        for event in events[:8]:
+            result.rows.append({"model": label, "kernel": event.key[:90], "calls": event.count,
+                                "self_ms": round(getattr(event, sort_key) / 1000, 3),
+                                "share": round(getattr(event, sort_key) / total, 3)})  # fmt: skip
+        result.summary[f"{label} step self time ms"] = round(total / 1000, 2)
+        step = None
+        _free(device)
+    result.summary["files"] = "profile_linformer.txt/.csv, profile_roberta-sdpa.txt/.csv"
     return result
 
 
@@ -553,6 +751,8 @@ def run_checks(cfg: GpuChecksConfig, command: str = "") -> tuple[str, dict[str, 
         "inference_grid": lambda: part_inference_grid(cfg, device, report),
         "training_step": lambda: part_training_step(cfg, device, report),
         "long_sequence": lambda: part_long_sequence(cfg, device, report),
+        "realistic_grid": lambda: part_realistic_grid(cfg, device, report),
+        "profile": lambda: part_profile(cfg, device, report),
     }
     for name in RUN_ORDER:
         if name not in cfg.parts:
@@ -566,6 +766,12 @@ def run_checks(cfg: GpuChecksConfig, command: str = "") -> tuple[str, dict[str, 
                 name,
                 status="skipped",
                 reason="the grid is fp16/bf16 on CUDA; on CPU run `python -m benchmarks` (fp32)",
+            )
+        elif name in ("realistic_grid", "profile") and device == "cpu" and not cfg.tiny:
+            part = PartResult(
+                name,
+                status="skipped",
+                reason="the realistic load is for CUDA (12 base layers, 32,768 tokens a batch); --tiny runs it on CPU",
             )
         else:
             try:

@@ -157,7 +157,7 @@ def test_quick_run_writes_rows_and_skips_what_would_not_fit(tmp_path):
     cfg = tiny_benchmark(ns=[16, 256], scaling_ns=[16, 64])
 
     def estimate(model, n, k, training=False):
-        return estimate_activation_bytes(model_config(model, n, k, cfg), n, cfg.batch, 4, training)
+        return estimate_activation_bytes(model_config(model, n, k, cfg), n, cfg.batch_at(n), 4, training)
 
     eager_256 = estimate("roberta-eager", 256, None)
     others = [estimate(model, 256, k) for model, k in cfg.points(256) if model != "roberta-eager"]
@@ -242,6 +242,13 @@ def test_a_failing_worker_raises_with_its_error():
 def test_invalid_settings_are_clear_errors():
     with pytest.raises(ValueError, match="fp32 only"):
         BenchmarkConfig(dtype="fp16").validate()
+    with pytest.raises(ValueError, match="both set; give one of them"):
+        tiny_benchmark(batch=2, tokens_per_batch=128).validate()
+    # every length list: 128 is no multiple of the training n = 48
+    with pytest.raises(ValueError, match=r"tokens_per_batch=128 is not a multiple of n=\[48\]"):
+        tiny_benchmark(ns=[16, 64], train_ns=[48], tokens_per_batch=128).validate()
+    with pytest.raises(ValueError, match="padding_fraction must be in"):
+        tiny_benchmark(padding_fraction=0.6).validate()
     with pytest.raises(ValueError, match="unknown models"):
         BenchmarkConfig(models=["bert"]).validate()
 
@@ -275,10 +282,13 @@ def test_every_config_field_is_a_flag_spelled_with_underscores():
         batch=2, hidden_size=64, heads=2, intermediate_size=96, vocab_size=77, sharing="key_value",
         num_random_features=32, longformer_window=8, bigbird_block_size=4, bigbird_random_blocks=1,
         projection="mean", reps=4, warmup=0, threads=1, memory_budget_gb=1.5, measure_memory=False, peer=True,
-        peer_ns=[64], peer_k=8, timeout_s=60.0,
+        peer_ns=[64], peer_k=8, timeout_s=60.0, padding_fraction=0.25, autocast=True, train_memory=True,
     )  # fmt: skip
     argv = ["--output_dir", "somewhere"]
+    exclusive = {"tokens_per_batch"}  # not with batch: parsed on its own below
     for f in dataclasses.fields(BenchmarkConfig):
+        if f.name in exclusive:
+            continue
         value = getattr(wanted, f.name)
         assert value != getattr(BenchmarkConfig(), f.name), f"{f.name} must differ from its default to be tested"
         if isinstance(value, bool):
@@ -290,6 +300,8 @@ def test_every_config_field_is_a_flag_spelled_with_underscores():
     command_line, parsed = parse_args(argv)
     assert parsed == wanted
     assert command_line.output_dir == "somewhere"
+    _, parsed = parse_args(["--ns", "64", "--train_ns", "32", "--scaling_ns", "--ks", "8", "--tokens_per_batch", "128"])
+    assert (parsed.tokens_per_batch, parsed.batch_at(64), parsed.batch_at(32)) == (128, 2, 4)
 
 
 def test_a_preset_sets_defaults_that_flags_override():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from experiments import gpu_checks
-from experiments.gpu_checks import PARTS, GpuChecksConfig, main, run_checks
+from experiments.gpu_checks import DEFAULT_PARTS, PARTS, GpuChecksConfig, main, run_checks
 
 
 def _report(run_dir):
@@ -26,10 +26,11 @@ def test_default_run_without_cuda_skips_the_gpu_parts_and_exits_0(tmp_path, no_c
     run_dir = tmp_path / "run"
     assert main(["--output_dir", str(run_dir)]) == 0
     parts = _report(run_dir)
-    assert list(parts) == list(PARTS)  # every part reported, in the documented numbering
+    assert list(parts) == DEFAULT_PARTS  # every part reported, in the documented numbering
+    assert DEFAULT_PARTS == [part for part in PARTS if part != "realistic_grid"]  # which takes a command of its own
     assert parts["environment"]["status"] == "ok"
     assert parts["environment"]["rows"][0]["torch"] == torch.__version__
-    for name in ("inference_grid", "training_step", "long_sequence"):
+    for name in ("inference_grid", "training_step", "long_sequence", "profile"):
         assert parts[name]["status"] == "skipped"
         assert parts[name]["reason"] == "no CUDA device"
         assert parts[name]["rows"] == []
@@ -127,7 +128,7 @@ def _grid(tmp_path, monkeypatch, budget, fail_n=None):
 
     calls = []
 
-    def fake_run_benchmark(cfg, log):
+    def fake_run_benchmark(cfg, log, peak_info=None):
         calls.append((cfg.dtype, cfg.ns))
         (n,) = cfg.ns
         if n == fail_n:
@@ -164,3 +165,68 @@ def test_grid_time_budget_starts_no_n_after_it(tmp_path, monkeypatch):
     part, calls, _ = _grid(tmp_path, monkeypatch, budget=0)
     assert calls == []
     assert part.summary["not run (time budget)"] == "fp16 n=512, fp16 n=1024, bf16 n=512"
+
+
+def test_tiny_cpu_realistic_grid_writes_its_csv(tmp_path):
+    from benchmarks import Mode, Status, read_csv
+
+    # The default runs: the bf16 presets with and without padding (fp32 on CPU); one of them is run here.
+    planned = gpu_checks.realistic_configs(GpuChecksConfig(tiny=True), "cpu")
+    assert [(name, bench.padding_fraction, bench.tokens_per_batch) for name, bench in planned] == [
+        ("bf16", 0.0, 512), ("bf16-padded", 0.25, 512),
+    ]  # fmt: skip
+    chosen = GpuChecksConfig(realistic_runs=["fp16"], realistic_ns=[512], realistic_models=["linformer"])
+    ((name, bench),) = gpu_checks.realistic_configs(chosen, "cuda")  # a V100's run, a model and an n chosen
+    assert (name, bench.dtype, bench.autocast, bench.ns, bench.train_ns, bench.models) == (
+        "fp16", "fp16", True, [512], [512], ["linformer"],
+    )  # fmt: skip
+    cfg = GpuChecksConfig(
+        output_dir=str(tmp_path / "real"), device="cpu", tiny=True, parts=["realistic_grid"], realistic_ns=[128],
+        realistic_runs=["bf16-padded"],
+    )  # fmt: skip
+    run_dir, _ = run_checks(cfg)
+    part = _report(run_dir)["realistic_grid"]
+    assert part["status"] == "ok", part["reason"]
+    assert {(row["run"], row["mode"]) for row in part["rows"]} == {
+        ("bf16-padded", "inference"),
+        ("bf16-padded", "train"),
+    }
+    rows = read_csv(os.path.join(run_dir, "grid_bf16-padded", "results.csv"))
+    assert {(r.mode, r.model) for r in rows} == {
+        (mode, model) for mode in (Mode.INFERENCE, Mode.TRAIN)
+        for model in ("roberta-sdpa", "linformer", "modernbert-sdpa", "modernbert-fa2")
+    }  # fmt: skip
+    for row in rows:
+        assert (row.batch, row.layers) == (4, 3)  # 512 positions / n = 128
+        if row.model == "modernbert-fa2":
+            assert row.status == Status.SKIPPED and "CUDA only" in row.reason
+            continue
+        assert row.status == Status.OK, row.reason
+        assert row.padding_fraction == 0.25
+        assert row.real_tokens_per_s == pytest.approx(0.75 * 512 / row.time_s, rel=1e-3)
+
+
+def test_tiny_cpu_profile_writes_the_top_operators(tmp_path):
+    import csv
+
+    cfg = GpuChecksConfig(output_dir=str(tmp_path / "prof"), device="cpu", tiny=True, parts=["profile"])
+    run_dir, _ = run_checks(cfg)
+    part = _report(run_dir)["profile"]
+    assert part["status"] == "ok", part["reason"]
+    assert {row["model"] for row in part["rows"]} == {"linformer k=16", "roberta-sdpa"}
+    for model in ("linformer", "roberta-sdpa"):
+        assert "Self CPU" in open(os.path.join(run_dir, f"profile_{model}.txt")).read()
+        with open(os.path.join(run_dir, f"profile_{model}.csv"), newline="") as f:
+            events = list(csv.DictReader(f))
+        names = {event["name"] for event in events}
+        assert "aten::mm" in names or "aten::addmm" in names  # the step's products, backward and all
+        assert any("adam" in name.lower() for name in names)  # and the optimizer's step
+        assert sum(float(event["share_of_self_time"]) for event in events) == pytest.approx(1.0, abs=0.01)
+
+
+def test_realistic_parts_on_cpu_without_tiny_say_why(tmp_path):
+    cfg = GpuChecksConfig(output_dir=str(tmp_path / "x"), device="cpu", parts=["realistic_grid", "profile"])
+    run_dir, _ = run_checks(cfg)
+    for part in _report(run_dir).values():
+        assert part["status"] == "skipped" and "for CUDA" in part["reason"] and "--tiny" in part["reason"]
+    assert main(["--output_dir", str(tmp_path / "y"), "--realistic_runs", "bf32"]) == 2
