@@ -1,19 +1,18 @@
 """An installed wheel needs no checkout: the training modules run from a fresh venv in a directory outside the repo.
 
-The venv gets the package from `pip install` of this checkout (built without network: --no-deps
---no-build-isolation) and reuses the test interpreter's installed dependencies through a .pth line, so nothing is
-downloaded. Everything then runs with the venv's python from a temporary directory, without PYTHONPATH.
+The venv (scripts/check_transformers_versions.py's `isolated_python`) gets the package from `pip install` of this
+checkout (built without network: --no-deps --no-build-isolation) and reuses the test interpreter's installed
+dependencies through a .pth line, so nothing is downloaded. Everything then runs with the venv's python from a
+temporary directory, without PYTHONPATH.
 """
 
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
-import venv
 
 import pytest
-from training_utils import OFFLINE_ENV, REPO, WIKITEXT
+from training_utils import OFFLINE_ENV, REPO, WIKITEXT, load_script
 
 from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
@@ -21,25 +20,26 @@ from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 @pytest.fixture(scope="module")
 def installed_python(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel_venv")
-    venv.EnvBuilder(with_pip=False).create(root / "venv")  # pip runs from the test interpreter (--python)
-    python = str(root / "venv" / "bin" / "python")
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    # The dependencies (torch, transformers ...) come from the test interpreter's site-packages. A plain path line:
-    # that directory's own .pth files (an editable install of some checkout among them) are not processed.
-    with open(os.path.join(site, "_reuse_test_dependencies.pth"), "w", encoding="utf-8") as fh:
-        fh.write(sysconfig.get_paths()["purelib"] + "\n")
+    # A venv that reuses the test interpreter's installed dependencies (torch, transformers ...) through a plain .pth
+    # line, so an editable install of some checkout is not on its path; pip runs from the test interpreter.
+    python = load_script("check_transformers_versions").isolated_python(str(root / "venv"))
     # Built from a copy: pip builds in the source tree, and the checkout gets no build/ or egg-info from a test.
     source = root / "source"
     shutil.copytree(
         REPO,
         source,
         ignore=shutil.ignore_patterns(
-            ".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", "tests", "docs"
+            ".git",
+            ".venv",
+            ".ci-envs",
+            "outputs",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            "tests",
+            "docs",
         ),
     )
     res = subprocess.run(
