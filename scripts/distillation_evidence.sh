@@ -12,7 +12,8 @@
 #
 # Every run writes its own folder under $WORK and is skipped when that folder already holds its results.json, so a
 # stopped script continues where it stopped; wall times go to $WORK/times.tsv, the table to $WORK/summary.md.
-# FAMILY=performer converts to a Performer (m = $FEATURES) instead.
+# FAMILY=performer converts to a Performer (m = $FEATURES) instead. ONLY="control plain" runs only those runs (after
+# the teacher exists), e.g. to run them as separate processes side by side; the summary is written once all are done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,7 +23,8 @@ WORK=${WORK:-outputs/distillation_evidence}
 TEACHER_STEPS=${TEACHER_STEPS:-2105}   # one epoch of SST-2 train (67,349 sentences) at batch 32
 STEPS=${STEPS:-300}
 EVAL_EVERY=${EVAL_EVERY:-100}
-LR=${LR:-5e-5}
+LR=${LR:-5e-5}   # the control's and the students' learning rate
+TEACHER_LR=${TEACHER_LR:-$LR}
 SEED=${SEED:-1}
 N=${N:-512}
 K=${K:-128}
@@ -32,18 +34,22 @@ KD_WEIGHT=${KD_WEIGHT:-0.5}
 TEMPERATURE=${TEMPERATURE:-2.0}
 HIDDEN_WEIGHT=${HIDDEN_WEIGHT:-0.0}
 MAX_LENGTH=${MAX_LENGTH:-64}
+ONLY=${ONLY:-}
 mkdir -p "$WORK"
 TIMES="$WORK/times.tsv"
 [ -f "$TIMES" ] || printf 'run\tseconds\tload_before\tload_after\n' >"$TIMES"
 
 COMMON=(--config configs/finetune/sst2.yaml --no_progress
   --data.train_file "$DATA/sst2/train.tsv" --data.validation_file "$DATA/sst2/dev.tsv"
-  --data.max_seq_length "$MAX_LENGTH" --training.seed "$SEED" --training.learning_rate "$LR"
+  --data.max_seq_length "$MAX_LENGTH" --training.seed "$SEED"
   --training.per_device_train_batch_size 32 --training.logging_steps 10)
 
 run() {  # run NAME ARGS...: one fine-tuning into $WORK/NAME, timed, skipped when done
   local name=$1
   shift
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" ${name#"$TAG"-} "* ]]; then
+    return
+  fi
   if [ -f "$WORK/$name/results.json" ]; then
     echo "skip $name (done)"
     return
@@ -64,9 +70,11 @@ else
   CONVERSION="{projected_length: $K, max_sequence_length: $N, sharing: key_value}"
   TAG="linformer-k$K"
 fi
-RECOVERY=(--training.max_steps "$STEPS" --training.eval_steps "$EVAL_EVERY" --training.eval_on_start true)
+RECOVERY=(--training.max_steps "$STEPS" --training.eval_steps "$EVAL_EVERY" --training.eval_on_start true
+  --training.learning_rate "$LR")
 
-run teacher --model.pretrained "$MINILM" --training.max_steps "$TEACHER_STEPS" --training.eval_steps "$TEACHER_STEPS"
+run teacher --model.pretrained "$MINILM" --training.max_steps "$TEACHER_STEPS" --training.eval_steps "$TEACHER_STEPS" \
+  --training.learning_rate "$TEACHER_LR"
 TEACHER="$WORK/teacher/best"
 run control --model.pretrained "$TEACHER" "${RECOVERY[@]}"
 run "$TAG-plain" --model.pretrained "$TEACHER" --model.convert_from_roberta "$CONVERSION" "${RECOVERY[@]}"
@@ -74,6 +82,9 @@ run "$TAG-distilled" --model.pretrained "$TEACHER" --model.convert_from_roberta 
   --distillation.teacher "$TEACHER" --distillation.kd_weight "$KD_WEIGHT" \
   --distillation.temperature "$TEMPERATURE" --distillation.hidden_weight "$HIDDEN_WEIGHT"
 
+for name in teacher control "$TAG-plain" "$TAG-distilled"; do
+  [ -f "$WORK/$name/results.json" ] || exit 0  # another process is still running it
+done
 "$PY" - "$WORK" "$TAG" <<'EOF' | tee "$WORK/summary.md"
 import json, os, sys
 
