@@ -242,3 +242,56 @@ def test_projection_learning_rate_defaults_by_n_and_is_recorded(pair, tmp_path):
     report = run_transfer(arguments(pair, tmp_path, layer_steps=1, projection_learning_rate=None))
     n = 16  # the tiny students' n
     assert report["arguments"]["projection_learning_rate"] == pytest.approx(default_projection_learning_rate(n))
+
+
+@pytest.mark.parametrize("layer_loss", ["attention_output", "attention_weights", "hidden_states"])
+def test_each_stage_one_variant_lowers_its_loss(pair, tmp_path, layer_loss):
+    run_transfer(arguments(pair, tmp_path, layer_loss=layer_loss, layer_steps=24))
+    log = [json.loads(line) for line in (tmp_path / "transfer_log.jsonl").read_text().splitlines()]
+    losses = {length: [r["loss"] for r in log if r["length"] == length] for length in (8, 16)}
+    for length, values in losses.items():  # one length per step in turn: compare like with like
+        first, last = sum(values[:3]) / 3, sum(values[-3:]) / 3
+        assert last < 0.9 * first, (layer_loss, length, first, last)
+    key = "layer_attention_kl" if layer_loss == "attention_weights" else "layer_relative_error"
+    assert all(len(r[key]) == 2 for r in log)
+
+
+def test_at_k_equal_n_the_variants_reach_their_floor(pair):
+    """Identity E = F: the slot weights mapped back through E are the teacher's P (KL 0), and each whole layer
+    reproduces the teacher's layer output."""
+    from linformer_hf.loading import load_model
+    from linformer_hf.training.transfer import (
+        attention_weights_loss,
+        layer_local_loss,
+        load_teacher,
+        teacher_attention_layers,
+        teacher_attention_weights,
+    )
+
+    teacher, student = load_teacher(str(pair / "teacher")), load_model(str(pair / "student_k16")).eval()
+    ids = torch.randint(5, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(ids.shape)
+    mask[1, 9:] = 0  # a padded row
+    with torch.no_grad():
+        states = teacher.base_model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        probs = teacher_attention_weights(teacher_attention_layers(teacher)[0], states[0], mask)
+        assert abs(attention_weights_loss(student, 0, states[0], mask, probs).item()) < 1e-5
+        # the teacher's own P, as BERT's eager attention returns it, on the real keys
+        eager = transformers.BertModel.from_pretrained(str(pair / "teacher"), attn_implementation="eager").eval()
+        reference = eager(ids, attention_mask=mask, output_attentions=True).attentions[0]
+        assert torch.allclose(probs * mask[:, None, None, :], reference * mask[:, None, None, :], atol=1e-5)
+        _, per_layer = layer_local_loss(teacher, student, ids, mask, "relative", "hidden_states")
+    assert max(per_layer) < 1e-5
+
+
+def test_attention_weights_needs_a_linformer_with_a_learned_e(pair, tmp_path):
+    with pytest.raises(ValueError, match="needs a Linformer student with projection 'linear'"):
+        run_transfer(
+            arguments(
+                pair,
+                tmp_path,
+                student=str(pair / "student_performer"),
+                layer_loss="attention_weights",
+                train_attention_weights=True,
+            )
+        )

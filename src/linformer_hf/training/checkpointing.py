@@ -59,6 +59,7 @@ RUN_OUTPUTS = (
     "predictions_validation.tsv",
     "predictions_test.tsv",  # fine-tuning
     "runs",
+    "distillation.json",  # fine-tuning with a teacher: which teacher (training/distillation.py)
 )  # fine-tuning: the Trainer's TensorBoard logs
 # summary_step<N>.json: pretraining; checkpoint-<N>: the Trainer's checkpoints (transformers' PREFIX_CHECKPOINT_DIR),
 # left in a fine-tuning run's output_dir when it was killed before its end

@@ -498,6 +498,10 @@ class FinetuneTrainingSection(OptimizerSection):
     report_to: list[str] = dataclasses.field(default_factory=list)
     save_best: bool = True
     overwrite_output_dir: bool = False  # run in a non-empty output_dir (deletes the earlier run's outputs)
+    # Resume an interrupted run: "latest" (the newest checkpoint-N in output_dir) or a checkpoint-N dir. Checkpoints
+    # are written at every evaluation (eval_steps, or each epoch) with the optimizer, schedule and RNG states.
+    resume_from_checkpoint: str | None = None
+    stop_after_steps: int | None = None  # stop (as if interrupted) after N updates, with a checkpoint: tests, slices
 
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
@@ -512,6 +516,17 @@ class FinetuneTrainingSection(OptimizerSection):
             1,
         )
         _check_at_least(self, ("max_steps",), 1, optional_means="train for num_train_epochs")
+        _check_at_least(self, ("stop_after_steps",), 1, optional_means="run to the end")
+        if self.overwrite_output_dir and self.resume_from_checkpoint:
+            raise ConfigError(
+                "training.overwrite_output_dir deletes the checkpoints that resume_from_checkpoint="
+                f"{self.resume_from_checkpoint!r} would resume from; give one or the other."
+            )
+        if self.stop_after_steps is not None and not (self.save_best and self.eval_steps):
+            raise ConfigError(
+                "training.stop_after_steps needs checkpoints to resume from: set training.eval_steps (a checkpoint is "
+                "written at each evaluation) and keep training.save_best true."
+            )
         _check_at_least(self, ("eval_steps",), 1, optional_means="evaluate at the end of every epoch")
         if self.max_steps is None and not self.num_train_epochs > 0:
             raise ConfigError(
@@ -572,12 +587,58 @@ class FinetuneModelSection:
 
 
 @dataclasses.dataclass
+class FinetuneDistillationSection:
+    """Knowledge distillation from a frozen teacher classifier (training/distillation.py): the student trains on
+    (1 - kd_weight) x cross-entropy with the labels + kd_weight x T^2 x KL(teacher || student) on logits / T,
+    + hidden_weight x the mean over hidden_layers of the relative squared error of the hidden states."""
+
+    teacher: str | None = None  # a fine-tuned sequence classifier dir (BERT, RoBERTa, MiniLM, ...); null: no teacher
+    kd_weight: float = 0.5  # share of the loss on the teacher's logits, in [0, 1]; 0: labels only
+    temperature: float = 2.0  # T: both logits are divided by T; the KL term is scaled by T^2 (Hinton et al.)
+    hidden_weight: float = 0.0  # weight of the layer-wise hidden-state loss; 0: off
+    # Which hidden states to match: 0 is the embeddings' output, l the output of layer l; null: every layer 1..N.
+    hidden_layers: list[int] | None = None
+
+    def validate(self, model: FinetuneModelSection, task_labels: int):
+        if self.teacher is None:
+            changed = [
+                name
+                for name in ("kd_weight", "temperature", "hidden_weight", "hidden_layers")
+                if getattr(self, name) != getattr(FinetuneDistillationSection, name, None)
+            ]
+            if changed:
+                raise ConfigError(
+                    f"distillation.{changed[0]} is set but distillation.teacher is not: give the teacher classifier "
+                    "dir (e.g. the model you convert) or drop the distillation options."
+                )
+            return
+        if not 0 <= self.kd_weight <= 1:
+            raise ConfigError(f"distillation.kd_weight must be in [0, 1], got {self.kd_weight}.")
+        if not self.temperature > 0:
+            raise ConfigError(f"distillation.temperature must be > 0, got {self.temperature}.")
+        if self.hidden_weight < 0:
+            raise ConfigError(f"distillation.hidden_weight must be >= 0 (0: off), got {self.hidden_weight}.")
+        if self.kd_weight == 0 and self.hidden_weight == 0:
+            raise ConfigError(
+                "distillation.teacher is set but both kd_weight and hidden_weight are 0: the teacher would not be "
+                "used. Set kd_weight > 0 and/or hidden_weight > 0, or drop distillation.teacher."
+            )
+        from .distillation import check_teacher
+
+        check_teacher(self, model, task_labels)
+
+
+@dataclasses.dataclass
 class FinetuneRecipe:
     model: FinetuneModelSection
     data: FinetuneDataSection
     training: FinetuneTrainingSection
+    distillation: FinetuneDistillationSection = dataclasses.field(default_factory=FinetuneDistillationSection)
 
     def validate(self):
+        from .finetuning import TASKS
+
         self.data.validate()
         self.model.validate()
         self.training.validate()
+        self.distillation.validate(self.model, TASKS[self.data.task].num_labels)

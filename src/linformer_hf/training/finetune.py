@@ -26,10 +26,16 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, help="fine-tuning recipe YAML (configs/finetune/*.yaml)")
+    parser.add_argument(
+        "--resume_from_checkpoint", default=None, help="a checkpoint-N dir of the run, or 'latest' (as pretraining)"
+    )
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
     args, rest = parser.parse_known_args(argv)
+    extra = {}
+    if args.resume_from_checkpoint:
+        extra["training.resume_from_checkpoint"] = args.resume_from_checkpoint
     try:
-        recipe = load_recipe(FinetuneRecipe, args.config, rest)
+        recipe = load_recipe(FinetuneRecipe, args.config, rest, extra)
         from .finetuning import run_finetuning
 
         run_finetuning(recipe, show_progress=not args.no_progress)

@@ -9,8 +9,10 @@ Linformer or Performer, and the outputs the replication reads: ``<output_dir>/be
 ``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions), and ``results.json``
 (every evaluation, the best, the test metrics, the training loss per logged update). The output directory is claimed
 before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
-``training.overwrite_output_dir``, locked until the end); fine-tuning does not resume, so an interrupted run starts
-over with ``overwrite_output_dir``.
+``training.overwrite_output_dir``, locked until the end). Every evaluation writes a whole checkpoint (weights,
+optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
+continues from exactly; ``training.stop_after_steps`` stops a run there on purpose. With ``distillation.teacher``
+the student also learns from a frozen teacher classifier (training/distillation.py).
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
 on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone
@@ -159,7 +161,7 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
         save_strategy=strategy if tcfg.save_best else "no",
         save_steps=tcfg.eval_steps,
         save_total_limit=1,
-        save_only_model=True,
+        save_only_model=False,  # optimizer, schedule and RNG states too: a run resumes exactly
         load_best_model_at_end=tcfg.save_best,
         metric_for_best_model=task.main_metric,
         logging_steps=tcfg.logging_steps,
@@ -201,9 +203,10 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     splits = load_task_data(recipe)
     # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
     # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
+    resuming = tcfg.resume_from_checkpoint is not None
     lock = claim_output_dir(
         tcfg.output_dir,
-        resuming=False,
+        resuming=resuming,
         overwrite=tcfg.overwrite_output_dir,
         is_main_process=int(os.environ.get("RANK", "0")) == 0,
         inputs={
@@ -212,10 +215,12 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             "data.train_file": dcfg.train_file,
             "data.validation_file": dcfg.validation_file,
             "data.test_file": dcfg.test_file,
+            "distillation.teacher": recipe.distillation.teacher,
         },
     )
+    checkpoint = resume_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir) if resuming else None
     if mcfg.convert_from_roberta is not None:
-        mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)
+        mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir, reuse=resuming)
     tok_dir = mcfg.tokenizer or mcfg.pretrained
     try:
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
@@ -233,6 +238,16 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     max_length = dcfg.max_seq_length or n
     if max_length > n:
         raise ConfigError(f"data.max_seq_length={max_length} is larger than the model's longest input n={n}.")
+    from . import distillation
+
+    distilling, record = recipe.distillation.teacher is not None, None
+    if distilling:
+        distillation.check_teacher_length(recipe.distillation.teacher, max_length)
+        record = distillation.teacher_record(recipe.distillation)
+    if resuming:
+        distillation.check_resumed_teacher(tcfg.output_dir, record)
+    elif distilling and int(os.environ.get("RANK", "0")) == 0:  # which teacher this run learns from
+        write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
 
     args = training_arguments(recipe, show_progress)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
@@ -244,7 +259,11 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     def compute_metrics(prediction):
         return classification_metrics(prediction.predictions.argmax(-1), prediction.label_ids, with_f1=task.with_f1)
 
-    trainer = Trainer(
+    trainer_class, extra = Trainer, {}
+    if distilling:
+        trainer_class = distillation.DistillationTrainer
+        extra = {"teacher": distillation.load_teacher(recipe.distillation.teacher), "distillation": recipe.distillation}
+    trainer = trainer_class(
         model=model,
         args=args,
         train_dataset=encoded["train"],
@@ -254,16 +273,28 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[divergence_callback(finetune_guard(tcfg))],
+        callbacks=[divergence_callback(finetune_guard(tcfg))]
+        + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else []),
+        **extra,
     )
     warn_if_mixed_precision_ignored(trainer.accelerator)
     try:
-        trainer.train()
+        trainer.train(resume_from_checkpoint=checkpoint)
     except TrainingDiverged:
         finish(trainer.accelerator)  # every process raised at the same update: tear the group down together
         if lock is not None:
             lock.release()
         raise
+    max_steps = trainer.state.max_steps
+    if tcfg.stop_after_steps and trainer.state.global_step < max_steps:  # stopped on purpose, a checkpoint kept
+        print(
+            f"Stopped at update {trainer.state.global_step} of {max_steps}; continue with "
+            "--training.resume_from_checkpoint latest"
+        )
+        finish(trainer.accelerator)
+        if lock is not None:
+            lock.release()
+        return {"stopped_at": trainer.state.global_step}
 
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
     if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
@@ -291,6 +322,13 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         "train_losses": train_losses,
         "best_dir": best_dir if tcfg.save_best else None,
     }
+    if distilling:
+        result["distillation"] = record
+        result["train_terms"] = {  # the loss's terms per logged update (DistillationTrainer.log)
+            entry["step"]: {name: entry[name] for name in ("task_loss", "kd_kl", "hidden_loss") if name in entry}
+            for entry in trainer.state.log_history
+            if "task_loss" in entry
+        }
     if "test" in encoded:
         test = trainer.predict(encoded["test"])
         preds, labels = test.predictions.argmax(-1), test.label_ids
@@ -317,15 +355,51 @@ def finetune_guard(tcfg):
         tcfg,
         resume_hint(
             "",
-            "fine-tuning does not resume; start over with --training.overwrite_output_dir true after changing one of "
-            "these",
+            "resume from a checkpoint-N of the run written before it with --training.resume_from_checkpoint, or start "
+            "over with --training.overwrite_output_dir true, after changing one of these",
         ),
     )
 
 
-def convert_roberta_for_finetuning(mcfg, output_dir: str):
+def resume_checkpoint(spec: str, output_dir: str) -> str:
+    """The checkpoint-N dir that ``training.resume_from_checkpoint`` names: ``latest`` (the newest in output_dir), or
+    a dir."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if spec == "latest":
+        found = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if found is None:
+            raise ConfigError(
+                f"training.resume_from_checkpoint=latest: no checkpoint-N in {output_dir} (checkpoints are written at "
+                "each evaluation); start the run without resume_from_checkpoint."
+            )
+        return found
+    if not os.path.isfile(os.path.join(spec, "trainer_state.json")):
+        raise ConfigError(
+            f"training.resume_from_checkpoint={spec} is not a Trainer checkpoint (no trainer_state.json): give "
+            "'latest' or a checkpoint-N dir of the run."
+        )
+    return spec
+
+
+def stop_after_steps_callback(steps: int):
+    """A `TrainerCallback` that stops training after ``steps`` updates with a checkpoint, as an interruption would."""
+    from transformers import TrainerCallback
+
+    class StopAfterSteps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= steps:
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return StopAfterSteps()
+
+
+def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
     """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to the ``target`` family of ``mcfg.convert_from_roberta``
-    (Linformer by default, or Performer) in ``<output_dir>/converted`` (once)."""
+    (Linformer by default, or Performer) in ``<output_dir>/converted`` (once; ``reuse``: a resumed run takes the
+    conversion its first part wrote)."""
     import dataclasses
 
     from accelerate import PartialState
@@ -336,7 +410,7 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str):
     target = os.path.join(output_dir, "converted")
     state = PartialState()
     with state.main_process_first():
-        if state.is_main_process:
+        if state.is_main_process and not (reuse and os.path.isfile(os.path.join(target, "config.json"))):
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
             except (OSError, ValueError, StrictDataclassError) as err:

@@ -11,6 +11,23 @@ trains the student to undo that, in two stages:
 2. **End-to-end** (optional): every student weight trains so that its hidden states (and its MLM logits, where both
    models have an MLM head) match the teacher's on the same input.
 
+What stage 1 matches on the teacher's layer input X_l (``--layer_loss``), each layer-local, summed over real tokens
+and averaged over layers:
+
+- ``attention_output`` (the default): the self-attention output before W^O (LoLCATs' attention transfer),
+  ||S - T||^2 / ||T||^2 (or the MSE with ``--loss mse``).
+- ``attention_weights`` (Hedgehog, Zhang et al. 2024, for a Linformer with learned E): per head h and real query i,
+  the cross-entropy -sum_t P_it log A_it between the teacher's softmax weights P_i = softmax(q_i K^T / sqrt(d_h)) over
+  the L positions (the teacher's own W^Q, W^K on X_l) and the student's weights over its k slots mapped back to
+  positions through E: A_i = Pbar_i Ehat, with Pbar_i = softmax(q_i (E K)^T / sqrt(d_h)) over the slots and Ehat the
+  first L columns of |E| with padded positions zeroed, each row normalised to sum 1 (slot j's attention is spread over
+  the tokens it compresses, in proportion to |E_jt|). A_i sums to 1. The loss reported and minimised is that
+  cross-entropy minus the teacher's entropy -sum_t P_it log P_it (a constant: the same gradients), i.e.
+  KL(P_i || A_i), 0 when the student's weights are the teacher's (as at k = n with identity E). Hedgehog distils
+  softmax weights into a feature map; here they are those of a softmax over compressed keys.
+- ``hidden_states`` (CALD's layer-wise hidden-state distillation, ICLR 2025, layer-local): the whole layer (attention,
+  W^O, feed-forward, LayerNorms) on X_l against the teacher's layer output X_{l+1}, with ``--loss``.
+
 Both stages run on windows of the lengths the model will serve (short and long, `--lengths`), one length per batch in
 turn, with dropout off in both models: the target is a deterministic function of the input. A batch is a pure
 function of (seed, step), so a run resumed from a checkpoint (`accelerator.save_state`) continues exactly as it would
@@ -88,6 +105,13 @@ class TransferArguments:
     end_to_end_steps: int = dataclasses.field(default=0, metadata={"help": "stage 2 (end-to-end) steps; 0: none"})
     train_attention_weights: bool = dataclasses.field(
         default=False, metadata={"help": "stage 1 also trains each layer's W^Q, W^K, W^V"}
+    )
+    layer_loss: Literal["attention_output", "attention_weights", "hidden_states"] = dataclasses.field(
+        default="attention_output",
+        metadata={
+            "help": "stage 1 matches each layer's attention output (default), its attention weights through E "
+            "(Hedgehog; a Linformer with linear E), or its whole output (CALD); see the module docstring"
+        },
     )
     loss: Literal["relative", "mse"] = dataclasses.field(
         default="relative", metadata={"help": "relative: ||S - T||^2 / ||T||^2 per layer; mse: mean squared error"}
@@ -556,17 +580,86 @@ def learning_rates(args: TransferArguments, step: int) -> dict[str, float]:
     return {"projections": rate, "attention": rate, "rest": rate}
 
 
-def layer_local_loss(teacher, student, ids, mask, kind: str):
-    """Stage 1: the mean over layers of each layer's attention-output loss, on the teacher's own layer inputs."""
-    with torch.no_grad(), capture_attention(teacher) as records:
-        teacher.base_model(ids, attention_mask=mask)
-    losses = [
-        matching_loss(student_attention(student, layer_idx, hidden, mask), target, mask, kind)
-        for layer_idx, (hidden, target) in enumerate(records)
-    ]
-    return torch.stack(losses).mean(), [
-        math.sqrt(loss.item()) if kind == "relative" else loss.item() for loss in losses
-    ]
+def teacher_attention_weights(teacher_attention, hidden_states, mask) -> torch.Tensor:
+    """P = softmax(Q K^T / sqrt(d_h)) of a BERT / RoBERTa self-attention module on its input, padded keys masked:
+    (batch, heads, L, L). Computed from the module's W^Q, W^K (absolute positions: no term inside the softmax)."""
+    batch, length, _ = hidden_states.shape
+    heads = teacher_attention.num_attention_heads
+    head_size = teacher_attention.attention_head_size
+
+    def split(x):
+        return x.view(batch, length, heads, head_size).transpose(1, 2)
+
+    query, key = split(teacher_attention.query(hidden_states)), split(teacher_attention.key(hidden_states))
+    scores = torch.matmul(query, key.transpose(2, 3)) / math.sqrt(head_size)
+    scores = scores.masked_fill(mask[:, None, None, :] == 0, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores, dim=-1)
+
+
+def attention_weights_loss(student, layer_idx: int, hidden_states, mask, teacher_probs) -> torch.Tensor:
+    """The `attention_weights` stage-1 loss of one layer (module docstring): sum_t P_it (log P_it - log A_it), the
+    cross-entropy less the teacher's entropy, the mean over heads and real queries, with A = Pbar Ehat the student's
+    slot weights mapped back to positions through E."""
+    encoder = student.base_model.encoder
+    attention = encoder.layer[layer_idx].attention.self
+    key_projection, _ = attention.projections(encoder.shared_projection)
+    _, slot_probs = attention(hidden_states, mask, encoder.shared_projection, output_attentions=True)  # (b, h, L, k)
+    length = hidden_states.shape[1]
+    magnitude = key_projection.weight[:, :, :length].abs()[None] * mask[:, None, None, :]  # (b, h or 1, k, L)
+    spread = magnitude / magnitude.sum(-1, keepdim=True).clamp(min=1e-12)  # rows sum to 1: Ehat
+    mapped = torch.matmul(slot_probs, spread)  # (b, h, L, L): A, each query row sums to 1
+    log_teacher = torch.log(teacher_probs.clamp(min=1e-9))
+    kl = (teacher_probs * (log_teacher - torch.log(mapped.clamp(min=1e-9)))).sum(-1)  # (b, h, L)
+    queries = mask[:, None, :].expand_as(kl)
+    return (kl * queries).sum() / queries.sum()
+
+
+def check_layer_loss(student, layer_loss: str) -> None:
+    """`attention_weights` needs slot weights to map back through a learned E: a Linformer with linear projections."""
+    if layer_loss == "attention_weights" and not (
+        isinstance(student, LinformerPreTrainedModel) and student.config.projection == "linear"
+    ):
+        raise ValueError(
+            "--layer_loss attention_weights maps the student's attention over its k slots back to positions through "
+            "a learned E: it needs a Linformer student with projection 'linear' (this one is "
+            f"{student.config.model_type}, projection {getattr(student.config, 'projection', None)!r}). Use "
+            "--layer_loss attention_output or hidden_states."
+        )
+
+
+def layer_local_loss(teacher, student, ids, mask, kind: str, layer_loss: str = "attention_output"):
+    """Stage 1: the mean over layers of each layer's loss (``layer_loss``, module docstring) on the teacher's own
+    layer inputs; also each layer's figure for the log (relative error, MSE or cross-entropy)."""
+    if layer_loss == "attention_output":
+        with torch.no_grad(), capture_attention(teacher) as records:
+            teacher.base_model(ids, attention_mask=mask)
+        losses = [
+            matching_loss(student_attention(student, layer_idx, hidden, mask), target, mask, kind)
+            for layer_idx, (hidden, target) in enumerate(records)
+        ]
+    else:
+        with torch.no_grad():
+            states = teacher.base_model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        encoder = student.base_model.encoder
+        losses = []
+        for layer_idx in range(len(states) - 1):
+            hidden = states[layer_idx]
+            if layer_loss == "attention_weights":
+                with torch.no_grad():
+                    target = teacher_attention_weights(teacher_attention_layers(teacher)[layer_idx], hidden, mask)
+                losses.append(attention_weights_loss(student, layer_idx, hidden, mask, target))
+            else:  # hidden_states: the whole layer on X_l against X_{l+1}
+                output = encoder.layer[layer_idx](hidden, mask, **encoder.shared_layer_inputs())
+                losses.append(matching_loss(output, states[layer_idx + 1], mask, kind))
+    relative = kind == "relative" and layer_loss != "attention_weights"
+    return torch.stack(losses).mean(), [math.sqrt(loss.item()) if relative else loss.item() for loss in losses]
+
+
+def layer_log_key(args, stage: str) -> str:
+    """The log's name for a step's per-layer figures."""
+    if stage == "layer" and args.layer_loss == "attention_weights":
+        return "layer_attention_kl"
+    return "layer_relative_error" if args.loss == "relative" else "layer_mse"
 
 
 def end_to_end_loss(teacher, student, ids, mask, args: TransferArguments):
@@ -731,6 +824,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
         args = dataclasses.replace(args, projection_learning_rate=default_projection_learning_rate(n))
     teacher = load_teacher(args.teacher)
     check_pair(teacher, student, lengths, len(tokenizer))
+    check_layer_loss(student, args.layer_loss)
     too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
@@ -833,7 +927,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
         ).to(device)
         mask = torch.ones(ids.shape, dtype=torch.float32, device=device)
         if stage == "layer":
-            loss, per_layer = layer_local_loss(teacher, student, ids, mask, args.loss)
+            loss, per_layer = layer_local_loss(teacher, student, ids, mask, args.loss, args.layer_loss)
         else:
             loss, per_layer = end_to_end_loss(teacher, student, ids, mask, args)
         optimizer.zero_grad(set_to_none=True)
@@ -858,7 +952,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
                 "stage": stage,
                 "length": int(ids.shape[1]),
                 "loss": loss.item(),
-                ("layer_relative_error" if args.loss == "relative" else "layer_mse"): per_layer,
+                layer_log_key(args, stage): per_layer,
                 "learning_rates": rates,
                 "train_seconds": round(progress.seconds, 2),
                 **({} if finite else {"skipped": True}),

@@ -1,0 +1,228 @@
+"""Knowledge distillation for fine-tuning: a converted student learns from the frozen classifier it was converted from.
+
+The recipe (issue 26): convert a fine-tuned BERT / RoBERTa / MiniLM classifier to Linformer or Performer
+(``model.convert_from_roberta``), then fine-tune the student with the original classifier as its teacher
+(``distillation.teacher``). Each training batch goes through both models; the student's loss is
+
+    (1 - kd_weight) * CE(student logits, labels)
+    + kd_weight * T^2 * KL(softmax(teacher logits / T) || softmax(student logits / T))       (Hinton et al. 2015)
+    + hidden_weight * mean over l in hidden_layers of ||H_l^S - H_l^T||^2 / ||H_l^T||^2     (over real tokens)
+
+where H_l is the output of layer l (0: the embeddings' output) and T the temperature; T^2 keeps the KL term's
+gradients on the scale of the cross-entropy's as T grows. The teacher is frozen, in eval mode, and never saved in
+the student's checkpoints: `teacher_record` (its path and a SHA-256 of its config and weights) is written to
+``<output_dir>/distillation.json`` when the run starts, and a resumed run refuses another teacher. Evaluation scores
+the student alone (its own cross-entropy and accuracy), as it will be used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import defaultdict
+
+import torch
+from transformers import AutoConfig, Trainer
+
+from .config import ConfigError
+
+RECORD_FILE = "distillation.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def _load_config(path: str, role: str):
+    try:
+        return AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{role}={path}: no model config could be read ({' '.join(str(err).split())}).") from None
+
+
+def _vocabulary(path: str):
+    """The tokenizer's vocabulary in ``path``, or None where the folder holds no tokenizer."""
+    from transformers import AutoTokenizer
+
+    from ..registration import TOKENIZER_FILES
+
+    if os.path.isdir(path) and not any(os.path.exists(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(path).get_vocab()
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def check_teacher(section, model, task_labels: int) -> None:
+    """Refuse, before any work, a teacher the student cannot learn from: not a sequence classifier, another label
+    count than the task's, another vocabulary than the student's tokenizer, and (for the hidden-state loss) another
+    depth or width than the student's."""
+    from .validation import check_model_source
+
+    check_model_source(section.teacher, "distillation.teacher")
+    teacher = _load_config(section.teacher, "distillation.teacher")
+    architectures = teacher.architectures or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise ConfigError(
+            f"distillation.teacher={section.teacher} is a {architectures or teacher.model_type} checkpoint, not a "
+            "sequence classifier: give a fine-tuned *ForSequenceClassification folder (its logits are the targets)."
+        )
+    if teacher.num_labels != task_labels:
+        raise ConfigError(
+            f"distillation.teacher has {teacher.num_labels} labels but the task's student has {task_labels}: give a "
+            "teacher fine-tuned on this task."
+        )
+    student = _load_config(model.pretrained, "model.pretrained")
+    if teacher.vocab_size != student.vocab_size:
+        raise ConfigError(
+            f"distillation.teacher's vocabulary has {teacher.vocab_size} tokens but the student's "
+            f"{student.vocab_size}: the two must read the same token ids; convert the student from this teacher."
+        )
+    teacher_vocab = _vocabulary(section.teacher)
+    student_vocab = _vocabulary(model.tokenizer or model.pretrained)
+    if teacher_vocab is not None and student_vocab is not None and teacher_vocab != student_vocab:
+        raise ConfigError(
+            f"distillation.teacher's tokenizer ({section.teacher}) differs from the student's "
+            f"({model.tokenizer or model.pretrained}): both models must see the same token ids; use the teacher's "
+            "tokenizer (model.tokenizer) or a student converted from this teacher."
+        )
+    if section.hidden_weight > 0:
+        for field in ("num_hidden_layers", "hidden_size"):
+            if getattr(teacher, field) != getattr(student, field):
+                raise ConfigError(
+                    f"distillation.hidden_weight needs a teacher as deep and wide as the student, but they differ in "
+                    f"{field}: teacher {getattr(teacher, field)}, student {getattr(student, field)}. Set "
+                    "distillation.hidden_weight 0, or use the teacher the student was converted from."
+                )
+        bad = [layer for layer in section.hidden_layers or [] if not 0 <= layer <= student.num_hidden_layers]
+        if bad:
+            raise ConfigError(
+                f"distillation.hidden_layers {bad} out of range: 0 (embeddings) to {student.num_hidden_layers}."
+            )
+
+
+def check_teacher_length(teacher_path: str, max_length: int) -> None:
+    """The teacher reads every input the student does (inputs are cut to data.max_seq_length)."""
+    from ..models import max_input_length
+
+    longest = max_input_length(_load_config(teacher_path, "distillation.teacher"))
+    if max_length > longest:
+        raise ConfigError(
+            f"data.max_seq_length={max_length} is longer than distillation.teacher's {longest} positions: set "
+            f"data.max_seq_length <= {longest}."
+        )
+
+
+def teacher_record(section) -> dict:
+    """Which teacher a run learns from, and with which settings: its path and a SHA-256 of its config and weights."""
+    digest = hashlib.sha256()
+    names = sorted(
+        name for name in os.listdir(section.teacher) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES)
+    )
+    for name in names:
+        digest.update(name.encode())
+        with open(os.path.join(section.teacher, name), "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return {
+        "teacher": os.path.abspath(section.teacher),
+        "teacher_sha256": digest.hexdigest(),
+        "kd_weight": section.kd_weight,
+        "temperature": section.temperature,
+        "hidden_weight": section.hidden_weight,
+        "hidden_layers": section.hidden_layers,
+    }
+
+
+def check_resumed_teacher(output_dir: str, record: dict | None) -> None:
+    """A resumed run learns from the teacher, and with the settings, it started with (``record`` None: none)."""
+    path = os.path.join(output_dir, RECORD_FILE)
+    if not os.path.exists(path):
+        if record is None:
+            return
+        raise ConfigError(
+            f"The run in {output_dir} was started without a teacher ({RECORD_FILE} is missing): resume it without "
+            "distillation.teacher, or start a distillation run in another training.output_dir."
+        )
+    with open(path, encoding="utf-8") as handle:
+        earlier = json.load(handle)
+    if record is None:
+        raise ConfigError(
+            f"The run in {output_dir} was distilled from {earlier['teacher']} (see {path}): resume it with "
+            f"--distillation.teacher {earlier['teacher']} and the same distillation settings."
+        )
+    changed = [key for key in record if earlier.get(key) != record[key]]
+    if changed:
+        key = changed[0]
+        raise ConfigError(
+            f"The run in {output_dir} was distilled with {key}={earlier.get(key)!r}, this command gives "
+            f"{record[key]!r}: resume with the run's teacher and distillation settings (see {path})."
+        )
+
+
+def load_teacher(path: str):
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_pretrained(path).eval().requires_grad_(False)
+
+
+def hidden_state_loss(student_states, teacher_states, mask, layers: list[int] | None) -> torch.Tensor:
+    """Mean over the chosen layers of ||S - T||^2 / ||T||^2 over real tokens (the transfer's relative error)."""
+    from .transfer import matching_loss
+
+    chosen = layers if layers is not None else range(1, len(teacher_states))
+    losses = [matching_loss(student_states[l], teacher_states[l], mask, "relative") for l in chosen]  # noqa: E741
+    return torch.stack(losses).mean()
+
+
+def logit_kl(student_logits, teacher_logits, temperature: float) -> torch.Tensor:
+    """T^2 * KL(softmax(teacher / T) || softmax(student / T)), the mean over the batch."""
+    teacher_log_probs = torch.log_softmax(teacher_logits / temperature, dim=-1)
+    student_log_probs = torch.log_softmax(student_logits / temperature, dim=-1)
+    kl = (teacher_log_probs.exp() * (teacher_log_probs - student_log_probs)).sum(-1).mean()
+    return kl * temperature**2
+
+
+class DistillationTrainer(Trainer):
+    """`Trainer` whose training loss adds the teacher's terms (module docstring); the training log gets each term's
+    mean since the last log: ``task_loss`` (CE with the labels), ``kd_kl`` (the KL at T = 1, the distance to the
+    teacher whatever T), and ``hidden_loss`` where it is on."""
+
+    def __init__(self, *args, teacher, distillation, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher = teacher.to(self.args.device)
+        self.distillation = distillation
+        # compute_loss returns a per-batch mean: the Trainer divides it over gradient accumulation as for any model.
+        self.model_accepts_loss_kwargs = False
+        self.loss_is_scaled_for_ga = False
+        self._terms: dict[str, list[float]] = defaultdict(list)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training:  # evaluation scores the student alone
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        cfg = self.distillation
+        with_hidden = cfg.hidden_weight > 0
+        labels = inputs["labels"]
+        features = {key: value for key, value in inputs.items() if key != "labels"}
+        outputs = model(**features, output_hidden_states=with_hidden)
+        with torch.no_grad():
+            teacher_out = self.teacher(**features, output_hidden_states=with_hidden)
+        logits, teacher_logits = outputs.logits.float(), teacher_out.logits.float()
+        task_loss = torch.nn.functional.cross_entropy(logits, labels)
+        loss = (1 - cfg.kd_weight) * task_loss
+        if cfg.kd_weight > 0:
+            loss = loss + cfg.kd_weight * logit_kl(logits, teacher_logits, cfg.temperature)
+        self._terms["task_loss"].append(task_loss.item())
+        self._terms["kd_kl"].append(logit_kl(logits.detach(), teacher_logits, 1.0).item())
+        if with_hidden:
+            mask = features["attention_mask"].to(logits.dtype)
+            hidden = hidden_state_loss(outputs.hidden_states, teacher_out.hidden_states, mask, cfg.hidden_layers)
+            loss = loss + cfg.hidden_weight * hidden
+            self._terms["hidden_loss"].append(hidden.item())
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs, start_time=None):
+        if "loss" in logs and self._terms:
+            for name, values in self._terms.items():
+                logs[name] = sum(values) / len(values)
+            self._terms.clear()
+        super().log(logs, start_time)

@@ -1,0 +1,199 @@
+"""Fine-tuning a converted classifier with its teacher (training/distillation.py) on a tiny BERT classifier:
+the student's task loss and its KL to the teacher fall, a resumed run repeats the uninterrupted one exactly, and a
+teacher the student cannot learn from is refused before any work."""
+
+import json
+
+import pytest
+import torch
+import transformers
+from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
+from training_utils import SST2_DEV, SST2_TRAIN
+
+from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
+from linformer_hf.training.finetuning import run_finetuning
+
+
+def write_rule_labelled(source, destination, rows):
+    """The first SST-2 sentences of ``source``, labelled 1 where the word "the" occurs: a rule a tiny model learns in
+    a few dozen updates, so that its teacher fits its data as a converged one does."""
+    with open(source, encoding="utf-8") as handle:
+        sentences = [line.split("\t")[0] for line in handle.readlines()[1 : rows + 1]]
+    labels = [int("the" in sentence.split()) for sentence in sentences]
+    destination.write_text("sentence\tlabel\n" + "".join(f"{s}\t{y}\n" for s, y in zip(sentences, labels)))
+    return str(destination)
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    """A tiny BERT classifier fine-tuned on 512 sentences (16 tokens), with its WordPiece tokenizer."""
+    root = tmp_path_factory.mktemp("distillation")
+    start = root / "start"
+    tokenizer = build_wordpiece_tokenizer(str(start))
+    torch.manual_seed(0)
+    transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2)).save_pretrained(start)
+    tokenizer.save_pretrained(start)
+    train = write_rule_labelled(SST2_TRAIN, root / "train.tsv", 512)
+    dev = write_rule_labelled(SST2_DEV, root / "dev.tsv", 128)
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": str(start),
+            "data.train_file": train,
+            "data.validation_file": dev,
+            "data.max_seq_length": 16,
+            "training.output_dir": str(root / "teacher"),
+            "training.num_train_epochs": 4,
+            "training.per_device_train_batch_size": 32,
+            "training.learning_rate": 3e-3,
+            "training.lr_scheduler_type": "constant",
+            "training.warmup_ratio": 0.0,
+            "training.eval_steps": 64,
+            "training.weight_decay": 0.0,
+        },
+    )
+    run_finetuning(recipe, show_progress=False)
+    teacher_dir = root / "teacher" / "best"
+    # Relabel the training sentences with the teacher's predictions: a teacher that fits its training data, as a
+    # converged one does, in a few seconds of training.
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(teacher_dir).eval()
+    rows = [line.rstrip("\n").split("\t") for line in open(train, encoding="utf-8").readlines()[1:]]
+    with torch.no_grad():
+        batch = tokenizer([row[0] for row in rows], truncation=True, max_length=16, padding=True, return_tensors="pt")
+        predictions = model(**batch).logits.argmax(-1).tolist()
+    assert 0.2 < sum(predictions) / len(predictions) < 0.8  # both labels
+    relabelled = root / "train_teacher_labels.tsv"
+    relabelled.write_text("sentence\tlabel\n" + "".join(f"{r[0]}\t{y}\n" for r, y in zip(rows, predictions)))
+    return {"dir": str(teacher_dir), "train": str(relabelled), "dev": dev}
+
+
+def student_overrides(teacher, output_dir, **extra):
+    """Convert the teacher (k = 4 of n = 16, random E = F: far from the teacher) and fine-tune it with the teacher."""
+    overrides = {
+        "model.pretrained": teacher["dir"],
+        "model.convert_from_roberta": {"projected_length": 4, "projection_init": "random", "sharing": "key_value"},
+        "data.train_file": teacher["train"],
+        "data.validation_file": teacher["dev"],
+        "data.max_seq_length": 16,
+        "distillation.teacher": teacher["dir"],
+        "training.output_dir": str(output_dir),
+        "training.per_device_train_batch_size": 16,
+        "training.learning_rate": 2e-3,
+        "training.logging_steps": 1,
+        "training.warmup_ratio": 0.0,
+    }
+    overrides.update(extra)
+    return overrides
+
+
+def run(overrides):
+    return run_finetuning(load_recipe(FinetuneRecipe, None, extra=overrides), show_progress=False)
+
+
+def test_task_loss_and_distance_to_the_teacher_fall(teacher, tmp_path):
+    result = run(
+        student_overrides(
+            teacher, tmp_path / "student", **{"training.max_steps": 24, "distillation.hidden_weight": 1.0}
+        )
+    )
+    terms = [result["train_terms"][step] for step in sorted(result["train_terms"])]
+    assert len(terms) == 24 and all(set(t) == {"task_loss", "kd_kl", "hidden_loss"} for t in terms)
+
+    def mean(name, part):
+        return sum(t[name] for t in part) / len(part)
+
+    first, last = terms[:6], terms[-6:]
+    for name in ("task_loss", "kd_kl", "hidden_loss"):
+        assert mean(name, last) < 0.8 * mean(name, first), (name, mean(name, first), mean(name, last))
+    record = json.loads((tmp_path / "student" / "distillation.json").read_text())
+    assert record == result["distillation"] and record["teacher"] == teacher["dir"]
+    assert len(record["teacher_sha256"]) == 64
+
+
+def test_a_resumed_run_repeats_the_uninterrupted_one(teacher, tmp_path):
+    """With dropout on (the RNG state must carry over) and a Performer student (its random features too)."""
+    common = {
+        "model.convert_from_roberta": {"target": "performer", "num_random_features": 8},
+        "model.config": {"hidden_dropout_prob": 0.1},
+        "training.max_steps": 8,
+        "training.eval_steps": 4,
+        "distillation.hidden_weight": 0.5,
+        "distillation.hidden_layers": [1, 2],
+    }
+    whole = run(student_overrides(teacher, tmp_path / "whole", **common))
+    stopped = run(student_overrides(teacher, tmp_path / "parts", **common, **{"training.stop_after_steps": 5}))
+    assert stopped == {"stopped_at": 5}  # between checkpoints 4 and 8: saved on the stop
+    assert not (tmp_path / "parts" / "results.json").exists()
+    resumed = run(
+        student_overrides(teacher, tmp_path / "parts", **common, **{"training.resume_from_checkpoint": "latest"})
+    )
+    for key in ("train_losses", "train_terms", "history", "best", "steps"):
+        assert resumed[key] == whole[key], key
+
+
+def test_resume_refuses_another_teacher(teacher, tmp_path):
+    common = {"training.max_steps": 4, "training.eval_steps": 2}
+    assert run(student_overrides(teacher, tmp_path, **common, **{"training.stop_after_steps": 2}))["stopped_at"] == 2
+    resume = {**common, "training.resume_from_checkpoint": "latest"}
+    with pytest.raises(ConfigError, match="distilled with temperature=2.0"):
+        run(student_overrides(teacher, tmp_path, **resume, **{"distillation.temperature": 4.0}))
+    without = student_overrides(teacher, tmp_path, **resume)
+    del without["distillation.teacher"]
+    with pytest.raises(ConfigError, match="resume it with --distillation.teacher"):
+        run(without)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"distillation.teacher": None, "distillation.kd_weight": 0.7}, "kd_weight is set but distillation.teacher"),
+        ({"distillation.kd_weight": 1.5}, r"kd_weight must be in \[0, 1\]"),
+        ({"distillation.temperature": 0}, "temperature must be > 0"),
+        ({"distillation.kd_weight": 0}, "would not be used"),
+        ({"distillation.hidden_weight": 1, "distillation.hidden_layers": [3]}, r"hidden_layers \[3\] out of range"),
+        ({"data.task": "qnli"}, None),  # same labels: accepted at validation (2 labels)
+        ({"training.stop_after_steps": 0}, "stop_after_steps must be >= 1"),
+        ({"training.resume_from_checkpoint": "latest", "training.overwrite_output_dir": True}, "one or the other"),
+    ],
+)
+def test_distillation_options_are_checked(teacher, tmp_path, change, message):
+    overrides = {key: value for key, value in student_overrides(teacher, tmp_path).items()}
+    overrides.update(change)
+    if message is None:
+        load_recipe(FinetuneRecipe, None, extra=overrides)
+        return
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(FinetuneRecipe, None, extra=overrides)
+
+
+def test_a_teacher_the_student_cannot_learn_from_is_refused(teacher, tmp_path):
+    base = student_overrides(teacher, tmp_path / "out")
+    # Another label count than the task's.
+    three = tmp_path / "three_labels"
+    transformers.BertForSequenceClassification(tiny_bert_config(num_labels=3)).save_pretrained(three)
+    with pytest.raises(ConfigError, match="teacher has 3 labels but the task's student has 2"):
+        load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(three)})
+    # Not a classifier.
+    encoder = tmp_path / "encoder"
+    transformers.BertModel(tiny_bert_config()).save_pretrained(encoder)
+    with pytest.raises(ConfigError, match="not a sequence classifier"):
+        load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(encoder)})
+    # Another vocabulary: the same size, other tokens.
+    other = tmp_path / "other_vocabulary"
+    tokenizer = build_wordpiece_tokenizer(str(other))
+    vocab = tokenizer.get_vocab()
+    (other / "vocab.txt").write_text("\n".join(sorted(vocab, key=vocab.get)[::-1]) + "\n")
+    transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2)).save_pretrained(other)
+    transformers.BertTokenizer(vocab_file=str(other / "vocab.txt")).save_pretrained(other)
+    with pytest.raises(ConfigError, match="tokenizer .* differs from the student's"):
+        load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(other)})
+    # Another depth, with the hidden-state loss on.
+    deep = tmp_path / "deep"
+    transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2, num_hidden_layers=3)).save_pretrained(
+        deep
+    )
+    with pytest.raises(ConfigError, match="differ in num_hidden_layers: teacher 3, student 2"):
+        load_recipe(
+            FinetuneRecipe, None, extra={**base, "distillation.teacher": str(deep), "distillation.hidden_weight": 1}
+        )
