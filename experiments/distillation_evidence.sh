@@ -8,7 +8,7 @@
 #                $TEMPERATURE, hidden_weight $HIDDEN_WEIGHT);
 # each scored on SST-2 dev (872) before the first update and every $EVAL_EVERY updates.
 #
-#   MINILM=/tmp/minilm/all-MiniLM-L6-v2 bash scripts/distillation_evidence.sh
+#   MINILM=/tmp/minilm/all-MiniLM-L6-v2 bash experiments/distillation_evidence.sh
 #
 # Every run writes its own folder under $WORK and is skipped when that folder already holds its results.json, so a
 # stopped script continues where it stopped; wall times go to $WORK/times.tsv, the table to $WORK/summary.md.
