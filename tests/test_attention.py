@@ -313,6 +313,35 @@ def test_what_the_encoder_prepares_once_for_all_layers_matches_each_layer_alone_
         torch.testing.assert_close(prepared[2][name], alone[2][name], msg=name)
 
 
+def test_hooked_key_value_maps_are_called_as_modules_with_the_same_result():
+    """Plain `nn.Linear` maps of compressed rows are applied as their weight (all of (E 1) b comes from the encoder's
+    corrections); a hooked (or replaced) map is called as a module (it adds b once, the corrections the rest): the
+    hooks run, and the output is the same."""
+    model = build("headwise", "linear")
+    with torch.no_grad():  # non-zero biases, so the two ways of adding (E 1) b differ if either is wrong
+        for layer in model.encoder.layer:
+            layer.attention.self.key.bias.normal_()
+            layer.attention.self.value.bias.normal_()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).last_hidden_state
+    calls = []
+    hooks = [
+        layer.attention.self.value.register_forward_hook(lambda module, inputs, output: calls.append(output.shape))
+        for layer in model.encoder.layer
+    ]
+    try:
+        with torch.no_grad():
+            hooked = model(ids, attention_mask=mask).last_hidden_state
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls == [torch.Size([2, 8, 32])] * model.config.num_hidden_layers  # on the k compressed rows
+    torch.testing.assert_close(hooked, plain)
+
+
 def test_short_inputs_use_only_the_first_columns_of_e():
     model = build("headwise", "linear")
     ids = random_batch(1, 6)

@@ -182,9 +182,14 @@ class LinearCompressionInputs(NamedTuple):
 
     - `projection`: [E; F] (2k x L), or E (k x L) when E = F, the first L columns.
     - `columns_mask`: the padding mask as (batch, 1, L), to zero the columns of E at padded positions.
-    - `key_bias_correction`, `value_bias_correction`: (E 1 - 1) b^K and (F 1 - 1) b^V, (batch, k, d), with E 1 the
-      row sums over real tokens: what the key and value maps of E X, F X (which add b once per row) lack.
+    - `key_bias_correction`, `value_bias_correction`: (batch, k, d), the bias terms (E 1) b^K and (F 1) b^V, with
+      E 1 the row sums over real tokens, to add to (E X) W^K and (F X) W^V; or (E 1 - 1) b^K and (F 1 - 1) b^V when
+      `maps_add_bias`.
     - `slot_mask`: (batch, 1, 1, k), 0 where a real token reaches slot j of E and of F, the dtype's minimum elsewhere.
+    - `maps_add_bias`: whether the key and value maps must be called as modules (which add b once per row): some
+      map is not a plain `nn.Linear` (a dynamically quantised Linear, whose weight and bias are methods, a wrapped
+      one) or has hooks. Plain maps are applied as their weight alone, so b enters once, through the corrections: one
+      bias add and one bias gradient fewer per map.
     """
 
     projection: torch.Tensor
@@ -192,6 +197,12 @@ class LinearCompressionInputs(NamedTuple):
     key_bias_correction: torch.Tensor
     value_bias_correction: torch.Tensor
     slot_mask: torch.Tensor
+    maps_add_bias: bool
+
+
+def _is_plain_linear(module: nn.Module) -> bool:
+    """An `nn.Linear` itself, without hooks: its map is x W^T + b, read from its parameters."""
+    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
 
 
 def _bias_of(linear: nn.Module, like: torch.Tensor, width: int) -> torch.Tensor:
@@ -228,11 +239,13 @@ def prepare_linear_compressions(
     weights = [projection.weight for projections in layer_projections for projection in projections]  # (1, k, n)
     # squeeze, not [0]: its backward is a view, where select's allocates and fills a (1, R, n) gradient
     stacked = torch.cat(weights, dim=1).squeeze(0)[:, :seq_len]  # (R, L), R = groups * count * k
-    # E 1 - 1 over real tokens, for every E and F: (R, L) @ (L, batch) -> (groups, E or E and F, batch, k, 1)
-    bias_scales = (torch.mm(stacked, mask.T) - 1).view(groups, count, k, -1).transpose(2, 3)[..., None]
+    maps_add_bias = not all(_is_plain_linear(linear) for maps in key_value_maps for linear in maps)
+    # E 1 over real tokens, for every E and F (minus the 1 b that maps called as modules add): (R, L) @ (L, batch)
+    bias_scales = torch.mm(stacked, mask.T) - 1 if maps_add_bias else torch.mm(stacked, mask.T)  # (R, batch)
+    bias_scales = bias_scales.view(groups, count, k, -1).transpose(2, 3)[..., None]  # (groups, 1 or 2, batch, k, 1)
     biases = torch.stack([_bias_of(linear, mask, width) for maps in key_value_maps for linear in maps])  # (2 layers, d)
-    # (groups, 1 or 2, batch, k, 1) * (layers, 2, 1, 1, d) -> (layers, 2, batch, k, d): (E 1 - 1) b^K, (F 1 - 1) b^V,
-    # then one (batch, k, d) view each, key and value of layer 0, of layer 1, ...
+    # (groups, 1 or 2, batch, k, 1) * (layers, 2, 1, 1, d) -> (layers, 2, batch, k, d): (E 1) b^K, (F 1) b^V, then
+    # one (batch, k, d) view each, key and value of layer 0, of layer 1, ...
     corrections = (bias_scales * biases.view(len(key_value_maps), 2, 1, 1, -1)).flatten(0, 1).unbind(0)
     # |E| 1 over real tokens: a sum of non-negative terms, > 0 iff a real token has E != 0 (detached: a boolean
     # needs no gradient). Slot j is reached when it is in E and in F: (groups, k, batch) -> (groups, batch, 1, 1, k)
@@ -244,7 +257,7 @@ def prepare_linear_compressions(
     else:
         projections = stacked.split(count * k)
     return [
-        LinearCompressionInputs(projection, columns_mask, key_correction, value_correction, slot_mask)
+        LinearCompressionInputs(projection, columns_mask, key_correction, value_correction, slot_mask, maps_add_bias)
         for projection, key_correction, value_correction, slot_mask in zip(
             projections, corrections[0::2], corrections[1::2], slot_masks
         )
@@ -398,15 +411,20 @@ class LinformerSelfAttention(nn.Module):
                     linear_compression = prepare_linear_compressions(
                         [projections], [(self.key, self.value)], mask, self.config.hidden_size
                     )[0]
-                projection, columns_mask, key_correction, value_correction, slot_mask = linear_compression
+                projection, columns_mask, key_correction, value_correction, slot_mask, maps_add_bias = (
+                    linear_compression
+                )
                 # [E X; F X] (batch, 2k or k, d), with the padding mask folded into E (its columns at padded positions
                 # zeroed), which costs k L per sequence instead of masking X (L d)
                 compressed_x = torch.bmm(projection * columns_mask, hidden_states)
                 # [E X; F X] -> E X, F X: views, (batch, k, d) each
                 key_x, value_x = (compressed_x, compressed_x) if shared else compressed_x.chunk(2, dim=1)
-                # (E X) W + (E 1) b: the maps add b once per row, the corrections (E 1 - 1) b
-                key = self.key(key_x) + key_correction
-                value = self.value(value_x) + value_correction
+                if maps_add_bias:  # (E X) W + 1 b from the modules, (E 1 - 1) b from the corrections
+                    key, value = self.key(key_x), self.value(value_x)
+                else:  # plain nn.Linear: (E X) W from the weight alone, all of (E 1) b from the corrections
+                    key, value = F.linear(key_x, self.key.weight), F.linear(value_x, self.value.weight)
+                key = key + key_correction  # (batch, k, d)
+                value = value + value_correction
             else:
                 key_x, key_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
                 value_x, value_sums = (
