@@ -45,7 +45,9 @@ def _linformer_attention_multiply_adds(config: PretrainedConfig, seq_len: int, l
       V maps on k' rows 2 k' d^2;
     - plain path: K and V maps on all rows 2 L d^2, E K and F V k L d each for a linear E.
     Pooling and conv compress elementwise (no product). A linear E also finds the slots that a real token reaches:
-    |E| times the 0/1 mask, k L per distinct projection and per head it holds.
+    |E| times the 0/1 mask, k L per distinct projection and per head it holds; on the fast path also its row sums
+    over real tokens E 1 (for the bias terms (E 1) b), k L more, both made once per forward for all layers
+    (`prepare_linear_compressions`): with one E for every layer (`sharing="layerwise"`), counted at layer 0 only.
     """
     d, L = config.hidden_size, seq_len
     k = config.projected_length_of_layer(layer_idx)
@@ -58,7 +60,10 @@ def _linformer_attention_multiply_adds(config: PretrainedConfig, seq_len: int, l
         total += 2 * k_out * d * d + (distinct_projections * k * L * d if linear else 0)
     else:
         total += 2 * L * d * d + (2 * k * L * d if linear else 0)
-    if linear:
+    if linear and config.compresses_input_first:
+        if config.sharing != "layerwise" or layer_idx == 0:
+            total += 2 * distinct_projections * k * L
+    elif linear:
         total += distinct_projections * heads_per_projection * k * L
     return total
 

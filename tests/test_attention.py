@@ -272,6 +272,78 @@ def test_fast_path_matches_plain_path_with_gradients(sharing, projection):
         torch.testing.assert_close(results[True][2][name], results[False][2][name], rtol=1e-4, atol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize(
+    "sharing, projected_length",
+    [("headwise", 8), ("key_value", 8), ("layerwise", 8), ("headwise", [8, 4, 2]), ("key_value", [4, 8, 2])],
+)
+def test_what_the_encoder_prepares_once_for_all_layers_matches_each_layer_alone_with_gradients(
+    sharing, projected_length
+):
+    """The slot masks and bias corrections the encoder makes once per forward (for every layer at once, or layer by
+    layer when k differs) give the outputs and gradients of layers that make their own (E, F, b get theirs)."""
+    model = build(sharing, "linear", projected_length=projected_length).train()
+    with torch.no_grad():  # non-zero biases, so the (E 1 - 1) b corrections are exercised
+        for layer in model.encoder.layer:
+            layer.attention.self.key.bias.normal_()
+            layer.attention.self.value.bias.normal_()
+    hidden = torch.randn(3, 14, 32)
+    mask = torch.ones(3, 14)
+    mask[1, 9:] = 0
+    mask[2, 2:] = 0
+    encoder = model.encoder
+
+    def each_layer_alone(x):
+        for layer in encoder.layer:
+            x = layer(x, mask, **encoder.shared_layer_inputs())
+        return x
+
+    results = {}
+    for name, forward in (("prepared", lambda x: encoder(x, mask).last_hidden_state), ("alone", each_layer_alone)):
+        model.zero_grad()
+        x = hidden.clone().requires_grad_()
+        output = forward(x)
+        (output * mask[..., None]).square().sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[name] = (output, x.grad, grads)
+
+    prepared, alone = results["prepared"], results["alone"]
+    torch.testing.assert_close(prepared[0], alone[0])
+    torch.testing.assert_close(prepared[1], alone[1])
+    assert prepared[2].keys() == alone[2].keys()
+    assert any("projection" in name for name in prepared[2])
+    for name in prepared[2]:
+        torch.testing.assert_close(prepared[2][name], alone[2][name], msg=name)
+
+
+def test_hooked_key_value_maps_are_called_as_modules_with_the_same_result():
+    """Plain `nn.Linear` maps of compressed rows are applied as their weight (all of (E 1) b comes from the encoder's
+    corrections); a hooked (or replaced) map is called as a module (it adds b once, the corrections the rest): the
+    hooks run, and the output is the same."""
+    model = build("headwise", "linear")
+    with torch.no_grad():  # non-zero biases, so the two ways of adding (E 1) b differ if either is wrong
+        for layer in model.encoder.layer:
+            layer.attention.self.key.bias.normal_()
+            layer.attention.self.value.bias.normal_()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).last_hidden_state
+    calls = []
+    hooks = [
+        layer.attention.self.value.register_forward_hook(lambda module, inputs, output: calls.append(output.shape))
+        for layer in model.encoder.layer
+    ]
+    try:
+        with torch.no_grad():
+            hooked = model(ids, attention_mask=mask).last_hidden_state
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert calls == [torch.Size([2, 8, 32])] * model.config.num_hidden_layers  # on the k compressed rows
+    torch.testing.assert_close(hooked, plain)
+
+
 def test_short_inputs_use_only_the_first_columns_of_e():
     model = build("headwise", "linear")
     ids = random_batch(1, 6)

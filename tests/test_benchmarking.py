@@ -63,14 +63,15 @@ def test_flop_count_matches_a_hand_count():
     # Q, output: 2 * 16 * 32 * 32 = 32768; feed-forward: 2 * 16 * 32 * 48 = 49152
     # RoBERTa: + K, V 32768 + attention 2 * 16 * 16 * 32 = 16384                 -> 131072
     # Linformer headwise: + E X, F X 2 * 8 * 16 * 32 = 8192, K, V on 8 rows 2 * 8 * 32 * 32 = 16384,
-    #   attention 2 * 16 * 8 * 32 = 8192, reached slots |E| 1 and |F| 1: 2 * 8 * 16 = 256 -> 114944
+    #   attention 2 * 16 * 8 * 32 = 8192, reached slots |E| 1 and |F| 1: 2 * 8 * 16 = 256, row sums E 1 and F 1
+    #   (for the bias terms): 256                                                -> 115200
     # pooler: 32 * 32 = 1024; FLOPs = 2 * multiply-adds.
     cfg = BenchmarkConfig(**TINY)
     assert forward_flops(model_config("roberta-sdpa", 16, None, cfg), 16) == 2 * (2 * 131072 + 1024)
-    assert forward_flops(model_config("linformer", 16, 8, cfg), 16) == 2 * (2 * 114944 + 1024)
-    # E = F compresses X once and finds the reached slots once
+    assert forward_flops(model_config("linformer", 16, 8, cfg), 16) == 2 * (2 * 115200 + 1024)
+    # E = F compresses X once and finds the reached slots and the row sums once
     shared = model_config("linformer", 16, 8, dataclasses.replace(cfg, sharing="key_value"))
-    assert forward_flops(shared, 16) == 2 * (2 * (114944 - 4096 - 128) + 1024)
+    assert forward_flops(shared, 16) == 2 * (2 * (115200 - 4096 - 128 - 128) + 1024)
     # Performer, m = 12: Q, K, V, output 4 * 16 * 32 * 32 = 65536; features of Q and K 2 * 16 * 12 * 32 = 12288;
     #   phi(K)^T V and phi(Q) (.) 2 * 16 * 12 * 32 = 12288; normaliser 4 * 16 * 12 = 768; feed-forward 24576
     #   -> 115456 (twice the feed-forward: 49152 + 65536 + 12288 * 2 + 768 = 140032)

@@ -201,7 +201,7 @@ def test_frozen_projections_do_not_train_but_are_saved(tmp_path):
 
 
 @pytest.mark.parametrize("method", CHECKPOINTING_METHODS)
-@pytest.mark.parametrize("sharing", ["none", "layerwise"])
+@pytest.mark.parametrize("sharing", ["none", "headwise", "layerwise"])
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients(sharing, method):
     model = LinformerForMaskedLM(tiny_config(sharing=sharing)).train()  # dropout is 0 in tiny_config
     ids = random_batch(2, 12)

@@ -10,6 +10,7 @@ the current batch, d = hidden size, d_h = head size, H = number of heads.
 """
 
 import re
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -132,8 +133,8 @@ class LinformerProjection(nn.Module):
             E X (batch, k', d) and E 1 (batch, k', 1), the row sums of the masked E that multiply a bias.
         """
         if self.kind == "linear":
-            compressed, row_sums, _ = compress_by_linear_projections([self], x, mask)
-            return compressed, row_sums
+            masked = self.weight[0, :, : x.shape[-2]] * mask[:, None, :]  # (batch, k, L)
+            return torch.bmm(masked, x), masked.sum(dim=-1, keepdim=True)
         # Pooling and conv: each row of E is one bin; compressing the mask itself gives E 1.
         compressed = self(x[:, None], mask)[:, 0]  # (batch, k', d)
         row_sums = self(mask[:, None, :, None], mask)[:, 0]  # (batch, k', 1)
@@ -172,33 +173,98 @@ class LinformerProjection(nn.Module):
         return padded.unflatten(-1, (-1, self.bin_size)).sum(-1)[:, None] > 0
 
 
-def compress_by_linear_projections(
-    projections: list[LinformerProjection], x: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """E X, E 1 and the slots a real token reaches, for linear projections shared by all heads (`num_heads == 1`).
+class LinearCompressionInputs(NamedTuple):
+    """What a layer's linear compression needs that depends only on the padding mask and on its parameters (E, F
+    and the key/value biases), not on the layer input X: made once per forward for every layer by
+    `prepare_linear_compressions`.
 
-    Two projections (E and F) are stacked, [E; F] (2k x L), so that one product compresses X for both and one
-    elementwise pass masks both. The padding mask is folded into E (its columns at padded positions are zeroed),
-    which costs k L per sequence instead of masking X (L d).
+    - `projection`: [E; F] (2k x L), or E (k x L) when E = F, the first L columns.
+    - `columns_mask`: the padding mask as (batch, 1, L), to zero the columns of E at padded positions.
+    - `key_bias_correction`, `value_bias_correction`: (batch, k, d), the bias terms (E 1) b^K and (F 1) b^V, with
+      E 1 the row sums over real tokens, to add to (E X) W^K and (F X) W^V; or (E 1 - 1) b^K and (F 1 - 1) b^V when
+      `maps_add_bias`.
+    - `slot_mask`: (batch, 1, 1, k), 0 where a real token reaches slot j of E and of F, the dtype's minimum elsewhere.
+    - `maps_add_bias`: whether the key and value maps must be called as modules (which add b once per row): some
+      map is not a plain `nn.Linear` (a dynamically quantised Linear, whose weight and bias are methods, a wrapped
+      one) or has hooks. Plain maps are applied as their weight alone, so b enters once, through the corrections: one
+      bias add and one bias gradient fewer per map.
+    """
+
+    projection: torch.Tensor
+    columns_mask: torch.Tensor
+    key_bias_correction: torch.Tensor
+    value_bias_correction: torch.Tensor
+    slot_mask: torch.Tensor
+    maps_add_bias: bool
+
+
+def _is_plain_linear(module: nn.Module) -> bool:
+    """An `nn.Linear` itself, without hooks: its map is x W^T + b, read from its parameters."""
+    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
+
+
+def _bias_of(linear: nn.Module, like: torch.Tensor, width: int) -> torch.Tensor:
+    """The bias b of a key or value map (a method on a dynamically quantised Linear), zeros if it has none."""
+    bias = linear.bias() if callable(linear.bias) else linear.bias
+    return like.new_zeros(width) if bias is None else bias
+
+
+def prepare_linear_compressions(
+    layer_projections: list[list[LinformerProjection]],
+    key_value_maps: list[tuple[nn.Module, nn.Module]],
+    mask: torch.Tensor,
+    width: int,
+) -> list[LinearCompressionInputs]:
+    """`LinearCompressionInputs` of many layers at once: a few ops per model forward instead of a dozen per layer.
+
+    The [E; F] of all layers are stacked into one (R x L) matrix (R = the sum of their rows), so one matrix product
+    with the mask gives every row sum, one more every reached slot, one `where` every slot mask, and one product
+    with the stacked biases every bias correction; each layer then takes views of these. All is differentiable
+    (but the booleans): E, F and b get the same gradients as from a per-layer computation. Nothing of size
+    (batch, R, L) is formed: the results are (batch, R) and (batch, 2k, d) per layer, as the compressed keys and values.
 
     Args:
-        projections: [E] or [E, F], linear, of the same k.
-        x: (batch, L, d), the layer input.
-        mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in x's dtype.
+        layer_projections: per layer, [E] (E = F) or [E, F], linear and shared by all heads (`num_heads == 1`), all of
+            the same k; a single entry when every layer shares it (`sharing="layerwise"`).
+        key_value_maps: per layer, its key and value maps (`nn.Linear` or a replacement called alike).
+        mask: (batch, L), 1.0 for real tokens and 0.0 for padding.
+        width: d, the width of keys and values.
     Returns:
-        [E X; F X] (batch, k or 2k, d), [E 1; F 1] (batch, k or 2k, 1), and whether slot j of every projection is
-        reached (batch, 1, k) (see `LinformerProjection.reached_slots`).
+        one `LinearCompressionInputs` per layer (per entry of `key_value_maps`).
     """
-    seq_len = x.shape[-2]
-    weights = [projection.weight[..., :seq_len] for projection in projections]  # (1, k, L) each
-    # squeeze, not [0]: its backward is a view, where select's allocates and fills a (1, k, n) gradient
-    stacked = (weights[0] if len(weights) == 1 else torch.cat(weights, dim=1)).squeeze(0)  # (k or 2k, L)
-    masked = stacked * mask[:, None, :]  # (batch, k or 2k, L)
-    # |E| 1 over real tokens: a sum of non-negative terms, > 0 iff a real token has E != 0 (one matrix product;
-    # detached: a boolean needs no gradient)
-    reached = torch.mm(mask, stacked.detach().abs().T) > 0  # (batch, k or 2k)
-    reached = reached.unflatten(-1, (len(projections), -1)).all(dim=1, keepdim=True)  # (batch, 1, k)
-    return torch.bmm(masked, x), masked.sum(dim=-1, keepdim=True), reached
+    seq_len = mask.shape[-1]
+    groups, count, k = len(layer_projections), len(layer_projections[0]), layer_projections[0][0].k
+    weights = [projection.weight for projections in layer_projections for projection in projections]  # (1, k, n)
+    # squeeze, not [0]: its backward is a view, where select's allocates and fills a (1, R, n) gradient
+    stacked = torch.cat(weights, dim=1).squeeze(0)[:, :seq_len]  # (R, L), R = groups * count * k
+    maps_add_bias = not all(_is_plain_linear(linear) for maps in key_value_maps for linear in maps)
+    # E 1 over real tokens, for every E and F (minus the 1 b that maps called as modules add): (R, L) @ (L, batch)
+    bias_scales = torch.mm(stacked, mask.T) - 1 if maps_add_bias else torch.mm(stacked, mask.T)  # (R, batch)
+    bias_scales = bias_scales.view(groups, count, k, -1).transpose(2, 3)[..., None]  # (groups, 1 or 2, batch, k, 1)
+    biases = torch.stack([_bias_of(linear, mask, width) for maps in key_value_maps for linear in maps])  # (2 layers, d)
+    # (groups, 1 or 2, batch, k, 1) * (layers, 2, 1, 1, d) -> (layers, 2, batch, k, d): (E 1) b^K, (F 1) b^V, then
+    # one (batch, k, d) view each, key and value of layer 0, of layer 1, ...
+    corrections = (bias_scales * biases.view(len(key_value_maps), 2, 1, 1, -1)).flatten(0, 1).unbind(0)
+    # |E| 1 over real tokens: a sum of non-negative terms, > 0 iff a real token has E != 0 (detached: a boolean
+    # needs no gradient). Slot j is reached when it is in E and in F: (groups, k, batch) -> (groups, batch, 1, 1, k)
+    reached = (torch.mm(stacked.detach().abs(), mask.T) > 0).view(groups, count, k, -1).all(dim=1)
+    slot_masks = additive_slot_mask(reached.transpose(1, 2)[:, :, None], mask.dtype).unbind(0)
+    columns_mask = mask[:, None, :]  # (batch, 1, L), one view for all layers
+    if groups == 1:  # one E for every layer
+        projections, slot_masks = [stacked] * len(key_value_maps), slot_masks * len(key_value_maps)
+    else:
+        projections = stacked.split(count * k)
+    return [
+        LinearCompressionInputs(projection, columns_mask, key_correction, value_correction, slot_mask, maps_add_bias)
+        for projection, key_correction, value_correction, slot_mask in zip(
+            projections, corrections[0::2], corrections[1::2], slot_masks
+        )
+    ]
+
+
+def additive_slot_mask(reached: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(batch, heads or 1, k') reached slots -> the additive mask (batch, heads or 1, 1, k'): 0, or the minimum."""
+    return torch.where(reached, 0.0, torch.finfo(dtype).min).to(dtype)[..., None, :]
 
 
 def eager_attention_forward(
@@ -226,19 +292,20 @@ def eager_attention_forward(
     return output.transpose(1, 2).contiguous(), probs
 
 
-def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, row_sums: torch.Tensor) -> torch.Tensor:
+def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, bias_scale: torch.Tensor) -> torch.Tensor:
     """(E X) W + (E 1) b: the key or value map of compressed rows, through the module's own call.
 
-    The module adds b once per row, i.e. (E X) W + 1 b; the rest, (E 1 - 1) b, is added here. Calling the module
-    (rather than F.linear on its weight) keeps the map whatever replaced the `nn.Linear`: a dynamically quantised
-    Linear (`torch.ao.quantization.quantize_dynamic`), whose weight and bias are methods, or a wrapped one.
+    The module adds b once per row, i.e. (E X) W + 1 b; the rest, (E 1 - 1) b, is added here (`bias_scale` is
+    E 1 - 1, (batch, k', 1)). Calling the module (rather than F.linear on its weight) keeps the map whatever replaced
+    the `nn.Linear`: a dynamically quantised Linear (`torch.ao.quantization.quantize_dynamic`), whose weight and bias
+    are methods, or a wrapped one.
     """
     bias = linear.bias() if callable(linear.bias) else linear.bias
     mapped = linear(compressed_x)  # (batch, k', d)
     if bias is None:
         return mapped
     # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale.
-    return mapped + (row_sums - 1) * bias
+    return mapped + bias_scale * bias
 
 
 class LinformerSelfAttention(nn.Module):
@@ -298,43 +365,77 @@ class LinformerSelfAttention(nn.Module):
             return self.key_value_projection, self.key_value_projection
         return self.key_projection, self.value_projection
 
+    def linear_compression_projections(self, shared_projection: LinformerProjection | None):
+        """[E] (E = F) or [E, F] when this layer takes the fast path with linear projections, else None: what
+        `prepare_linear_compressions` stacks for it."""
+        if not (self.config.compresses_input_first and self.config.projection == "linear"):
+            return None
+        key_projection, value_projection = self.projections(shared_projection)
+        return [key_projection] if value_projection is key_projection else [key_projection, value_projection]
+
     def compress_keys_values(self, hidden_states, mask, key_projection, value_projection, use_fast_path=True):
         """E K and F V as (batch, heads, k', d_h) each.
 
         The fast path compresses X once (E = F, or E and F stacked when linear) and applies W^K, W^V to k' rows;
         the plain path applies W^K, W^V to all L rows, then compresses per head. Both give the same result.
         """
-        key, value, _ = self.compress_keys_values_and_reach(
+        key, value, _ = self.compress_keys_values_and_slot_mask(
             hidden_states, mask, key_projection, value_projection, use_fast_path
         )
         return key, value
 
-    def compress_keys_values_and_reach(self, hidden_states, mask, key_projection, value_projection, use_fast_path):
-        """`compress_keys_values`, and which compressed slots a real token reaches in E and F (batch, heads or 1, k').
+    def compress_keys_values_and_slot_mask(
+        self,
+        hidden_states,
+        mask,
+        key_projection,
+        value_projection,
+        use_fast_path,
+        linear_compression: LinearCompressionInputs | None = None,
+    ):
+        """`compress_keys_values`, and the additive mask (batch, heads or 1, 1, k') of the compressed slots that no
+        real token reaches in E or F (identity E past the end of a short input, a pooling bin of padding only): such a
+        slot must be masked out of the softmax rather than left as a zero key that still takes attention weight.
 
-        The reach of linear projections on the fast path comes with their compression, from the same stacked E."""
+        `linear_compression`, what the encoder prepared for this layer once per forward, spares recomputing the parts
+        that depend only on the mask and E, F; without it (a layer called alone) they are made here."""
         batch, seq_len, _ = hidden_states.shape
         heads, d_h = self.num_attention_heads, self.attention_head_size
         shared = value_projection is key_projection
         if use_fast_path and self.config.compresses_input_first:
             if key_projection.kind == "linear":
-                projections = [key_projection] if shared else [key_projection, value_projection]
-                compressed_x, row_sums, reached = compress_by_linear_projections(projections, hidden_states, mask)
+                if linear_compression is None:
+                    projections = [key_projection] if shared else [key_projection, value_projection]
+                    linear_compression = prepare_linear_compressions(
+                        [projections], [(self.key, self.value)], mask, self.config.hidden_size
+                    )[0]
+                projection, columns_mask, key_correction, value_correction, slot_mask, maps_add_bias = (
+                    linear_compression
+                )
+                # [E X; F X] (batch, 2k or k, d), with the padding mask folded into E (its columns at padded positions
+                # zeroed), which costs k L per sequence instead of masking X (L d)
+                compressed_x = torch.bmm(projection * columns_mask, hidden_states)
                 # [E X; F X] -> E X, F X: views, (batch, k, d) each
                 key_x, value_x = (compressed_x, compressed_x) if shared else compressed_x.chunk(2, dim=1)
-                key_sums, value_sums = (row_sums, row_sums) if shared else row_sums.chunk(2, dim=1)
+                if maps_add_bias:  # (E X) W + 1 b from the modules, (E 1 - 1) b from the corrections
+                    key, value = self.key(key_x), self.value(value_x)
+                else:  # plain nn.Linear: (E X) W from the weight alone, all of (E 1) b from the corrections
+                    key, value = F.linear(key_x, self.key.weight), F.linear(value_x, self.value.weight)
+                key = key + key_correction  # (batch, k, d)
+                value = value + value_correction
             else:
                 key_x, key_sums = key_projection.compress_input(hidden_states, mask)  # E X, E 1
                 value_x, value_sums = (
                     (key_x, key_sums) if shared else value_projection.compress_input(hidden_states, mask)
                 )
-                reached = key_projection.reached_slots(mask)  # pooling: the bins alone say it, alike for E and F
-            key = _map_compressed(self.key, key_x, key_sums)  # (E X) W + (E 1) b
-            value = _map_compressed(self.value, value_x, value_sums)
+                key = _map_compressed(self.key, key_x, key_sums - 1)  # (E X) W + (E 1) b
+                value = _map_compressed(self.value, value_x, value_sums - 1)
+                # pooling: the bins alone say it, alike for E and F
+                slot_mask = additive_slot_mask(key_projection.reached_slots(mask), hidden_states.dtype)
             # (batch, k', d) -> (batch, heads, k', d_h)
             key = key.unflatten(-1, (heads, d_h)).transpose(1, 2)
             value = value.unflatten(-1, (heads, d_h)).transpose(1, 2)
-            return key, value, reached
+            return key, value, slot_mask
 
         hidden_shape = (batch, seq_len, heads, d_h)
         key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)  # (batch, heads, L, d_h)
@@ -342,13 +443,15 @@ class LinformerSelfAttention(nn.Module):
         reached = key_projection.reached_slots(mask)
         if not shared and key_projection.kind == "linear":  # pooling reaches alike through E and F
             reached = reached & value_projection.reached_slots(mask)
-        return key_projection(key, mask), value_projection(value, mask), reached  # (batch, heads, k', d_h)
+        slot_mask = additive_slot_mask(reached, hidden_states.dtype)
+        return key_projection(key, mask), value_projection(value, mask), slot_mask  # (batch, heads, k', d_h)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor,
         shared_projection: LinformerProjection | None = None,
+        linear_compression: LinearCompressionInputs | None = None,
         output_attentions: bool | None = None,
         use_fast_path: bool = True,
         **kwargs,
@@ -357,6 +460,8 @@ class LinformerSelfAttention(nn.Module):
         Args:
             hidden_states: (batch, L, d).
             attention_mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in hidden_states' dtype.
+            linear_compression: this layer's share of `prepare_linear_compressions`, made once per forward by the
+                encoder for all layers; made here when not given.
         Returns:
             the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
         """
@@ -366,12 +471,9 @@ class LinformerSelfAttention(nn.Module):
         key_projection, value_projection = self.projections(shared_projection)
 
         query = self.query(hidden_states).view(batch, seq_len, -1, self.attention_head_size).transpose(1, 2)
-        key, value, reached = self.compress_keys_values_and_reach(
-            hidden_states, attention_mask, key_projection, value_projection, use_fast_path
-        )  # (batch, heads, k', d_h) each, (batch, heads or 1, k')
-
-        # Additive mask over compressed slots that no real token reaches: (batch, heads or 1, 1, k').
-        slot_mask = torch.where(reached, 0.0, torch.finfo(query.dtype).min).to(query.dtype)[:, :, None, :]
+        key, value, slot_mask = self.compress_keys_values_and_slot_mask(
+            hidden_states, attention_mask, key_projection, value_projection, use_fast_path, linear_compression
+        )  # (batch, heads, k', d_h) each, (batch, heads or 1, 1, k')
 
         if output_attentions:
             # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
@@ -414,6 +516,29 @@ class LinformerEncoder(RobertaEncoderWith):
 
     def shared_layer_inputs(self) -> dict:
         return {"shared_projection": self.shared_projection}
+
+    def layer_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> list[dict]:
+        """Each layer's extra inputs, with what its linear compression needs from the mask and its parameters alone,
+        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer."""
+        shared = self.shared_layer_inputs()
+        attentions = [layer.attention.self for layer in self.layer]
+        layer_projections = [
+            attention.linear_compression_projections(self.shared_projection) for attention in attentions
+        ]
+        if layer_projections[0] is None:  # pooled or per-head (sharing='none') projections: each layer makes its own
+            return [shared] * len(self.layer)
+        key_value_maps = [(attention.key, attention.value) for attention in attentions]
+        width = self.config.hidden_size
+        if self.config.sharing == "layerwise":  # one E for all layers: stacked once
+            layer_projections = layer_projections[:1]
+        if len({projections[0].k for projections in layer_projections}) == 1:
+            prepared = prepare_linear_compressions(layer_projections, key_value_maps, attention_mask, width)
+        else:  # k differs between layers (`projected_length` a list): layer by layer
+            prepared = [
+                prepare_linear_compressions([projections], [maps], attention_mask, width)[0]
+                for projections, maps in zip(layer_projections, key_value_maps)
+            ]
+        return [{**shared, "linear_compression": inputs} for inputs in prepared]
 
 
 class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):

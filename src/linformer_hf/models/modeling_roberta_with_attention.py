@@ -132,7 +132,8 @@ class RobertaLayerWith(GradientCheckpointingLayer):
 
 class RobertaEncoderWith(nn.Module):
     """The stack of layers. A family subclass sets `self_attention_class`, and may hand every layer extra inputs
-    (state the encoder owns and all layers share) through `shared_layer_inputs`."""
+    (state the encoder owns and all layers share) through `shared_layer_inputs`, and per-forward inputs through
+    `layer_inputs`."""
 
     self_attention_class: type[nn.Module]
 
@@ -146,10 +147,14 @@ class RobertaEncoderWith(nn.Module):
     def shared_layer_inputs(self) -> dict:
         return {}
 
+    def layer_inputs(self, hidden_states, attention_mask) -> list[dict]:
+        """The extra inputs of each layer for this forward: by default the shared ones. A family may add what depends
+        only on the mask and its parameters, made once here for all layers instead of in every layer."""
+        return [self.shared_layer_inputs()] * len(self.layer)
+
     def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
-        shared = self.shared_layer_inputs()
-        for layer_module in self.layer:
-            hidden_states = layer_module(hidden_states, attention_mask, **shared, **kwargs)
+        for layer_module, layer_inputs in zip(self.layer, self.layer_inputs(hidden_states, attention_mask)):
+            hidden_states = layer_module(hidden_states, attention_mask, **layer_inputs, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
