@@ -104,7 +104,9 @@ def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow]
         if label in timing["flops"]:
             row.gflop = _significant(timing["flops"][label] / 1e9)
         row.attention, row.kernels = timing["attention"][label], timing["kernels"][label]
-        row.time_s, row.time_s_min, row.reps = round(median, 5), round(min(times), 5), len(times)
+        # Six significant digits, not a fixed number of decimals: a GPU step of a tiny model takes well under a
+        # millisecond, and tokens/s (from the unrounded median) must agree with time_s.
+        row.time_s, row.time_s_min, row.reps = float(f"{median:.6g}"), float(f"{min(times):.6g}"), len(times)
         row.tokens_per_s = round(row.batch * row.n / median, 1)
         row.real_tokens_per_s = round(sum(padded_lengths(row.batch, row.n, cfg.padding_fraction)) / median, 1)
         row.matmul_peak_gflops = _significant(timing["matmul_gflops"])
