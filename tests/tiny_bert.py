@@ -19,7 +19,15 @@ def build_wordpiece_tokenizer(directory: str, vocab_size: int = 300, model_max_l
     )
     os.makedirs(directory, exist_ok=True)
     wordpiece.save_model(directory)
-    return BertTokenizer(vocab=os.path.join(directory, "vocab.txt"), model_max_length=model_max_length)
+    # The trainer gives the same tokens in a different order in every process (a hash map's): sorted after the
+    # special tokens, every token keeps its id from run to run, and so do the models and tests built on it.
+    path = os.path.join(directory, "vocab.txt")
+    with open(path, encoding="utf-8") as handle:
+        tokens = handle.read().splitlines()
+    special = tokens[:5]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(special + sorted(tokens[5:])) + "\n")
+    return BertTokenizer(vocab=path, model_max_length=model_max_length)
 
 
 def tiny_bert_config(**overrides) -> BertConfig:
