@@ -37,7 +37,7 @@ class CommandLine:
 def _parser():
     from transformers import HfArgumentParser
 
-    parser = HfArgumentParser((CommandLine, BenchmarkConfig), description=__doc__)
+    parser = HfArgumentParser((CommandLine, BenchmarkConfig), prog="python -m benchmarks", description=__doc__)
     for action in parser._actions:
         if action.nargs == "+":
             action.nargs = "*"  # `--train_ns` with no value: no training points
@@ -51,7 +51,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[CommandLine, BenchmarkCon
     command_line, cfg, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if unknown:
         parser.error(f"unknown arguments {unknown}; see --help (flags are spelled with underscores)")
-    cfg.validate()
+    try:
+        cfg.validate()
+    except ValueError as err:  # one line before any work, as for a bad flag
+        parser.error(str(err))
     return command_line, cfg
 
 

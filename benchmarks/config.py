@@ -123,6 +123,10 @@ class BenchmarkConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.device == "cpu" and self.dtype != "fp32":
             raise ValueError("On CPU the benchmark runs in fp32 only (half-precision matmuls are emulated there).")
+        for name in ("ns", "train_ns", "scaling_ns", "peer_ns", "ks"):
+            bad = [value for value in getattr(self, name) if value < 1]
+            if bad:
+                raise ValueError(f"{name} must hold positive lengths, got {bad}")
         unknown = set(self.models) - set(MODELS)
         if unknown:
             raise ValueError(f"unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")

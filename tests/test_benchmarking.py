@@ -332,3 +332,18 @@ def test_fast_path_compression_equals_masked_projection(sharing, projection):
     compressed, row_sums = projection_module.compress_input(x, mask)
     torch.testing.assert_close(compressed, projection_module(x[:, None], mask)[:, 0])
     torch.testing.assert_close(row_sums, projection_module(torch.ones(2, 1, 13, 1), mask)[:, 0])
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--ns", "0"], "ns must hold positive lengths, got [0]"),
+        (["--batch", "2", "--tokens_per_batch", "512"], "both set; give one of them"),
+    ],
+)
+def test_an_invalid_setting_is_one_error_line_before_any_work(flags, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(["--preset", "quick", "--output_dir", str(tmp_path / "out"), *flags])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
