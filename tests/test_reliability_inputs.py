@@ -186,6 +186,27 @@ def test_good_labels_load_unchanged(model_dir):
     assert set(splits["validation"]["label"]) == {0, 1} and len(splits["validation"]) == 872
 
 
+def test_split_seed_holds_out_the_same_rows_whatever_the_training_seed(model_dir, tmp_path):
+    """A student distilled with another seed must be scored on rows its teacher never trained on."""
+    from linformer_hf.training.finetuning import load_task_data
+
+    train = write_sst2(tmp_path / "train.tsv", ["0", "1"] * 50)
+
+    def held_out(**extra):
+        recipe = finetune(
+            model_dir,
+            **{"data.train_file": train, "data.validation_file": None, "data.validation_split_percentage": 20, **extra},
+        )
+        splits = load_task_data(recipe)
+        assert len(splits["validation"]) == 20 and len(splits["train"]) == 80
+        return sorted(splits["validation"]["sentence"])
+
+    teacher = held_out(**{"training.seed": 1})
+    assert held_out(**{"training.seed": 2, "data.split_seed": 1}) == teacher
+    assert held_out(**{"training.seed": 2}) != teacher  # without it the split follows the training seed
+    assert held_out(**{"training.seed": 1, "data.split_seed": 7}) != teacher
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Item 4: the scripts print one `error:` line, never a traceback, for input the user can fix
 # ------------------------------------------------------------------------------------------------------------------

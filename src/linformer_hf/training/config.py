@@ -456,6 +456,9 @@ class FinetuneDataSection:
     validation_file: str | None = None
     test_file: str | None = None
     validation_split_percentage: float = 10.0  # held out of train when there is no validation file
+    # Seed of that held-out split (and of the max_train_samples subset); null: training.seed. Fix it when runs with
+    # different seeds must see the same rows, e.g. a student distilled from a teacher fine-tuned on the rest.
+    split_seed: int | None = None
     max_seq_length: int | None = None  # null: the model's n (longest input it takes)
     max_train_samples: int | None = None
     max_eval_samples: int | None = None

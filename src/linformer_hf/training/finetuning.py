@@ -83,7 +83,7 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
 def load_task_data(recipe: FinetuneRecipe) -> dict:
     """{"train", "validation", optionally "test"} datasets, columns checked."""
     dcfg, task = recipe.data, TASKS[recipe.data.task]
-    seed = recipe.training.seed
+    seed = recipe.training.seed if dcfg.split_seed is None else dcfg.split_seed
     splits = {}
     if dcfg.train_file:
         splits["train"] = _load_file(dcfg.train_file, "train")
