@@ -96,7 +96,9 @@ run teacher teacher --model.pretrained "$MINILM" --training.seed "$TEACHER_SEED"
 TEACHER="$WORK/teacher/best"
 run control "control-s$SEED" --model.pretrained "$TEACHER" "${RECOVERY[@]}"
 run plain "$TAG-plain-s$SEED" --model.pretrained "$TEACHER" --model.convert_from_roberta "$CONVERSION" "${RECOVERY[@]}"
-run distilled "$TAG-distilled-s$SEED" --model.pretrained "$TEACHER" --model.convert_from_roberta "$CONVERSION" \
+HIDDEN_TAG=""
+[ "$HIDDEN_WEIGHT" = 0.0 ] || HIDDEN_TAG="-hidden$HIDDEN_WEIGHT"
+run distilled "$TAG-distilled$HIDDEN_TAG-s$SEED" --model.pretrained "$TEACHER" --model.convert_from_roberta "$CONVERSION" \
   "${RECOVERY[@]}" --distillation.teacher "$TEACHER" --distillation.kd_weight "$KD_WEIGHT" \
   --distillation.temperature "$TEMPERATURE" --distillation.hidden_weight "$HIDDEN_WEIGHT"
 

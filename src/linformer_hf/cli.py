@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -17,8 +18,6 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
-        import sys
-
         args = sys.argv[1:] if args is None else list(args)
         return super().parse_known_args([self._underscored(arg) for arg in args], namespace)
 
