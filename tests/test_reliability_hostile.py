@@ -136,6 +136,19 @@ def test_a_tampered_saved_folder_fails_clearly_at_load(small_model_dir, tmp_path
     with pytest.raises(ValueError, match=r"sharing='none'.*restore the values it was saved with"):
         transformers.AutoModelForMaskedLM.from_pretrained(shared)
 
+    # A Performer's num_random_features edited. Before: transformers' "look at the above report".
+    performer = tmp_path / "performer"
+    config = PerformerConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+        num_random_features=16,
+    )  # fmt: skip
+    PerformerModel(config).save_pretrained(performer)
+    PerformerModel.from_pretrained(performer)  # as saved: loads
+    edit_config(performer, num_random_features=8)
+    message = r"num_random_features=8.*random_features is \(16, 16\) in the weights but the config asks for \(8, 16\)"
+    with pytest.raises(ValueError, match=message):
+        transformers.AutoModel.from_pretrained(performer)
+
 
 # ------------------------------------------------------------------------------------------------------------------
 # Data files

@@ -388,6 +388,25 @@ class PerformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
         self.config.auto_map = auto_map()
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    def check_loaded_keys(self, missing_keys, unexpected_keys, mismatched_keys) -> None:
+        """After from_pretrained has loaded a checkpoint: refuse saved random features W of another shape.
+
+        W is (m, head size): a checkpoint whose W does not fit was saved under another `num_random_features` (or
+        width and heads); loading it would replace the features the model was trained with by a fresh draw.
+        """
+        mismatched = sorted(entry for entry in mismatched_keys if entry[0].endswith("random_features"))
+        if mismatched:  # said here, by name, instead of transformers' "look at the above report"
+            mismatched_keys.difference_update(mismatched)
+            key, saved, now = mismatched[0]
+            c = self.config
+            raise ValueError(
+                f"The random features in {c._name_or_path or 'the checkpoint'} do not fit its config "
+                f"(num_random_features={c.num_random_features}, hidden_size={c.hidden_size}, "
+                f"num_attention_heads={c.num_attention_heads}): {key} is {tuple(saved)} in the weights but the config "
+                f"asks for {tuple(now)}. Likely cause: one of these was edited in config.json after the model was "
+                "saved; restore the values it was saved with."
+            )
+
     @torch.no_grad()
     def _init_weights(self, module):
         """RoBERTa's init, plus a fresh draw of the random features and a zero redraw count.
