@@ -3,7 +3,8 @@
 # encoder on a task, then, from that teacher and on the same training data, for $STEPS updates each:
 #   control      the teacher itself, trained on with the students' recipe (the ratio's reference is the better of
 #                teacher and control);
-#   plain        the teacher converted to Linformer (n = $N, k = $K), fine-tuned on the labels alone;
+#   plain        the teacher converted to Linformer (n = $N, k = $K, projection_init $INIT), fine-tuned on the labels
+#                alone;
 #   distilled    the same conversion, fine-tuned with the teacher (distillation.kd_weight $KD_WEIGHT, temperature
 #                $TEMPERATURE, hidden_weight $HIDDEN_WEIGHT);
 # each scored on data that neither saw before the first update and every $EVAL_EVERY updates: SST-2 dev (872) for
@@ -48,6 +49,7 @@ TEACHER_SEED=${TEACHER_SEED:-1}
 SEED=${SEED:-$TEACHER_SEED}
 N=${N:-512}
 K=${K:-128}
+INIT=${INIT:-neighbour_average}  # the Linformer's projection_init
 FAMILY=${FAMILY:-linformer}
 FEATURES=${FEATURES:-256}
 KD_WEIGHT=${KD_WEIGHT:-0.5}
@@ -84,8 +86,9 @@ if [ "$FAMILY" = performer ]; then
   CONVERSION="{target: performer, num_random_features: $FEATURES, max_sequence_length: $N}"
   TAG="performer-m$FEATURES"
 else
-  CONVERSION="{projected_length: $K, max_sequence_length: $N, sharing: key_value}"
+  CONVERSION="{projected_length: $K, max_sequence_length: $N, sharing: key_value, projection_init: $INIT}"
   TAG="linformer-k$K"
+  [ "$INIT" = neighbour_average ] || TAG="$TAG-$INIT"
 fi
 [ "$N" = 512 ] || TAG="$TAG-n$N"
 RECOVERY=(--training.seed "$SEED" --training.max_steps "$STEPS" --training.eval_steps "$EVAL_EVERY"
@@ -102,23 +105,31 @@ run distilled "$TAG-distilled$HIDDEN_TAG-s$SEED" --model.pretrained "$TEACHER" -
   "${RECOVERY[@]}" --distillation.teacher "$TEACHER" --distillation.kd_weight "$KD_WEIGHT" \
   --distillation.temperature "$TEMPERATURE" --distillation.hidden_weight "$HIDDEN_WEIGHT"
 
-"$PY" - "$WORK" <<'PYTHON' | tee "$WORK/summary.md"
+"$PY" - "$WORK" "$TASK" <<'PYTHON' | tee "$WORK/summary.md"
 # Every finished run in $WORK: validation accuracy at each evaluation, and its last against the reference, the better
-# of the teacher and every control at its best (so that extra training cannot pass for recovery).
-import json, os, sys
+# of the teacher and every control at its best (so that extra training cannot pass for recovery). The same points go
+# to $WORK/recovery.csv (docs/results/make_figures.py draws them).
+import csv, json, os, sys
 
-work = sys.argv[1]
+work, task = sys.argv[1:]
 def history(name):
     with open(os.path.join(work, name, "results.json")) as fh:
         return {h["step"]: 100 * h["accuracy"] for h in json.load(fh)["history"]}
 runs = {n: history(n) for n in sorted(os.listdir(work)) if os.path.isfile(os.path.join(work, n, "results.json"))}
+with open(os.path.join(work, "recovery.csv"), "w", newline="") as fh:
+    points = csv.writer(fh)
+    points.writerow(["task", "run", "step", "accuracy"])
+    for name, h in runs.items():
+        points.writerows([task, name, step, f"{accuracy:.2f}"] for step, accuracy in sorted(h.items()))
 teacher = runs.pop("teacher", None)
 if teacher is None:
     sys.exit(0)
 reference = max([max(teacher.values())] + [max(h.values()) for n, h in runs.items() if n.startswith("control")])
 print("teacher validation accuracy at each evaluation: " + ", ".join(f"{s}: {a:.2f}" for s, a in sorted(teacher.items())))
 print(f"reference (better of teacher and control at its best): {reference:.2f}\n")
-steps = sorted(set().union(*runs.values())) if runs else []
+if not runs:
+    sys.exit(0)
+steps = sorted(set().union(*runs.values()))
 print("| run | " + " | ".join(f"{s} updates" for s in steps) + " | last / reference |")
 print("| --- |" + " --- |" * (len(steps) + 1))
 for name, h in runs.items():

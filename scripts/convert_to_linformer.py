@@ -62,7 +62,8 @@ def main(argv=None):
         "--projection_init",
         default="neighbour_average",
         help=f"one of {PROJECTION_INITS}. neighbour_average: E averages contiguous bins of n/k "
-        "positions (the identity when k = n); random: Linformer's own N(0, 1/n)",
+        "positions (the identity when k = n); strided: E sums positions k apart (exact full attention on inputs "
+        "of at most k tokens); random: Linformer's own N(0, 1/n)",
     )
     linformer.add_argument(
         "--projection_noise_std",

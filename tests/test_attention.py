@@ -427,6 +427,35 @@ def test_chunked_feed_forward_gives_the_same_outputs():
 
 
 @pytest.mark.parametrize("sharing", SHARING_MODES)
+def test_strided_init_is_roberta_on_inputs_of_at_most_k_tokens_and_compresses_longer_ones(sharing):
+    """n = 16, k = 8: an input of L <= 8 tokens (padded or not) keeps one slot per token, so the Linformer is the
+    RoBERTa with its weights; at L = 16, positions p and p + 8 share a slot and it is not."""
+    from linformer_hf.models.modeling_linformer import LinformerProjection, strided_projection
+
+    expected = strided_projection(16, 8)
+    assert torch.equal(expected[:, :8], torch.eye(8)) and torch.equal(expected[:, 8:], torch.eye(8))
+    config = tiny_config(sharing=sharing, projection_init="strided")
+    linformer = LinformerModel(config).eval()
+    projections = [m for m in linformer.modules() if isinstance(m, LinformerProjection)]
+    assert projections and all(torch.equal(p.weight, expected.expand_as(p.weight)) for p in projections)
+    roberta_fields = {k: v for k, v in config.to_dict().items() if k in ROBERTA_FIELDS}
+    roberta = RobertaModel(RobertaConfig(**roberta_fields)).eval()
+    roberta.load_state_dict(linformer.state_dict(), strict=False)
+
+    short = random_batch(2, 8, seed=5)
+    mask = torch.ones_like(short)
+    mask[1, 5:] = 0
+    torch.testing.assert_close(
+        linformer(short, attention_mask=mask).last_hidden_state,
+        roberta(short, attention_mask=mask).last_hidden_state,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    full = random_batch(2, 16, seed=6)
+    assert not torch.allclose(linformer(full).last_hidden_state, roberta(full).last_hidden_state, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("sharing", SHARING_MODES)
 def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sharing):
     from linformer_hf.models.modeling_linformer import LinformerProjection, neighbour_average_projection
 

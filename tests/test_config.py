@@ -48,7 +48,10 @@ def test_round_trip_through_json_and_auto_config(tmp_path):
         (dict(projected_length=[64, 32], sharing="layerwise"), "per-layer list, but `sharing='layerwise'`"),
         (dict(projection="mean", projected_length=100), "must be a multiple of `projected_length` k=100"),
         (dict(max_position_embeddings=100), "`max_position_embeddings`=100 is too small"),
-        (dict(projection_init="xavier"), "'projection_init' expected one of \\('random', 'neighbour_average'\\)"),
+        (
+            dict(projection_init="xavier"),
+            "'projection_init' expected one of \\('random', 'neighbour_average', 'strided'\\)",
+        ),
         (dict(is_decoder=True), "Linformer cannot be a decoder"),
         (dict(add_cross_attention=True), "Linformer cannot be a decoder"),
     ],

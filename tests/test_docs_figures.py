@@ -17,7 +17,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     make_figures = runpy.run_path(SCRIPT)
     written = make_figures["main"](["--output_dir", str(tmp_path)])
     names = sorted(os.path.basename(path) for path in written)
-    assert names == ["quality_vs_k.png", "speed_cpu.png", "speed_gpu_h100.png"]
+    assert names == ["distillation_recovery.png", "quality_vs_k.png", "speed_cpu.png", "speed_gpu_h100.png"]
     for path in written:
         with open(path, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -2,8 +2,9 @@
 
     python docs/results/make_figures.py [--data_dir docs/results/data] [--output_dir docs/figures]
 
-Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid) and quality_vs_k.png
-(all-MiniLM-L6-v2 conversion and the small-scale replication). Needs matplotlib (the `tools` extra).
+Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid), quality_vs_k.png
+(all-MiniLM-L6-v2 conversion and the small-scale replication) and distillation_recovery.png (converted classifiers
+against their teacher, per update). Needs matplotlib (the `tools` extra).
 """
 
 import argparse
@@ -20,6 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_RUN = "cpu2_fp32_default_grid_loaded.csv"
 GPU_RUN = "h100_fp16_inference.csv"
 QUALITY = "quality_vs_k.csv"
+RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
 
 
 def read_rows(path: str) -> list[dict]:
@@ -141,6 +143,34 @@ def quality_figure(data_dir: str, out_dir: str) -> str:
     return save(fig, out_dir, "quality_vs_k.png")
 
 
+def recovery_figure(data_dir: str, out_dir: str) -> str:
+    """Per task: each converted student's validation accuracy against updates, and the teacher's line (the better
+    of the teacher and its control, as the ratios in docs/results/distillation.md take it)."""
+    rows = read_rows(os.path.join(data_dir, RECOVERY))
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.6), dpi=90, squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        runs = defaultdict(list)
+        for r in rows:
+            if r["task"] == task:
+                runs[r["run"]].append((int(r["step"]), float(r["accuracy"])))
+        teacher = max(a for _, a in runs.pop("teacher"))
+        reference = max(
+            [teacher] + [a for name, points in runs.items() if name.startswith("control") for _, a in points]
+        )
+        ax.axhline(reference, color="k", linestyle="--", label=f"reference (teacher or control): {reference:.2f}")
+        ax.axhline(0.995 * reference, color="k", linestyle=":", label="99.5% of it")
+        for name, points in sorted(runs.items()):
+            style = "--" if name.startswith("control") else "-"
+            ax.plot(*zip(*sorted(points)), style, marker="o", markersize=4, label=name)
+        ax.set(xlabel="updates (batch 32)", ylabel="held-out accuracy (%)", title=f"{task}: converted from its teacher")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("all-MiniLM-L6-v2 classifiers converted and fine-tuned on, 2-core CPU")
+    fig.tight_layout()
+    return save(fig, out_dir, "distillation_recovery.png")
+
+
 def save(fig, out_dir: str, filename: str) -> str:
     path = os.path.join(out_dir, filename)
     fig.savefig(path)
@@ -154,7 +184,10 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--output_dir", "--output-dir", default=os.path.join(HERE, "..", "figures"))
     args = parser.parse_args(argv)
     os.makedirs(args.output_dir, exist_ok=True)
-    written = speed_figures(args.data_dir, args.output_dir) + [quality_figure(args.data_dir, args.output_dir)]
+    written = speed_figures(args.data_dir, args.output_dir) + [
+        quality_figure(args.data_dir, args.output_dir),
+        recovery_figure(args.data_dir, args.output_dir),
+    ]
     for path in written:
         print("wrote", os.path.relpath(path))
     return written

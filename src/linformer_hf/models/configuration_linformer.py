@@ -8,7 +8,7 @@ from .compat import RobertaConfig, config_class
 # naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
 Sharing = Literal["none", "headwise", "key_value", "layerwise"]
 ProjectionKind = Literal["linear", "mean", "max", "conv"]
-ProjectionInit = Literal["random", "neighbour_average"]
+ProjectionInit = Literal["random", "neighbour_average", "strided"]
 
 SHARING_MODES: tuple[str, ...] = get_args(Sharing)
 PROJECTION_KINDS: tuple[str, ...] = get_args(ProjectionKind)
@@ -41,7 +41,9 @@ class LinformerConfig(RobertaConfig):
         projection_init (`str`, defaults to `"random"`):
             How a new model's learned E, F start: `"random"`, N(0, 1/n) entries (dense, like the paper's);
             `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
-            learnable; the identity when k = n). A conv kernel always starts as mean pooling of its bin. Weights
+            learnable; the identity when k = n); `"strided"`, row j summing positions j, j + k, j + 2k, ... (the
+            identity on the first k positions, so an input of L <= k tokens is attended exactly as by full attention,
+            and longer ones fold distant tokens together). A conv kernel always starts as mean pooling of its bin. Weights
             loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
 
     Example:

@@ -56,6 +56,20 @@ def neighbour_average_projection(n: int, k: int) -> torch.Tensor:
     return matrix
 
 
+def strided_projection(n: int, k: int) -> torch.Tensor:
+    """E of shape (k, n) whose row j sums positions j, j + k, j + 2k, ...: 1 where p mod k = j, else 0.
+
+    Its first k columns are the identity: an input of L <= k tokens uses only them, so every token keeps a slot of its
+    own and the layer computes full attention, exactly (slots past the end of the input are masked out). Longer
+    inputs fold positions k apart into one slot. For classifiers converted from full attention whose inputs are
+    mostly shorter than k (sentence pairs), where neighbour averaging merges adjacent tokens from the start.
+    """
+    if not 0 < k <= n:
+        raise ValueError(f"A projection from n={n} to k={k} rows needs 0 < k <= n.")
+    positions = torch.arange(n)
+    return (positions[None, :] % k == torch.arange(k)[:, None]).float()
+
+
 class LinformerProjection(nn.Module):
     """One sequence-axis projection of the paper, E (or F): compresses L <= n rows to at most k rows.
 
@@ -645,6 +659,8 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
             init.constant_(module.weight, 1.0 / module.bin_size)
         elif self.config.projection_init == "neighbour_average":
             init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
+        elif self.config.projection_init == "strided":
+            init.copy_(module.weight, strided_projection(module.n, module.k).expand_as(module.weight))
         else:
             # "random": N(0, 1/n) keeps a compressed row of a full-length input (a sum of n terms) at the scale of
             # one input row.
