@@ -43,8 +43,8 @@ class LinformerConfig(RobertaConfig):
             `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
             learnable; the identity when k = n); `"strided"`, row j summing positions j, j + k, j + 2k, ... (the
             identity on the first k positions, so an input of L <= k tokens is attended exactly as by full attention,
-            and longer ones fold distant tokens together). A conv kernel always starts as mean pooling of its bin. Weights
-            loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
+            and longer ones fold distant tokens together). A conv kernel always starts as mean pooling of its bin.
+            Weights loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
 
     Example:
 
