@@ -395,6 +395,54 @@ def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp
         assert checkpoint_weights_finite(checkpoint)
 
 
+def test_a_skipped_finetuning_update_leaves_the_weights_and_the_schedule(pretrained_dir, tmp_path, monkeypatch):
+    """One update with non-finite gradients (the 3rd of 6). Before: its weights were kept, but the Trainer stepped
+    the learning-rate schedule past it. After: the 4th update runs at the 3rd's learning rate, and the run ends."""
+    import transformers
+    from test_training_finetune import SST2_DEV, SST2_TRAIN
+
+    from linformer_hf.training import guards
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    calls, original = {"n": 0}, guards.gradients_finite
+
+    def third_update_bad(parameters):
+        calls["n"] += 1
+        return False if calls["n"] == 3 else original(parameters)
+
+    learning_rates, log = {}, transformers.Trainer.log
+
+    def record(self, logs, *args, **kwargs):
+        if "learning_rate" in logs:
+            learning_rates[self.state.global_step] = logs["learning_rate"]
+        return log(self, logs, *args, **kwargs)
+
+    monkeypatch.setattr(guards, "gradients_finite", third_update_bad)
+    monkeypatch.setattr(transformers.Trainer, "log", record)
+    train = tmp_path / "train.tsv"
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(65), fh)), encoding="utf-8")
+    overrides = {
+        "model.pretrained": pretrained_dir,
+        "data.task": "sst2",
+        "data.train_file": str(train),
+        "data.validation_file": SST2_DEV,
+        "data.max_eval_samples": 8,
+        "data.max_seq_length": 32,
+        "training.output_dir": str(tmp_path / "run"),
+        "training.max_steps": 6,
+        "training.per_device_train_batch_size": 8,
+        "training.warmup_ratio": 0.0,
+        "training.logging_steps": 1,
+        "training.save_best": False,
+    }
+    result = run_finetuning(load_recipe(FinetuneRecipe, None, extra=overrides), show_progress=False)
+    assert result["steps"] == 6 and sorted(learning_rates) == [1, 2, 3, 4, 5, 6]
+    lr = [learning_rates[step] for step in range(1, 7)]
+    assert lr[0] > lr[1] > lr[2] and lr[3] == lr[2] and lr[3] > lr[4] > lr[5], lr  # the schedule waited one update
+
+
 @pytest.mark.parametrize(
     "training, message",
     [

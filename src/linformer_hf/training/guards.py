@@ -194,8 +194,9 @@ def divergence_callback(guard: DivergenceGuard):
     """The guard as a `transformers.TrainerCallback`, for fine-tuning on the `Trainer`.
 
     Before each optimizer step (the Trainer has unscaled and measured the gradients by then): non-finite gradients
-    are dropped, so AdamW leaves the weights and its moments as they were (under fp16 the grad scaler skips the step
-    itself). After the step: the guard counts it, and a save due now is refused if the weights are non-finite.
+    are dropped, so AdamW leaves the weights and its moments as they were, and the step is marked skipped, as the
+    fp16 grad scaler marks its own skips, so that the Trainer does not advance the learning-rate schedule either.
+    After the step: the guard counts it, and a save due now is refused if the weights are non-finite.
     """
     from transformers import TrainerCallback
 
@@ -203,11 +204,17 @@ def divergence_callback(guard: DivergenceGuard):
         def __init__(self):
             self.gradients_ok = True
 
-        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
             self.gradients_ok = gradients_finite(model.parameters())
-            if not self.gradients_ok and not args.fp16:
+            if args.fp16:  # the grad scaler skips the step, and says so, itself
+                return
+            if not self.gradients_ok:
                 for parameter in model.parameters():
                     parameter.grad = None
+            # accelerate's optimizer wrapper reports `step_was_skipped` from this flag, which only its grad scaler
+            # sets; the Trainer steps the schedule unless it is set.
+            if hasattr(optimizer, "_is_overflow"):
+                optimizer._is_overflow = not self.gradients_ok
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             guard.after_update(state.global_step, None, self.gradients_ok)
