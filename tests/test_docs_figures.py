@@ -51,3 +51,18 @@ def test_the_plotted_data_match_the_results_pages():
             page = minilm_page if row["source"] == "minilm" else replication_page
             value = row["value"] + (f" ± {row['std']}" if row["std"] else "")
             assert value in page, row
+
+    # The recovery curves: each run's accuracies, in update order, are its row of a table on the distillation page
+    # (the teacher's are listed in one cell).
+    with open(os.path.join(REPO, "docs", "results", "distillation.md"), encoding="utf-8") as fh:
+        distillation_page = fh.read().replace("**", "")
+    runs = {}
+    with open(os.path.join(DATA, "distillation_recovery.csv"), newline="") as fh:
+        for row in csv.DictReader(fh):
+            runs.setdefault((row["task"], row["run"]), []).append((int(row["step"]), row["accuracy"]))
+    for (task, run), points in runs.items():
+        accuracies = [accuracy for _, accuracy in sorted(points)]
+        if run == "teacher":
+            assert ", ".join(accuracies) in distillation_page, (task, run)
+        else:
+            assert f"| {run} | " + " | ".join(accuracies) + " |" in distillation_page, (task, run)
