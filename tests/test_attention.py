@@ -426,6 +426,14 @@ def test_chunked_feed_forward_gives_the_same_outputs():
     torch.testing.assert_close(chunked(ids).last_hidden_state, expected)
 
 
+def roberta_with_weights_of(linformer):
+    """The RoBERTa of the Linformer's settings, holding its weights (all but E, F), in eval mode."""
+    fields = {k: v for k, v in linformer.config.to_dict().items() if k in ROBERTA_FIELDS}
+    roberta = RobertaModel(RobertaConfig(**fields)).eval()
+    roberta.load_state_dict(linformer.state_dict(), strict=False)
+    return roberta
+
+
 @pytest.mark.parametrize("sharing", SHARING_MODES)
 def test_strided_init_is_roberta_on_inputs_of_at_most_k_tokens_and_compresses_longer_ones(sharing):
     """n = 16, k = 8: an input of L <= 8 tokens (padded or not) keeps one slot per token, so the Linformer is the
@@ -438,9 +446,7 @@ def test_strided_init_is_roberta_on_inputs_of_at_most_k_tokens_and_compresses_lo
     linformer = LinformerModel(config).eval()
     projections = [m for m in linformer.modules() if isinstance(m, LinformerProjection)]
     assert projections and all(torch.equal(p.weight, expected.expand_as(p.weight)) for p in projections)
-    roberta_fields = {k: v for k, v in config.to_dict().items() if k in ROBERTA_FIELDS}
-    roberta = RobertaModel(RobertaConfig(**roberta_fields)).eval()
-    roberta.load_state_dict(linformer.state_dict(), strict=False)
+    roberta = roberta_with_weights_of(linformer)
 
     short = random_batch(2, 8, seed=5)
     mask = torch.ones_like(short)
@@ -467,9 +473,7 @@ def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sha
 
     config = tiny_config(sharing=sharing, projected_length=16, projection_init="neighbour_average")
     linformer = LinformerModel(config).eval()
-    roberta_fields = {k: v for k, v in config.to_dict().items() if k in ROBERTA_FIELDS}
-    roberta = RobertaModel(RobertaConfig(**roberta_fields)).eval()
-    roberta.load_state_dict(linformer.state_dict(), strict=False)
+    roberta = roberta_with_weights_of(linformer)
     ids = random_batch(2, 16, seed=4)
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
