@@ -55,6 +55,7 @@ FEATURES=${FEATURES:-256}
 KD_WEIGHT=${KD_WEIGHT:-0.5}
 TEMPERATURE=${TEMPERATURE:-2.0}
 HIDDEN_WEIGHT=${HIDDEN_WEIGHT:-0.0}
+HIDDEN_LAYERS=${HIDDEN_LAYERS:-}  # e.g. "4,5,6": the hidden states matched (0 = embeddings); empty: every layer
 ONLY=${ONLY:-}
 mkdir -p "$WORK"
 TIMES="$WORK/times.tsv"
@@ -100,10 +101,15 @@ TEACHER="$WORK/teacher/best"
 run control "control-s$SEED" --model.pretrained "$TEACHER" "${RECOVERY[@]}"
 run plain "$TAG-plain-s$SEED" --model.pretrained "$TEACHER" --model.convert_from_roberta "$CONVERSION" "${RECOVERY[@]}"
 HIDDEN_TAG=""
+HIDDEN_ARGS=(--distillation.hidden_weight "$HIDDEN_WEIGHT")
 [ "$HIDDEN_WEIGHT" = 0.0 ] || HIDDEN_TAG="-hidden$HIDDEN_WEIGHT"
+if [ -n "$HIDDEN_LAYERS" ]; then
+  HIDDEN_TAG="$HIDDEN_TAG-layers${HIDDEN_LAYERS//,/-}"
+  HIDDEN_ARGS+=(--distillation.hidden_layers "[$HIDDEN_LAYERS]")
+fi
 run distilled "$TAG-distilled$HIDDEN_TAG-s$SEED" --model.pretrained "$TEACHER" --model.convert_from_roberta "$CONVERSION" \
   "${RECOVERY[@]}" --distillation.teacher "$TEACHER" --distillation.kd_weight "$KD_WEIGHT" \
-  --distillation.temperature "$TEMPERATURE" --distillation.hidden_weight "$HIDDEN_WEIGHT"
+  --distillation.temperature "$TEMPERATURE" "${HIDDEN_ARGS[@]}"
 
 "$PY" - "$WORK" "$TASK" <<'PYTHON' | tee "$WORK/summary.md"
 # Every finished run in $WORK: validation accuracy at each evaluation, and its last against the reference, the better

@@ -24,9 +24,11 @@ Needs the `train` extra (datasets, scikit-learn).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -143,6 +145,86 @@ def write_length_split(data: str, tokenizer_name: str, output_dir: str, threshol
     return {"threshold": threshold, "short": len(short), "long": len(long), "longest": max(lengths)}
 
 
+def write_folds(data: str, output_dir: str, folds: int = 5, seed: int = 0) -> dict:
+    """Split the documents of `data` into `folds` label-stratified folds and write, for each fold i,
+    `fold-i/train.csv` (the other folds) and `fold-i/test.csv` (fold i), rows in the file's order.
+
+    Every document is in exactly one test fold, so fine-tuning one model per fold and scoring it on that fold gives
+    one held-out prediction per document, and two recipes can be compared on the same documents (`crossval`).
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    frame = read_documents(data)
+    labels = frame["label"].tolist()
+    smallest = min(labels.count(label) for label in set(labels))
+    if folds < 2 or smallest < folds:
+        raise ValueError(
+            f"{data}: {folds} folds need at least 2 folds and as many documents of each label as folds (the rarest "
+            f"label has {smallest}); give fewer folds or more data."
+        )
+    existing = [name for name in (f"fold-{i}" for i in range(folds)) if os.path.exists(os.path.join(output_dir, name))]
+    if existing:  # checked before any work, so folds are never half written over
+        raise FileExistsError(f"{output_dir} already holds {existing}; give a new output directory.")
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    sizes = []
+    for i, (train_rows, test_rows) in enumerate(splitter.split(frame, labels)):
+        staging = staging_folder(os.path.join(output_dir, f"fold-{i}"))
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        frame.iloc[sorted(train_rows)].to_csv(os.path.join(staging, "train.csv"), index=False)
+        frame.iloc[sorted(test_rows)].to_csv(os.path.join(staging, "test.csv"), index=False)
+        publish_folder(staging, os.path.join(output_dir, f"fold-{i}"))
+        sizes.append(len(test_rows))
+    return {"documents": len(frame), "folds": folds, "seed": seed, "test_sizes": sizes}
+
+
+def read_fold_outcomes(folds_dir: str, run_dirs: list[str]) -> list[bool]:
+    """Whether each held-out document was classified correctly, fold after fold: run_dirs[i] is the fine-tuning run
+    scored on `folds_dir/fold-i/test.csv` (its `predictions_validation.tsv`). The labels a run wrote must be the test
+    fold's, row for row, or the pairing with another recipe would be meaningless."""
+    outcomes = []
+    for i, run_dir in enumerate(run_dirs):
+        path = os.path.join(run_dir, "predictions_validation.tsv")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} is missing: the run for fold {i} has not finished.")
+        with open(path, encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t"))
+        expected = read_documents(os.path.join(folds_dir, f"fold-{i}", "test.csv"))["label"].tolist()
+        written = [int(row["label"]) for row in rows]
+        if written != expected:
+            raise ValueError(
+                f"{path} does not hold fold {i}'s test documents in order ({len(written)} rows against "
+                f"{len(expected)}): was this run scored on {folds_dir}/fold-{i}/test.csv?"
+            )
+        outcomes += [int(row["prediction"]) == int(row["label"]) for row in rows]
+    return outcomes
+
+
+def _fold_names(folds_dir: str) -> list[str]:
+    """The fold-i folders the folds command wrote, checked to be 0, 1, ... with no gap."""
+    names = sorted(
+        (name for name in os.listdir(folds_dir) if re.fullmatch(r"fold-\d+", name)), key=lambda n: int(n[5:])
+    )
+    if not names or names != [f"fold-{i}" for i in range(len(names))]:
+        raise ValueError(f"{folds_dir} does not hold folds fold-0, fold-1, ... written by the folds command.")
+    return names
+
+
+def crossval_report(folds_dir: str, runs: dict[str, list[str]], baseline: str) -> dict:
+    """Held-out accuracy of each recipe over all folds, and its paired difference with `baseline` on the same
+    documents (mean and standard error of the per-document difference in correctness)."""
+    if baseline not in runs:
+        raise ValueError(f"The baseline {baseline!r} is not among the runs {sorted(runs)}.")
+    outcomes = {name: read_fold_outcomes(folds_dir, dirs) for name, dirs in runs.items()}
+    report = {"documents": len(outcomes[baseline]), "baseline": baseline, "runs": {}}
+    for name, correct in outcomes.items():
+        entry = {"accuracy": round(sum(correct) / len(correct), 5)}
+        if name != baseline:
+            entry["against_" + baseline] = paired_difference(correct, outcomes[baseline])
+        report["runs"][name] = entry
+    return report
+
+
 def long_document_probe(
     models: list[str],
     texts: list[str],
@@ -237,6 +319,25 @@ def main(argv: list[str] | None = None) -> int:
     split.add_argument("--tokenizer", required=True, help="the teacher (its tokenizer counts, its n is the default)")
     split.add_argument("--threshold", type=int, help="long = more tokens than this (default: the teacher's n)")
     split.add_argument("output_dir")
+    folds = commands.add_parser(
+        "folds", help="label-stratified cross-validation folds of a CSV: fold-i/{train,test}.csv"
+    )
+    folds.add_argument("--data", required=True, help="CSV with text and label columns (e.g. long.csv from split)")
+    folds.add_argument("--folds", type=int, default=5)
+    folds.add_argument("--seed", type=int, default=0)
+    folds.add_argument("output_dir")
+    crossval = commands.add_parser("crossval", help="paired held-out accuracy of recipes fine-tuned on each fold")
+    crossval.add_argument("--folds_dir", required=True, help="the folds command's output_dir")
+    crossval.add_argument(
+        "--run",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar=("NAME", "RUN_DIR"),
+        help="a recipe's name, then its fine-tuning output dirs, one per fold in fold order; repeat per recipe",
+    )
+    crossval.add_argument("--baseline", required=True, help="the NAME the others are compared with")
+    crossval.add_argument("--output", required=True, help="results JSON (refused if it exists)")
     probe = commands.add_parser("probe", help="probe accuracy on documents longer than the teacher reads")
     probe.add_argument("--data", required=True, help="CSV/TSV with text and label columns")
     probe.add_argument("--text_column", default="text")
@@ -254,10 +355,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "split":
             print(json.dumps(write_length_split(args.data, args.tokenizer, args.output_dir, args.threshold), indent=2))
             return 0
+        if args.command == "folds":
+            print(json.dumps(write_folds(args.data, args.output_dir, args.folds, args.seed), indent=2))
+            return 0
         check_output_file(args.output, overwrite=False, flag=None)
+        if args.command == "crossval":
+            runs = {}
+            for name, *dirs in args.run:
+                if len(dirs) != len(_fold_names(args.folds_dir)):
+                    raise ValueError(
+                        f"--run {name} gives {len(dirs)} run dirs; {args.folds_dir} has "
+                        f"{len(_fold_names(args.folds_dir))} folds: give one run dir per fold, in fold order."
+                    )
+                runs[name] = dirs
+            results = crossval_report(args.folds_dir, runs, args.baseline)
+            print(json.dumps(results, indent=2))
+            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+            write_json_atomic(args.output, results)
+            return 0
         texts, labels = load_documents(args.data, args.text_column, args.label_column)
         results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
-    except (*USER_ERRORS, OSError) as err:  # an existing output, a missing data file...
+    except (*USER_ERRORS, OSError, ValueError) as err:  # an existing output, a missing data file, bad folds...
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished probe

@@ -178,3 +178,68 @@ def test_a_killed_split_or_extension_leaves_nothing_that_reads_as_finished(teach
     with pytest.raises(KeyboardInterrupt):
         extend_positions(teacher_dir, str(tmp_path / "extended"), LONG_N)
     assert not (tmp_path / "extended").exists()
+
+
+def write_labelled(path, labels):
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows([f"review number {i}", label] for i, label in enumerate(labels))
+
+
+def test_folds_hold_every_document_out_once_with_both_labels(tmp_path):
+    import pandas as pd
+
+    labels = [0] * 13 + [1] * 10
+    write_labelled(tmp_path / "long.csv", labels)
+    out = tmp_path / "folds"
+    assert main(["folds", "--data", str(tmp_path / "long.csv"), "--folds", "5", str(out)]) == 0
+    held_out = []
+    for i in range(5):
+        train, test = pd.read_csv(out / f"fold-{i}" / "train.csv"), pd.read_csv(out / f"fold-{i}" / "test.csv")
+        assert not set(train.text) & set(test.text) and len(train) + len(test) == len(labels)
+        assert sorted(test.label.value_counts().to_dict().items()) in ([(0, 2), (1, 2)], [(0, 3), (1, 2)])  # stratified
+        held_out += list(test.text)
+    assert sorted(held_out) == sorted(f"review number {i}" for i in range(len(labels)))  # each exactly once
+    assert main(["folds", "--data", str(tmp_path / "long.csv"), "--folds", "5", str(out)]) == 2  # never overwrites
+    with pytest.raises(ValueError, match="rarest label has 10"):
+        from experiments.long_input import write_folds
+
+        write_folds(str(tmp_path / "long.csv"), str(tmp_path / "other"), folds=11)
+
+
+def test_crossval_pairs_every_held_out_document_and_checks_the_pairing(tmp_path, capsys):
+    labels = [0, 1, 1, 0, 1, 0, 0, 1]
+    write_labelled(tmp_path / "long.csv", labels)
+    folds = tmp_path / "folds"
+    assert main(["folds", "--data", str(tmp_path / "long.csv"), "--folds", "2", str(folds)]) == 0
+
+    def write_run(name, flip):  # a run per fold whose prediction is wrong on the documents flip(index) picks
+        dirs = []
+        for i in range(2):
+            with open(folds / f"fold-{i}" / "test.csv") as handle:
+                fold_labels = [int(row["label"]) for row in csv.DictReader(handle)]
+            run = tmp_path / f"{name}-fold{i}"
+            run.mkdir()
+            rows = [f"{j}\t{1 - y if flip(i, j) else y}\t{y}" for j, y in enumerate(fold_labels)]
+            (run / "predictions_validation.tsv").write_text("index\tprediction\tlabel\n" + "\n".join(rows) + "\n")
+            dirs.append(str(run))
+        return dirs
+
+    control = write_run("control", lambda i, j: j == 0)  # one wrong per fold: 6 of 8
+    linformer = write_run("linformer", lambda i, j: False)  # all 8 right
+    argv = ["crossval", "--folds_dir", str(folds), "--baseline", "control", "--output", str(tmp_path / "cv.json")]
+    assert main(argv + ["--run", "control", *control, "--run", "linformer", *linformer]) == 0
+    report = json.loads((tmp_path / "cv.json").read_text())
+    assert report["documents"] == 8
+    assert report["runs"]["control"]["accuracy"] == 0.75 and report["runs"]["linformer"]["accuracy"] == 1.0
+    assert report["runs"]["linformer"]["against_control"] == paired_difference(
+        [True] * 8, [False, True, True, True] * 2
+    )
+    assert main(argv + ["--run", "control", *control]) == 2  # never overwrites a report
+    argv[-1] = str(tmp_path / "other.json")
+    assert main(argv + ["--run", "control", control[0]]) == 2  # one dir per fold
+    assert "one run dir per fold" in capsys.readouterr().err
+    assert main(argv + ["--run", "control", *reversed(control)]) == 2  # scored on another fold: refused
+    assert "does not hold fold 0's test documents" in capsys.readouterr().err
+    assert not (tmp_path / "other.json").exists()

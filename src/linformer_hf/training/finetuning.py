@@ -195,7 +195,6 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from ..models import max_input_length
-    from .loop import finish
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
     task = TASKS[dcfg.task]
@@ -281,7 +280,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
     except TrainingDiverged:
-        finish(trainer.accelerator)  # every process raised at the same update: tear the group down together
+        finish_trainer(trainer)  # every process raised at the same update: tear the group down together
         if lock is not None:
             lock.release()
         raise
@@ -291,7 +290,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             f"Stopped at update {trainer.state.global_step} of {max_steps}; continue with "
             "--training.resume_from_checkpoint latest"
         )
-        finish(trainer.accelerator)
+        finish_trainer(trainer)
         if lock is not None:
             lock.release()
         return {"stopped_at": trainer.state.global_step}
@@ -342,7 +341,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
                 shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
         write_json_atomic(os.path.join(tcfg.output_dir, "results.json"), result)
         print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
-    finish(trainer.accelerator)
+    finish_trainer(trainer)
     if lock is not None:
         lock.release()
     return result
@@ -421,6 +420,15 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
     if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
         tokenizer = mcfg.pretrained
     return dataclasses.replace(mcfg, pretrained=target, tokenizer=tokenizer, convert_from_roberta=None)
+
+
+def finish_trainer(trainer) -> None:
+    """Tear the run down (loop.finish) once the Trainer no longer holds the DistributedDataParallel wrapper, so that
+    the wrapper is freed while the process group still exists."""
+    from .loop import finish
+
+    trainer.model_wrapped = trainer.model
+    finish(trainer.accelerator)
 
 
 def _write_predictions(path: str, preds, labels):

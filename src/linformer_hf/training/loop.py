@@ -104,9 +104,12 @@ def finish(accelerator) -> None:
     """End the trackers and tear the process group down while every process is still alive.
 
     A gloo group left to garbage collection can block forever in its destructor once the other processes have
-    exited (seen in the 2-process fine-tuning test), so all processes meet at a barrier and destroy it together.
+    exited (seen in the 2-process fine-tuning test), so all processes meet at a barrier and destroy it together. A
+    DistributedDataParallel wrapper freed after that blocks the same way in its reducer's destructor, so accelerate's
+    references to the prepared objects are dropped and collected first; callers drop their own beforehand.
     """
     accelerator.end_training()
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        accelerator.free_memory()  # forgets the prepared model, optimizer, loaders, then collects garbage
         accelerator.wait_for_everyone()
         torch.distributed.destroy_process_group()

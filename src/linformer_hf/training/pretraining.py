@@ -459,6 +459,7 @@ def close_run(run: PretrainingRun) -> None:
     """End the trackers and the process group, close the update log and release the output directory's lock."""
     if run.update_log is not None:
         run.update_log.close()
+    run.model = run.accelerator.unwrap_model(run.model)  # the DDP wrapper must go before the group (loop.finish)
     finish(run.accelerator)
     if run.lock is not None:
         run.lock.release()
