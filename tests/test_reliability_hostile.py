@@ -204,7 +204,7 @@ def test_a_non_utf8_pretraining_file_is_refused_naming_the_line(tokenizer_dir, t
 
 
 def test_a_one_megabyte_line_is_truncated_to_the_model_length_and_the_other_rows_kept(
-    tokenizer_dir, small_model_dir, tmp_path
+    tokenizer_dir, small_model_dir, tmp_path, capsys
 ):
     """One very long row (1 MB here; a 10 MB row behaves the same, at about 50 s of tokenizing on the development
     machine): loaded whole, truncated to max_seq_length, the rows around it unchanged."""
@@ -223,6 +223,10 @@ def test_a_one_megabyte_line_is_truncated_to_the_model_length_and_the_other_rows
     tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
     encoded = tokenize_task({"train": splits["train"]}, tokenizer, TASKS["sst2"], max_length=32)["train"]
     assert len(encoded[0]["input_ids"]) == 32 and encoded[0]["labels"] == 1
+    assert set(encoded.column_names) == {"input_ids", "attention_mask", "labels"}  # nothing extra for the collator
+    longer = sum(len(tokenizer(text)["input_ids"]) > 32 for text in splits["train"]["sentence"])
+    assert 1 <= longer < 7  # the megabyte row and maybe others, not all
+    assert f"Truncated to data.max_seq_length=32 tokens: {longer} of 7 train examples" in capsys.readouterr().out
     assert (
         encoded[1]["input_ids"]
         == tokenizer(splits["train"][1]["sentence"], truncation=True, max_length=32)["input_ids"]

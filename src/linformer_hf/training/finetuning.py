@@ -115,17 +115,35 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
 
 
 def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc=None) -> dict:
+    """Each split tokenised to at most `max_length` tokens. Examples that are longer are cut (for pairs, the longer
+    text first, as the tokenizer's `longest_first`), and how many were cut is reported, split by split."""
+
     def encode(batch):
         texts = [[("" if t is None else str(t)) for t in batch[c]] for c in task.text_columns]
         enc = tokenizer(*texts, truncation=True, max_length=max_length)
+        full = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) == max_length]  # only these can be cut
+        enc["truncated"] = [False] * len(enc["input_ids"])
+        if full:
+            whole = tokenizer(*[[column[i] for i in full] for column in texts], truncation=False, verbose=False)
+            for i, ids in zip(full, whole["input_ids"]):
+                enc["truncated"][i] = len(ids) > max_length
         if task.label_column in batch:
             enc["labels"] = [int(x) for x in batch[task.label_column]]
         return enc
 
-    out = {}
+    out, cut = {}, []
     for name, ds in splits.items():
-        out[name] = ds.map(
+        encoded = ds.map(
             encode, batched=True, remove_columns=ds.column_names, num_proc=num_proc, desc=f"Tokenising {name}"
+        )
+        truncated = sum(encoded["truncated"])
+        if truncated:
+            cut.append(f"{truncated:,} of {len(encoded):,} {name} examples ({100 * truncated / len(encoded):.0f}%)")
+        out[name] = encoded.remove_columns("truncated")
+    if cut and int(os.environ.get("RANK", "0")) == 0:
+        print(
+            f"Truncated to data.max_seq_length={max_length} tokens: {'; '.join(cut)}. The model reads only their "
+            "first tokens; raise data.max_seq_length (up to the model's n) or convert at a larger n to read them whole."
         )
     return out
 
