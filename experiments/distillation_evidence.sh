@@ -13,8 +13,8 @@
 #
 #   MINILM=/tmp/minilm/all-MiniLM-L6-v2 bash experiments/distillation_evidence.sh
 #
-# Every run writes its own folder under $WORK and is skipped when that folder already holds its results.json, so a
-# stopped script continues where it stopped; wall times go to $WORK/times.tsv, the table of every finished run to
+# Every run writes its own folder under $WORK and is skipped when that folder already holds its results.json (a run
+# killed after a checkpoint resumes from it), so a stopped script continues where it stopped; wall times go to $WORK/times.tsv, the table of every finished run to
 # $WORK/summary.md. The teacher is trained once (seed $TEACHER_SEED); SEED=2 runs the control and the students again
 # with another seed (runs are named ...-s$SEED). FAMILY=performer converts to a Performer (m = $FEATURES) instead.
 # ONLY="control plain" runs only those runs (after the teacher exists), e.g. to run them side by side.
@@ -78,8 +78,12 @@ run() {  # run ROLE NAME ARGS...: one fine-tuning into $WORK/NAME, timed, skippe
   load_before=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date +%s)
   echo "== $name: $PY -m linformer_hf.training.finetune ${COMMON[*]} --training.output_dir $WORK/$name $*"
+  local start_args=(--training.overwrite_output_dir true)  # a run that never reached a checkpoint starts again
+  if compgen -G "$WORK/$name/checkpoint-*" >/dev/null; then  # killed after one: continue from the latest
+    start_args=(--training.resume_from_checkpoint latest)
+  fi
   "$PY" -m linformer_hf.training.finetune "${COMMON[@]}" --training.output_dir "$WORK/$name" \
-    --training.overwrite_output_dir true "$@"
+    "${start_args[@]}" "$@"
   printf '%s\t%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" >>"$TIMES"
 }
 

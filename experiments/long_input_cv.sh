@@ -16,8 +16,9 @@
 #
 #   MINILM=/tmp/minilm/all-MiniLM-L6-v2 bash experiments/long_input_cv.sh
 #
-# Each step is skipped when its output exists, so a stopped script continues where it stopped. Wall times go to
-# $WORK/times.tsv. ARMS="control" runs only those recipes; INIT=strided adds "-strided" to the Linformer's name.
+# Each step is skipped when its output exists, and a run killed after a checkpoint resumes from it, so a stopped
+# script continues where it stopped. Wall times go to $WORK/times.tsv. ARMS="control" runs only those recipes;
+# INIT=strided adds "-strided" to the Linformer's name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -51,8 +52,12 @@ finetune() {  # finetune NAME ARGS...: one fine-tuning into $WORK/NAME, timed, s
   load_before=$(cut -d' ' -f1 /proc/loadavg)
   start=$(date +%s)
   echo "== $name: $PY -m linformer_hf.training.finetune --config configs/finetune/imdb.yaml $* --training.output_dir $WORK/$name"
+  local start_args=(--training.overwrite_output_dir true)  # a run that never reached a checkpoint starts again
+  if compgen -G "$WORK/$name/checkpoint-*" >/dev/null; then  # killed after one: continue from the latest
+    start_args=(--training.resume_from_checkpoint latest)
+  fi
   "$PY" -m linformer_hf.training.finetune --config configs/finetune/imdb.yaml --no_progress \
-    --training.output_dir "$WORK/$name" --training.overwrite_output_dir true --training.logging_steps 6 "$@"
+    --training.output_dir "$WORK/$name" "${start_args[@]}" --training.logging_steps 6 "$@"
   printf '%s\t%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" >>"$TIMES"
 }
 
