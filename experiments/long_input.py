@@ -33,6 +33,8 @@ import shutil
 import sys
 import time
 
+import torch
+
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.models.lengths import max_input_length
 from linformer_hf.outputs import check_output_dir, check_output_file, publish_folder, staging_folder, write_json_atomic
@@ -225,6 +227,43 @@ def crossval_report(folds_dir: str, runs: dict[str, list[str]], baseline: str) -
     return report
 
 
+def score_classifiers(models: list[str], texts: list[str], labels: list[int], batch_size: int = 8) -> dict:
+    """Accuracy of each fine-tuned sequence classifier on the documents, each reading as many tokens as it takes
+    (its n), and each model after the first paired against the first on the same documents.
+
+    This scores a classifier as it stands, with no update: a teacher, or the same teacher just converted at a larger
+    n, which is where fine-tuning on long documents starts from."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    results, outcomes = {"documents": len(texts), "models": {}}, {}
+    for name in models:
+        started = time.perf_counter()
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForSequenceClassification.from_pretrained(name).eval()
+        max_length = max_input_length(model.config)
+        predictions = []
+        with torch.no_grad():
+            for start in range(0, len(texts), batch_size):
+                batch = tokenizer(
+                    texts[start : start + batch_size],
+                    truncation=True,
+                    max_length=max_length,
+                    padding=True,
+                    return_tensors="pt",
+                )
+                predictions += model(**batch).logits.argmax(-1).tolist()
+        outcomes[name] = [p == y for p, y in zip(predictions, labels)]
+        results["models"][name] = {
+            "max_length": max_length,
+            "accuracy": round(sum(outcomes[name]) / len(texts), 5),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        if name != models[0]:
+            results["models"][name]["against_first"] = paired_difference(outcomes[name], outcomes[models[0]])
+        print(f"{name}: accuracy {results['models'][name]['accuracy']:.4f} reading {max_length} tokens", flush=True)
+    return results
+
+
 def long_document_probe(
     models: list[str],
     texts: list[str],
@@ -338,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     crossval.add_argument("--baseline", required=True, help="the NAME the others are compared with")
     crossval.add_argument("--output", required=True, help="results JSON (refused if it exists)")
+    score = commands.add_parser("score", help="accuracy of fine-tuned classifiers as they stand, paired with the first")
+    score.add_argument("--data", required=True, help="CSV/TSV with text and label columns")
+    score.add_argument("--models", nargs="+", required=True, help="classifier dirs; the first is the baseline")
+    score.add_argument("--batch_size", type=int, default=8)
+    score.add_argument("--output", required=True, help="results JSON (refused if it exists)")
     probe = commands.add_parser("probe", help="probe accuracy on documents longer than the teacher reads")
     probe.add_argument("--data", required=True, help="CSV/TSV with text and label columns")
     probe.add_argument("--text_column", default="text")
@@ -370,6 +414,12 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name] = dirs
             results = crossval_report(args.folds_dir, runs, args.baseline)
             print(json.dumps(results, indent=2))
+            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+            write_json_atomic(args.output, results)
+            return 0
+        if args.command == "score":
+            texts, labels = load_documents(args.data)
+            results = score_classifiers(args.models, texts, labels, args.batch_size)
             os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
             write_json_atomic(args.output, results)
             return 0

@@ -243,3 +243,35 @@ def test_crossval_pairs_every_held_out_document_and_checks_the_pairing(tmp_path,
     assert main(argv + ["--run", "control", *reversed(control)]) == 2  # scored on another fold: refused
     assert "does not hold fold 0's test documents" in capsys.readouterr().err
     assert not (tmp_path / "other.json").exists()
+
+
+def test_score_reads_each_classifier_to_its_own_length_and_pairs_it_with_the_first(teacher_dir, tmp_path):
+    """A classifier converted at k = n = LONG_N with strided E is full attention over the extended positions: on
+    documents the teacher reads whole it predicts what the teacher predicts, and it reads LONG_N tokens, not 16."""
+    from transformers import BertForSequenceClassification
+
+    from experiments.long_input import score_classifiers
+
+    classifier = tmp_path / "classifier"
+    torch.manual_seed(0)
+    BertForSequenceClassification(tiny_bert_config(max_position_embeddings=SHORT_POSITIONS)).save_pretrained(classifier)
+    AutoTokenizer.from_pretrained(teacher_dir).save_pretrained(classifier)
+    converted = tmp_path / "converted"
+    convert_checkpoint(
+        str(classifier), str(converted), max_sequence_length=LONG_N, projected_length=LONG_N, projection_init="strided"
+    )
+    texts = ["the war", "it was the first game", "the old castle and the river", "the city"] * 3
+    labels = [0, 1, 1, 0] * 3
+    results = score_classifiers([str(classifier), str(converted)], texts, labels, batch_size=5)
+    first, second = results["models"][str(classifier)], results["models"][str(converted)]
+    assert (first["max_length"], second["max_length"]) == (SHORT_POSITIONS, LONG_N)
+    assert second["accuracy"] == first["accuracy"]
+    assert second["against_first"] == {
+        "difference": 0.0,
+        "standard_error": 0.0,
+    }  # the same prediction, document by document
+    output = tmp_path / "score.json"
+    argv = ["score", "--data", str(tmp_path / "docs.csv"), "--models", str(classifier), "--output", str(output)]
+    write_labelled(tmp_path / "docs.csv", labels)
+    assert main(argv) == 0 and json.loads(output.read_text())["documents"] == len(labels)
+    assert main(argv) == 2  # never overwrites a result
