@@ -57,34 +57,17 @@ TEMPERATURE=${TEMPERATURE:-2.0}
 HIDDEN_WEIGHT=${HIDDEN_WEIGHT:-0.0}
 HIDDEN_LAYERS=${HIDDEN_LAYERS:-}  # e.g. "4,5,6": the hidden states matched (0 = embeddings); empty: every layer
 ONLY=${ONLY:-}
-mkdir -p "$WORK"
-TIMES="$WORK/times.tsv"
-[ -f "$TIMES" ] || printf 'run\tseconds\tload_before\tload_after\n' >"$TIMES"
-
+source experiments/finetune_run.sh
 COMMON=(--config "configs/finetune/$TASK.yaml" --no_progress "${DATA_ARGS[@]}" --data.max_seq_length "$MAX_LENGTH"
   --training.per_device_train_batch_size 32 --training.logging_steps 10)
 
-run() {  # run ROLE NAME ARGS...: one fine-tuning into $WORK/NAME, timed, skipped when done or not in $ONLY
+run() {  # run ROLE NAME ARGS...: finetune_run NAME with the task's arguments, unless ROLE is not in $ONLY
   local role=$1 name=$2
   shift 2
   if [ -n "$ONLY" ] && [[ " $ONLY " != *" $role "* ]]; then
     return
   fi
-  if [ -f "$WORK/$name/results.json" ]; then
-    echo "skip $name (done)"
-    return
-  fi
-  local load_before start
-  load_before=$(cut -d' ' -f1 /proc/loadavg)
-  start=$(date +%s)
-  echo "== $name: $PY -m linformer_hf.training.finetune ${COMMON[*]} --training.output_dir $WORK/$name $*"
-  local start_args=(--training.overwrite_output_dir true)  # a run that never reached a checkpoint starts again
-  if compgen -G "$WORK/$name/checkpoint-*" >/dev/null; then  # killed after one: continue from the latest
-    start_args=(--training.resume_from_checkpoint latest)
-  fi
-  "$PY" -m linformer_hf.training.finetune "${COMMON[@]}" --training.output_dir "$WORK/$name" \
-    "${start_args[@]}" "$@"
-  printf '%s\t%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" >>"$TIMES"
+  finetune_run "$name" "${COMMON[@]}" "$@"
 }
 
 if [ "$FAMILY" = performer ]; then

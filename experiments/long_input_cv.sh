@@ -37,28 +37,12 @@ N=${N:-2048}
 K=${K:-512}
 INIT=${INIT:-strided}  # starts 14 points above neighbour_average on these reviews (docs/results/long-inputs-minilm.md)
 ARMS=${ARMS:-control linformer}
-mkdir -p "$WORK"
-TIMES="$WORK/times.tsv"
-[ -f "$TIMES" ] || printf 'run\tseconds\tload_before\tload_after\n' >"$TIMES"
+source experiments/finetune_run.sh
 
-finetune() {  # finetune NAME ARGS...: one fine-tuning into $WORK/NAME, timed, skipped when done
+finetune() {  # finetune NAME ARGS...: finetune_run NAME on IMDB's recipe
   local name=$1
   shift
-  if [ -f "$WORK/$name/results.json" ]; then
-    echo "skip $name (done)"
-    return
-  fi
-  local load_before start
-  load_before=$(cut -d' ' -f1 /proc/loadavg)
-  start=$(date +%s)
-  echo "== $name: $PY -m linformer_hf.training.finetune --config configs/finetune/imdb.yaml $* --training.output_dir $WORK/$name"
-  local start_args=(--training.overwrite_output_dir true)  # a run that never reached a checkpoint starts again
-  if compgen -G "$WORK/$name/checkpoint-*" >/dev/null; then  # killed after one: continue from the latest
-    start_args=(--training.resume_from_checkpoint latest)
-  fi
-  "$PY" -m linformer_hf.training.finetune --config configs/finetune/imdb.yaml --no_progress \
-    --training.output_dir "$WORK/$name" "${start_args[@]}" --training.logging_steps 6 "$@"
-  printf '%s\t%s\t%s\t%s\n' "$name" "$(($(date +%s) - start))" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)" >>"$TIMES"
+  finetune_run "$name" --config configs/finetune/imdb.yaml --no_progress --training.logging_steps 6 "$@"
 }
 
 [ -f "$WORK/imdb-by-length/long.csv" ] || "$PY" -m experiments.long_input split --data "$DATA" --tokenizer "$MINILM" \
