@@ -217,6 +217,13 @@ def crossval_report(folds_dir: str, runs: dict[str, list[str]], baseline: str) -
     documents (mean and standard error of the per-document difference in correctness)."""
     if baseline not in runs:
         raise ValueError(f"The baseline {baseline!r} is not among the runs {sorted(runs)}.")
+    folds = len(_fold_names(folds_dir))
+    for name, dirs in runs.items():
+        if len(dirs) != folds:
+            raise ValueError(
+                f"--run {name} gives {len(dirs)} run dirs; {folds_dir} has {folds} folds: give one run dir per fold, "
+                "in fold order."
+            )
     outcomes = {name: read_fold_outcomes(folds_dir, dirs) for name, dirs in runs.items()}
     report = {"documents": len(outcomes[baseline]), "baseline": baseline, "runs": {}}
     for name, correct in outcomes.items():
@@ -404,31 +411,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         check_output_file(args.output, overwrite=False, flag=None)
         if args.command == "crossval":
-            runs = {}
-            for name, *dirs in args.run:
-                if len(dirs) != len(_fold_names(args.folds_dir)):
-                    raise ValueError(
-                        f"--run {name} gives {len(dirs)} run dirs; {args.folds_dir} has "
-                        f"{len(_fold_names(args.folds_dir))} folds: give one run dir per fold, in fold order."
-                    )
-                runs[name] = dirs
-            results = crossval_report(args.folds_dir, runs, args.baseline)
+            results = crossval_report(args.folds_dir, {name: dirs for name, *dirs in args.run}, args.baseline)
             print(json.dumps(results, indent=2))
-            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-            write_json_atomic(args.output, results)
-            return 0
-        if args.command == "score":
+        elif args.command == "score":
             texts, labels = load_documents(args.data)
             results = score_classifiers(args.models, texts, labels, args.batch_size)
-            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-            write_json_atomic(args.output, results)
-            return 0
-        texts, labels = load_documents(args.data, args.text_column, args.label_column)
-        results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
+        else:
+            texts, labels = load_documents(args.data, args.text_column, args.label_column)
+            results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
     except (*USER_ERRORS, OSError, ValueError) as err:  # an existing output, a missing data file, bad folds...
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished probe
+    write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished result
     return 0
 
 
