@@ -12,7 +12,7 @@ from training_utils import IMDB, REPO, SST2_DEV, SST2_TRAIN, WIKITEXT, free_port
 
 from linformer_hf.training.config import FinetuneRecipe, load_recipe
 from linformer_hf.training.finetuning import run_finetuning
-from linformer_hf.training.metrics import classification_metrics
+from linformer_hf.training.metrics import classification_metrics, collapsed_classifier
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +204,50 @@ def test_metrics_match_definitions():
     m = classification_metrics([1, 0, 1, 1], [1, 0, 0, 1], with_f1=True)
     assert m["accuracy"] == 0.75
     assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 0))  # tp 2, fp 1, fn 0
+
+
+def test_collapsed_classifier_is_named_only_when_one_class_is_predicted_for_mixed_labels():
+    warning = collapsed_classifier([1, 1, 1, 1], [0, 1, 1, 1])
+    assert "predicts class 1 for all 4 validation examples, whose labels hold 2 classes" in warning
+    assert "(75.0%) is only the share of class 1" in warning
+    assert collapsed_classifier([1, 0, 1, 1], [0, 1, 1, 1]) is None  # two classes predicted, however badly
+    assert collapsed_classifier([0, 0, 0], [0, 0, 0]) is None  # one class is all there is to predict
+    assert collapsed_classifier([1], [0]) is None  # one example says nothing
+
+
+def test_a_run_that_learns_one_class_says_so_at_each_evaluation_and_in_its_results(pretrained_dir, tmp_path, capsys):
+    """A labelling bug (every training label 0) teaches the classifier one class: its validation accuracy is then the
+    share of that class, and the run must say so rather than report it as a score."""
+    train = tmp_path / "train.tsv"
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        header, *rows = [line for _, line in zip(range(129), fh)]
+    train.write_text(header + "".join(row.rsplit("\t", 1)[0] + "\t0\n" for row in rows), encoding="utf-8")
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": pretrained_dir,
+            "data.task": "sst2",
+            "data.train_file": str(train),
+            "data.validation_file": SST2_DEV,
+            "data.max_eval_samples": 64,
+            "data.max_seq_length": 64,
+            "training.output_dir": str(tmp_path / "out"),
+            "training.num_train_epochs": 2,
+            "training.per_device_train_batch_size": 32,
+            "training.learning_rate": 1e-3,
+        },
+    )
+    result = run_finetuning(recipe, show_progress=False)
+    preds, labels = read_predictions(tmp_path / "out" / "predictions_validation.tsv")
+    assert set(preds) == {0} and set(labels) == {0, 1}
+    share = f"{100 * np.mean(labels == 0):.1f}%"
+    assert result["warnings"] == [collapsed_classifier(preds, labels)]
+    assert share in result["warnings"][0]
+    printed = capsys.readouterr().out
+    assert printed.count("Warning: Collapsed classifier: it predicts class 0 for all 64 validation examples") >= 2
+    with open(tmp_path / "out" / "results.json") as fh:
+        assert json.load(fh)["warnings"] == result["warnings"]
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ TensorBoard under ``<output_dir>/runs``) and distribution (``torchrun`` / ``acce
 What this module adds: the tasks' columns and files, the checks before any work, the conversion of RoBERTa to
 Linformer or Performer, and the outputs the replication reads: ``<output_dir>/best`` (the best model),
 ``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions), and ``results.json``
-(every evaluation, the best, the test metrics, the training loss per logged update). The output directory is claimed
+(every evaluation, the best, the test metrics, the training loss per logged update, and ``warnings`` when the model
+kept predicts one class for every example: metrics.collapsed_classifier). The output directory is claimed
 before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
 ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a whole checkpoint (weights,
 optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
@@ -31,7 +32,7 @@ from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
 from .errors import TrainingDiverged
 from .guards import check_weights_finite, divergence_callback, resume_hint
-from .metrics import classification_metrics
+from .metrics import classification_metrics, collapsed_classifier
 from .tasks import TASKS, Task
 from .validation import (
     check_has_rows,
@@ -274,7 +275,11 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
 
     def compute_metrics(prediction):
-        return classification_metrics(prediction.predictions.argmax(-1), prediction.label_ids, with_f1=task.with_f1)
+        predictions = prediction.predictions.argmax(-1)
+        warning = collapsed_classifier(predictions, prediction.label_ids)
+        if warning and int(os.environ.get("RANK", "0")) == 0:  # said at every evaluation where it happens
+            print(f"Warning: {warning}")
+        return classification_metrics(predictions, prediction.label_ids, with_f1=task.with_f1)
 
     trainer_class, extra = Trainer, {}
     if distilling:
@@ -339,6 +344,9 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         "train_losses": train_losses,
         "best_dir": best_dir if tcfg.save_best else None,
     }
+    collapsed = collapsed_classifier(validation.predictions.argmax(-1), validation.label_ids)
+    if collapsed:  # the model kept predicts one class: say so where the score is read
+        result["warnings"] = [collapsed]
     if distilling:
         result["distillation"] = record
         result["train_terms"] = {  # the loss's terms per logged update (DistillationTrainer.log)
@@ -353,6 +361,9 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             _write_predictions(os.path.join(tcfg.output_dir, "predictions_test.tsv"), preds, labels)
         if labels is not None:
             result["test"] = classification_metrics(preds, labels, with_f1=task.with_f1)
+            collapsed = collapsed_classifier(preds, labels, split="test")
+            if collapsed:
+                result.setdefault("warnings", []).append(collapsed)
     if trainer.is_world_process_zero():
         for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
             if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):

@@ -22,6 +22,24 @@ def classification_metrics(predictions, labels, with_f1: bool = False) -> dict[s
     return out
 
 
+def collapsed_classifier(predictions, labels, split: str = "validation") -> str | None:
+    """A warning when a classifier predicts one class for every example of a split whose labels hold more than one
+    class (a fine-tuning run that diverged softly, or a learning rate too high for a few hundred examples), else None.
+    Its accuracy is then only the share of that class, which can look like a score."""
+    predictions = np.asarray(predictions).reshape(-1)
+    labels = np.asarray(labels).reshape(-1)
+    classes = np.unique(predictions)
+    if predictions.size < 2 or classes.size != 1 or np.unique(labels).size < 2:
+        return None
+    only = int(classes[0])
+    share = float(np.mean(labels == only))
+    return (
+        f"Collapsed classifier: it predicts class {only} for all {predictions.size:,} {split} examples, whose labels "
+        f"hold {np.unique(labels).size} classes; its accuracy ({100 * share:.1f}%) is only the share of class {only}. "
+        "Lower training.learning_rate, train on more examples or for more updates, or check the labels."
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The unigram baseline: what a masked LM reaches by predicting the training set's token frequencies whatever the
 # context. A masked LM's perplexity means something only next to it (small MLMs first sit on this plateau).
