@@ -14,7 +14,7 @@ import test_reliability_runs as reliability
 import torch
 from safetensors.torch import load_file
 from test_reliability_runs import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
-from training_utils import REPO, free_port, script_env
+from training_utils import REPO, free_port, script_env, sst2_head, tiny_finetune_overrides
 
 from linformer_hf.training import pretraining
 from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE, UPDATE_LOG, list_checkpoints
@@ -356,33 +356,28 @@ def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp
     """lr 1e4 on SST-2. Before: the run ended with status 0, NaN gradients from step 3 on, its log's losses 0.0 (the
     Trainer filters NaN), eval_loss NaN, and best/ and results.json written as for a good run. After: non-finite
     updates are skipped and 3 in a row stop the run with the error; no best/, no results.json, the lock released."""
-    from test_training_finetune import SST2_DEV, SST2_TRAIN
-
     from linformer_hf.training.config import FinetuneRecipe, load_recipe
     from linformer_hf.training.finetuning import run_finetuning
 
-    train = tmp_path / "train.tsv"
-    with open(SST2_TRAIN, encoding="utf-8") as fh:
-        train.write_text("".join(line for _, line in zip(range(129), fh)), encoding="utf-8")
+    train = sst2_head(tmp_path / "train.tsv", 128)
     out = tmp_path / "run"
     recipe = load_recipe(
         FinetuneRecipe,
         None,
-        extra={
-            "model.pretrained": pretrained_dir,
-            "data.task": "sst2",
-            "data.train_file": str(train),
-            "data.validation_file": SST2_DEV,
-            "data.max_eval_samples": 16,
-            "data.max_seq_length": 32,
-            "training.output_dir": str(out),
-            "training.max_steps": 16,
-            "training.per_device_train_batch_size": 8,
-            "training.eval_steps": 2,
-            "training.learning_rate": 1e4,
-            "training.nonfinite_patience": 3,
-            "training.logging_steps": 1,
-        },
+        extra=tiny_finetune_overrides(
+            pretrained_dir,
+            train,
+            out,
+            {
+                "data.max_eval_samples": 16,
+                "training.max_steps": 16,
+                "training.per_device_train_batch_size": 8,
+                "training.eval_steps": 2,
+                "training.learning_rate": 1e4,
+                "training.nonfinite_patience": 3,
+                "training.logging_steps": 1,
+            },
+        ),
     )
     with pytest.raises(TrainingDiverged) as err:
         run_finetuning(recipe, show_progress=False)
@@ -399,7 +394,6 @@ def test_a_skipped_finetuning_update_leaves_the_weights_and_the_schedule(pretrai
     """One update with non-finite gradients (the 3rd of 6). Before: its weights were kept, but the Trainer stepped
     the learning-rate schedule past it. After: the 4th update runs at the 3rd's learning rate, and the run ends."""
     import transformers
-    from test_training_finetune import SST2_DEV, SST2_TRAIN
 
     from linformer_hf.training import guards
     from linformer_hf.training.config import FinetuneRecipe, load_recipe
@@ -420,23 +414,19 @@ def test_a_skipped_finetuning_update_leaves_the_weights_and_the_schedule(pretrai
 
     monkeypatch.setattr(guards, "gradients_finite", third_update_bad)
     monkeypatch.setattr(transformers.Trainer, "log", record)
-    train = tmp_path / "train.tsv"
-    with open(SST2_TRAIN, encoding="utf-8") as fh:
-        train.write_text("".join(line for _, line in zip(range(65), fh)), encoding="utf-8")
-    overrides = {
-        "model.pretrained": pretrained_dir,
-        "data.task": "sst2",
-        "data.train_file": str(train),
-        "data.validation_file": SST2_DEV,
-        "data.max_eval_samples": 8,
-        "data.max_seq_length": 32,
-        "training.output_dir": str(tmp_path / "run"),
-        "training.max_steps": 6,
-        "training.per_device_train_batch_size": 8,
-        "training.warmup_ratio": 0.0,
-        "training.logging_steps": 1,
-        "training.save_best": False,
-    }
+    overrides = tiny_finetune_overrides(
+        pretrained_dir,
+        sst2_head(tmp_path / "train.tsv", 64),
+        tmp_path / "run",
+        {
+            "data.max_eval_samples": 8,
+            "training.max_steps": 6,
+            "training.per_device_train_batch_size": 8,
+            "training.warmup_ratio": 0.0,
+            "training.logging_steps": 1,
+            "training.save_best": False,
+        },
+    )
     result = run_finetuning(load_recipe(FinetuneRecipe, None, extra=overrides), show_progress=False)
     assert result["steps"] == 6 and sorted(learning_rates) == [1, 2, 3, 4, 5, 6]
     lr = [learning_rates[step] for step in range(1, 7)]

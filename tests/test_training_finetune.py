@@ -8,7 +8,18 @@ import sys
 
 import numpy as np
 import pytest
-from training_utils import IMDB, REPO, SST2_DEV, SST2_TRAIN, WIKITEXT, free_port, run_script, script_env
+from training_utils import (
+    IMDB,
+    REPO,
+    SST2_DEV,
+    SST2_TRAIN,
+    WIKITEXT,
+    free_port,
+    run_script,
+    script_env,
+    sst2_head,
+    tiny_finetune_overrides,
+)
 
 from linformer_hf.training.config import FinetuneRecipe, load_recipe
 from linformer_hf.training.finetuning import run_finetuning
@@ -218,25 +229,11 @@ def test_collapsed_classifier_is_named_only_when_one_class_is_predicted_for_mixe
 def test_a_run_that_learns_one_class_says_so_at_each_evaluation_and_in_its_results(pretrained_dir, tmp_path, capsys):
     """A labelling bug (every training label 0) teaches the classifier one class: its validation accuracy is then the
     share of that class, and the run must say so rather than report it as a score."""
-    train = tmp_path / "train.tsv"
-    with open(SST2_TRAIN, encoding="utf-8") as fh:
-        header, *rows = [line for _, line in zip(range(129), fh)]
-    train.write_text(header + "".join(row.rsplit("\t", 1)[0] + "\t0\n" for row in rows), encoding="utf-8")
+    train = sst2_head(tmp_path / "train.tsv", 128, label=0)
+    settings = {"data.max_eval_samples": 64, "training.num_train_epochs": 2, "training.learning_rate": 1e-3}
+    settings["training.per_device_train_batch_size"] = 32
     recipe = load_recipe(
-        FinetuneRecipe,
-        None,
-        extra={
-            "model.pretrained": pretrained_dir,
-            "data.task": "sst2",
-            "data.train_file": str(train),
-            "data.validation_file": SST2_DEV,
-            "data.max_eval_samples": 64,
-            "data.max_seq_length": 64,
-            "training.output_dir": str(tmp_path / "out"),
-            "training.num_train_epochs": 2,
-            "training.per_device_train_batch_size": 32,
-            "training.learning_rate": 1e-3,
-        },
+        FinetuneRecipe, None, extra=tiny_finetune_overrides(pretrained_dir, train, tmp_path / "out", settings)
     )
     result = run_finetuning(recipe, show_progress=False)
     preds, labels = read_predictions(tmp_path / "out" / "predictions_validation.tsv")
@@ -330,24 +327,18 @@ def test_conversion_options_are_checked_against_the_target_family(tmp_path, conv
 
 def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrained_dir, tmp_path):
     """2 micro-batches of 8 log (and train) as one batch of 16: the logged loss is the update's, not the last half's."""
-    train = tmp_path / "train.tsv"  # the first 64 SST-2 sentences (reading the whole file would dominate the test)
-    with open(SST2_TRAIN, encoding="utf-8") as fh:
-        train.write_text("".join(line for _, line in zip(range(65), fh)), encoding="utf-8")
+    train = sst2_head(tmp_path / "train.tsv", 64)
 
     def run(batch, accumulation):
-        recipe = load_recipe(
-            FinetuneRecipe,
-            None,
-            extra={
-                "model.pretrained": pretrained_dir,
+        overrides = tiny_finetune_overrides(
+            pretrained_dir,
+            train,
+            tmp_path / f"b{batch}",
+            {
                 "model.config": {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
-                "data.task": "sst2",
-                "data.train_file": str(train),
-                "data.validation_file": SST2_DEV,
                 "data.max_train_samples": 64,
                 "data.max_eval_samples": 16,
                 "data.max_seq_length": 64,
-                "training.output_dir": str(tmp_path / f"b{batch}"),
                 "training.num_train_epochs": 1,
                 "training.per_device_train_batch_size": batch,
                 "training.gradient_accumulation_steps": accumulation,
@@ -356,6 +347,7 @@ def test_logged_loss_under_accumulation_is_the_mean_of_all_micro_batches(pretrai
                 "training.logging_steps": 1,
             },
         )
+        recipe = load_recipe(FinetuneRecipe, None, extra=overrides)
         return run_finetuning(recipe, show_progress=False)["train_losses"]
 
     whole, accumulated = run(16, 1), run(8, 2)

@@ -65,6 +65,31 @@ def tiny_pretrain_overrides(tokenizer_dir, output_dir, **training):
     return out
 
 
+def sst2_head(path, rows: int, label: int | None = None) -> str:
+    """The header and the first `rows` SST-2 training sentences written to `path` (reading all 67,349 would dominate a
+    test), every label replaced by `label` when given; returns the path."""
+    with open(SST2_TRAIN, encoding="utf-8") as fh:
+        header, *lines = [line for _, line in zip(range(rows + 1), fh)]
+    if label is not None:
+        lines = [line.rsplit("\t", 1)[0] + f"\t{label}\n" for line in lines]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(header + "".join(lines))
+    return str(path)
+
+
+def tiny_finetune_overrides(pretrained_dir, train_file, output_dir, overrides: dict | None = None) -> dict:
+    """Overrides (as a flat dict) for a tiny SST-2 fine-tuning run scored on SST-2 dev, updated with `overrides`."""
+    out = {
+        "model.pretrained": str(pretrained_dir),
+        "data.task": "sst2",
+        "data.train_file": str(train_file),
+        "data.validation_file": SST2_DEV,
+        "data.max_seq_length": 32,
+        "training.output_dir": str(output_dir),
+    }
+    return {**out, **(overrides or {})}
+
+
 def as_argv(overrides):
     import json
 
