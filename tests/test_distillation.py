@@ -173,6 +173,8 @@ def test_resume_refuses_another_teacher(teacher, tmp_path):
         ({"distillation.temperature": 0}, "temperature must be > 0"),
         ({"distillation.kd_weight": 0}, "would not be used"),
         ({"distillation.hidden_weight": 1, "distillation.hidden_layers": [3]}, r"hidden_layers \[3\] out of range"),
+        ({"distillation.hidden_layers": [1, 2]}, r"hidden_layers=\[1, 2\] is set but distillation.hidden_weight is 0"),
+        ({"distillation.hidden_weight": 1, "distillation.hidden_layers": []}, "hidden_layers is empty"),
         ({"data.task": "qnli"}, None),  # same labels: accepted at validation (2 labels)
         ({"training.stop_after_steps": 0}, "stop_after_steps must be >= 1"),
         ({"training.resume_from_checkpoint": "latest", "training.overwrite_output_dir": True}, "one or the other"),

@@ -621,6 +621,16 @@ class FinetuneDistillationSection:
             raise ConfigError(f"distillation.temperature must be > 0, got {self.temperature}.")
         if self.hidden_weight < 0:
             raise ConfigError(f"distillation.hidden_weight must be >= 0 (0: off), got {self.hidden_weight}.")
+        if self.hidden_layers is not None and self.hidden_weight == 0:
+            raise ConfigError(
+                f"distillation.hidden_layers={self.hidden_layers} is set but distillation.hidden_weight is 0, so no "
+                "layer would be matched: set hidden_weight > 0 (e.g. 1.0) or drop hidden_layers."
+            )
+        if self.hidden_layers is not None and not self.hidden_layers:
+            raise ConfigError(
+                "distillation.hidden_layers is empty: list the hidden states to match (0: embeddings, l: layer l), or "
+                "leave it null for every layer."
+            )
         if self.kd_weight == 0 and self.hidden_weight == 0:
             raise ConfigError(
                 "distillation.teacher is set but both kd_weight and hidden_weight are 0: the teacher would not be "

@@ -194,7 +194,9 @@ class DistillationTrainer(Trainer):
         # compute_loss returns a per-batch mean: the Trainer divides it over gradient accumulation as for any model.
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
-        self._terms: dict[str, list[float]] = defaultdict(list)
+        # Each term's value per update, kept on the device until the next log: reading it every update would wait
+        # for the device (a host sync) at every step.
+        self._terms: dict[str, list[torch.Tensor]] = defaultdict(list)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not model.training:  # evaluation scores the student alone
@@ -211,18 +213,18 @@ class DistillationTrainer(Trainer):
         loss = (1 - cfg.kd_weight) * task_loss
         if cfg.kd_weight > 0:
             loss = loss + cfg.kd_weight * logit_kl(logits, teacher_logits, cfg.temperature)
-        self._terms["task_loss"].append(task_loss.item())
-        self._terms["kd_kl"].append(logit_kl(logits.detach(), teacher_logits, 1.0).item())
+        self._terms["task_loss"].append(task_loss.detach())
+        self._terms["kd_kl"].append(logit_kl(logits.detach(), teacher_logits, 1.0))
         if with_hidden:
             mask = features["attention_mask"].to(logits.dtype)
             hidden = hidden_state_loss(outputs.hidden_states, teacher_out.hidden_states, mask, cfg.hidden_layers)
             loss = loss + cfg.hidden_weight * hidden
-            self._terms["hidden_loss"].append(hidden.item())
+            self._terms["hidden_loss"].append(hidden.detach())
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs, start_time=None):
         if "loss" in logs and self._terms:
             for name, values in self._terms.items():
-                logs[name] = sum(values) / len(values)
+                logs[name] = torch.stack(values).mean().item()
             self._terms.clear()
         super().log(logs, start_time)
