@@ -33,9 +33,10 @@ case "$TASK" in
   qnli)  # 4,463 pairs, 80% trained on: 112 updates of 32 an epoch
     DATA_ARGS=(--data.train_file "$DATA/qnli/train.tsv")
     TEACHER_STEPS=${TEACHER_STEPS:-560} MAX_LENGTH=${MAX_LENGTH:-128} ;;
-  imdb)  # 2,000 reviews, 80% trained on: 50 updates of 32 an epoch
+  imdb)  # 2,000 reviews, 80% trained on: 50 updates of 32 an epoch; read to 256 tokens (an update at 512 cost about
+    # 5x as much on a 2-core CPU: docs/results/distillation.md, fourth run)
     DATA_ARGS=(--data.train_file "$DATA/imdb/train.csv")
-    TEACHER_STEPS=${TEACHER_STEPS:-250} MAX_LENGTH=${MAX_LENGTH:-512} ;;
+    TEACHER_STEPS=${TEACHER_STEPS:-100} MAX_LENGTH=${MAX_LENGTH:-256} ;;
   *) echo "error: TASK must be sst2, qnli or imdb, got '$TASK'" >&2; exit 2 ;;
 esac
 [ "$TASK" = sst2 ] || DATA_ARGS+=(--data.validation_split_percentage "$HOLDOUT" --data.split_seed "$SPLIT_SEED")
