@@ -194,15 +194,37 @@ def _counted_flops(run) -> int:
     return counter.get_total_flops()
 
 
-def _interleaved_times(runs: dict, cfg: BenchmarkConfig, reps: int) -> dict[str, list[float]]:
-    """Time every run `reps` times, one round at a time, rotating which goes first in each round."""
+def _drop_failed(label: str, error: Exception, runs: dict, errors: dict, cfg: BenchmarkConfig) -> None:
+    """A run that failed after its first call (CUDA out of memory beside the other models, say) leaves the timing:
+    its error is recorded and the others go on."""
+    import torch
+
+    errors[label] = f"{type(error).__name__}: {error}"
+    runs.pop(label)
+    gc.collect()
+    if cfg.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def _interleaved_times(
+    runs: dict, cfg: BenchmarkConfig, reps: int, errors: dict | None = None
+) -> dict[str, list[float]]:
+    """Time every run `reps` times, one round at a time, rotating which goes first in each round. With `errors`, a
+    run that raises is dropped (`_drop_failed`) instead of ending the timing of all."""
     times = {label: [] for label in runs}
-    labels = list(runs)
     for rep in range(reps):
+        labels = list(runs)
         for label in labels[rep % len(labels) :] + labels[: rep % len(labels)]:
             _synchronize(cfg.device)
             start = time.perf_counter()
-            runs[label]()
+            try:
+                runs[label]()
+            except Exception as error:
+                if errors is None:
+                    raise
+                _drop_failed(label, error, runs, errors, cfg)
+                times.pop(label)
+                continue
             _synchronize(cfg.device)
             times[label].append(time.perf_counter() - start)
     return times
@@ -287,13 +309,22 @@ class TimingTask:
         dtype = getattr(torch, DTYPES[cfg.dtype])
         a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
         b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
-        for run in runs.values():
-            for _ in range(cfg.warmup - 1):
-                run()
+        for label in list(runs):
+            try:
+                for _ in range(cfg.warmup - 1):
+                    runs[label]()
+            except Exception as error:
+                _drop_failed(label, error, runs, errors, cfg)
+                del steps[label]
         memory = {}
         if self.memory and cfg.device.startswith("cuda"):
-            for label, step in steps.items():
-                activation, _ = _cuda_step_memory(step.run)
+            for label, step in list(steps.items()):
+                try:
+                    activation, _ = _cuda_step_memory(step.run)
+                except Exception as error:
+                    _drop_failed(label, error, runs, errors, cfg)
+                    del steps[label]
+                    continue
                 weights = sum(p.numel() * p.element_size() for p in step.net.parameters())
                 own = _persistent_bytes(step.net, step.optimizer)
                 memory[label] = {
@@ -304,7 +335,9 @@ class TimingTask:
         runs[REFERENCE_MATMUL] = lambda: a @ b
         for _ in range(cfg.warmup):
             runs[REFERENCE_MATMUL]()
-        times = _interleaved_times(runs, cfg, cfg.reps)
+        times = _interleaved_times(runs, cfg, cfg.reps, errors)
+        for label in errors:
+            steps.pop(label, None)
         matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
         return {
             "times": times,

@@ -483,3 +483,29 @@ def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sha
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+@pytest.mark.parametrize(
+    "sharing,projection", [("headwise", "linear"), ("key_value", "linear"), ("headwise", "mean"), ("none", "conv")]
+)
+def test_under_autocast_sdpa_gets_one_dtype_and_a_mask_it_can_fuse(sharing, projection, monkeypatch):
+    """Under bf16 autocast with fp32 weights, the compressed keys, values and slot mask reach SDPA in the queries'
+    dtype, the mask's slots contiguous: otherwise SDPA's fused kernels refuse them and its fp32 math path runs (on an
+    H100 a Linformer step took 2x RoBERTa-SDPA's time so). Fast path, pooling and the plain per-head path."""
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, value, attn_mask=None, **kwargs):
+        seen.append((query.dtype, key.dtype, value.dtype, attn_mask.dtype, attn_mask.stride(-1)))
+        return sdpa(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    model = build(sharing, projection, attn_implementation="sdpa")
+    ids = random_batch(2, 16)
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert len(seen) == model.config.num_hidden_layers
+    assert set(seen) == {(torch.bfloat16,) * 4 + (1,)}
+    assert torch.isfinite(out).all()

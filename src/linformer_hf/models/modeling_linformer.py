@@ -254,15 +254,22 @@ def prepare_linear_compressions(
     maps_add_bias = not all(_is_plain_linear(linear) for maps in key_value_maps for linear in maps)
     # E 1 over real tokens, for every E and F (minus the 1 b that maps called as modules add): (R, L) @ (L, batch)
     bias_scales = torch.mm(stacked, mask.T) - 1 if maps_add_bias else torch.mm(stacked, mask.T)  # (R, batch)
+    # The dtype the key and value maps compute in: bf16 or fp16 under autocast (as this product), else the weights'.
+    # The corrections and slot masks are made in it, so that the compressed keys and values reach SDPA in the
+    # queries' dtype: with one fp32 input SDPA leaves its fused kernels for its fp32 math path (2x slower on an H100).
+    compute_dtype = bias_scales.dtype
     bias_scales = bias_scales.view(groups, count, k, -1).transpose(2, 3)[..., None]  # (groups, 1 or 2, batch, k, 1)
     biases = torch.stack([_bias_of(linear, mask, width) for maps in key_value_maps for linear in maps])  # (2 layers, d)
+    biases = biases.to(compute_dtype)
     # (groups, 1 or 2, batch, k, 1) * (layers, 2, 1, 1, d) -> (layers, 2, batch, k, d): (E 1) b^K, (F 1) b^V, then
     # one (batch, k, d) view each, key and value of layer 0, of layer 1, ...
     corrections = (bias_scales * biases.view(len(key_value_maps), 2, 1, 1, -1)).flatten(0, 1).unbind(0)
     # |E| 1 over real tokens: a sum of non-negative terms, > 0 iff a real token has E != 0 (detached: a boolean
-    # needs no gradient). Slot j is reached when it is in E and in F: (groups, k, batch) -> (groups, batch, 1, 1, k)
-    reached = (torch.mm(stacked.detach().abs(), mask.T) > 0).view(groups, count, k, -1).all(dim=1)
-    slot_masks = additive_slot_mask(reached.transpose(1, 2)[:, :, None], mask.dtype).unbind(0)
+    # needs no gradient). Slot j is reached when it is in E and in F. Batch first, (batch, L) @ (L, R), so that each
+    # slot mask has its k slots contiguous (SDPA's memory-efficient kernel takes no other mask layout):
+    # (batch, groups, 1 or 2, k) -> (groups, batch, 1, 1, k)
+    reached = (torch.mm(mask, stacked.detach().abs().T) > 0).view(-1, groups, count, k).all(dim=2)
+    slot_masks = additive_slot_mask(reached.transpose(0, 1)[:, :, None], compute_dtype).unbind(0)
     columns_mask = mask[:, None, :]  # (batch, 1, L), one view for all layers
     if groups == 1:  # one E for every layer
         projections, slot_masks = [stacked] * len(key_value_maps), slot_masks * len(key_value_maps)
@@ -318,8 +325,9 @@ def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, bias_scale: t
     mapped = linear(compressed_x)  # (batch, k', d)
     if bias is None:
         return mapped
-    # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale.
-    return mapped + bias_scale * bias
+    # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale. In
+    # the map's dtype (bf16 under autocast, where the scale may be fp32): one dtype for SDPA.
+    return mapped + (bias_scale * bias).to(mapped.dtype)
 
 
 class LinformerSelfAttention(nn.Module):
@@ -445,7 +453,7 @@ class LinformerSelfAttention(nn.Module):
                 key = _map_compressed(self.key, key_x, key_sums - 1)  # (E X) W + (E 1) b
                 value = _map_compressed(self.value, value_x, value_sums - 1)
                 # pooling: the bins alone say it, alike for E and F
-                slot_mask = additive_slot_mask(key_projection.reached_slots(mask), hidden_states.dtype)
+                slot_mask = additive_slot_mask(key_projection.reached_slots(mask), key.dtype)
             # (batch, k', d) -> (batch, heads, k', d_h)
             key = key.unflatten(-1, (heads, d_h)).transpose(1, 2)
             value = value.unflatten(-1, (heads, d_h)).transpose(1, 2)
@@ -488,6 +496,9 @@ class LinformerSelfAttention(nn.Module):
         key, value, slot_mask = self.compress_keys_values_and_slot_mask(
             hidden_states, attention_mask, key_projection, value_projection, use_fast_path, linear_compression
         )  # (batch, heads, k', d_h) each, (batch, heads or 1, 1, k')
+        # Under autocast the plain path's compression (masked in fp32) can return fp32 keys and values: SDPA's fused
+        # kernels need q, k, v and the mask in one dtype. No copy where they are (the fast path).
+        key, value, slot_mask = key.to(query.dtype), value.to(query.dtype), slot_mask.to(query.dtype)
 
         if output_attentions:
             # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
