@@ -15,8 +15,8 @@ parts still run):
    memory of every model (RoBERTa SDPA and eager, Linformer k = 128 and 256, Performer, ModernBERT as released and at
    equal depth with SDPA and FlashAttention-2, Longformer, BigBird), one run per `--realistic_runs` entry (bf16,
    bf16-padded, fp16, fp16-padded), within `--realistic_time_budget_s`, each CSV written as it goes.
-6. `profile`: torch.profiler's table of one training step of one base layer, Linformer k = 256 against RoBERTa-SDPA
-   at n = `--profile_n`, the top kernels by device time, as text and CSV.
+6. `profile`: torch.profiler's table of one training step of one base layer, Linformer k = 256 and Performer against
+   RoBERTa-SDPA at n = `--profile_n`, the top kernels by device time, as text and CSV.
 
 The parts run in the order 1, 3, 4, 6, 2, 5: the grids are the longest and each is bounded by its time budget, so
 a run cut short keeps the short checks. Without CUDA, parts 2-6 are skipped ("no CUDA device"); `--device cpu --tiny`
@@ -484,8 +484,9 @@ def part_realistic_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
 
 def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
     """torch.profiler over one training step (forward, backward, AdamW) of a one-layer model at base width,
-    Linformer (k = 256) against RoBERTa-SDPA, at n = `profile_n` with the realistic batch of 32,768 positions, bf16
-    autocast: the top kernels by their own device time (CPU: the top operators), as text and CSV per model."""
+    Linformer (k = 256) and Performer (m = 256) against RoBERTa-SDPA, at n = `profile_n` with the realistic batch
+    of 32,768 positions, bf16 autocast: the top kernels by their own device time (CPU: the top operators), as text
+    and CSV per model."""
     import torch
 
     from benchmarks import PRESETS, BenchmarkConfig, Mode
@@ -507,7 +508,7 @@ def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResul
         f"1 layer, width {bench.hidden_size}, n {n}, batch {bench.batch_at(n)}, {bench.dtype}"
         f"{' autocast' if bench.autocast else ''}, one training step after 2 warm-up steps; sorted by {sort_key}"
     )
-    for model, model_k in (("linformer", k), ("roberta-sdpa", None)):
+    for model, model_k in (("linformer", k), ("performer", None), ("roberta-sdpa", None)):
         label = f"linformer k={k}" if model_k else model
         report.log(f"profile: {label}")
         torch.manual_seed(0)
@@ -539,7 +540,9 @@ def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResul
         result.summary[f"{label} step self time ms"] = round(total / 1000, 2)
         step = None
         _free(device)
-    result.summary["files"] = "profile_linformer.txt/.csv, profile_roberta-sdpa.txt/.csv"
+    result.summary["files"] = ", ".join(
+        f"profile_{name}.txt/.csv" for name in ("linformer", "performer", "roberta-sdpa")
+    )
     return result
 
 
