@@ -406,6 +406,28 @@ def test_the_host_copy_of_the_count_follows_every_write_to_the_buffer():
     assert int(model.encoder.training_calls) == 11
 
 
+def test_the_count_reads_the_device_buffer_only_after_an_outside_write(monkeypatch):
+    """Reading the count buffer is a host-device sync on CUDA: only the first call and a call after an outside write
+    may do it. torch 2.11 bumps the buffer's version after the custom op's own call (a version check inside the op
+    then read the buffer at every call, seen on an H100); the op here is wrapped to do the same."""
+    stale_at_entry = []
+    op = modeling_performer.count_training_call_op
+
+    def like_torch_2_11(host_count, training_calls, *args):
+        stale_at_entry.append(int(host_count[modeling_performer.HOST_STALE]))
+        op(host_count, training_calls, *args)
+        training_calls.add_(0)  # a version bump, as the op's call in torch 2.11
+
+    monkeypatch.setattr(modeling_performer, "count_training_call_op", like_torch_2_11)
+    ids = random_batch(2, 8)
+    model = PerformerModel(tiny_performer(feature_redraw_interval=2))
+    _train_calls(model, 3, ids)
+    model.encoder.training_calls.fill_(10)  # an outside write: read once
+    _train_calls(model, 2, ids)
+    assert stale_at_entry == [1, 0, 0, 1, 0]
+    assert int(model.encoder.training_calls) == 12
+
+
 @pytest.mark.parametrize(
     "settings", [dict(feature_redraw_interval=None), dict(feature_redraw_interval=1, freeze_features=True)]
 )

@@ -281,8 +281,8 @@ class PerformerSelfAttention(nn.Module):
         return output, None
 
 
-# The count of the encoder's host copy (see PerformerEncoder): [count, _version and data_ptr of the buffer it mirrors].
-HOST_COUNT, HOST_VERSION, HOST_POINTER = 0, 1, 2
+# The encoder's host copy of the count: [count, stale], stale = 1 when the device buffer must be read once.
+HOST_COUNT, HOST_STALE = 0, 1
 
 
 def _count_training_call(
@@ -297,17 +297,17 @@ def _count_training_call(
     of `redraw_interval` (0: never).
 
     The schedule is decided on the host, from `host_count` (a CPU tensor), so a CUDA model never waits for its
-    device to say the count. The device buffer is read only when something other than this function wrote it since
-    (loading a checkpoint, a hand-set count): its `_version` or storage then differs from the one recorded.
+    device to say the count. The device buffer is read only when `host_count` is marked stale: at the first call, and
+    after something other than this function wrote the buffer (`PerformerEncoder.count_training_call` marks it).
     The fresh features come from a generator seeded with the call count, so every data-parallel process draws the
     same W without communicating (DDP also broadcasts buffers, but only at the start of the next call).
     """
-    state = host_count.tolist()
-    if state[HOST_VERSION] != training_calls._version or state[HOST_POINTER] != training_calls.data_ptr():
-        state[HOST_COUNT] = int(training_calls)  # written elsewhere: read it once (a sync on CUDA, once per load)
-    calls = state[HOST_COUNT] + 1
+    count, stale = host_count.tolist()
+    if stale:
+        count = int(training_calls)  # written elsewhere: read it once (a sync on CUDA, once per load)
+    calls = count + 1
     training_calls.fill_(calls)  # a kernel launch, no sync
-    host_count.copy_(torch.tensor([calls, training_calls._version, training_calls.data_ptr()]))
+    host_count.copy_(torch.tensor([calls, 0]))
     if redraw_interval == 0 or calls % redraw_interval != 0:
         return
     generator = torch.Generator().manual_seed(calls)
@@ -352,14 +352,23 @@ class PerformerEncoder(RobertaEncoderWith):
     def __init__(self, config: PerformerConfig):
         super().__init__(config)
         self.register_buffer("training_calls", torch.zeros((), dtype=torch.long), persistent=True)
-        # [count, _version, data_ptr] of the buffer last counted; version -1: read the buffer at the first call.
-        # On the CPU by name: from_pretrained builds the model under a meta default device.
-        self.host_count = torch.tensor([0, -1, 0], dtype=torch.long, device="cpu")
+        # [count, stale]: stale, so the first call reads the buffer. On the CPU by name: from_pretrained builds the
+        # model under a meta default device.
+        self.host_count = torch.tensor([0, 1], dtype=torch.long, device="cpu")
+        # (_version, data_ptr) of the buffer as the last eager count left it: any other write (a hand-set count, a
+        # state dict loaded in place, a replaced buffer) changes one of them. Read here, outside the custom op, since
+        # torch releases differ in whether the op's own call bumps the version (2.11 does: a sync every call).
+        self._counted_buffer: tuple[int, int] | None = None
+        # Compiled calls skip that check; a state dict loaded in place is still seen.
+        self.register_load_state_dict_post_hook(lambda module, keys: module.host_count.__setitem__(HOST_STALE, 1))
 
     @torch.no_grad()
     def count_training_call(self) -> None:
         """Count one training call; redraw every layer's features when the schedule says so."""
         interval = self.config.feature_redraw_interval
+        eager = not torch.compiler.is_compiling()
+        if eager and self._counted_buffer != (self.training_calls._version, self.training_calls.data_ptr()):
+            self.host_count[HOST_STALE] = 1
         count_training_call_op(
             self.host_count,
             self.training_calls,
@@ -368,6 +377,8 @@ class PerformerEncoder(RobertaEncoderWith):
             self.config.orthogonal_features,
             self.config.orthogonal_row_norms,
         )
+        if eager:
+            self._counted_buffer = (self.training_calls._version, self.training_calls.data_ptr())
 
     def forward(self, hidden_states, attention_mask, **kwargs):
         if self.training:
