@@ -17,7 +17,13 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     make_figures = runpy.run_path(SCRIPT)
     written = make_figures["main"](["--output_dir", str(tmp_path)])
     names = sorted(os.path.basename(path) for path in written)
-    assert names == ["distillation_recovery.png", "quality_vs_k.png", "speed_cpu.png", "speed_gpu_h100.png"]
+    assert names == [
+        "distillation_recovery.png",
+        "quality_vs_k.png",
+        "speed_cpu.png",
+        "speed_gpu_h100.png",
+        "speed_gpu_h100_realistic.png",
+    ]
     for path in written:
         with open(path, "rb") as fh:
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
@@ -66,3 +72,19 @@ def test_the_plotted_data_match_the_results_pages():
             assert ", ".join(accuracies) in distillation_page, (task, run)
         else:
             assert f"| {run} | " + " | ".join(accuracies) + " |" in distillation_page, (task, run)
+
+
+@pytest.mark.parametrize("run", ["h100_realistic_bf16", "h100_realistic_bf16_padded"])
+def test_the_realistic_load_page_quotes_its_csv(run):
+    """Every measured point of the H100 realistic-load runs appears in the record's tables as the CSV gives it: real
+    tokens/s in thousands and the ratio to RoBERTa-SDPA at the same n and mode."""
+    with open(os.path.join(REPO, "docs", "results", "efficiency-gpu-h100-realistic.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    with open(os.path.join(DATA, f"{run}.csv"), newline="") as fh:
+        rows = [row for row in csv.DictReader(fh) if row["status"] == "ok"]
+    baseline = {(r["mode"], r["n"]): float(r["real_tokens_per_s"]) for r in rows if r["model"] == "roberta-sdpa"}
+    assert len(baseline) == 8
+    for row in rows:
+        tokens = float(row["real_tokens_per_s"])
+        quoted = f"{tokens / 1e3:.0f}k ({tokens / baseline[row['mode'], row['n']]:.2f}x)"
+        assert quoted in page, (row["mode"], row["model"], row["k"], row["n"], quoted)

@@ -2,7 +2,8 @@
 
     python docs/results/make_figures.py [--data_dir docs/results/data] [--output_dir docs/figures]
 
-Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid), quality_vs_k.png
+Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid),
+speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,768 tokens a batch), quality_vs_k.png
 (all-MiniLM-L6-v2 conversion and the small-scale replication) and distillation_recovery.png (converted classifiers
 against their teacher, per update). Needs matplotlib (the `tools` extra).
 """
@@ -20,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_RUN = "cpu2_fp32_default_grid_loaded.csv"
 GPU_RUN = "h100_fp16_inference.csv"
+REALISTIC_RUN = "h100_realistic_bf16.csv"
+REALISTIC_BEFORE = "h100_realistic_bf16_before_fix.csv"  # the Linformer before its SDPA inputs were fixed
 QUALITY = "quality_vs_k.csv"
 RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
 
@@ -59,6 +62,12 @@ def plain_ticks(ax, xs: list[int]) -> None:
 def speed_figures(data_dir: str, out_dir: str) -> list[str]:
     cpu = read_rows(os.path.join(data_dir, CPU_RUN))
     gpu = read_rows(os.path.join(data_dir, GPU_RUN))
+    realistic = read_rows(os.path.join(data_dir, REALISTIC_RUN))
+    before = [
+        dict(row, model="linformer (before fix)")
+        for row in read_rows(os.path.join(data_dir, REALISTIC_BEFORE))
+        if row["model"] == "linformer" and row["k"] == "128"
+    ]
     figures = [
         (
             "speed_cpu.png",
@@ -74,6 +83,14 @@ def speed_figures(data_dir: str, out_dir: str) -> list[str]:
             [
                 (curves(gpu, "time_ms"), "inference time (ms)", "inference"),
                 (curves(gpu, "activation_mb"), "activation memory (MB)", "inference memory"),
+            ],
+        ),
+        (
+            "speed_gpu_h100_realistic.png",
+            "NVIDIA H100, bf16 autocast, 12 layers, width 768, 32,768 tokens a batch",
+            [
+                (curves([r for r in realistic + before if r["mode"] == mode], "real_tokens_per_s"), "tokens/s", mode)
+                for mode in ("inference", "train")
             ],
         ),
     ]
