@@ -213,8 +213,8 @@ def test_tiny_cpu_profile_writes_the_top_operators(tmp_path):
     run_dir, _ = run_checks(cfg)
     part = _report(run_dir)["profile"]
     assert part["status"] == "ok", part["reason"]
-    assert {row["model"] for row in part["rows"]} == {"linformer k=16", "roberta-sdpa"}
-    for model in ("linformer", "roberta-sdpa"):
+    assert {row["model"] for row in part["rows"]} == {"linformer k=16", "performer", "roberta-sdpa"}
+    for model in ("linformer", "performer", "roberta-sdpa"):
         assert "Self CPU" in open(os.path.join(run_dir, f"profile_{model}.txt")).read()
         with open(os.path.join(run_dir, f"profile_{model}.csv"), newline="") as f:
             events = list(csv.DictReader(f))

@@ -265,11 +265,13 @@ def prepare_linear_compressions(
     # one (batch, k, d) view each, key and value of layer 0, of layer 1, ...
     corrections = (bias_scales * biases.view(len(key_value_maps), 2, 1, 1, -1)).flatten(0, 1).unbind(0)
     # |E| 1 over real tokens: a sum of non-negative terms, > 0 iff a real token has E != 0 (detached: a boolean
-    # needs no gradient). Slot j is reached when it is in E and in F. Batch first, (batch, L) @ (L, R), so that each
-    # slot mask has its k slots contiguous (SDPA's memory-efficient kernel takes no other mask layout):
-    # (batch, groups, 1 or 2, k) -> (groups, batch, 1, 1, k)
+    # needs no gradient). Slot j is reached when it is in E and in F: (batch, groups, 1 or 2, k) -> (groups, batch, k),
+    # copied to standard strides so that every layer's slot mask has its k slots contiguous (SDPA's fused kernels take
+    # no other mask layout) and the same strides whatever the number of layers, batch 1 included (a compiled layer
+    # would recompile on them; `contiguous()` keeps a size-1 batch's stride as it is).
     reached = (torch.mm(mask, stacked.detach().abs().T) > 0).view(-1, groups, count, k).all(dim=2)
-    slot_masks = additive_slot_mask(reached.transpose(0, 1)[:, :, None], compute_dtype).unbind(0)
+    reached = reached.transpose(0, 1).clone(memory_format=torch.contiguous_format)
+    slot_masks = additive_slot_mask(reached[:, :, None], compute_dtype).unbind(0)  # (batch, 1, 1, k) each
     columns_mask = mask[:, None, :]  # (batch, 1, L), one view for all layers
     if groups == 1:  # one E for every layer
         projections, slot_masks = [stacked] * len(key_value_maps), slot_masks * len(key_value_maps)
