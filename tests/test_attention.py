@@ -486,7 +486,8 @@ def test_neighbour_average_init_averages_bins_and_is_roberta_when_k_equals_n(sha
 
 
 @pytest.mark.parametrize(
-    "sharing,projection", [("headwise", "linear"), ("key_value", "linear"), ("headwise", "mean"), ("none", "conv")]
+    "sharing,projection",
+    [("headwise", "linear"), ("key_value", "linear"), ("headwise", "mean"), ("none", "conv"), ("none", "linear")],
 )
 def test_under_autocast_sdpa_gets_one_dtype_and_a_mask_it_can_fuse(sharing, projection, monkeypatch):
     """Under bf16 autocast with fp32 weights, the compressed keys, values and slot mask reach SDPA in the queries'

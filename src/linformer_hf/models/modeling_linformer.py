@@ -181,8 +181,9 @@ class LinformerProjection(nn.Module):
             # |E| (heads, k, L) times the 0/1 mask: a sum of non-negative terms, > 0 iff a real token has E != 0.
             # Detached: a boolean needs no gradient, so autograd need not record the product.
             magnitude = self.weight[:, :, :seq_len].detach().abs()
-            # (heads, k, L) @ (L, batch) -> (heads, k, batch): one matrix product (an einsum adds a dozen reshapes)
-            return (torch.matmul(magnitude, mask.T) > 0).permute(2, 0, 1)
+            # (batch, L) @ (heads, L, k) -> (heads, batch, k): one matrix product (an einsum adds a dozen reshapes),
+            # batch before k so that the k slots stay contiguous (SDPA's fused kernels take no other mask layout)
+            return (torch.matmul(mask, magnitude.transpose(1, 2)) > 0).transpose(0, 1)
         padded = F.pad(mask, (0, -seq_len % self.bin_size))
         return padded.unflatten(-1, (-1, self.bin_size)).sum(-1)[:, None] > 0
 
