@@ -328,9 +328,8 @@ def _map_compressed(linear: nn.Module, compressed_x: torch.Tensor, bias_scale: t
     mapped = linear(compressed_x)  # (batch, k', d)
     if bias is None:
         return mapped
-    # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale. In
-    # the map's dtype (bf16 under autocast, where the scale may be fp32): one dtype for SDPA.
-    return mapped + (bias_scale * bias).to(mapped.dtype)
+    # A product and a sum, not addcmul: its backward spends two more multiplications on the (here unit) scale.
+    return mapped + bias_scale * bias
 
 
 class LinformerSelfAttention(nn.Module):
@@ -456,7 +455,7 @@ class LinformerSelfAttention(nn.Module):
                 key = _map_compressed(self.key, key_x, key_sums - 1)  # (E X) W + (E 1) b
                 value = _map_compressed(self.value, value_x, value_sums - 1)
                 # pooling: the bins alone say it, alike for E and F
-                slot_mask = additive_slot_mask(key_projection.reached_slots(mask), key.dtype)
+                slot_mask = additive_slot_mask(key_projection.reached_slots(mask), hidden_states.dtype)
             # (batch, k', d) -> (batch, heads, k', d_h)
             key = key.unflatten(-1, (heads, d_h)).transpose(1, 2)
             value = value.unflatten(-1, (heads, d_h)).transpose(1, 2)
@@ -499,8 +498,8 @@ class LinformerSelfAttention(nn.Module):
         key, value, slot_mask = self.compress_keys_values_and_slot_mask(
             hidden_states, attention_mask, key_projection, value_projection, use_fast_path, linear_compression
         )  # (batch, heads, k', d_h) each, (batch, heads or 1, 1, k')
-        # Under autocast the plain path's compression (masked in fp32) can return fp32 keys and values: SDPA's fused
-        # kernels need q, k, v and the mask in one dtype. No copy where they are (the fast path).
+        # Under autocast the plain path and pooling (masked or scaled in fp32) can return fp32 keys and values: SDPA's
+        # fused kernels need q, k, v and the mask in one dtype. No copy where they are (the linear fast path).
         key, value, slot_mask = key.to(query.dtype), value.to(query.dtype), slot_mask.to(query.dtype)
 
         if output_attentions:
