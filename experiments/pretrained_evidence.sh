@@ -7,7 +7,9 @@
 #   TEACHER=sentence-transformers/all-MiniLM-L6-v2 ...     # online; roberta-base / bert-base-uncased likewise
 #
 # Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`
-# (both), and `long`: a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on
+# (both), `variants`: stage-1 transfer with each --layer_loss in $LAYER_LOSSES at each k in $VARIANT_KS (stage 1
+# only, $LAYER_STEPS steps), each then scored for fidelity on SST-2 dev and fine-tuned on SST-2 ($VARIANT_SEEDS),
+# beside the converted model without transfer and the teacher (docs/results/distillation.md); and `long`: a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on
 # the IMDB reviews longer than that (docs/results/long-inputs-minilm.md).
 # Every step writes into its own folder under $WORK and is skipped when that folder already holds its result, so a
 # stopped run continues where it stopped; a new $WORK starts over. Per-step wall times go to $WORK/times.tsv.
@@ -40,6 +42,10 @@ LONG_STEPS=${LONG_STEPS:-150}
 LONG_PROJECTION_LR=${LONG_PROJECTION_LR:-2e-4}
 LONG_BATCH=${LONG_BATCH:-4}
 EPOCHS_LONG=${EPOCHS_LONG:-1}
+VARIANT_KS=${VARIANT_KS:-128 256}
+LAYER_LOSSES=${LAYER_LOSSES:-attention_output attention_weights hidden_states}
+VARIANT_SEEDS=${VARIANT_SEEDS:-1}
+VARIANT_RUNS=${VARIANT_RUNS:-}   # e.g. "k128-attention_output k256-converted teacher": only these, in this order
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
 phase=${1:-all}
@@ -138,6 +144,39 @@ if [ "$phase" = finetune ] || [ "$phase" = all ]; then
   for model in "$WORK/classifier-k128" "$WORK/classifier-performer"; do
     finetune sst2 "$model" "$WORK/finetune/recovery-$(basename "$model")" "$first_seed" \
       --training.max_steps "$RECOVERY_STEPS" --training.eval_steps 25 --training.eval_on_start true
+  done
+fi
+if [ "$phase" = variants ]; then
+  # Each run is named k<K>-<layer_loss>, k<K>-converted (no transfer) or teacher; all of them by default.
+  runs=$VARIANT_RUNS
+  if [ -z "$runs" ]; then
+    for k in $VARIANT_KS; do runs="$runs k$k-converted"; for loss in $LAYER_LOSSES; do runs="$runs k$k-$loss"; done; done
+    runs="teacher $runs"
+  fi
+  for run in $runs; do
+    if [ "$run" = teacher ]; then model=$TEACHER
+    else
+      k=${run%%-*}; k=${k#k}; loss=${run#*-}
+      timed "convert k=$k" "$WORK/linformer-k$k/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" \
+        "$WORK/linformer-k$k" --max_sequence_length "$N" --projected_length "$k" --sharing key_value
+      model="$WORK/linformer-k$k"
+      if [ "$loss" != converted ]; then
+        model="$WORK/variants/linformer-k$k-$loss"
+        timed "transfer k=$k $loss" "$model/transfer_report.json" \
+          "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$WORK/linformer-k$k" \
+          --output_dir "$model" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LENGTHS \
+          --batch_size "$TRANSFER_BATCH" --layer_steps "$LAYER_STEPS" --layer_loss "$loss" \
+          --train_attention_weights --eval_documents 64 --eval_windows 4 --checkpoint_every 50 --log_every 10 \
+          --show_progress false $(continue_transfer "$model")
+      fi
+      timed "fidelity $(basename "$model") sst2" "$WORK/fidelity/$(basename "$model")-sst2/fidelity.json" \
+        "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$model" \
+        --output_dir "$WORK/fidelity/$(basename "$model")-sst2" --dataset csv --data_files "$DATA/sst2/dev.tsv" \
+        --text_column sentence --lengths 32 --evaluate_only --eval_documents "$EVAL_DOCS" --show_progress false
+    fi
+    for seed in $VARIANT_SEEDS; do
+      finetune sst2 "$model" "$WORK/finetune/sst2-$(basename "$model")-seed$seed" "$seed"
+    done
   done
 fi
 if [ "$phase" = long ]; then

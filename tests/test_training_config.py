@@ -180,6 +180,25 @@ def test_optimizer_fields_are_shared_and_checked_at_load(cls, tmp_path):
         load_recipe(cls, None, extra={**base, "training.adam_beta2": 1.5})
 
 
+
+@pytest.mark.parametrize("cls", [PretrainRecipe, FinetuneRecipe])
+def test_a_bare_no_is_a_word_where_a_word_is_meant(cls, tmp_path):
+    """YAML reads `no` as false: `--training.mixed_precision no` (the documented value) once became 'False' and was
+    refused; another text field given a bare boolean is refused with the fix, never stored as 'True'/'False'."""
+    base = {"data.train_files": [WIKITEXT]} if cls is PretrainRecipe else {"model.pretrained": str(tmp_path)}
+    (tmp_path / "config.json").write_text("{}")
+    for raw, expected in (("no", "no"), ("'no'", "no"), ("bf16", "bf16"), ("null", None)):
+        overrides = parse_overrides(["--training.mixed_precision", raw])
+        assert load_recipe(cls, None, extra={**base, **overrides}).training.mixed_precision == expected
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("training:\n  mixed_precision: no\n")
+    assert load_recipe(cls, str(recipe_file), extra=base).training.mixed_precision == "no"
+    with pytest.raises(ConfigError, match="mixed_precision must be null, no, fp16 or bf16, got True"):
+        load_recipe(cls, None, extra={**base, **parse_overrides(["--training.mixed_precision", "yes"])})
+    with pytest.raises(ConfigError, match=r"training.output_dir: expected a string, got the boolean False.*Quote"):
+        load_recipe(cls, None, extra={**base, **parse_overrides(["--training.output_dir", "off"])})
+
+
 def test_flags_take_the_dashed_and_the_underscored_form():
     from linformer_hf.cli import ArgumentParser
     from linformer_hf.training.config import parse_overrides

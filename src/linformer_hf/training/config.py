@@ -132,6 +132,11 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if annotation is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
+        if isinstance(value, bool):  # str(False) would be 'False', not the word that was written
+            raise ConfigError(
+                f"{where}: expected a string, got the boolean {value}: YAML reads a bare yes/no/on/off/true/false as a "
+                f"boolean. Quote the word ('...') to pass it as text."
+            )
         return str(value)
     return value
 
@@ -164,6 +169,14 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"Config file {path} must contain a mapping of sections, got {type(data).__name__}.")
     return data
+
+
+def _check_mixed_precision(section) -> None:
+    """YAML reads a bare ``no`` (in a recipe or ``--training.mixed_precision no``) as false: take it as ``"no"``."""
+    if section.mixed_precision is False:
+        section.mixed_precision = "no"
+    if section.mixed_precision not in (None, "no", "fp16", "bf16"):
+        raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {section.mixed_precision!r}.")
 
 
 def parse_overrides(argv: list[str], top_level_keys: bool = False) -> dict[str, Any]:
@@ -387,7 +400,8 @@ class PretrainTrainingSection(OptimizerSection):
     gradient_accumulation_steps: int = 1
     max_steps: int = 125000  # optimizer updates
     warmup_steps: int = 10000
-    mixed_precision: str | None = None  # null: take it from the Accelerate config (no | fp16 | bf16)
+    # null: take it from the Accelerate config; no | fp16 | bf16 (a bare no is YAML false: taken as no)
+    mixed_precision: str | bool | None = None
     checkpointing_steps: int | None = None  # accelerator.save_state every N updates
     checkpoints_total_limit: int | None = None
     resume_from_checkpoint: str | None = None  # a checkpoint dir, or "latest"
@@ -425,8 +439,7 @@ class PretrainTrainingSection(OptimizerSection):
                 f"the {self.lr_scheduler_type} schedule decays over the updates after warmup, and none would be left. "
                 f"Lower warmup_steps or raise max_steps."
             )
-        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
-            raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
+        _check_mixed_precision(self)
         if self.overwrite_output_dir and self.resume_from_checkpoint:
             raise ConfigError(
                 "training.overwrite_output_dir deletes the checkpoints that resume_from_checkpoint="
@@ -494,7 +507,8 @@ class FinetuneTrainingSection(OptimizerSection):
     num_train_epochs: float = 3.0
     max_steps: int | None = None  # overrides num_train_epochs
     warmup_ratio: float = 0.06
-    mixed_precision: str | None = None  # no | fp16 | bf16 (null: no); Trainer's fp16 / bf16
+    # no | fp16 | bf16 (null: no; a bare no is YAML false: taken as no); the Trainer's fp16 / bf16
+    mixed_precision: str | bool | None = None
     eval_steps: int | None = None  # null: evaluate at the end of every epoch
     eval_on_start: bool = False  # also evaluate before the first update (where a converted classifier starts)
     logging_steps: int = 10
@@ -537,8 +551,7 @@ class FinetuneTrainingSection(OptimizerSection):
             )
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"training.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
-        if self.mixed_precision not in (None, "no", "fp16", "bf16"):
-            raise ConfigError(f"training.mixed_precision must be null, no, fp16 or bf16, got {self.mixed_precision!r}.")
+        _check_mixed_precision(self)
 
 
 @dataclasses.dataclass
