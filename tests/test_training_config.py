@@ -180,7 +180,6 @@ def test_optimizer_fields_are_shared_and_checked_at_load(cls, tmp_path):
         load_recipe(cls, None, extra={**base, "training.adam_beta2": 1.5})
 
 
-
 @pytest.mark.parametrize("cls", [PretrainRecipe, FinetuneRecipe])
 def test_a_bare_no_is_a_word_where_a_word_is_meant(cls, tmp_path):
     """YAML reads `no` as false: `--training.mixed_precision no` (the documented value) once became 'False' and was
