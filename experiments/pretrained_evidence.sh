@@ -9,8 +9,9 @@
 # Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`
 # (both), `variants`: stage-1 transfer with each --layer_loss in $LAYER_LOSSES at each k in $VARIANT_KS (stage 1
 # only, $LAYER_STEPS steps), each then scored for fidelity on SST-2 dev and fine-tuned on SST-2 ($VARIANT_SEEDS),
-# beside the converted model without transfer and the teacher (docs/results/distillation.md); and `long`: a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on
-# the IMDB reviews longer than that (docs/results/long-inputs-minilm.md).
+# beside the converted model without transfer and the teacher (docs/results/distillation.md, sixth run); and `long`:
+# a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on the IMDB reviews
+# longer than that (docs/results/long-inputs-minilm.md).
 # Every step writes into its own folder under $WORK and is skipped when that folder already holds its result, so a
 # stopped run continues where it stopped; a new $WORK starts over. Per-step wall times go to $WORK/times.tsv.
 # Meant for a GPU (about 15 minutes on an H100); on 2 CPU cores it takes hours: lower the knobs below to try it.
@@ -150,9 +151,19 @@ if [ "$phase" = variants ]; then
   # Each run is named k<K>-<layer_loss>, k<K>-converted (no transfer) or teacher; all of them by default.
   runs=$VARIANT_RUNS
   if [ -z "$runs" ]; then
-    for k in $VARIANT_KS; do runs="$runs k$k-converted"; for loss in $LAYER_LOSSES; do runs="$runs k$k-$loss"; done; done
+    for k in $VARIANT_KS; do
+      runs="$runs k$k-converted"
+      for loss in $LAYER_LOSSES; do runs="$runs k$k-$loss"; done
+    done
     runs="teacher $runs"
   fi
+  for run in $runs; do  # every name checked before any work
+    case "$run" in
+      teacher | k[0-9]*-converted | k[0-9]*-attention_output | k[0-9]*-attention_weights | k[0-9]*-hidden_states) ;;
+      *) echo "error: VARIANT_RUNS: '$run' is not teacher, k<K>-converted or k<K>-<layer_loss>" \
+           "(attention_output, attention_weights, hidden_states)" >&2; exit 2 ;;
+    esac
+  done
   for run in $runs; do
     if [ "$run" = teacher ]; then model=$TEACHER
     else
