@@ -66,6 +66,22 @@ continue_transfer() {  # the flags for a transfer into folder $1 that a kill sto
   elif [ -n "$(ls -A "$1" 2>/dev/null)" ]; then echo --overwrite_output_dir; fi
 }
 
+convert_linformer() {  # convert_linformer K: the teacher as a Linformer at n = $N, k = K, E = F per layer
+  timed "convert k=$1" "$WORK/linformer-k$1/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" \
+    "$WORK/linformer-k$1" --max_sequence_length "$N" --projected_length "$1" --sharing key_value
+}
+
+fidelity() {  # fidelity MODEL TASK LENGTH...: MODEL against the teacher on TASK's held-out text (never transferred on)
+  local model=$1 task=$2 src
+  shift 2
+  if [ "$task" = sst2 ]; then src=(--dataset csv --data_files "$DATA/sst2/dev.tsv" --text_column sentence)
+  else src=(--dataset csv --data_files "$DATA/imdb/train.csv" --text_column text); fi
+  timed "fidelity $(basename "$model") $task" "$WORK/fidelity/$(basename "$model")-$task/fidelity.json" \
+    "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$model" \
+    --output_dir "$WORK/fidelity/$(basename "$model")-$task" "${src[@]}" --lengths "$@" \
+    --evaluate_only --eval_documents "$EVAL_DOCS" --show_progress false
+}
+
 sst2=(--data.train_file "$DATA/sst2/train.tsv" --data.validation_file "$DATA/sst2/dev.tsv"
   --data.max_train_samples "$SST2_TRAIN")
 imdb=(--data.train_file "$DATA/imdb/train.csv" --data.max_seq_length "$N")
@@ -88,8 +104,7 @@ students() {  # the model folders: converted and transferred
 
 if [ "$phase" = transfer ] || [ "$phase" = all ]; then
   for k in $KS; do
-    timed "convert k=$k" "$WORK/linformer-k$k/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" \
-      "$WORK/linformer-k$k" --max_sequence_length "$N" --projected_length "$k" --sharing key_value
+    convert_linformer "$k"
   done
   timed "convert performer m=$FEATURES" "$WORK/performer-m$FEATURES/config.json" \
     "$PY" scripts/convert_to_linformer.py "$TEACHER" "$WORK/performer-m$FEATURES" --family performer \
@@ -105,14 +120,7 @@ if [ "$phase" = transfer ] || [ "$phase" = all ]; then
   done
   # Fidelity on the downstream texts (never seen in transfer).
   for student in $(students); do
-    for task in sst2 imdb; do
-      if [ $task = sst2 ]; then src=(--dataset csv --data_files "$DATA/sst2/dev.tsv" --text_column sentence)
-      else src=(--dataset csv --data_files "$DATA/imdb/train.csv" --text_column text); fi
-      timed "fidelity $(basename "$student") $task" "$WORK/fidelity/$(basename "$student")-$task/fidelity.json" \
-        "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$student" \
-        --output_dir "$WORK/fidelity/$(basename "$student")-$task" "${src[@]}" --lengths 32 "$N" \
-        --evaluate_only --eval_documents "$EVAL_DOCS" --show_progress false
-    done
+    for task in sst2 imdb; do fidelity "$student" "$task" 32 "$N"; done
   done
   for task in sst2 imdb; do
     if [ $task = sst2 ]; then data=("${sst2[@]}"); else data=("${imdb[@]}"); fi
@@ -168,8 +176,7 @@ if [ "$phase" = variants ]; then
     if [ "$run" = teacher ]; then model=$TEACHER
     else
       k=${run%%-*}; k=${k#k}; loss=${run#*-}
-      timed "convert k=$k" "$WORK/linformer-k$k/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" \
-        "$WORK/linformer-k$k" --max_sequence_length "$N" --projected_length "$k" --sharing key_value
+      convert_linformer "$k"
       model="$WORK/linformer-k$k"
       if [ "$loss" != converted ]; then
         model="$WORK/variants/linformer-k$k-$loss"
@@ -180,10 +187,7 @@ if [ "$phase" = variants ]; then
           --train_attention_weights --eval_documents 64 --eval_windows 4 --checkpoint_every 50 --log_every 10 \
           --show_progress false $(continue_transfer "$model")
       fi
-      timed "fidelity $(basename "$model") sst2" "$WORK/fidelity/$(basename "$model")-sst2/fidelity.json" \
-        "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$model" \
-        --output_dir "$WORK/fidelity/$(basename "$model")-sst2" --dataset csv --data_files "$DATA/sst2/dev.tsv" \
-        --text_column sentence --lengths 32 --evaluate_only --eval_documents "$EVAL_DOCS" --show_progress false
+      fidelity "$model" sst2 32
     fi
     for seed in $VARIANT_SEEDS; do
       finetune sst2 "$model" "$WORK/finetune/sst2-$(basename "$model")-seed$seed" "$seed"
