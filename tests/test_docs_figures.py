@@ -19,6 +19,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
         "distillation_recovery.png",
+        "distillation_recovery_h200.png",
         "quality_vs_k.png",
         "speed_cpu.png",
         "speed_gpu_h100.png",
@@ -63,10 +64,11 @@ def test_the_plotted_data_match_the_results_pages():
     with open(os.path.join(REPO, "docs", "results", "distillation.md"), encoding="utf-8") as fh:
         distillation_page = fh.read().replace("**", "")
     runs = {}
-    with open(os.path.join(DATA, "distillation_recovery.csv"), newline="") as fh:
-        for row in csv.DictReader(fh):
-            runs.setdefault((row["task"], row["run"]), []).append((int(row["step"]), row["accuracy"]))
-    for (task, run), points in runs.items():
+    for data in ("distillation_recovery.csv", "distillation_recovery_h200.csv"):
+        with open(os.path.join(DATA, data), newline="") as fh:
+            for row in csv.DictReader(fh):
+                runs.setdefault((data, row["task"], row["run"]), []).append((int(row["step"]), row["accuracy"]))
+    for (_, task, run), points in runs.items():
         accuracies = [accuracy for _, accuracy in sorted(points)]
         if run == "teacher":
             assert ", ".join(accuracies) in distillation_page, (task, run)

@@ -4,14 +4,17 @@
 
 Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid),
 speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,768 tokens a batch), quality_vs_k.png
-(all-MiniLM-L6-v2 conversion and the small-scale replication) and distillation_recovery.png (converted classifiers
-against their teacher, per update). Needs matplotlib (the `tools` extra).
+(all-MiniLM-L6-v2 conversion and the small-scale replication), distillation_recovery.png (converted classifiers
+against their teacher, per update, on the CPU) and distillation_recovery_h200.png (the same on one H200). Needs
+matplotlib (the `tools` extra).
 """
 
 import argparse
 import csv
 import os
+import re
 from collections import defaultdict
+from statistics import mean
 
 import matplotlib
 
@@ -25,6 +28,7 @@ REALISTIC_RUN = "h100_realistic_bf16.csv"
 REALISTIC_BEFORE = "h100_realistic_bf16_before_fix.csv"  # the Linformer before its SDPA inputs were fixed
 QUALITY = "quality_vs_k.csv"
 RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
+RECOVERY_H200 = "distillation_recovery_h200.csv"  # the same, from experiments/gpu_evidence.sh on one H200
 
 
 def read_rows(path: str) -> list[dict]:
@@ -160,32 +164,42 @@ def quality_figure(data_dir: str, out_dir: str) -> str:
     return save(fig, out_dir, "quality_vs_k.png")
 
 
-def recovery_figure(data_dir: str, out_dir: str) -> str:
-    """Per task: each converted student's validation accuracy against updates, and the teacher's line (the better
-    of the teacher and its control, as the ratios in docs/results/distillation.md take it)."""
-    rows = read_rows(os.path.join(data_dir, RECOVERY))
+def recovery_figure(data_dir: str, out_dir: str, data_file: str, title: str, filename: str) -> str:
+    """Per task: each converted student's held-out accuracy against updates (the mean over its seeds, their range
+    shaded), and the teacher's line (the better of the teacher and its control, as the ratios in
+    docs/results/distillation.md take it)."""
+    rows = read_rows(os.path.join(data_dir, data_file))
     tasks = list(dict.fromkeys(r["task"] for r in rows))
+    names = sorted({re.sub(r"-s\d+$", "", r["run"]) for r in rows} - {"teacher"})
+    colors = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one colour per student in every panel
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.6), dpi=90, squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        runs = defaultdict(list)
+        runs = defaultdict(lambda: defaultdict(list))  # {run without its -s<seed>: {step: [accuracy per seed]}}
         for r in rows:
             if r["task"] == task:
-                runs[r["run"]].append((int(r["step"]), float(r["accuracy"])))
-        teacher = max(a for _, a in runs.pop("teacher"))
+                runs[re.sub(r"-s\d+$", "", r["run"])][int(r["step"])].append(float(r["accuracy"]))
+        teacher = max(max(a) for a in runs.pop("teacher").values())
         reference = max(
-            [teacher] + [a for name, points in runs.items() if name.startswith("control") for _, a in points]
+            [teacher] + [max(a) for name, points in runs.items() if name.startswith("control") for a in points.values()]
         )
         ax.axhline(reference, color="k", linestyle="--", label=f"reference (teacher or control): {reference:.2f}")
         ax.axhline(0.995 * reference, color="k", linestyle=":", label="99.5% of it")
         for name, points in sorted(runs.items()):
+            steps = sorted(points)
+            seeds = min(len(points[s]) for s in steps)
+            label = name + (f" ({seeds} seeds)" if seeds > 1 else "")
             style = "--" if name.startswith("control") else "-"
-            ax.plot(*zip(*sorted(points)), style, marker="o", markersize=4, label=name)
+            color = colors[name]
+            ax.plot(steps, [mean(points[s]) for s in steps], style, color=color, marker="o", markersize=4, label=label)
+            if seeds > 1:
+                low, high = [min(points[s]) for s in steps], [max(points[s]) for s in steps]
+                ax.fill_between(steps, low, high, color=color, alpha=0.15)
         ax.set(xlabel="updates (batch 32)", ylabel="held-out accuracy (%)", title=f"{task}: converted from its teacher")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("all-MiniLM-L6-v2 classifiers converted and fine-tuned on, 2-core CPU")
+    fig.suptitle(title)
     fig.tight_layout()
-    return save(fig, out_dir, "distillation_recovery.png")
+    return save(fig, out_dir, filename)
 
 
 def save(fig, out_dir: str, filename: str) -> str:
@@ -203,7 +217,20 @@ def main(argv=None) -> list[str]:
     os.makedirs(args.output_dir, exist_ok=True)
     written = speed_figures(args.data_dir, args.output_dir) + [
         quality_figure(args.data_dir, args.output_dir),
-        recovery_figure(args.data_dir, args.output_dir),
+        recovery_figure(
+            args.data_dir,
+            args.output_dir,
+            RECOVERY,
+            "all-MiniLM-L6-v2 classifiers converted and fine-tuned on, 2-core CPU",
+            "distillation_recovery.png",
+        ),
+        recovery_figure(
+            args.data_dir,
+            args.output_dir,
+            RECOVERY_H200,
+            "the same with two seeds each, IMDB read to 512 tokens, one H200 (2026-11-26)",
+            "distillation_recovery_h200.png",
+        ),
     ]
     for path in written:
         print("wrote", os.path.relpath(path))

@@ -1,0 +1,40 @@
+"""The shell scripts of experiments/: each parses, is listed in experiments/README.md, and refuses to start without
+the teacher it needs, naming the variable to set (they run for hours; a mistake should show before any work)."""
+
+import glob
+import os
+import subprocess
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(glob.glob(os.path.join(REPO, "experiments", "*.sh")))
+
+
+def test_every_script_is_listed_in_the_experiments_readme():
+    with open(os.path.join(REPO, "experiments", "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    assert SCRIPTS
+    for script in SCRIPTS:
+        assert f"`{os.path.basename(script)}`" in readme, script
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=os.path.basename)
+def test_every_script_parses(script):
+    result = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "script, variable",
+    [("gpu_evidence.sh", "MINILM"), ("distillation_evidence.sh", "MINILM"), ("pretrained_evidence.sh", "TEACHER")],
+)
+def test_a_script_without_its_teacher_stops_before_any_work_and_names_the_variable(script, variable, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("MINILM", "TEACHER")}
+    env["WORK"] = str(tmp_path / "work")
+    result = subprocess.run(
+        ["bash", os.path.join(REPO, "experiments", script)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode != 0
+    assert variable in result.stderr
+    assert not os.path.exists(env["WORK"])  # nothing was written
