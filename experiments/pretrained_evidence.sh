@@ -8,7 +8,7 @@
 #
 # Phases: `transfer` (conversions, transfers, fidelity, probes), `finetune` (fine-tuning and recovery), `all`
 # (both), `variants`: stage-1 transfer with each --layer_loss in $LAYER_LOSSES at each k in $VARIANT_KS (stage 1
-# only, $LAYER_STEPS steps), each then scored for fidelity on SST-2 dev and fine-tuned on SST-2 ($VARIANT_SEEDS),
+# only, $LAYER_STEPS steps), each then scored for fidelity on SST-2 dev and fine-tuned on $VARIANT_TASK ($VARIANT_SEEDS),
 # beside the converted model without transfer and the teacher (docs/results/distillation.md, sixth run); and `long`:
 # a Linformer at n = $LONG_N from the same teacher against the teacher truncated to its own n, on the IMDB reviews
 # longer than that (docs/results/long-inputs-minilm.md).
@@ -32,6 +32,7 @@ SEEDS=${SEEDS:-1 2 3}
 SST2_TRAIN=${SST2_TRAIN:-20000}
 EPOCHS_SST2=${EPOCHS_SST2:-1}
 EPOCHS_IMDB=${EPOCHS_IMDB:-3}
+EPOCHS_QNLI=${EPOCHS_QNLI:-5}   # 3,570 training pairs: 560 updates of 32
 LR=${LR:-5e-5}
 PRECISION=${PRECISION:-no}
 RECOVERY_STEPS=${RECOVERY_STEPS:-200}
@@ -46,6 +47,7 @@ EPOCHS_LONG=${EPOCHS_LONG:-1}
 VARIANT_KS=${VARIANT_KS:-128 256}
 LAYER_LOSSES=${LAYER_LOSSES:-attention_output attention_weights hidden_states}
 VARIANT_SEEDS=${VARIANT_SEEDS:-1}
+VARIANT_TASK=${VARIANT_TASK:-sst2}  # sst2 (SST-2 dev), qnli (20% of the shared pairs held out, split seed 1) or imdb
 VARIANT_RUNS=${VARIANT_RUNS:-}   # e.g. "k128-attention_output k256-converted teacher": only these, in this order
 export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-1} TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
@@ -59,6 +61,11 @@ timed() {  # timed NAME DONE_FILE command...: run unless DONE_FILE exists; log t
   local start=$SECONDS
   "$@"
   printf '%s\t%s\n' "$name" $((SECONDS - start)) >>"$WORK/times.tsv"
+}
+
+continue_finetune() {  # the flags for a fine-tune into folder $1 that a kill stopped: resume it, or start it over
+  if compgen -G "$1/checkpoint-*" >/dev/null; then echo --training.resume_from_checkpoint latest
+  elif [ -n "$(ls -A "$1" 2>/dev/null)" ]; then echo --training.overwrite_output_dir true; fi
 }
 
 continue_transfer() {  # the flags for a transfer into folder $1 that a kill stopped: resume it, or start it over
@@ -85,16 +92,21 @@ fidelity() {  # fidelity MODEL TASK LENGTH...: MODEL against the teacher on TASK
 sst2=(--data.train_file "$DATA/sst2/train.tsv" --data.validation_file "$DATA/sst2/dev.tsv"
   --data.max_train_samples "$SST2_TRAIN")
 imdb=(--data.train_file "$DATA/imdb/train.csv" --data.max_seq_length "$N")
+qnli=(--data.train_file "$DATA/qnli/train.tsv" --data.validation_split_percentage 20 --data.split_seed 1)
 finetune() {  # finetune TASK MODEL_DIR OUT SEED [extra overrides]
   local task=$1 model=$2 out=$3 seed=$4
   shift 4
   local data epochs
-  if [ "$task" = sst2 ]; then data=("${sst2[@]}") epochs=$EPOCHS_SST2; else data=("${imdb[@]}") epochs=$EPOCHS_IMDB; fi
+  case $task in
+    sst2) data=("${sst2[@]}") epochs=$EPOCHS_SST2 ;;
+    qnli) data=("${qnli[@]}") epochs=$EPOCHS_QNLI ;;
+    imdb) data=("${imdb[@]}") epochs=$EPOCHS_IMDB ;;
+  esac
   timed "finetune $task $(basename "$model") seed $seed" "$out/results.json" \
     "$PY" -m linformer_hf.training.finetune --no_progress --config "configs/finetune/$task.yaml" \
     --model.pretrained "$model" "${data[@]}" --training.output_dir "$out" --training.seed "$seed" \
     --training.num_train_epochs "$epochs" --training.learning_rate "$LR" \
-    --training.mixed_precision "$PRECISION" "$@"
+    --training.mixed_precision "$PRECISION" $(continue_finetune "$out") "$@"
 }
 
 students() {  # the model folders: converted and transferred
@@ -165,6 +177,10 @@ if [ "$phase" = variants ]; then
     done
     runs="teacher $runs"
   fi
+  case "$VARIANT_TASK" in
+    sst2 | qnli | imdb) ;;
+    *) echo "error: VARIANT_TASK must be sst2, qnli or imdb, got '$VARIANT_TASK'" >&2; exit 2 ;;
+  esac
   for run in $runs; do  # every name checked before any work
     case "$run" in
       teacher | k[0-9]*-converted | k[0-9]*-attention_output | k[0-9]*-attention_weights | k[0-9]*-hidden_states) ;;
@@ -190,7 +206,7 @@ if [ "$phase" = variants ]; then
       fidelity "$model" sst2 32
     fi
     for seed in $VARIANT_SEEDS; do
-      finetune sst2 "$model" "$WORK/finetune/sst2-$(basename "$model")-seed$seed" "$seed"
+      finetune "$VARIANT_TASK" "$model" "$WORK/finetune/$VARIANT_TASK-$(basename "$model")-seed$seed" "$seed"
     done
   done
 fi

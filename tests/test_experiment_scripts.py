@@ -38,3 +38,22 @@ def test_a_script_without_its_teacher_stops_before_any_work_and_names_the_variab
     assert result.returncode != 0
     assert variable in result.stderr
     assert not os.path.exists(env["WORK"])  # nothing was written
+
+
+@pytest.mark.parametrize(
+    "setting, named",
+    [("VARIANT_TASK=mnli", "VARIANT_TASK must be sst2, qnli or imdb"), ("VARIANT_RUNS=k128-typo", "VARIANT_RUNS")],
+)
+def test_the_variants_phase_refuses_a_bad_setting_before_any_work(setting, named, tmp_path):
+    name, value = setting.split("=")
+    env = dict(os.environ, TEACHER=str(tmp_path / "no-teacher"), WORK=str(tmp_path / "work"), **{name: value})
+    result = subprocess.run(
+        ["bash", os.path.join(REPO, "experiments", "pretrained_evidence.sh"), "variants"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert named in result.stderr
+    assert os.listdir(env["WORK"]) == []  # no conversion, transfer or fine-tune was started
