@@ -45,6 +45,13 @@ LONG_PROJECTION_LR=${LONG_PROJECTION_LR:-2e-4}
 LONG_BATCH=${LONG_BATCH:-4}
 EPOCHS_LONG=${EPOCHS_LONG:-1}
 VARIANT_KS=${VARIANT_KS:-128 256}
+# E's initialisation in every conversion of the pretrained encoder (scripts/convert_to_linformer.py --projection_init);
+# another than neighbour_average is named in the folders: linformer-k128-strided, ...
+PROJECTION_INIT=${PROJECTION_INIT:-neighbour_average}
+case "$PROJECTION_INIT" in
+  neighbour_average | strided | random) ;;
+  *) echo "error: PROJECTION_INIT must be neighbour_average, strided or random, got '$PROJECTION_INIT'" >&2; exit 2 ;;
+esac
 LAYER_LOSSES=${LAYER_LOSSES:-attention_output attention_weights hidden_states}
 VARIANT_SEEDS=${VARIANT_SEEDS:-1}
 VARIANT_TASK=${VARIANT_TASK:-sst2}  # sst2 (SST-2 dev), qnli (20% of the shared pairs held out, split seed 1) or imdb
@@ -73,9 +80,15 @@ continue_transfer() {  # the flags for a transfer into folder $1 that a kill sto
   elif [ -n "$(ls -A "$1" 2>/dev/null)" ]; then echo --overwrite_output_dir; fi
 }
 
+linformer() {  # linformer K: the folder of the teacher converted at k = K
+  if [ "$PROJECTION_INIT" = neighbour_average ]; then echo "$WORK/linformer-k$1"
+  else echo "$WORK/linformer-k$1-$PROJECTION_INIT"; fi
+}
+
 convert_linformer() {  # convert_linformer K: the teacher as a Linformer at n = $N, k = K, E = F per layer
-  timed "convert k=$1" "$WORK/linformer-k$1/config.json" "$PY" scripts/convert_to_linformer.py "$TEACHER" \
-    "$WORK/linformer-k$1" --max_sequence_length "$N" --projected_length "$1" --sharing key_value
+  timed "convert k=$1 $PROJECTION_INIT" "$(linformer "$1")/config.json" "$PY" scripts/convert_to_linformer.py \
+    "$TEACHER" "$(linformer "$1")" --max_sequence_length "$N" --projected_length "$1" --sharing key_value \
+    --projection_init "$PROJECTION_INIT"
 }
 
 fidelity() {  # fidelity MODEL TASK LENGTH...: MODEL against the teacher on TASK's held-out text (never transferred on)
@@ -110,7 +123,7 @@ finetune() {  # finetune TASK MODEL_DIR OUT SEED [extra overrides]
 }
 
 students() {  # the model folders: converted and transferred
-  for k in $KS; do echo "$WORK/linformer-k$k" "$WORK/linformer-k$k-transferred"; done
+  for k in $KS; do echo "$(linformer "$k")" "$(linformer "$k")-transferred"; done
   echo "$WORK/performer-m$FEATURES" "$WORK/performer-m$FEATURES-transferred"
 }
 
@@ -144,14 +157,14 @@ fi
 
 if [ "$phase" = finetune ] || [ "$phase" = all ]; then
   for seed in $SEEDS; do
-    for model in "$TEACHER" "$WORK/linformer-k128" "$WORK/linformer-k128-transferred"; do
+    for model in "$TEACHER" "$(linformer 128)" "$(linformer 128)-transferred"; do
       finetune sst2 "$model" "$WORK/finetune/sst2-$(basename "$model")-seed$seed" "$seed"
     done
   done
   first_seed=${SEEDS%% *}
   finetune sst2 "$WORK/performer-m$FEATURES-transferred" \
     "$WORK/finetune/sst2-performer-m$FEATURES-transferred-seed$first_seed" "$first_seed"
-  for model in "$TEACHER" "$WORK/linformer-k128" "$WORK/linformer-k128-transferred" \
+  for model in "$TEACHER" "$(linformer 128)" "$(linformer 128)-transferred" \
     "$WORK/performer-m$FEATURES-transferred"; do
     finetune imdb "$model" "$WORK/finetune/imdb-$(basename "$model")" 42
   done
@@ -193,11 +206,11 @@ if [ "$phase" = variants ]; then
     else
       k=${run%%-*}; k=${k#k}; loss=${run#*-}
       convert_linformer "$k"
-      model="$WORK/linformer-k$k"
+      model=$(linformer "$k")
       if [ "$loss" != converted ]; then
-        model="$WORK/variants/linformer-k$k-$loss"
+        model="$WORK/variants/$(basename "$(linformer "$k")")-$loss"
         timed "transfer k=$k $loss" "$model/transfer_report.json" \
-          "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$WORK/linformer-k$k" \
+          "$PY" -m linformer_hf.training.transfer --teacher "$TEACHER" --student "$(linformer "$k")" \
           --output_dir "$model" --text_files "$DATA/wikitext-2/valid.txt" --lengths $LENGTHS \
           --batch_size "$TRANSFER_BATCH" --layer_steps "$LAYER_STEPS" --layer_loss "$loss" \
           --train_attention_weights --eval_documents 64 --eval_windows 4 --checkpoint_every 50 --log_every 10 \

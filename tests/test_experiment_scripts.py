@@ -42,7 +42,11 @@ def test_a_script_without_its_teacher_stops_before_any_work_and_names_the_variab
 
 @pytest.mark.parametrize(
     "setting, named",
-    [("VARIANT_TASK=mnli", "VARIANT_TASK must be sst2, qnli or imdb"), ("VARIANT_RUNS=k128-typo", "VARIANT_RUNS")],
+    [
+        ("VARIANT_TASK=mnli", "VARIANT_TASK must be sst2, qnli or imdb"),
+        ("VARIANT_RUNS=k128-typo", "VARIANT_RUNS"),
+        ("PROJECTION_INIT=stride", "PROJECTION_INIT must be neighbour_average, strided or random"),
+    ],
 )
 def test_the_variants_phase_refuses_a_bad_setting_before_any_work(setting, named, tmp_path):
     name, value = setting.split("=")
@@ -56,4 +60,5 @@ def test_the_variants_phase_refuses_a_bad_setting_before_any_work(setting, named
     )
     assert result.returncode == 2
     assert named in result.stderr
-    assert os.listdir(env["WORK"]) == []  # no conversion, transfer or fine-tune was started
+    # no conversion, transfer or fine-tune was started
+    assert not os.path.exists(env["WORK"]) or os.listdir(env["WORK"]) == []
