@@ -16,6 +16,10 @@ cd "$(dirname "$0")/.."
 MINILM=${MINILM:?set MINILM to the encoder folder (python -c "import all_minilm_l6_v2; all_minilm_l6_v2.extract_model(DIR)")}
 WORK=${WORK:-outputs/gpu_evidence}
 PARALLEL=${PARALLEL:-8}
+if ! [[ $PARALLEL =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: PARALLEL must be the number of runs at once, 1 or more, got '$PARALLEL'" >&2
+  exit 2
+fi
 OVERRIDES=${OVERRIDES:-}  # VAR=value settings given to every run after its recipe, so they win
 export DATA=${DATA:-../shared/data} PYTHON=${PYTHON:-python3} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1

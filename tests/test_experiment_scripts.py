@@ -62,3 +62,18 @@ def test_the_variants_phase_refuses_a_bad_setting_before_any_work(setting, named
     assert named in result.stderr
     # no conversion, transfer or fine-tune was started
     assert not os.path.exists(env["WORK"]) or os.listdir(env["WORK"]) == []
+
+
+@pytest.mark.parametrize("parallel", ["0", "four", "-2"])
+def test_the_gpu_script_refuses_a_parallelism_that_would_hang_or_fail(parallel, tmp_path):
+    env = dict(os.environ, MINILM=str(tmp_path), WORK=str(tmp_path / "work"), PARALLEL=parallel)
+    result = subprocess.run(
+        ["bash", os.path.join(REPO, "experiments", "gpu_evidence.sh")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "PARALLEL must be the number of runs at once" in result.stderr
+    assert not os.path.exists(env["WORK"])
