@@ -77,3 +77,24 @@ def test_the_gpu_script_refuses_a_parallelism_that_would_hang_or_fail(parallel, 
     assert result.returncode == 2
     assert "PARALLEL must be the number of runs at once" in result.stderr
     assert not os.path.exists(env["WORK"])
+
+
+def test_the_variants_phase_accepts_every_projection_init_the_converter_knows(tmp_path):
+    """The script checks PROJECTION_INIT itself (a typo should fail before a teacher's fine-tune, not after); its list
+    must stay the package's."""
+    from linformer_hf.conversion import PROJECTION_INITS
+
+    for init in PROJECTION_INITS:
+        env = dict(
+            os.environ, TEACHER=str(tmp_path), WORK=str(tmp_path / init), PROJECTION_INIT=init, VARIANT_TASK="mnli"
+        )
+        result = subprocess.run(
+            ["bash", os.path.join(REPO, "experiments", "pretrained_evidence.sh"), "variants"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        # past the PROJECTION_INIT check, stopped by the next one
+        assert "PROJECTION_INIT" not in result.stderr, (init, result.stderr)
+        assert "VARIANT_TASK must be" in result.stderr, (init, result.stderr)
