@@ -287,8 +287,12 @@ class TokenizerSection:
 @dataclasses.dataclass
 class PretrainDataSection:
     # Hub datasets, each {path: ..., name: ..., split: ..., text_column: ...}; concatenated
-    # (paper: BookCorpus + Wikipedia)
+    # (paper: BookCorpus + Wikipedia). A local folder in a Hub dataset's layout (parquet shards) is taken the same way.
     datasets: list = dataclasses.field(default_factory=list)
+    # Held-out documents to validate on, entries as in data.datasets (e.g. a corpus's own validation split): whole
+    # documents no training block comes from. Empty: validation_split_percentage of train (streaming: the first
+    # validation_examples_streaming documents of the stream) is held out instead.
+    validation_datasets: list = dataclasses.field(default_factory=list)
     train_files: list[str] = dataclasses.field(default_factory=list)  # local text files, one document a line
     validation_files: list[str] = dataclasses.field(default_factory=list)
     text_column: str = "text"
@@ -296,7 +300,7 @@ class PretrainDataSection:
     validation_examples_streaming: int = 1000  # documents held out from the stream's head when streaming
     streaming: bool = False
     shuffle_buffer_size: int = 10000  # streaming only
-    block_size: int = 512  # tokens per packed block; must be <= the model's max_sequence_length (n)
+    block_size: int | None = 512  # tokens per packed block; <= the model's longest input n; null: n itself
     # Share of training blocks cut shorter, to a length uniform in [short_block_min_length, block_size] (BERT's
     # short_seq_prob). A Linformer pretrained on full blocks only barely attends on short inputs
     # (docs/results/replication.md).
@@ -319,23 +323,32 @@ class PretrainDataSection:
         from .validation import check_text_files
 
         check_text_files(
-            self.train_files, self.validation_files, hold_out=not self.validation_files and not self.streaming
+            self.train_files,
+            self.validation_files,
+            hold_out=bool(self.train_files) and not self.validation_files and not self.streaming,
         )
-        for entry in self.datasets:
-            if not isinstance(entry, dict) or "path" not in entry:
-                raise ConfigError(f"Each entry of data.datasets needs at least a 'path' key, got {entry!r}.")
-            bad = sorted(set(entry) - {"path", "name", "split", "text_column", "revision"})
-            if bad:
-                raise ConfigError(
-                    f"Unknown key(s) {bad} in a data.datasets entry; allowed: path, name, split, text_column, revision."
-                )
+        if self.train_files and self.datasets:
+            raise ConfigError(
+                "data: give either data.train_files (local text files) or data.datasets (Hub names or local "
+                "folders), not both; list every source in one of them."
+            )
+        if self.validation_datasets and not self.datasets:
+            raise ConfigError(
+                "data.validation_datasets is set but data.datasets is not: with local text files, give the held-out "
+                "ones as data.validation_files."
+            )
+        from .validation import check_dataset_entry
+
+        for key in ("datasets", "validation_datasets"):
+            for entry in getattr(self, key):
+                check_dataset_entry(entry, f"data.{key}", self.text_column)
         if not 0 < self.mlm_probability < 1:
             raise ConfigError(f"data.mlm_probability must be in (0, 1), got {self.mlm_probability}.")
-        if self.block_size < 8:
+        if self.block_size is not None and self.block_size < 8:
             raise ConfigError(f"data.block_size must be at least 8, got {self.block_size}.")
         if not 0 <= self.short_block_probability <= 1:
             raise ConfigError(f"data.short_block_probability must be in [0, 1], got {self.short_block_probability}.")
-        if not 2 <= self.short_block_min_length <= self.block_size:
+        if not 2 <= self.short_block_min_length <= (self.block_size or self.short_block_min_length):
             raise ConfigError(
                 f"data.short_block_min_length must be in [2, block_size={self.block_size}], "
                 f"got {self.short_block_min_length}."

@@ -10,8 +10,8 @@ way (fairseq seeds its masking the same way).
 from __future__ import annotations
 
 import hashlib
+import math
 from itertools import chain
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,7 @@ from datasets.distributed import split_dataset_by_node
 from datasets.exceptions import DatasetGenerationError
 
 from .config import ConfigError, PretrainDataSection
+from .errors import one_line
 from .validation import unreadable_file_error
 
 INDEX_COLUMN = "block_index"
@@ -39,6 +40,36 @@ def _select_text(ds, text_column: str, source: str):
     return ds
 
 
+def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str):
+    """The "text" column of each data.datasets-style entry (a Hub name, or a local folder in a Hub dataset's layout)."""
+    parts = []
+    for entry in entries:
+        path = entry["path"]
+        try:
+            ds = load_dataset(
+                path,
+                entry.get("name"),
+                split=entry.get("split", "train"),
+                revision=entry.get("revision"),
+                streaming=cfg.streaming,
+                cache_dir=cfg.cache_dir,
+            )
+        except ConnectionError as err:  # offline, or the Hub is down: one line with the local alternative
+            raise ConfigError(
+                f"{where}: the dataset {path!r} cannot be reached on the Hub ({one_line(err)}). Download it where "
+                f"the Hub is reachable and give its local folder as the entry's path (a folder of parquet shards in "
+                f"the Hub's layout is read the same way), or give local text files in data.train_files."
+            ) from None
+        except DatasetGenerationError as err:  # e.g. a shard whose footer is whole but whose pages are not
+            cause = err.__cause__ or err
+            raise ConfigError(
+                f"{where}: {path} could not be read ({type(cause).__name__}: {one_line(cause)}). Check its data files "
+                f"(download a damaged one again)."
+            ) from None
+        parts.append(_select_text(ds, entry.get("text_column", cfg.text_column), path))
+    return parts
+
+
 def load_raw_corpus(cfg: PretrainDataSection, seed: int):
     """Return {"train": ds, "validation": ds} of a single "text" column (Dataset, or IterableDataset if streaming)."""
     if cfg.train_files:
@@ -52,17 +83,7 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
         train = raw["train"]
         validation = raw["validation"] if "validation" in raw else None
     else:
-        parts = []
-        for entry in cfg.datasets:
-            ds = load_dataset(
-                entry["path"],
-                entry.get("name"),
-                split=entry.get("split", "train"),
-                revision=entry.get("revision"),
-                streaming=cfg.streaming,
-                cache_dir=cfg.cache_dir,
-            )
-            parts.append(_select_text(ds, entry.get("text_column", cfg.text_column), entry["path"]))
+        parts = _load_entries(cfg.datasets, cfg, "data.datasets")
         if cfg.streaming:
             train = (
                 parts[0]
@@ -72,6 +93,9 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
         else:
             train = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
         validation = None
+        if cfg.validation_datasets:
+            held_out = _load_entries(cfg.validation_datasets, cfg, "data.validation_datasets")
+            validation = held_out[0] if len(held_out) == 1 else concatenate_datasets(held_out)
     if validation is None:
         if cfg.streaming:
             validation = train.take(cfg.validation_examples_streaming)
@@ -80,6 +104,29 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
             split = train.train_test_split(test_size=cfg.validation_split_percentage / 100.0, seed=seed)
             train, validation = split["train"], split["test"]
     return {"train": train, "validation": validation}
+
+
+# How much text is handled at once. Documents range from a line (WikiText) to a whole book (about 0.3M characters),
+# so batches are sized in characters, not documents: a fixed 1,000 documents a batch is a few kB of lines, but of books
+# it is the whole corpus in memory at once (a streamed run grew past 19 GB before its first update).
+TOKENIZE_BATCH_CHARACTERS = 2_000_000  # the tokenizer's encodings of one batch (about 0.5M tokens)
+PACK_BATCH_CHARACTERS = 16_000_000  # token ids of one packing batch; each batch drops its tail of < block_size
+PIECE_CHARACTERS = 32_000_000  # text tokenised and cached as one piece: a killed run redoes at most one
+MAX_DOCUMENTS_PER_BATCH = 1000  # datasets' own default batch size, kept for corpora of short documents
+SAMPLED_DOCUMENTS = 64  # documents whose mean length sizes the batches
+
+
+def mean_document_characters(ds) -> float:
+    """The mean length in characters of the first `SAMPLED_DOCUMENTS` documents (streamed data: of the stream's)."""
+    if isinstance(ds, IterableDataset):
+        texts = [example["text"] or "" for example in ds.take(SAMPLED_DOCUMENTS)]
+    else:
+        texts = [text or "" for text in ds.select(range(min(SAMPLED_DOCUMENTS, len(ds))))["text"]]
+    return sum(map(len, texts)) / max(len(texts), 1)
+
+
+def documents_per_batch(mean_characters: float, characters: int) -> int:
+    return int(max(1, min(MAX_DOCUMENTS_PER_BATCH, characters // max(mean_characters, 1.0))))
 
 
 def block_lengths(
@@ -142,14 +189,39 @@ def tokenize_and_pack(
         return {"input_ids": blocks}
 
     streaming = isinstance(ds, IterableDataset)
-    kwargs: dict[str, Any] = {} if streaming else {"num_proc": num_proc, "desc": "Tokenising"}
-    ds = ds.map(tokenize, batched=True, remove_columns=["text"], **kwargs)
-    if not streaming:
-        kwargs["desc"] = f"Packing into blocks of {block_size}"
-    ds = ds.map(pack, batched=True, batch_size=1000, with_indices=True, **kwargs)
-    if not streaming:
-        ds = ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True, desc="Indexing blocks")
-    return ds
+    mean_characters = mean_document_characters(ds)
+    tokenize_batch = documents_per_batch(mean_characters, TOKENIZE_BATCH_CHARACTERS)
+    pack_batch = documents_per_batch(mean_characters, PACK_BATCH_CHARACTERS)
+    if streaming:
+        ds = ds.map(tokenize, batched=True, batch_size=tokenize_batch, remove_columns=["text"])
+        return ds.map(pack, batched=True, batch_size=pack_batch, with_indices=True)
+    # Map-style data is tokenised in pieces of about `PIECE_CHARACTERS`, each cached by ``datasets`` as it completes:
+    # a run killed while tokenising a large corpus starts again at the piece it was in.
+    pieces = max(1, math.ceil(len(ds) * mean_characters / PIECE_CHARACTERS))
+    tokenized = []
+    for index in range(pieces):
+        piece = ds.shard(num_shards=pieces, index=index, contiguous=True) if pieces > 1 else ds
+        tokenized.append(
+            piece.map(
+                tokenize,
+                batched=True,
+                batch_size=tokenize_batch,
+                writer_batch_size=tokenize_batch,
+                remove_columns=["text"],
+                num_proc=num_proc if num_proc and num_proc > 1 and len(piece) >= num_proc else None,
+                desc="Tokenising" if pieces == 1 else f"Tokenising (piece {index + 1} of {pieces})",
+            )
+        )
+    ds = tokenized[0] if pieces == 1 else concatenate_datasets(tokenized)
+    ds = ds.map(
+        pack,
+        batched=True,
+        batch_size=pack_batch,
+        with_indices=True,
+        num_proc=num_proc if num_proc and num_proc > 1 and len(ds) >= num_proc else None,
+        desc=f"Packing into blocks of {block_size}",
+    )
+    return ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True, desc="Indexing blocks")
 
 
 def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, accelerator=None):
@@ -177,12 +249,18 @@ def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, acc
         if len(out["validation"]) == 0:
             raise ConfigError(
                 f"The validation split gives no block of {cfg.block_size} tokens; "
-                f"raise data.validation_split_percentage or give data.validation_files."
+                f"raise data.validation_split_percentage, or give more held-out text (data.validation_files, "
+                f"data.validation_datasets)."
             )
         if cfg.max_train_blocks is not None:
             out["train"] = out["train"].select(range(min(cfg.max_train_blocks, len(out["train"]))))
         if cfg.max_eval_blocks is not None:
             out["validation"] = out["validation"].select(range(min(cfg.max_eval_blocks, len(out["validation"]))))
+    else:  # a stream's first blocks
+        if cfg.max_train_blocks is not None:
+            out["train"] = out["train"].take(cfg.max_train_blocks)
+        if cfg.max_eval_blocks is not None:
+            out["validation"] = out["validation"].take(cfg.max_eval_blocks)
     return out
 
 

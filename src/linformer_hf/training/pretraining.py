@@ -175,7 +175,10 @@ def unigram_baseline(train_data, tokenizer, eval_dataloader, accelerator) -> dic
 
 
 def check_block_size(recipe: PretrainRecipe, model_config) -> None:
+    """data.block_size fits the model's n; unset (null), it is n, so one override sets the length of a run."""
     n = max_input_length(model_config)
+    if recipe.data.block_size is None:
+        recipe.data.block_size = n
     if recipe.data.block_size > n:
         raise ConfigError(
             f"data.block_size={recipe.data.block_size} is larger than the model's longest input n={n} "

@@ -11,8 +11,9 @@ import logging
 import math
 import numbers
 import os
+import re
 
-from .errors import ConfigError
+from .errors import ConfigError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -185,3 +186,86 @@ def check_has_rows(path: str, header_rows: int) -> None:
     if count_documents(path, header_rows + 1) <= header_rows:
         what = "only a header" if count_documents(path, 1) else "no text (it is empty or only blank lines)"
         raise ConfigError(f"Data file {path} has {what}: give a file with the task's columns and at least one row.")
+
+
+DATASET_ENTRY_KEYS = ("path", "name", "split", "text_column", "revision")
+_SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d+)-of-(?P<total>\d+)(?P<suffix>\.[^/]+)$")
+
+
+def missing_shards(files: list[str]) -> list[str]:
+    """The files of a sharded set (``train-00003-of-00006.parquet``, the Hub's naming) that ``files`` lacks."""
+    found: dict[tuple[str, int, str, int], set[int]] = {}
+    for path in files:
+        match = _SHARD_NAME.match(path)
+        if match:
+            key = (match["prefix"], len(match["index"]), match["suffix"], int(match["total"]))
+            found.setdefault(key, set()).add(int(match["index"]))
+    missing = []
+    for (prefix, width, suffix, total), indices in found.items():
+        missing += [f"{prefix}-{i:0{width}d}-of-{total:0{width}d}{suffix}" for i in range(total) if i not in indices]
+    return missing
+
+
+def _local_folder(path: str) -> bool:
+    """Whether a data.datasets path means a folder on this machine rather than a Hub name."""
+    return os.path.isdir(path) or path.startswith((".", "/", "~")) or os.path.exists(path)
+
+
+def check_dataset_entry(entry, where: str, default_text_column: str) -> None:
+    """One entry of data.datasets / data.validation_datasets is well formed, and, when it is a local folder in a Hub
+    dataset's layout, its split's shards are all there and readable and hold the text column: a missing or corrupt
+    shard is named here, before any tokenising or training, not met as an error deep inside ``datasets``.
+
+    Hub names are checked by ``datasets`` when they are loaded (this machine may not reach the Hub)."""
+    if not isinstance(entry, dict) or "path" not in entry:
+        raise ConfigError(f"Each entry of {where} needs at least a 'path' key, got {entry!r}.")
+    bad = sorted(set(entry) - set(DATASET_ENTRY_KEYS))
+    if bad:
+        raise ConfigError(f"Unknown key(s) {bad} in a {where} entry; allowed: {', '.join(DATASET_ENTRY_KEYS)}.")
+    path = str(entry["path"])
+    if not _local_folder(path):
+        return
+    if not os.path.isdir(path):
+        raise ConfigError(f"{where}: {path} is not a folder (give a folder of data files in a Hub dataset's layout).")
+    from datasets import load_dataset_builder
+
+    try:
+        builder = load_dataset_builder(path, entry.get("name"))
+    except (ValueError, FileNotFoundError) as err:  # e.g. a config name the folder's README does not declare
+        raise ConfigError(f"{where}: the folder {path} cannot be read as a dataset: {one_line(err)}") from None
+    split = entry.get("split", "train")
+    data_files = builder.config.data_files or {}
+    if split not in data_files:
+        raise ConfigError(
+            f"{where}: the folder {path} has no split {split!r} (it has {sorted(data_files) or 'none'}); "
+            f"set 'split' in the entry."
+        )
+    files = [str(f) for f in data_files[split]]
+    missing = missing_shards(files)
+    if missing:
+        raise ConfigError(
+            f"{where}: split {split!r} of {path} is incomplete: {', '.join(missing[:MAX_LISTED])} "
+            f"{'is' if len(missing) == 1 else 'are'} missing ({len(files)} of {len(files) + len(missing)} shards "
+            f"found). Restore the missing shard(s) (download them again)."
+        )
+    text_column = entry.get("text_column", default_text_column)
+    for file in files:
+        if file.endswith(".parquet"):
+            _check_parquet_shard(file, text_column, where)
+
+
+def _check_parquet_shard(file: str, text_column: str, where: str) -> None:
+    """A parquet shard opens (its footer is whole: a truncated or overwritten file fails here) and has the column."""
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.ParquetFile(file).schema_arrow
+    except Exception as err:  # pyarrow raises ArrowInvalid / OSError for a truncated or non-parquet file
+        raise ConfigError(
+            f"{where}: the shard {file} is corrupt or truncated ({one_line(err)}). Download it again."
+        ) from None
+    if text_column not in schema.names:
+        raise ConfigError(
+            f"{where}: the shard {file} has no column {text_column!r} (it has {schema.names}); set text_column in "
+            f"the entry (or data.text_column)."
+        )

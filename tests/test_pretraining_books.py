@@ -1,0 +1,290 @@
+"""Pretraining on corpora read as Hub datasets: the paper's BookCorpus + Wikipedia recipe and the books recipe, run
+through local folders in the Hub's layout (parquet shards and a README declaring configs and splits) that stand in
+for the Hub names; held-out validation books; missing, corrupt and unreachable sources named before any work; and
+tokenising a large corpus in cached pieces."""
+
+import glob
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from training_utils import DATA, REPO, TINY_MODEL
+
+from linformer_hf.training import data as pretraining_data
+from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
+from linformer_hf.training.data import prepare_pretraining_data
+from linformer_hf.training.pretraining import run_pretraining
+from linformer_hf.training.tokenizer import train_bpe_tokenizer
+
+BOOKS = os.path.join(DATA, "gutenberg")
+MARKER = "Zqxjvalidationmarker"  # written into every held-out book of the stand-in, and into no training book
+BOOK_CHARACTERS = 12_000  # each stand-in book: real text cut to about 3,000 tokens
+
+
+def _real_books(count: int) -> list[dict]:
+    """The first ``count`` books of the real validation shard (one row group read), cut to `BOOK_CHARACTERS`."""
+    table = pq.ParquetFile(os.path.join(BOOKS, "validation.parquet")).read_row_group(0)
+    rows = table.slice(0, count).to_pylist()
+    assert len(rows) == count
+    return [{**row, "text": row["text"][:BOOK_CHARACTERS]} for row in rows]
+
+
+def write_hub_dataset(folder, splits: dict[str, list[list[dict]]], config_name: str | None = None) -> str:
+    """A dataset repository's layout: ``{split}-0000i-of-0000n.parquet`` shards (under ``config_name/`` when given)
+    and a README whose YAML declares them, as the Hub serves them. Returns the folder."""
+    os.makedirs(folder, exist_ok=True)
+    where = os.path.join(folder, config_name) if config_name else folder
+    os.makedirs(where, exist_ok=True)
+    declared = []
+    for split, shards in splits.items():
+        for i, rows in enumerate(shards):
+            name = f"{split}-{i:05d}-of-{len(shards):05d}.parquet"
+            pq.write_table(pa.Table.from_pylist(rows), os.path.join(where, name))
+        prefix = f"{config_name}/" if config_name else ""
+        declared.append(f"  - split: {split}\n    path: {prefix}{split}-*.parquet")
+    with open(os.path.join(folder, "README.md"), "w") as fh:
+        fh.write(f"---\nconfigs:\n- config_name: {config_name or 'default'}\n  data_files:\n")
+        fh.write("\n".join(declared) + "\n---\n")
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def books(tmp_path_factory):
+    """A folder like ../shared/data/gutenberg: 6 training books in 2 shards, 2 held-out books with a marker."""
+    real = _real_books(8)
+    held_out = [{**book, "text": f"{MARKER} {book['text']} {MARKER}"} for book in real[6:]]
+    folder = tmp_path_factory.mktemp("books") / "gutenberg"
+    return write_hub_dataset(folder, {"train": [real[:3], real[3:6]], "validation": [held_out]})
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(books, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tokenizer")
+    texts = (
+        row["text"] for path in glob.glob(os.path.join(books, "*.parquet")) for row in pq.read_table(path).to_pylist()
+    )
+    train_bpe_tokenizer(texts, str(out), vocab_size=1000, model_max_length=512)
+    return str(out)
+
+
+def books_recipe(books_folder, tokenizer_dir, output_dir, **overrides):
+    extra = {
+        "data.datasets": [{"path": books_folder, "split": "train"}],
+        "data.validation_datasets": [{"path": books_folder, "split": "validation"}],
+        "tokenizer.name_or_path": tokenizer_dir,
+        "training.output_dir": str(output_dir),
+        "data.cache_dir": str(output_dir) + "-cache",
+        "data.preprocessing_num_workers": 1,
+    }
+    extra.update(overrides)
+    return load_recipe(PretrainRecipe, os.path.join(REPO, "configs", "pretrain", "books.yaml"), extra=extra)
+
+
+def test_validation_reads_the_held_out_books_and_training_never_does(books, tokenizer_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    recipe = books_recipe(books, tokenizer_dir, tmp_path / "run", **{"data.block_size": 256})
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    prepared = prepare_pretraining_data(recipe.data, tokenizer, seed=1)
+    train_text = [tokenizer.decode(ids) for ids in prepared["train"]["input_ids"]]
+    validation_text = [tokenizer.decode(ids) for ids in prepared["validation"]["input_ids"]]
+    assert not any(MARKER in text for text in train_text)
+    # Both held-out books, start to end (64 blocks of 256 hold both): their 4 markers, but for the last one when it
+    # falls in the packed tail of under 256 tokens, which no block holds.
+    assert sum(text.count(MARKER) for text in validation_text) >= 3
+    assert len(prepared["train"]) > 50 and all(len(ids) == 256 for ids in prepared["train"]["input_ids"])
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["map-style", "streaming"])
+def test_books_recipe_trains_at_the_models_n(books, tokenizer_dir, tmp_path, streaming):
+    """data.block_size null: blocks are the model's n long, so one override sets a run's length."""
+    summary = run_pretraining(
+        books_recipe(
+            books,
+            tokenizer_dir,
+            tmp_path / "run",
+            **{
+                "model.config.max_sequence_length": 128,
+                "model.config.projected_length": 32,
+                "data.streaming": streaming,
+                "data.max_eval_blocks": 4,
+                "training.max_steps": 2,
+                "training.warmup_steps": 1,
+                "training.per_device_train_batch_size": 2,
+                "training.eval_steps": 2,
+                "training.report_to": [],
+            },
+        ),
+        show_progress=False,
+    )
+    import json
+
+    with open(os.path.join(summary["final_dir"], "config.json")) as fh:
+        assert json.load(fh)["max_sequence_length"] == 128
+    assert summary["final_eval"]["perplexity"] > 1
+
+
+def _bookwiki_stand_ins(root, tokenizer_dir) -> None:
+    """Local folders named like the paper recipe's Hub names, in the Hub's layout: BookCorpus (a sentence a row),
+    Wikipedia's 20231101.en config (an article a row, in a config folder), and RoBERTa's tokenizer."""
+    real = _real_books(4)
+    sentences = [{"text": s.strip() + "."} for book in real[:2] for s in book["text"].split(".") if s.strip()]
+    write_hub_dataset(os.path.join(root, "bookcorpus", "bookcorpus"), {"train": [sentences]})
+    articles = [{"id": str(i), "url": "", "title": b["title"], "text": b["text"]} for i, b in enumerate(real[2:])]
+    write_hub_dataset(os.path.join(root, "wikimedia", "wikipedia"), {"train": [articles]}, config_name="20231101.en")
+    shutil.copytree(tokenizer_dir, os.path.join(root, "FacebookAI", "roberta-base"))
+
+
+@pytest.mark.parametrize("name", ["paper_bookwiki.yaml", "paper_bookwiki_roberta.yaml"])
+def test_the_paper_recipe_runs_through_local_stand_ins_for_its_hub_names(name, tokenizer_dir, tmp_path, monkeypatch):
+    """configs/pretrain/paper_bookwiki*.yaml as shipped (its data, tokenizer and optimiser), with only the model, the
+    length, the batch and the step count made small: reading both corpora by their Hub names works."""
+    _bookwiki_stand_ins(tmp_path, tokenizer_dir)
+    monkeypatch.chdir(tmp_path)
+    path = os.path.join(REPO, "configs", "pretrain", name)
+    model = (
+        {"model.config_file": TINY_MODEL}
+        if "roberta" not in name
+        else {
+            "model.config_file": None,
+            "model.config": {
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+                "max_position_embeddings": 66,
+            },
+        }
+    )
+    recipe = load_recipe(
+        PretrainRecipe,
+        path,
+        extra={
+            **model,
+            "data.block_size": 64,
+            "data.preprocessing_num_workers": 1,
+            "data.validation_split_percentage": 10,  # of a few hundred documents: the real corpora's 0.05% is empty
+            "data.max_eval_blocks": 4,
+            "data.cache_dir": str(tmp_path / "cache"),
+            "training.output_dir": str(tmp_path / "run"),
+            "training.per_device_train_batch_size": 2,
+            "training.gradient_accumulation_steps": 1,
+            "training.max_steps": 2,
+            "training.warmup_steps": 1,
+            "training.report_to": [],
+        },
+    )
+    summary = run_pretraining(recipe, show_progress=False)
+    assert os.path.isfile(os.path.join(summary["final_dir"], "config.json"))
+    assert summary["final_eval"]["perplexity"] > 1
+
+
+def _recipe_error(books_folder, tokenizer_dir, tmp_path, **overrides) -> str:
+    with pytest.raises(ConfigError) as err:
+        books_recipe(books_folder, tokenizer_dir, tmp_path / "run", **overrides)
+    return str(err.value)
+
+
+def test_a_missing_or_corrupt_shard_is_named_before_any_work(books, tokenizer_dir, tmp_path):
+    copy = shutil.copytree(books, tmp_path / "gutenberg")
+    os.remove(copy / "train-00001-of-00002.parquet")
+    message = _recipe_error(str(copy), tokenizer_dir, tmp_path)
+    assert "train-00001-of-00002.parquet" in message and "missing" in message
+
+    copy = shutil.copytree(books, tmp_path / "gutenberg2")
+    shard = copy / "train-00000-of-00002.parquet"
+    shard.write_bytes(shard.read_bytes()[:-100])  # cut short, as an interrupted download leaves it
+    message = _recipe_error(str(copy), tokenizer_dir, tmp_path)
+    assert "train-00000-of-00002.parquet" in message and "corrupt or truncated" in message
+    assert not os.path.exists(tmp_path / "run")  # nothing was claimed or written
+
+
+def test_a_wrong_split_column_or_folder_is_named(books, tokenizer_dir, tmp_path):
+    message = _recipe_error(
+        books, tokenizer_dir, tmp_path, **{"data.validation_datasets": [{"path": books, "split": "test"}]}
+    )
+    assert "no split 'test'" in message and "'train'" in message and "'validation'" in message
+    message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.text_column": "body"})
+    assert "no column 'body'" in message and "text" in message
+    message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.datasets": [{"path": "./no/such/folder"}]})
+    assert "./no/such/folder is not a folder" in message
+
+
+def test_both_local_files_and_datasets_is_refused(books, tokenizer_dir, tmp_path):
+    text = tmp_path / "a.txt"
+    text.write_text("one document\nanother document\n")
+    message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.train_files": [str(text)]})
+    assert "not both" in message
+
+
+def test_an_unreachable_hub_name_is_one_line_with_the_local_alternative(books, tokenizer_dir, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    monkeypatch.chdir(tmp_path)  # no local folder of that name
+    recipe = books_recipe(
+        books, tokenizer_dir, tmp_path / "run", **{"data.datasets": [{"path": "nobody/no-such-books"}]}
+    )
+    with pytest.raises(ConfigError, match="'nobody/no-such-books' cannot be reached on the Hub.*local folder"):
+        prepare_pretraining_data(recipe.data, AutoTokenizer.from_pretrained(tokenizer_dir), seed=1)
+
+
+def test_tokenising_in_pieces_gives_the_same_blocks_and_a_killed_run_goes_on_from_its_piece(
+    books, tokenizer_dir, tmp_path, monkeypatch
+):
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+
+    def prepare(cache_name):
+        recipe = books_recipe(books, tokenizer_dir, tmp_path / cache_name, **{"data.block_size": 128})
+        return prepare_pretraining_data(recipe.data, tokenizer, seed=1)
+
+    whole = prepare("whole")["train"]["input_ids"]
+    monkeypatch.setattr(pretraining_data, "PIECE_CHARACTERS", 2 * BOOK_CHARACTERS)  # 6 books: 3 pieces
+    in_pieces = prepare("pieces")["train"]["input_ids"]
+    assert in_pieces == whole
+
+    # A run killed while tokenising the third piece: the first two stay cached, and the next run reuses them.
+    real_map = Dataset.map
+
+    def killed_at_third_piece(self, *args, **kwargs):
+        if "piece 3 of 3" in (kwargs.get("desc") or ""):
+            raise KeyboardInterrupt
+        return real_map(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "map", killed_at_third_piece)
+    with pytest.raises(KeyboardInterrupt):
+        prepare("killed")
+    cache = str(tmp_path / "killed") + "-cache"
+    before = {
+        path: os.path.getmtime(path) for path in glob.glob(os.path.join(cache, "**", "cache-*.arrow"), recursive=True)
+    }
+    assert len(before) >= 2
+    monkeypatch.setattr(Dataset, "map", real_map)
+    assert prepare("killed")["train"]["input_ids"] == whole
+    after = glob.glob(os.path.join(cache, "**", "cache-*.arrow"), recursive=True)
+    assert all(os.path.getmtime(path) == mtime for path, mtime in before.items())  # not written again
+    fresh = glob.glob(os.path.join(str(tmp_path / "pieces") + "-cache", "**", "cache-*.arrow"), recursive=True)
+    assert len(after) == len(fresh)  # each piece tokenised once in all
+
+
+def test_long_documents_are_tokenised_a_few_at_a_time():
+    """A batch holds about 2M characters: a thousand lines of WikiText, a handful of books (a thousand books at once
+    held a whole corpus in memory)."""
+    assert pretraining_data.documents_per_batch(300.0, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 1000
+    assert pretraining_data.documents_per_batch(300_000.0, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 6
+    assert pretraining_data.documents_per_batch(5e7, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 1
+
+
+def test_a_tokenizer_trains_on_the_shards(books, tmp_path):
+    from transformers import AutoTokenizer
+
+    from linformer_hf.training.train_tokenizer import main
+
+    out = tmp_path / "tok"
+    assert main(["--dataset", books, "--split", "train", "--vocab_size", "600", "--output_dir", str(out)]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert len(tokenizer) == 600 and tokenizer.mask_token == "<mask>"
