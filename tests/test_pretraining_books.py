@@ -123,6 +123,8 @@ def test_books_recipe_trains_at_the_models_n(books, tokenizer_dir, tmp_path, str
 
     with open(os.path.join(summary["final_dir"], "config.json")) as fh:
         assert json.load(fh)["max_sequence_length"] == 128
+    with open(os.path.join(summary["final_dir"], "tokenizer_config.json")) as fh:
+        assert json.load(fh)["model_max_length"] == 128  # trained at 512: truncation follows the model's n
     assert summary["final_eval"]["perplexity"] > 1
 
 

@@ -451,6 +451,8 @@ def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
         final_tmp, is_main_process=accelerator.is_main_process, save_function=accelerator.save
     )
     if accelerator.is_main_process:
+        # Truncation with the saved tokenizer stops at the model's n, not at the length the tokenizer was trained for.
+        run.tokenizer.model_max_length = max_input_length(accelerator.unwrap_model(run.model).config)
         run.tokenizer.save_pretrained(final_tmp)
         write_json_atomic(os.path.join(final_tmp, "eval_results.json"), {"step": run.completed_steps, **metrics})
         publish_dir(final_tmp, final_dir)
