@@ -7,10 +7,9 @@ import glob
 import os
 import shutil
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from training_utils import DATA, REPO, TINY_MODEL
+from training_utils import DATA, REPO, TINY_MODEL, write_hub_dataset
 
 from linformer_hf.training import data as pretraining_data
 from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
@@ -29,25 +28,6 @@ def _real_books(count: int) -> list[dict]:
     rows = table.slice(0, count).to_pylist()
     assert len(rows) == count
     return [{**row, "text": row["text"][:BOOK_CHARACTERS]} for row in rows]
-
-
-def write_hub_dataset(folder, splits: dict[str, list[list[dict]]], config_name: str | None = None) -> str:
-    """A dataset repository's layout: ``{split}-0000i-of-0000n.parquet`` shards (under ``config_name/`` when given)
-    and a README whose YAML declares them, as the Hub serves them. Returns the folder."""
-    os.makedirs(folder, exist_ok=True)
-    where = os.path.join(folder, config_name) if config_name else folder
-    os.makedirs(where, exist_ok=True)
-    declared = []
-    for split, shards in splits.items():
-        for i, rows in enumerate(shards):
-            name = f"{split}-{i:05d}-of-{len(shards):05d}.parquet"
-            pq.write_table(pa.Table.from_pylist(rows), os.path.join(where, name))
-        prefix = f"{config_name}/" if config_name else ""
-        declared.append(f"  - split: {split}\n    path: {prefix}{split}-*.parquet")
-    with open(os.path.join(folder, "README.md"), "w") as fh:
-        fh.write(f"---\nconfigs:\n- config_name: {config_name or 'default'}\n  data_files:\n")
-        fh.write("\n".join(declared) + "\n---\n")
-    return str(folder)
 
 
 @pytest.fixture(scope="module")

@@ -111,3 +111,31 @@ def load_script(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def write_hub_dataset(folder, splits: dict, config_name: str | None = None, features=None) -> str:
+    """A dataset repository's layout, as the Hub serves one: ``{split}-0000i-of-0000n.parquet`` shards (under
+    ``config_name/`` when given) and a README whose YAML declares every config in the folder and its splits.
+    ``splits`` maps a split to its shards, each a list of rows (dicts); ``features`` (datasets.Features) types them,
+    e.g. a ClassLabel with the label names, kept in the parquet metadata as the Hub's files keep it. Call it once per
+    config of a multi-config dataset. Returns the folder, which ``load_dataset(folder, config_name)`` reads."""
+    import glob
+
+    from datasets import Dataset
+
+    where = os.path.join(folder, config_name) if config_name else str(folder)
+    os.makedirs(where, exist_ok=True)
+    for split, shards in splits.items():
+        for i, rows in enumerate(shards):
+            name = f"{split}-{i:05d}-of-{len(shards):05d}.parquet"
+            Dataset.from_list(rows, features=features).to_parquet(os.path.join(where, name))
+    entries = []
+    configs = [c for c in sorted(os.listdir(folder)) if os.path.isdir(os.path.join(folder, c))]
+    for config, prefix in [(c, f"{c}/") for c in configs] + [("default", "")]:
+        split_names = sorted({os.path.basename(f).split("-0")[0] for f in glob.glob(f"{folder}/{prefix}*.parquet")})
+        if split_names:
+            lines = [f"  - split: {split}\n    path: {prefix}{split}-*.parquet" for split in split_names]
+            entries.append(f"- config_name: {config}\n  data_files:\n" + "\n".join(lines))
+    with open(os.path.join(folder, "README.md"), "w") as fh:
+        fh.write("---\nconfigs:\n" + "\n".join(entries) + "\n---\n")
+    return str(folder)

@@ -1,0 +1,117 @@
+"""Every shipped fine-tuning recipe reads its task from the Hub by name (GLUE's sst2, qnli and qqp; IMDB): run here
+through local folders of the same names in the Hub's layout (parquet shards with the label names, a README declaring
+configs and splits) built from real rows of ../shared/data, as they run where the Hub is reachable."""
+
+import csv
+import glob
+import os
+
+import pytest
+from datasets import ClassLabel, Features, Value
+from training_utils import DATA, REPO, WIKITEXT, write_hub_dataset
+
+from linformer_hf.training.config import FinetuneRecipe, load_recipe
+from linformer_hf.training.finetuning import run_finetuning
+from linformer_hf.training.tasks import TASKS
+
+ROWS = 24  # of each split: enough for a batch and an evaluation
+
+
+def _tsv_rows(path, rows):
+    with open(path, encoding="utf-8") as fh:
+        reader = csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [{**row, "label": int(row["label"])} for _, row in zip(range(rows), reader)]
+
+
+def _imdb_rows(start, rows):
+    with open(os.path.join(DATA, "imdb", "train.csv"), encoding="utf-8") as fh:
+        all_rows = [{"text": r["text"], "label": int(r["label"])} for r in csv.DictReader(fh)]
+    return all_rows[start : start + rows]
+
+
+def _features(columns, names):
+    return Features({**{c: Value("string") for c in columns}, "label": ClassLabel(names=names)})
+
+
+@pytest.fixture(scope="module")
+def hub_stand_ins(tmp_path_factory):
+    """``glue`` (configs sst2, qnli, qqp) and ``imdb`` folders, named as the recipes name the Hub datasets."""
+    root = tmp_path_factory.mktemp("hub")
+    sst2 = _tsv_rows(os.path.join(DATA, "sst2", "train.tsv"), 2 * ROWS)
+    write_hub_dataset(
+        root / "glue",
+        {"train": [sst2[:ROWS]], "validation": [sst2[ROWS:]]},
+        "sst2",
+        _features(["sentence"], ["negative", "positive"]),
+    )
+    qnli = _tsv_rows(os.path.join(DATA, "qnli", "train.tsv"), 2 * ROWS)
+    write_hub_dataset(
+        root / "glue",
+        {"train": [qnli[:ROWS]], "validation": [qnli[ROWS:]]},
+        "qnli",
+        _features(["question", "sentence"], ["entailment", "not_entailment"]),
+    )
+    # QQP's columns and label names, over QNLI's question pairs (no QQP text is on this machine).
+    qqp = [{"question1": r["question"], "question2": r["sentence"], "label": r["label"]} for r in qnli]
+    write_hub_dataset(
+        root / "glue",
+        {"train": [qqp[:ROWS]], "validation": [qqp[ROWS:]]},
+        "qqp",
+        _features(["question1", "question2"], ["not_duplicate", "duplicate"]),
+    )
+    write_hub_dataset(
+        root / "imdb",
+        {"train": [_imdb_rows(0, ROWS)], "test": [_imdb_rows(1000, ROWS)]},
+        features=_features(["text"], ["neg", "pos"]),
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory):
+    import torch
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    out = tmp_path_factory.mktemp("pretrained")
+    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=256)
+    torch.manual_seed(0)
+    config = LinformerConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_sequence_length=256,
+        projected_length=32,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    LinformerForMaskedLM(config).save_pretrained(out)
+    return str(out)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(REPO, "configs", "finetune", "*.yaml"))), ids=os.path.basename
+)
+def test_each_finetune_recipe_reads_its_hub_dataset_by_name(path, hub_stand_ins, pretrained_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(hub_stand_ins)  # the Hub names resolve to the folders here, as load_dataset reads them
+    recipe = load_recipe(
+        FinetuneRecipe,
+        path,
+        extra={
+            "model.pretrained": pretrained_dir,
+            "training.output_dir": str(tmp_path / "run"),
+            "training.per_device_train_batch_size": 8,
+            "training.max_steps": 2,
+            "training.report_to": [],
+        },
+    )
+    task = TASKS[recipe.data.task]
+    assert recipe.data.train_file is None and task.hub["path"] in os.listdir(hub_stand_ins)  # the Hub path is taken
+    result = run_finetuning(recipe, show_progress=False)
+    assert result["steps"] == 2 and 0.0 <= result["best"]["accuracy"] <= 1.0
+    assert ("f1" in result["best"]) == task.with_f1
+    assert os.path.isfile(os.path.join(recipe.training.output_dir, "predictions_validation.tsv"))
