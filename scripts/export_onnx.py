@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Export a saved Linformer or Performer to ONNX (dynamic batch and sequence length, up to the model's longest input:
 n for Linformer) and quantise it to int8 for ONNX Runtime; see linformer_hf.onnx_export (a causal Performer is
-refused: no ONNX operator for its running maximum). Needs the `onnx` extra (pip install -e .[onnx]).
+refused: no ONNX operator for its running maximum). Needs the `onnx` extra: pip install "linformer-hf[onnx]" (from a
+checkout: pip install -e ".[onnx]").
 
 The output folder holds model.onnx and model_int8.onnx, each with its weights in a .data file beside it, and
 config.json; move or copy it whole. A non-empty output folder (an earlier export) is refused unless --overwrite.
@@ -16,7 +17,7 @@ import sys
 from linformer_hf import LINFORMER_HEADS, PERFORMER_HEADS
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.onnx_export import export_folder
-from linformer_hf.training.errors import report
+from linformer_hf.training.errors import USER_ERRORS, report
 
 
 def main(argv=None):
@@ -41,7 +42,7 @@ def main(argv=None):
         paths = export_folder(
             args.model_dir, args.output_dir, head=args.head, int8=not args.no_int8, overwrite=args.overwrite
         )
-    except (OSError, ValueError) as err:
+    except (*USER_ERRORS, OSError, ValueError) as err:  # a missing onnx extra included
         return report(err)
     for precision, path in paths.items():
         print(f"{precision}: {path}")

@@ -1,19 +1,31 @@
 #!/usr/bin/env python
-"""Load a pretrained model dir with AutoModelForMaskedLM, print its validation perplexity and fill-mask predictions.
+"""Show what a saved model folder does: for a masked-LM (a pretraining output) its validation perplexity and fill-mask
+predictions; for a sequence classifier (a fine-tuning output) its predicted labels.
+
+The head is the one the folder was saved as (config.json's `architectures`). Guesses from a head the folder has no
+trained weights for are refused (a classifier or a bare encoder loaded as a masked LM would fill masks from random
+weights), as is a truncated or corrupt weights file: one `error:` line, naming the folder's head or the file.
 
 python scripts/show_model.py outputs/demo/pretrain/final --text "Returns a <mask> of the values."
+python scripts/show_model.py outputs/sst2/best --text "a gripping , funny film"
 """
 
 import json
 import os
 import sys
 
-from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
 from linformer_hf.cli import ArgumentParser
+from linformer_hf.loading import check_weight_files
 from linformer_hf.training.config import ConfigError
 from linformer_hf.training.errors import USER_ERRORS, positive_int, report
+
+# How the heads shown here end their class names (BertForPreTraining's MLM head loads into BertForMaskedLM).
+MASKED_LM_HEADS = ("ForMaskedLM", "ForPreTraining")
+CLASSIFIER_HEADS = ("ForSequenceClassification",)
+CLASSIFIER_TEXTS = ["a gripping , funny and moving film", "the plot is thin and the acting is flat"]
 
 
 def main(argv=None):
@@ -23,7 +35,7 @@ def main(argv=None):
         "--text",
         action="append",
         default=None,
-        help="text with <mask> (repeatable); default: two sentences in the style of the docs corpus",
+        help="text with <mask> for a masked LM, any text for a classifier (repeatable); default: two sentences",
     )
     parser.add_argument("--top_k", type=positive_int, default=5)
     args = parser.parse_args(argv)
@@ -40,17 +52,29 @@ def show(args):
             f"{args.model_dir} is not a saved model folder (no config.json): give the directory written by "
             "pretraining, e.g. outputs/demo/pretrain/final."
         )
-    model = AutoModelForMaskedLM.from_pretrained(args.model_dir)
+    check_weight_files(args.model_dir)  # a truncated or corrupt safetensors file, named, before transformers reads it
+    head = (AutoConfig.from_pretrained(args.model_dir).architectures or [None])[0]
+    if head is not None and head.endswith(CLASSIFIER_HEADS):
+        return show_classifier(args, head)
+    if head is not None and not head.endswith(MASKED_LM_HEADS):
+        raise ConfigError(
+            f"{args.model_dir} holds a {head} (config.json's architectures), which has no trained masked-LM head: "
+            "fill-mask guesses would come from random weights. Give a pretrained masked-LM folder (e.g. "
+            "outputs/demo/pretrain/final) or a fine-tuned classifier."
+        )
+    model, loading = AutoModelForMaskedLM.from_pretrained(args.model_dir, output_loading_info=True)
+    untrained = sorted(key for key in loading["missing_keys"] if not key.startswith(model.base_model_prefix + "."))
+    if untrained:  # e.g. a folder whose config names no head: the weights say whether an LM head was saved
+        raise ConfigError(
+            f"{args.model_dir} has no trained masked-LM head (no weights for {', '.join(untrained[:3])}"
+            f"{', ...' if len(untrained) > 3 else ''}): fill-mask guesses would come from random weights. Give a "
+            "pretrained masked-LM folder (e.g. outputs/demo/pretrain/final)."
+        )
     tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
     no_mask = [text for text in args.text or [] if "<mask>" not in text and tokenizer.mask_token not in text]
     if no_mask:
         raise ConfigError(f"--text {no_mask[0]!r} has no <mask>: put <mask> where the model should fill in a word.")
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"loaded {type(model).__name__} from {args.model_dir}: {n_params / 1e6:.2f} M parameters, "
-        f"n = {getattr(model.config, 'max_sequence_length', None)}, "
-        f"k = {getattr(model.config, 'projected_length', None)}"
-    )
+    describe(model, args.model_dir, head)
     results = os.path.join(args.model_dir, "eval_results.json")
     if os.path.isfile(results):
         with open(results) as fh:
@@ -75,6 +99,30 @@ def show(args):
         print(f"fill-mask: {text}")
         for p in preds:
             print(f"    {p['score']:.3f}  {p['token_str'].strip()!r}")
+
+
+def show_classifier(args, head: str):
+    """A classifier's label scores for each text (a classifier has no LM head: no fill-mask guesses)."""
+    model = AutoModelForSequenceClassification.from_pretrained(args.model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
+    describe(model, args.model_dir, head)
+    print("a classifier has no masked-LM head, so no fill-mask guesses: its predicted labels instead")
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer, top_k=None)
+    for text in args.text or CLASSIFIER_TEXTS:
+        scores = classify([text])[0]
+        print(f"classify: {text}")
+        for score in scores:
+            print(f"    {score['score']:.3f}  {score['label']}")
+
+
+def describe(model, model_dir: str, head: str | None):
+    n_params = sum(p.numel() for p in model.parameters())
+    saved_as = f"saved as {head}" if head else "config.json names no head"
+    print(
+        f"loaded {type(model).__name__} from {model_dir} ({saved_as}): {n_params / 1e6:.2f} M parameters, "
+        f"n = {getattr(model.config, 'max_sequence_length', None)}, "
+        f"k = {getattr(model.config, 'projected_length', None)}"
+    )
 
 
 if __name__ == "__main__":

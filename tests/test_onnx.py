@@ -11,8 +11,10 @@ import shutil
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import random_batch, randomize_projections, tiny_config
-from transformers import RobertaConfig, RobertaModel
+import transformers
+from conftest import SHARED_DATA, random_batch, randomize_projections, tiny_config
+from tiny_bert import build_wordpiece_tokenizer, randomize_all, tiny_bert_config
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, RobertaConfig, RobertaModel
 
 from linformer_hf import (
     LinformerForMultipleChoice,
@@ -22,6 +24,7 @@ from linformer_hf import (
     PerformerForCausalLM,
     PerformerForSequenceClassification,
 )
+from linformer_hf.conversion import convert_checkpoint
 from linformer_hf.loading import load_linformer
 from linformer_hf.onnx_export import (
     INT8_FILE,
@@ -73,8 +76,9 @@ def load_script():
 
 @pytest.fixture(scope="module")
 def encoder_export(tmp_path_factory):
-    """A bare LinformerModel exported through the library call."""
-    model = tiny_model(LinformerModel)
+    """A bare LinformerModel with one segment (type_vocab_size 1, as roberta-base) exported through the library call:
+    its graph takes no token_type_ids."""
+    model = tiny_model(LinformerModel, type_vocab_size=1)
     path = str(tmp_path_factory.mktemp("encoder") / ONNX_FILE)
     export_onnx(model, path)
     return model, onnx_session(path), path
@@ -128,6 +132,111 @@ def test_classifier_matches_pytorch_on_padded_batches(export, batch_size, seq_le
     with torch.no_grad():
         expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
     torch.testing.assert_close(run_onnx(session, input_ids, attention_mask)["logits"], expected, atol=1e-4, rtol=0)
+
+
+QNLI = os.path.join(SHARED_DATA, "qnli", "train.tsv")
+
+
+def qnli_pairs(rows: int = 200) -> tuple[list[str], list[str]]:
+    """Real (question, sentence) pairs of the QNLI file: the five shortest of its first `rows` (shorter than n = 64
+    tokens, so padded in a batch) and the first one (longer: truncated to n)."""
+    with open(QNLI, encoding="utf-8") as fh:
+        pairs = [line.rstrip("\n").split("\t")[:2] for _, line in zip(range(rows + 1), fh)][1:]
+    chosen = [pairs[0], *sorted(pairs, key=lambda pair: len(pair[0]) + len(pair[1]))[:5]]
+    return [pair[0] for pair in chosen], [pair[1] for pair in chosen]
+
+
+@pytest.fixture(scope="module", params=["linformer", "performer"])
+def bert_pair_classifier_export(request, tmp_path_factory):
+    """A BERT sentence-pair classifier (two segments: type_vocab_size 2) converted to each family with its WordPiece
+    tokenizer, then exported through the script: the model a user fine-tunes on QNLI and deploys."""
+    root = tmp_path_factory.mktemp(f"bert_pairs_{request.param}")
+    tokenizer = build_wordpiece_tokenizer(str(root / "wordpiece"))
+    bert = transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2)).eval()
+    randomize_all(bert, seed=3)
+    bert.save_pretrained(root / "bert")
+    tokenizer.save_pretrained(root / "bert")
+    options = {"projected_length": 8} if request.param == "linformer" else {"num_random_features": 16}
+    convert_checkpoint(str(root / "bert"), str(root / "model"), target=request.param, max_sequence_length=64, **options)
+    output_dir = str(root / "onnx")
+    assert load_script().main([str(root / "model"), output_dir]) == 0
+    model = AutoModelForSequenceClassification.from_pretrained(str(root / "model")).eval()
+    return model, AutoTokenizer.from_pretrained(str(root / "model")), output_dir
+
+
+@pytest.mark.parametrize("precision", [ONNX_FILE, INT8_FILE])
+def test_a_pair_classifier_exports_its_token_types(bert_pair_classifier_export, precision):
+    """Real QNLI pairs through the model's own BERT tokenizer (token_type_ids 1 on the second text, right padding):
+    the graph takes token_type_ids and computes what PyTorch computes with them, fp32 to 1e-4, int8 close."""
+    model, tokenizer, output_dir = bert_pair_classifier_export
+    assert model.config.type_vocab_size == 2
+    session = onnx_session(os.path.join(output_dir, precision))
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "token_type_ids"]
+    batch = tokenizer(*qnli_pairs(), truncation=True, padding=True, return_tensors="pt")  # to n = 64
+    assert batch["token_type_ids"].any() and not batch["attention_mask"].all()  # two segments, and padding
+    with torch.no_grad():
+        expected = model(**batch).logits
+        without_types = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    # The token types matter to this model: a graph that dropped them would be caught.
+    assert (without_types - expected).abs().max() > 1e-2
+    got = run_onnx(session, **batch)["logits"]
+    if precision == ONNX_FILE:
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+        # Not given, the types are zeros in the graph as in the PyTorch forward.
+        alone = run_onnx(session, batch["input_ids"], batch["attention_mask"])["logits"]
+        torch.testing.assert_close(alone, without_types, atol=1e-4, rtol=0)
+    else:
+        assert F.cosine_similarity(got.flatten(), expected.flatten(), dim=0) >= 0.99
+        assert (got - expected).abs().max() < (without_types - expected).abs().max()
+
+
+def test_a_one_segment_graph_refuses_token_types_it_cannot_read(encoder_export):
+    """A RoBERTa-style model (type_vocab_size 1) takes no token_type_ids; all-zero ones (what a BERT-style tokenizer
+    gives for single texts) change nothing, any 1 is refused as the PyTorch forward refuses it."""
+    model, session, _ = encoder_export
+    assert model.config.type_vocab_size == 1
+    input_ids, attention_mask = right_padded(2, 9, [9, 4])
+    zeros = run_onnx(session, input_ids, attention_mask, token_type_ids=torch.zeros_like(input_ids))
+    torch.testing.assert_close(
+        zeros["last_hidden_state"], run_onnx(session, input_ids, attention_mask)["last_hidden_state"]
+    )
+    with pytest.raises(ValueError, match="one segment .*takes no token_type_ids"):
+        run_onnx(session, input_ids, attention_mask, token_type_ids=torch.ones_like(input_ids))
+
+
+HIDE_MODULE = """
+import importlib.machinery, runpy, sys
+class Hidden(importlib.machinery.PathFinder):  # finds every installed module but one: as if it were not installed
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.split(".")[0] == {module!r}:
+            return None
+        return super().find_spec(name, path, target)
+sys.meta_path = [Hidden if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path]
+sys.argv = {argv!r}
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("module,args", [("onnxscript", []), ("onnxruntime", []), ("onnxruntime", ["--no_int8"])])
+def test_without_the_onnx_extra_the_script_names_the_pip_install_before_any_work(tmp_path, module, args):
+    """torch's exporter imports onnxscript half-way through the export; the int8 step imports onnxruntime. Without
+    them the script says, on one line, which extra to install, and writes nothing. fp32 only needs no onnxruntime."""
+    from training_utils import run_script
+
+    model_dir, output_dir = tmp_path / "model", tmp_path / "onnx"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    argv = [SCRIPT, str(model_dir), str(output_dir), *args]
+    result = run_script(["-c", HIDE_MODULE.format(module=module, argv=argv)])
+    if module == "onnxruntime" and args:
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert os.path.isfile(output_dir / ONNX_FILE)
+        return
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    assert module in lines[0] and 'pip install "linformer-hf[onnx]"' in lines[0]
+    assert not output_dir.exists()
 
 
 def test_pooled_projection_and_chunked_feed_forward_export_for_every_length(tmp_path):

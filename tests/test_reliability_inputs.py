@@ -607,8 +607,17 @@ def test_show_model_errors_are_error_lines(encoder_dir, tmp_path, capsys):
     without <mask> a pipeline traceback."""
     line = run_main("show_model", [str(tmp_path / "no_such_run")], capsys)
     assert "no_such_run is not a saved model folder (no config.json)" in line
-    line = run_main("show_model", [encoder_dir, "--text", "no mask here"], capsys)
+    from tiny_roberta import tiny_roberta_config
+    from transformers import AutoTokenizer, RobertaForMaskedLM
+
+    tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
+    RobertaForMaskedLM(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "masked_lm")
+    tokenizer.save_pretrained(tmp_path / "masked_lm")
+    line = run_main("show_model", [str(tmp_path / "masked_lm"), "--text", "no mask here"], capsys)
     assert "has no <mask>" in line
+    # A bare encoder has no masked-LM head to fill the mask with (tests/test_show_model.py has the cases).
+    line = run_main("show_model", [encoder_dir, "--text", "a <mask> here"], capsys)
+    assert "holds a RobertaModel" in line and "no trained masked-LM head" in line
 
 
 def test_push_to_hub_overwrite_never_deletes_its_own_model(encoder_dir, tmp_path, capsys):

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 from training_utils import (
+    DATA,
     IMDB,
     REPO,
     SST2_DEV,
@@ -22,8 +23,9 @@ from training_utils import (
 )
 
 from linformer_hf.training.config import FinetuneRecipe, load_recipe
-from linformer_hf.training.finetuning import run_finetuning
+from linformer_hf.training.finetuning import label_names, run_finetuning
 from linformer_hf.training.metrics import classification_metrics, collapsed_classifier
+from linformer_hf.training.tasks import TASKS, Task
 
 
 @pytest.fixture(scope="module")
@@ -209,6 +211,53 @@ def test_pairs_qqp_layout_report_accuracy_and_f1_with_two_processes(pretrained_d
     expected = classification_metrics(preds, labels, with_f1=True)
     assert result["best"]["accuracy"] == pytest.approx(expected["accuracy"])
     assert result["best"]["f1"] == pytest.approx(expected["f1"])
+
+
+def qnli_head(path, rows: int) -> str:
+    """The header and the first `rows` pairs of the local QNLI file (labels by index: 0 entailment)."""
+    with open(os.path.join(DATA, "qnli", "train.tsv"), encoding="utf-8") as fh:
+        lines = [line for _, line in zip(range(rows + 1), fh)]
+    path.write_text("".join(lines), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "task,make_file,names",
+    [("sst2", sst2_head, ["negative", "positive"]), ("qnli", qnli_head, ["entailment", "not_entailment"])],
+)
+def test_a_fine_tuned_classifier_is_saved_with_its_label_names(pretrained_dir, tmp_path, task, make_file, names):
+    """Local files hold the classes by index; the saved model carries the task's names, so a pipeline answers
+    "positive" or "not_entailment" rather than LABEL_1. One update and a few rows: only the names are checked."""
+    from transformers import AutoConfig, pipeline
+
+    train = make_file(tmp_path / "train.tsv", 16)
+    settings = {"data.task": task, "data.validation_file": train, "training.max_steps": 1}
+    settings["training.per_device_train_batch_size"] = 8
+    out = tmp_path / "out"
+    recipe = load_recipe(FinetuneRecipe, None, extra=tiny_finetune_overrides(pretrained_dir, train, out, settings))
+    run_finetuning(recipe, show_progress=False)
+    config = AutoConfig.from_pretrained(out / "best")
+    assert config.id2label == dict(enumerate(names))
+    assert config.label2id == {name: i for i, name in enumerate(names)}
+    classify = pipeline("text-classification", model=str(out / "best"), top_k=None)
+    text = "a gripping , funny film" if task == "sst2" else {"text": "Who wrote it?", "text_pair": "It was written."}
+    assert sorted(score["label"] for score in classify([text])[0]) == sorted(names)
+
+
+def test_label_names_come_from_the_data_then_the_task_then_the_indices():
+    """A Hub data set's ClassLabel names its classes; a local file's integer column takes the task's names; a task
+    with none keeps the indices."""
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    hub = Dataset.from_dict(
+        {"sentence": ["a", "b"], "label": [0, 1]},
+        features=Features({"sentence": Value("string"), "label": ClassLabel(names=["bad", "good"])}),
+    )
+    local = Dataset.from_dict({"sentence": ["a", "b"], "label": [0, 1]})
+    assert label_names(hub, TASKS["sst2"]) == ["bad", "good"]
+    assert label_names(local, TASKS["sst2"]) == ["negative", "positive"]
+    assert label_names(local, TASKS["imdb"]) == ["neg", "pos"]
+    assert label_names(local, Task(("sentence",), None, "train", "validation", num_labels=3)) == ["0", "1", "2"]
 
 
 def test_metrics_match_definitions():

@@ -7,12 +7,14 @@ transformers 5 (setup.cfg); `optimum-cli export onnx` therefore cannot run besid
 Every head of both families exports except a causal Performer (`is_decoder`, `PerformerForCausalLM`): its prefix sums
 take a running maximum (`torch.cummax`), which has no ONNX operator, so it is refused before any work.
 
-The exported graph takes `input_ids` and `attention_mask` (int64, (batch, L), 1 = token, 0 = padding; for the
-multiple-choice head (batch, choices, L)), with batch and L dynamic for any L up to the model's longest input (n for
-Linformer): one file serves every batch shape. The mask is a real graph input and is applied as in PyTorch (Linformer:
-padding is zeroed before E, F compress the sequence and compressed slots that no token reaches are masked out;
-Performer: padded keys take no part in the feature sums). Outputs are the head's ModelOutput fields
-(`last_hidden_state` and `pooler_output` for LinformerModel, `logits` for the classification heads, ...).
+The exported graph takes every input the model reads (`input_names`): `input_ids` and `attention_mask` (int64, (batch,
+L), 1 = token, 0 = padding; for the multiple-choice head (batch, choices, L)), and `token_type_ids` (same shape) for a
+model with two segments (`type_vocab_size` > 1: a conversion from BERT, and the config default of 2; roberta-base has
+1), with batch and L dynamic for any L up to the model's longest input (n for Linformer): one file serves every batch
+shape. The mask is a real graph input and is applied as in PyTorch (Linformer: padding is zeroed before E, F compress
+the sequence and compressed slots that no token reaches are masked out; Performer: padded keys take no part in the
+feature sums). Outputs are the head's ModelOutput fields (`last_hidden_state` and `pooler_output` for LinformerModel,
+`logits` for the classification heads, ...).
 
 The forward's value check of the mask (only 0 and 1) is data-dependent, so it is skipped inside the exported graph
 (see `check_padding_mask`); ONNX Runtime callers must pass the 0/1 mask tokenizers return. Its shape and length
@@ -32,12 +34,14 @@ export (and every test) runs. ONNX Runtime loads both layouts alike from a path.
 relative to the graph, so a folder stays valid when moved or copied whole; `onnx_session` names a data file that
 did not come along.
 
-Needs the `onnx` extra: `pip install linformer-hf[onnx]` (onnx, onnxruntime, onnxscript).
+Needs the `onnx` extra: `pip install "linformer-hf[onnx]"` (onnx, onnxscript; onnxruntime for int8 and inference),
+checked before any work (`check_onnx_extra`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import os
 
@@ -53,17 +57,43 @@ from .models.modeling_roberta_with_attention import (
 )
 from .outputs import check_output_dir
 from .registration import FAMILIES
+from .training.errors import MissingExtra
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 CONFIG_FILE = "config.json"
-INPUT_NAMES = ("input_ids", "attention_mask")
 # ModelOutput fields that are not inference outputs: the loss needs labels, the captured states are optional.
 NOT_EXPORTED = ("loss", "hidden_states", "attentions")
+# What the export itself imports (torch's exporter: onnx and onnxscript), and the int8 quantiser and the sessions.
+EXPORT_MODULES = ("onnx", "onnxscript")
+RUNTIME_MODULES = ("onnxruntime",)
 
 
-def example_inputs(model: RobertaWithAttentionPreTrainedModel, batch_size: int = 2, seq_len: int | None = None):
-    """(input_ids, attention_mask) to trace with; the second row right-padded, so the traced path sees padding.
+def check_onnx_extra(modules: tuple[str, ...] = EXPORT_MODULES + RUNTIME_MODULES) -> None:
+    """Refuse, before any work, an install without the `onnx` extra, naming the command that adds it (torch's exporter
+    would fail half-way with "No module named 'onnxscript'")."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise MissingExtra(
+                f"ONNX export and inference need the onnx extra ({', '.join(EXPORT_MODULES + RUNTIME_MODULES)}), "
+                f'but {module} cannot be imported ({err}): pip install "linformer-hf[onnx]" (from a checkout: '
+                'pip install -e ".[onnx]").'
+            ) from None
+
+
+def input_names(config) -> list[str]:
+    """The graph's inputs: every input the model reads. `token_type_ids` only for two or more segments (BERT's
+    type_vocab_size 2): with one segment every id is 0, the forward's default, so the graph needs no input for it."""
+    return ["input_ids", "attention_mask"] + (["token_type_ids"] if config.type_vocab_size > 1 else [])
+
+
+def example_inputs(
+    model: RobertaWithAttentionPreTrainedModel, batch_size: int = 2, seq_len: int | None = None
+) -> dict[str, torch.Tensor]:
+    """The inputs to trace with, by name (`input_names`): the second row right-padded, so the traced path sees
+    padding, and with two segments a second text from the middle on (token type 1, padding 0, as BERT tokenizers give).
 
     Any sizes work (the exported axes are dynamic); a length below the longest keeps the traced example general.
     """
@@ -75,19 +105,26 @@ def example_inputs(model: RobertaWithAttentionPreTrainedModel, batch_size: int =
     attention_mask = torch.ones(shape, dtype=torch.long)
     attention_mask[1, ..., seq_len // 2 :] = 0
     input_ids = input_ids.masked_fill(attention_mask == 0, model.config.pad_token_id)
-    return input_ids, attention_mask
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if "token_type_ids" in input_names(model.config):
+        second_text = (torch.arange(seq_len) >= seq_len // 4).long().expand(shape)
+        inputs["token_type_ids"] = second_text * attention_mask
+    return inputs
 
 
 class _OnnxWrapper(torch.nn.Module):
-    """The head called with (input_ids, attention_mask) and returning its output fields as a tuple."""
+    """The head called with the inputs of `input_names` (token_type_ids None: the one-segment forward's default) and
+    returning its output fields as a tuple."""
 
     def __init__(self, model: RobertaWithAttentionPreTrainedModel, output_names: list[str]):
         super().__init__()
         self.model = model
         self.output_names = output_names
 
-    def forward(self, input_ids, attention_mask):
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+    def forward(self, input_ids, attention_mask, token_type_ids=None):
+        outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True
+        )
         return tuple(outputs[name] for name in self.output_names)
 
 
@@ -106,17 +143,19 @@ def export_onnx(model: RobertaWithAttentionPreTrainedModel, path: str, opset_ver
     """Write `model` (any Linformer head, any bidirectional Performer head) as an ONNX graph with dynamic batch and
     sequence axes; return its output names."""
     check_exportable(model)
+    check_onnx_extra(EXPORT_MODULES)
     model = model.eval()
-    input_ids, attention_mask = example_inputs(model)
+    inputs = example_inputs(model)
     # Unchunked here too: the short example length need not be a multiple of the model's feed-forward chunk.
     with torch.no_grad(), feed_forward_unchunked(model):
-        outputs = model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
+        outputs = model(**inputs, return_dict=True)
     output_names = [name for name in outputs.keys() if name not in NOT_EXPORTED]
 
     batch = torch.export.Dim("batch")
     # L <= the longest input (n for Linformer): the bound keeps the traced length check (and the slice of E's first L
     # columns) valid for every L.
     sequence = torch.export.Dim("sequence", max=max_input_length(model.config))
+    input_ids = inputs["input_ids"]
     axes = {0: batch, input_ids.dim() - 1: sequence}
     if input_ids.dim() == 3:
         axes[1] = torch.export.Dim("num_choices")
@@ -124,11 +163,11 @@ def export_onnx(model: RobertaWithAttentionPreTrainedModel, path: str, opset_ver
     with feed_forward_unchunked(model):
         torch.onnx.export(
             _OnnxWrapper(model, output_names).eval(),
-            (input_ids, attention_mask),
+            tuple(inputs.values()),
             path,
-            input_names=list(INPUT_NAMES),
+            input_names=list(inputs),
             output_names=output_names,
-            dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+            dynamic_shapes={name: axes for name in inputs},  # every input has the shape of input_ids
             opset_version=opset_version,
             dynamo=True,
             external_data=True,  # weights in `<file>.data` beside the graph, for every size: see the module docstring
@@ -161,6 +200,7 @@ def quantize_int8(onnx_path: str, int8_path: str) -> str:
     The input may hold its weights in external data (it is read from its path, data files beside it); the output
     writes its weights to `<int8_path>.data` (see the module docstring).
     """
+    check_onnx_extra(("onnx", *RUNTIME_MODULES))
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     check_data_files(onnx_path)
@@ -226,6 +266,7 @@ def export_folder(
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
     check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
+    check_onnx_extra(EXPORT_MODULES + (RUNTIME_MODULES if int8 else ()))
     model = load_model(model_dir, head)  # checks model_dir before output_dir is touched
     check_exportable(model)
     if overwrite:
@@ -269,14 +310,31 @@ def config_files(config_class: type = LinformerConfig) -> list[str]:
 
 def onnx_session(path: str):
     """An ONNX Runtime CPU session for an exported file; its data files are read from beside it."""
+    check_onnx_extra(("onnx", *RUNTIME_MODULES))
     import onnxruntime
 
     check_data_files(path)  # a clear error for a graph moved without its weights (ONNX Runtime's is not)
     return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
 
-def run_onnx(session, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Run an exported graph on int64 inputs; outputs by name, as tensors."""
-    feeds = {"input_ids": input_ids.long().numpy(), "attention_mask": attention_mask.long().numpy()}
+def run_onnx(
+    session, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Run an exported graph on int64 inputs (e.g. `run_onnx(session, **tokenizer(..., return_tensors="pt"))`);
+    outputs by name, as tensors.
+
+    `token_type_ids` as the PyTorch model takes them: a graph of a two-segment model reads them (zeros when not given,
+    the forward's default); a one-segment graph has no such input, and only all-zero types may be given to it.
+    """
+    feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+    takes = [graph_input.name for graph_input in session.get_inputs()]
+    if "token_type_ids" in takes:
+        feeds["token_type_ids"] = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+    elif token_type_ids is not None and token_type_ids.any():
+        raise ValueError(
+            "token_type_ids holds 1 or more, but this graph's model has one segment (type_vocab_size 1) and takes "
+            "no token_type_ids: give the inputs of the tokenizer saved with the model."
+        )
+    feeds = {name: value.long().numpy() for name, value in feeds.items()}
     names = [output.name for output in session.get_outputs()]
     return {name: torch.from_numpy(value) for name, value in zip(names, session.run(names, feeds))}

@@ -25,13 +25,17 @@ class TrainingDiverged(Exception):
     """The loss or gradients stayed non-finite (or spiked): the run stopped without saving its current state."""
 
 
+class MissingExtra(ImportError):
+    """An optional dependency is not installed; the message names the `pip install` command of its extra."""
+
+
 class Preempted(Exception):
     """The run was asked to stop (SIGTERM / SIGINT) and wrote a checkpoint to resume from; the message says which."""
 
 
 # The exceptions that mean "your input is wrong" (the message says what and how to fix it), not "the code is wrong";
-# a diverged run is one: its message says what to change.
-USER_ERRORS = (ConfigError, StrictDataclassError, TrainingDiverged)
+# a diverged run is one: its message says what to change, and a missing extra says what to install.
+USER_ERRORS = (ConfigError, StrictDataclassError, TrainingDiverged, MissingExtra)
 
 
 def one_line(err: BaseException) -> str:

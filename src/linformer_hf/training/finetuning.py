@@ -115,6 +115,16 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
     return splits
 
 
+def label_names(ds, task: Task) -> list[str]:
+    """The names of classes 0..num_labels-1 that the model is saved with (`id2label`), so that a pipeline says
+    "positive", not "LABEL_1": the data set's own (a ClassLabel column, as the Hub's GLUE and IMDB have), else the
+    task's (`Task.label_names`: a local file holds its classes by index), else the indices themselves ("0", "1")."""
+    names = getattr(ds.features.get(task.label_column), "names", None)
+    if names is None or len(names) != task.num_labels:
+        names = task.label_names or [str(i) for i in range(task.num_labels)]
+    return [str(name) for name in names]
+
+
 def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc=None) -> dict:
     """Each split tokenised to at most `max_length` tokens. Examples that are longer are cut (for pairs, the longer
     text first, as the tokenizer's `longest_first`), and how many were cut is reported, split by split."""
@@ -249,7 +259,9 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     unknown = sorted(set(mcfg.config) - set(config.to_dict()))
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
-    for k, v in mcfg.config.items():
+    names = label_names(splits["train"], task)
+    config.id2label, config.label2id = dict(enumerate(names)), {name: i for i, name in enumerate(names)}
+    for k, v in mcfg.config.items():  # after the names: model.config.id2label / label2id in the recipe win
         setattr(config, k, v)
     check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
     n = max_input_length(config)
