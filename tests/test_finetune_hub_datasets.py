@@ -115,3 +115,14 @@ def test_each_finetune_recipe_reads_its_hub_dataset_by_name(path, hub_stand_ins,
     assert result["steps"] == 2 and 0.0 <= result["best"]["accuracy"] <= 1.0
     assert ("f1" in result["best"]) == task.with_f1
     assert os.path.isfile(os.path.join(recipe.training.output_dir, "predictions_validation.tsv"))
+    from transformers import AutoConfig
+
+    names = load_dataset_names(hub_stand_ins, task)
+    assert AutoConfig.from_pretrained(result["best_dir"]).id2label == dict(enumerate(names))  # the Hub's label names
+
+
+def load_dataset_names(root, task) -> list[str]:
+    from datasets import load_dataset_builder
+
+    builder = load_dataset_builder(os.path.join(root, task.hub["path"]), task.hub.get("name"))
+    return builder.info.features["label"].names if builder.info.features else []
