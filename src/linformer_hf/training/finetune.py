@@ -16,7 +16,7 @@ import sys
 
 from ..cli import ArgumentParser
 from .config import FinetuneRecipe, load_recipe
-from .errors import USER_ERRORS, report
+from .errors import USER_ERRORS, Preempted, report, report_preempted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         run_finetuning(recipe, show_progress=not args.no_progress)
     except USER_ERRORS as err:
         return report(err)
+    except Preempted as err:  # SIGTERM / SIGINT: a checkpoint was written, the exit status says "resume me"
+        return report_preempted(err)
     return 0
 
 

@@ -30,8 +30,8 @@ import shutil
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
-from .errors import TrainingDiverged
-from .guards import check_weights_finite, divergence_callback, resume_hint
+from .errors import Preempted, TrainingDiverged
+from .guards import StopSignal, check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics, collapsed_classifier
 from .tasks import TASKS, Task
 from .validation import (
@@ -202,7 +202,19 @@ def evaluations(log_history: list[dict], task: Task) -> list[dict]:
 
 
 def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
-    """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test."""
+    """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test.
+
+    Raises `TrainingDiverged` when the divergence guard stops the run, and `Preempted` after SIGTERM / SIGINT (the
+    current update finished and a checkpoint written), as pretraining does.
+    """
+    stop = StopSignal().install()  # from the start: a signal during setup stops the run after its first update
+    try:
+        return _run_finetuning(recipe, show_progress, stop)
+    finally:
+        stop.restore()
+
+
+def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSignal) -> dict:
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
@@ -299,6 +311,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else []),
         **extra,
     )
+    stopping = stop_signal_callback(stop, trainer.accelerator)
+    trainer.add_callback(stopping)
     warn_if_mixed_precision_ignored(trainer.accelerator)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -308,6 +322,15 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             lock.release()
         raise
     max_steps = trainer.state.max_steps
+    if stopping.stopped_at is not None:  # SIGTERM / SIGINT: the Trainer saved checkpoint-<step> on the way out
+        finish_trainer(trainer)
+        if lock is not None:
+            lock.release()
+        path = os.path.join(tcfg.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{stopping.stopped_at}")
+        raise Preempted(
+            f"{stop.name} received: stopped after update {stopping.stopped_at} of {max_steps} with checkpoint {path}. "
+            "Resume with --resume_from_checkpoint latest."
+        )
     if tcfg.stop_after_steps and trainer.state.global_step < max_steps:  # stopped on purpose, a checkpoint kept
         print(
             f"Stopped at update {trainer.state.global_step} of {max_steps}; continue with "
@@ -422,6 +445,29 @@ def stop_after_steps_callback(steps: int):
             return control
 
     return StopAfterSteps()
+
+
+def stop_signal_callback(stop: StopSignal, accelerator):
+    """A `TrainerCallback` that ends training after the update during which SIGTERM / SIGINT came (`StopSignal`,
+    agreed over all processes), with a checkpoint; `stopped_at` then holds that update.
+
+    A signal during the last update is left to the end of the run: the run has no update left to lose, and what is
+    left (the last evaluation, best/, the predictions) is what a resume from that checkpoint would do.
+    """
+    from transformers import TrainerCallback
+
+    class StopOnSignal(TrainerCallback):
+        stopped_at: int | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # Every process reads the flag at the same point (an all-reduce with several): all stop together.
+            if state.global_step < state.max_steps and stop.requested(accelerator):
+                control.should_training_stop = True
+                control.should_save = True
+                self.stopped_at = state.global_step
+            return control
+
+    return StopOnSignal()
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
