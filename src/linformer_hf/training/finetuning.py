@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 
+from ..loading import pad_as_the_model_takes
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
@@ -264,6 +265,7 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     for k, v in mcfg.config.items():
         setattr(config, k, v)
     check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
+    pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
     n = max_input_length(config)
     max_length = dcfg.max_seq_length or n
     if max_length > n:
