@@ -7,6 +7,9 @@
 (`python -m linformer_hf.training.finetune` runs it in one process; `scripts/finetune.py` is the same command.)
 Any recipe key can be overridden as --section.key value. Reports accuracy (and F1 for QQP), keeps the best model in
 <output_dir>/best, writes predictions_validation.tsv (and predictions_test.tsv for data.test_file) and results.json.
+--resume_from_checkpoint takes a checkpoint-N dir of the run or `latest` (the newest; one is written at every
+evaluation). SIGTERM / SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
+(`errors.RESUMABLE_EXIT_CODE`; resume with `latest`).
 """
 
 from __future__ import annotations
