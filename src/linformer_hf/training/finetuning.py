@@ -12,8 +12,9 @@ kept predicts one class for every example: metrics.collapsed_classifier). The ou
 before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
 ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a whole checkpoint (weights,
 optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
-continues from exactly; ``training.stop_after_steps`` stops a run there on purpose. With ``distillation.teacher``
-the student also learns from a frozen teacher classifier (training/distillation.py).
+continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and SIGTERM / SIGINT stop it
+after the current update with one (`errors.Preempted`: the command exits 75), as pretraining does. With
+``distillation.teacher`` the student also learns from a frozen teacher classifier (training/distillation.py).
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
 on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone
