@@ -85,7 +85,7 @@ def test_a_signal_stops_finetuning_with_a_checkpoint_and_latest_resumes_exactly(
     (the updates since the last evaluation lost). After: the update ends, `checkpoint-<step>` is written, the lock
     released, the last line says what happened and how to resume, the status is 75; `latest` then gives the
     uninterrupted run's losses, evaluations and best model."""
-    max_steps = 120  # a few ms an update: the signal lands mid-run
+    max_steps = 60  # a few ms an update: the signal lands mid-run
     overrides = tiny_finetune_overrides(
         pretrained_dir,
         sst2_head(tmp_path / "train.tsv", 256),
@@ -95,7 +95,7 @@ def test_a_signal_stops_finetuning_with_a_checkpoint_and_latest_resumes_exactly(
             "model.config": {"hidden_dropout_prob": 0.1},  # the RNG state must carry over
             "training.max_steps": max_steps,
             "training.per_device_train_batch_size": 8,
-            "training.eval_steps": 50,
+            "training.eval_steps": 25,
             "training.logging_steps": 1,
         },
     )
@@ -136,6 +136,36 @@ def test_a_signal_stops_finetuning_with_a_checkpoint_and_latest_resumes_exactly(
         expected = {str(s): v for s, v in whole[key].items()} if key == "train_losses" else whole[key]
         assert resumed[key] == expected, key
     assert same_tensors(tmp_path / "whole" / "best" / "model.safetensors", out / "best" / "model.safetensors")
+
+
+def test_a_signal_during_the_last_finetuning_update_lets_the_run_finish(pretrained_dir, tmp_path, monkeypatch):
+    """No update is left to lose: the run evaluates, saves best/ and its results as an unsignalled run, and gives the
+    signal handlers back."""
+    from linformer_hf.training import finetuning
+
+    max_steps, real = 4, finetuning.stop_signal_callback
+
+    def signalled_during_the_last_update(stop, accelerator):
+        callback = real(stop, accelerator)
+
+        def on_step_begin(args, state, control, **kwargs):
+            if state.global_step == max_steps - 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        callback.on_step_begin = on_step_begin
+        return callback
+
+    monkeypatch.setattr(finetuning, "stop_signal_callback", signalled_during_the_last_update)
+    overrides = tiny_finetune_overrides(
+        pretrained_dir,
+        sst2_head(tmp_path / "train.tsv", 64),
+        tmp_path / "run",
+        {"data.max_eval_samples": 16, "training.max_steps": max_steps, "training.eval_steps": 2},
+    )
+    result = finetuning.run_finetuning(load_recipe(FinetuneRecipe, None, extra=overrides), show_progress=False)
+    assert result["steps"] == max_steps and [h["step"] for h in result["history"]] == [2, 4]
+    assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "best").is_dir()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 # ------------------------------------------------------------------------------------------------------------------
