@@ -693,10 +693,11 @@ class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
         Right padding is exact.
 
         Checked on CPU masks only, as `check_padding_mask` checks values: on an accelerator reading the mask is a
-        host-device sync on every forward, and `torch._assert_async` takes no message (it aborts the CUDA context
-        with a bare device assert). Tokenizers return CPU tensors, so the check runs wherever a batch is built on
-        the CPU and moved after; the tokenizers this package saves beside a Linformer pad on the right. Compiled and
-        traced graphs (torch.compile, ONNX export) skip it: a data-dependent branch would break them.
+        host-device sync on every forward, and `torch._assert_async`, which does not sync, reports a failure as a
+        device-side assert that leaves the CUDA context unusable, not as an error naming the fix. Tokenizers return
+        CPU tensors, so the check runs wherever a batch is built on the CPU and moved after; the tokenizers this
+        package saves beside a Linformer pad on the right. Compiled and traced graphs (torch.compile, ONNX export)
+        skip it, as they skip the other value checks: a data-dependent branch would break them.
         """
         if torch.compiler.is_compiling() or torch.jit.is_tracing() or attention_mask.device.type != "cpu":
             return
