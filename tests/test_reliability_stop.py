@@ -145,8 +145,8 @@ def test_a_signal_during_the_last_finetuning_update_lets_the_run_finish(pretrain
 
     max_steps, real = 4, finetuning.stop_signal_callback
 
-    def signalled_during_the_last_update(stop, accelerator):
-        callback = real(stop, accelerator)
+    def signalled_during_the_last_update(stop):
+        callback = real(stop)
 
         def on_step_begin(args, state, control, **kwargs):
             if state.global_step == max_steps - 1:

@@ -296,6 +296,8 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
             print(f"Warning: {warning}")
         return classification_metrics(predictions, prediction.label_ids, with_f1=task.with_f1)
 
+    # Before the divergence callback: a checkpoint the stop asks for is checked for non-finite weights as any other.
+    stopping = stop_signal_callback(stop)
     trainer_class, extra = Trainer, {}
     if distilling:
         trainer_class = distillation.DistillationTrainer
@@ -310,12 +312,11 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[divergence_callback(finetune_guard(tcfg))]
+        callbacks=[stopping, divergence_callback(finetune_guard(tcfg))]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else []),
         **extra,
     )
-    stopping = stop_signal_callback(stop, trainer.accelerator)
-    trainer.add_callback(stopping)
+    stopping.accelerator = trainer.accelerator  # the Trainer's own: its processes agree on the stop
     warn_if_mixed_precision_ignored(trainer.accelerator)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -450,9 +451,10 @@ def stop_after_steps_callback(steps: int):
     return StopAfterSteps()
 
 
-def stop_signal_callback(stop: StopSignal, accelerator):
+def stop_signal_callback(stop: StopSignal):
     """A `TrainerCallback` that ends training after the update during which SIGTERM / SIGINT came (`StopSignal`,
-    agreed over all processes), with a checkpoint; `stopped_at` then holds that update.
+    agreed over the processes of its `accelerator`, set once the Trainer has made one), with a checkpoint;
+    `stopped_at` then holds that update.
 
     A signal during the last update is left to the end of the run: the run has no update left to lose, and what is
     left (the last evaluation, best/, the predictions) is what a resume from that checkpoint would do.
@@ -460,11 +462,12 @@ def stop_signal_callback(stop: StopSignal, accelerator):
     from transformers import TrainerCallback
 
     class StopOnSignal(TrainerCallback):
+        accelerator = None
         stopped_at: int | None = None
 
         def on_step_end(self, args, state, control, **kwargs):
             # Every process reads the flag at the same point (an all-reduce with several): all stop together.
-            if state.global_step < state.max_steps and stop.requested(accelerator):
+            if state.global_step < state.max_steps and stop.requested(self.accelerator):
                 control.should_training_stop = True
                 control.should_save = True
                 self.stopped_at = state.global_step
