@@ -408,6 +408,53 @@ def test_fully_padded_row_stays_finite():
     assert torch.isfinite(out).all()
 
 
+def is_right_padded(row: list[int]) -> bool:
+    """No real token after padding: the row is its tokens, then its padding (no padding, or all padding, included)."""
+    return row == sorted(row, reverse=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.bool, torch.float32])
+def test_a_padding_mask_is_taken_exactly_when_it_is_right_padding(dtype):
+    """Property over random masks: left padding (or a hole of padding before a token) is refused before any work,
+    with the fix; right padding, no padding and rows of padding only are taken."""
+    model = build()
+    embedded = []
+    model.embeddings.register_forward_pre_hook(lambda module, args: embedded.append(1))
+    ids = random_batch(3, 10)
+    generator = torch.Generator().manual_seed(0)
+    refused = 0
+    for trial in range(60):
+        if trial % 2:  # right-padded rows of random lengths, 0 (all padding) to 10 (none)
+            lengths = torch.randint(0, 11, (3,), generator=generator)
+            mask = (torch.arange(10) < lengths[:, None]).long()
+        else:
+            mask = torch.randint(0, 2, (3, 10), generator=generator)
+        expected_ok = all(is_right_padded(row) for row in mask.tolist())
+        embedded.clear()
+        if expected_ok:
+            model(ids, attention_mask=mask.to(dtype))
+            continue
+        refused += 1
+        with pytest.raises(ValueError, match=r"padding before real tokens .*tokenizer\.padding_side = \"right\""):
+            model(ids, attention_mask=mask.to(dtype))
+        assert not embedded  # refused before the embeddings
+    assert refused > 10
+
+
+def test_refusing_left_padding_is_not_vacuous(monkeypatch):
+    """With the check bypassed, a left-padded row's real tokens get other outputs than the same tokens unpadded (E and
+    F are indexed by position), while the right-padded row's are exact."""
+    model = build()
+    ids = random_batch(1, 9)
+    alone = model(ids).last_hidden_state[0]  # (9, d)
+    monkeypatch.setattr(LinformerModel, "check_padding_side", lambda self, mask: None)
+    pad = torch.full((1, 5), model.config.pad_token_id)
+    left = model(torch.cat([pad, ids], 1), attention_mask=torch.tensor([[0] * 5 + [1] * 9])).last_hidden_state[0, 5:]
+    right = model(torch.cat([ids, pad], 1), attention_mask=torch.tensor([[1] * 9 + [0] * 5])).last_hidden_state[0, :9]
+    torch.testing.assert_close(right, alone, rtol=1e-5, atol=1e-5)
+    assert (left - alone).norm() / alone.norm() > 1e-3  # 100 times the tolerance the right-padded row meets
+
+
 def test_output_attentions_from_the_config():
     model = build(attn_implementation="eager", output_attentions=True)
     attentions = model(random_batch(1, 5)).attentions

@@ -46,6 +46,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
+from .loading import pad_as_the_model_takes
 from .models import modeling_linformer, modeling_performer
 from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
@@ -662,8 +663,9 @@ def load_source(
 load_roberta = load_source  # the earlier name
 
 
-def _copy_tokenizer(source: str, output_dir: str, max_sequence_length: int) -> str:
+def _copy_tokenizer(source: str, output_dir: str, max_sequence_length: int, config: PretrainedConfig) -> str:
     """Save the source's own tokenizer (its class and vocabulary as they are) beside the model; describe what was done.
+    For a Linformer it pads on the right (`pad_as_the_model_takes`).
 
     The saved tokenizer_config.json names the tokenizer class (WordPiece for BERT), which AutoTokenizer prefers over
     the class registered for `linformer` (RoBERTa's BPE).
@@ -675,10 +677,15 @@ def _copy_tokenizer(source: str, output_dir: str, max_sequence_length: int) -> s
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as error:
         return f"not found at {source} ({type(error).__name__}: {error}); save one beside the model"
-    previous = tokenizer.model_max_length
+    previous, side = tokenizer.model_max_length, tokenizer.padding_side
     tokenizer.model_max_length = max_sequence_length
+    pad_as_the_model_takes(tokenizer, config)
     tokenizer.save_pretrained(output_dir)
-    return f"copied from {source} ({type(tokenizer).__name__}); model_max_length {previous} -> {max_sequence_length}"
+    padding = f"; padding_side {side} -> {tokenizer.padding_side}" if side != tokenizer.padding_side else ""
+    return (
+        f"copied from {source} ({type(tokenizer).__name__}); model_max_length {previous} -> {max_sequence_length}"
+        f"{padding}"
+    )
 
 
 def copy_sentence_transformers_modules(source: str, output_dir: str) -> list[str]:
@@ -731,7 +738,7 @@ def convert_checkpoint(
     shutil.rmtree(staging, ignore_errors=True)  # what a killed conversion left
     converted.save_pretrained(staging)
     if copy_tokenizer:
-        report.tokenizer = _copy_tokenizer(source, staging, report.max_sequence_length)
+        report.tokenizer = _copy_tokenizer(source, staging, report.max_sequence_length, converted.config)
     copied = copy_sentence_transformers_modules(source, staging)
     if copied:
         report.notes.append(

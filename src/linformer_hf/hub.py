@@ -62,7 +62,7 @@ from transformers import PreTrainedModel
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from .conversion import ConversionReport, copy_sentence_transformers_modules
-from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model
+from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model, pad_as_the_model_takes
 from .models import compat
 from .models.lengths import max_input_length
 from .outputs import check_output_dir
@@ -677,6 +677,7 @@ def prepare_model_folder(
             "pass tokenizer_path (--tokenizer)."
         )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    pad_as_the_model_takes(tokenizer, model.config)
     card_info = _read_json(card_info_path) if card_info_path else None
     card = render_model_card(
         model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path, tokenizer=tokenizer

@@ -96,3 +96,17 @@ def check_weight_files(model_dir: str) -> None:
 def load_linformer(model_dir: str, head: str | None = None) -> PreTrainedModel:
     """`load_model` for Linformer folders only (the ONNX export handles Linformer alone)."""
     return load_model(model_dir, head, model_types=(LinformerConfig.model_type,))
+
+
+def pad_as_the_model_takes(tokenizer, config: PretrainedConfig) -> None:
+    """Make `tokenizer` pad on the side the model takes, in memory and in the tokenizer_config.json it saves.
+
+    A Linformer takes right padding only (`LinformerModel.check_padding_side`: E and F are indexed by position, so
+    left padding would change every output): its tokenizer pads on the right, and a tokenizer saved beside it says so,
+    whatever the source tokenizer said. Other families take either side: their tokenizers are left as they are.
+    """
+    if config.model_type != LinformerConfig.model_type:
+        return
+    tokenizer.padding_side = "right"
+    # save_pretrained writes the keys of init_kwargs (with the current values): recorded, not left to the class default
+    tokenizer.init_kwargs["padding_side"] = "right"

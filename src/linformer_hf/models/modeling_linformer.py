@@ -683,9 +683,33 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
 class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
     """The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers.
 
-    Takes the (batch, L) padding mask only, for inputs of at most n tokens."""
+    Takes the (batch, L) padding mask only, right padding only, for inputs of at most n tokens."""
 
     encoder_class = LinformerEncoder
+
+    def check_padding_side(self, attention_mask: torch.Tensor) -> None:
+        """Refuse padding before a real token (left padding). E and F are indexed by position: left padding moves every
+        token onto other columns of E and F, and the real tokens' outputs differ from the unpadded input's, silently.
+        Right padding is exact.
+
+        Checked on CPU masks only, as `check_padding_mask` checks values: on an accelerator reading the mask is a
+        host-device sync on every forward, and `torch._assert_async`, which does not sync, reports a failure as a
+        device-side assert that leaves the CUDA context unusable, not as an error naming the fix. Tokenizers return
+        CPU tensors, so the check runs wherever a batch is built on the CPU and moved after; the tokenizers this
+        package saves beside a Linformer pad on the right. Compiled and traced graphs (torch.compile, ONNX export)
+        skip it, as they skip the other value checks: a data-dependent branch would break them.
+        """
+        if torch.compiler.is_compiling() or torch.jit.is_tracing() or attention_mask.device.type != "cpu":
+            return
+        tokens = attention_mask != 0  # (batch, L)
+        token_after_padding = tokens[:, 1:] & ~tokens[:, :-1]  # (batch, L - 1): a token right after padding
+        if token_after_padding.any():
+            row = int(token_after_padding.any(dim=-1).nonzero()[0])
+            raise ValueError(
+                f"attention_mask row {row} has padding before real tokens (left padding), but a Linformer takes right "
+                "padding only: its projections E and F are indexed by position, so left padding would silently change "
+                'every output. Pad on the right: set `tokenizer.padding_side = "right"` before tokenizing.'
+            )
 
     def check_input_length(self, seq_len: int) -> None:
         n = self.config.max_sequence_length

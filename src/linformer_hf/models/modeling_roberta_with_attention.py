@@ -202,6 +202,10 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
                 f"tokenizer(..., truncation=True, max_length={longest})."
             )
 
+    def check_padding_side(self, attention_mask: torch.Tensor) -> None:
+        """Refuse padding this family cannot take. Attention that reads positions only through the embeddings takes
+        padding on either side: nothing to check."""
+
     @model_forward
     def forward(
         self,
@@ -230,6 +234,7 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
         self.check_input_length(input_shape[1])
         if attention_mask is not None:
             check_padding_mask(attention_mask, input_shape)
+            self.check_padding_side(attention_mask)
 
         check_token_ids(self.config, input_ids, token_type_ids)
         embedding_output = self.embeddings(

@@ -7,6 +7,9 @@
 (`python -m linformer_hf.training.finetune` runs it in one process; `scripts/finetune.py` is the same command.)
 Any recipe key can be overridden as --section.key value. Reports accuracy (and F1 for QQP), keeps the best model in
 <output_dir>/best, writes predictions_validation.tsv (and predictions_test.tsv for data.test_file) and results.json.
+--resume_from_checkpoint takes a checkpoint-N dir of the run or `latest` (the newest; one is written at every
+evaluation). SIGTERM / SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
+(`errors.RESUMABLE_EXIT_CODE`; resume with `latest`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 
 from ..cli import ArgumentParser
 from .config import FinetuneRecipe, load_recipe
-from .errors import USER_ERRORS, report
+from .errors import USER_ERRORS, Preempted, report, report_preempted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         run_finetuning(recipe, show_progress=not args.no_progress)
     except USER_ERRORS as err:
         return report(err)
+    except Preempted as err:  # SIGTERM / SIGINT: a checkpoint was written, the exit status says "resume me"
+        return report_preempted(err)
     return 0
 
 

@@ -12,8 +12,9 @@ kept predicts one class for every example: metrics.collapsed_classifier). The ou
 before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
 ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a whole checkpoint (weights,
 optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
-continues from exactly; ``training.stop_after_steps`` stops a run there on purpose. With ``distillation.teacher``
-the student also learns from a frozen teacher classifier (training/distillation.py).
+continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and SIGTERM / SIGINT stop it
+after the current update with one (`errors.Preempted`: the command exits 75), as pretraining does. With
+``distillation.teacher`` the student also learns from a frozen teacher classifier (training/distillation.py).
 
 Differences from the Accelerate loop it replaced: with ``eval_steps`` the last update is evaluated only when it falls
 on the schedule (or when no evaluation fell in the run), and ``mixed_precision`` comes from the recipe alone
@@ -27,11 +28,12 @@ import logging
 import os
 import shutil
 
+from ..loading import pad_as_the_model_takes
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
-from .errors import TrainingDiverged
-from .guards import check_weights_finite, divergence_callback, resume_hint
+from .errors import Preempted, TrainingDiverged
+from .guards import StopSignal, check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics, collapsed_classifier
 from .tasks import TASKS, Task
 from .validation import (
@@ -212,7 +214,19 @@ def evaluations(log_history: list[dict], task: Task) -> list[dict]:
 
 
 def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
-    """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test."""
+    """Fine-tune with transformers' `Trainer` as the recipe says; returns the evaluations, the best one, the test.
+
+    Raises `TrainingDiverged` when the divergence guard stops the run, and `Preempted` after SIGTERM / SIGINT (the
+    current update finished and a checkpoint written), as pretraining does.
+    """
+    stop = StopSignal().install()  # from the start: a signal during setup stops the run after its first update
+    try:
+        return _run_finetuning(recipe, show_progress, stop)
+    finally:
+        stop.restore()
+
+
+def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSignal) -> dict:
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
@@ -264,6 +278,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     for k, v in mcfg.config.items():  # after the names: model.config.id2label / label2id in the recipe win
         setattr(config, k, v)
     check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
+    pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
     n = max_input_length(config)
     max_length = dcfg.max_seq_length or n
     if max_length > n:
@@ -293,6 +308,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             print(f"Warning: {warning}")
         return classification_metrics(predictions, prediction.label_ids, with_f1=task.with_f1)
 
+    # Before the divergence callback: a checkpoint the stop asks for is checked for non-finite weights as any other.
+    stopping = stop_signal_callback(stop)
     trainer_class, extra = Trainer, {}
     if distilling:
         trainer_class = distillation.DistillationTrainer
@@ -307,10 +324,11 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[divergence_callback(finetune_guard(tcfg))]
+        callbacks=[stopping, divergence_callback(finetune_guard(tcfg))]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else []),
         **extra,
     )
+    stopping.accelerator = trainer.accelerator  # the Trainer's own: its processes agree on the stop
     warn_if_mixed_precision_ignored(trainer.accelerator)
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
@@ -320,6 +338,15 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             lock.release()
         raise
     max_steps = trainer.state.max_steps
+    if stopping.stopped_at is not None:  # SIGTERM / SIGINT: the Trainer saved checkpoint-<step> on the way out
+        finish_trainer(trainer)
+        if lock is not None:
+            lock.release()
+        path = os.path.join(tcfg.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{stopping.stopped_at}")
+        raise Preempted(
+            f"{stop.name} received: stopped after update {stopping.stopped_at} of {max_steps} with checkpoint {path}. "
+            "Resume with --resume_from_checkpoint latest."
+        )
     if tcfg.stop_after_steps and trainer.state.global_step < max_steps:  # stopped on purpose, a checkpoint kept
         print(
             f"Stopped at update {trainer.state.global_step} of {max_steps}; continue with "
@@ -434,6 +461,31 @@ def stop_after_steps_callback(steps: int):
             return control
 
     return StopAfterSteps()
+
+
+def stop_signal_callback(stop: StopSignal):
+    """A `TrainerCallback` that ends training after the update during which SIGTERM / SIGINT came (`StopSignal`,
+    agreed over the processes of its `accelerator`, set once the Trainer has made one), with a checkpoint;
+    `stopped_at` then holds that update.
+
+    A signal during the last update is left to the end of the run: the run has no update left to lose, and what is
+    left (the last evaluation, best/, the predictions) is what a resume from that checkpoint would do.
+    """
+    from transformers import TrainerCallback
+
+    class StopOnSignal(TrainerCallback):
+        accelerator = None
+        stopped_at: int | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # Every process reads the flag at the same point (an all-reduce with several): all stop together.
+            if state.global_step < state.max_steps and stop.requested(self.accelerator):
+                control.should_training_stop = True
+                control.should_save = True
+                self.stopped_at = state.global_step
+            return control
+
+    return StopOnSignal()
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):

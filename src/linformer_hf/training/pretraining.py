@@ -31,6 +31,7 @@ import torch
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
 
+from ..loading import pad_as_the_model_takes
 from ..models import max_input_length
 from ..outputs import write_json_atomic
 from . import checkpointing
@@ -233,6 +234,7 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     else:
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
+    pad_as_the_model_takes(tokenizer, model_config)  # and final/'s tokenizer says so
     if recipe.model.pretrained:
         check_model_files(recipe.model.pretrained, "model.pretrained")
     check_tokenizer_fits_model(

@@ -59,7 +59,7 @@ from typing import Literal
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, HfArgumentParser
 
-from ..loading import load_model
+from ..loading import load_model, pad_as_the_model_takes
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
@@ -818,6 +818,7 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
     # weights are read
     student = load_model(args.student)
     tokenizer = AutoTokenizer.from_pretrained(args.student)
+    pad_as_the_model_takes(tokenizer, student.config)  # the held-out documents' batches, and the saved tokenizer
     n = max_input_length(student.config)
     lengths = args.lengths or sorted({min(32, n), n})
     if args.projection_learning_rate is None:
