@@ -259,6 +259,10 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
     for k, v in mcfg.config.items():
         setattr(config, k, v)
+    if config.problem_type is None and task.num_labels > 1:
+        # What transformers' classification heads set at their first call (integer labels): set here, a compiled
+        # model does not recompile at the second update when the config changes under it.
+        config.problem_type = "single_label_classification"
     check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
     n = max_input_length(config)
     max_length = dcfg.max_seq_length or n
