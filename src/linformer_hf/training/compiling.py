@@ -108,15 +108,21 @@ def check_accelerator_compiles(accelerator, backend: str, mode=None, flag: str =
 
 
 def encoder_layers(model) -> list:
-    """The repeated blocks of a Linformer, Performer or RoBERTa model (any head): ``base_model.encoder.layer``."""
-    return list(model.base_model.encoder.layer)
+    """The repeated blocks of a model (any head): ``base_model.encoder.layer`` (Linformer, Performer, BERT, RoBERTa,
+    Longformer, BigBird) or ``base_model.layers`` (ModernBERT)."""
+    base = model.base_model
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    layers = getattr(base, "layers", None) if layers is None else layers
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no encoder layers to compile one by one: compile the model.")
+    return list(layers)
 
 
-def compile_layers(model, mode=None, backend=None) -> None:
+def compile_layers(model, mode=None, backend=None, **options) -> None:
     """Compile each encoder layer of ``model`` in place (`nn.Module.compile`): parameters, state-dict keys and hooks
-    stay as they are, so saving, loading and DDP see the same model."""
+    stay as they are, so saving, loading and DDP see the same model. ``options``: more `torch.compile` arguments."""
     for layer in encoder_layers(model):
-        layer.compile(**compile_kwargs(mode, backend))
+        layer.compile(**compile_kwargs(mode, backend), **options)
 
 
 def allow_dynamic_output_shapes() -> None:
