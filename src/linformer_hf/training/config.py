@@ -403,10 +403,10 @@ class CompileSection:
     torch_compile_backend: str | None = None  # any torch.compile backend; null: inductor
 
     def validate_compile(self):
-        from .compiling import check_compile_options
+        from .compiling import check_compile_options, compile_target
 
-        if self.torch_compile is not None:
-            self.torch_compile = "no" if self.torch_compile in (False, "no") else self.torch_compile
+        if self.torch_compile is not None:  # null stays null: the Accelerate config decides
+            self.torch_compile = compile_target(self.torch_compile)
         check_compile_options(self.torch_compile, self.torch_compile_mode, self.torch_compile_backend)
 
 
