@@ -10,8 +10,8 @@ Two things can be compiled (``torch_compile``):
   same code on the same shapes, and dynamo passes a module's parameters to its graph as inputs, so one graph serves
   all layers: the compile time does not grow with the depth. Embeddings and heads stay eager. Accelerate's
   ``compile_regions`` is not used: it also compiles the embeddings and the LM head apart, and the LM head of
-  pretraining sees a different number of masked positions at every step (a recompilation at the second step), and
-  it works on shallow copies of the modules, which the Performer's host-side redraw count would not follow.
+  pretraining sees a different number of masked positions at every step (measured: a recompilation at the second
+  step); it also returns shallow copies of the modules where this compiles them in place.
 
 Either way, the steps of one shape compile once: a graph is made by the first step and reused (tests/test_compile.py
 counts them). A second input length compiles once more, after which dynamo treats the length as dynamic.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from .errors import ConfigError
 
 COMPILE_TARGETS = ("model", "layers")
-# inductor's modes; the first two with "max-autotune" capture CUDA graphs, which need a CUDA device
+# inductor's modes; reduce-overhead and max-autotune capture CUDA graphs, which need a CUDA device
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
