@@ -375,11 +375,12 @@ def test_a_run_that_fails_during_the_timing_is_dropped_alone():
         _interleaved_times({"bad": bad}, BenchmarkConfig(device="cpu"), 1)
 
 
+@pytest.mark.parametrize("mode", [Mode.TRAIN, Mode.INFERENCE])
 @pytest.mark.parametrize("compiled", ["model", "layers"])
-def test_compiled_training_steps_are_timed_after_their_compile_and_do_not_recompile(compiled):
-    """`--compile`: the training step (forward, backward, AdamW) runs the compiled model; its first call, which
-    compiles, is timed apart (compile_s), and the timed repetitions compile nothing more. The memory step compiles off
-    the books."""
+def test_compiled_steps_are_timed_after_their_compile_and_do_not_recompile(compiled, mode):
+    """`--compile`: the inference step and the training step (forward, backward, AdamW) run the compiled model; its
+    first call, which compiles, is timed apart (compile_s), and the timed repetitions compile nothing more. The memory
+    step compiles off the books."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -390,13 +391,13 @@ def test_compiled_training_steps_are_timed_after_their_compile_and_do_not_recomp
     cfg = tiny_benchmark(models=["linformer", "performer"], compile=compiled, compile_backend="aot_eager", reps=3)
     cfg.validate()
     points = [("linformer k=8", "linformer", 16, 8), ("performer", "performer", 16, None)]
-    timing = TimingTask(cfg, Mode.TRAIN, points).run()
+    timing = TimingTask(cfg, mode, points).run()
     assert timing["errors"] == {}
     assert set(timing["compile_s"]) == {"linformer k=8", "performer"} and min(timing["compile_s"].values()) > 0
     assert counters["stats"]["unique_graphs"] >= 2  # both models ran compiled
     assert timing["graphs_while_timed"] == 0
     assert all(len(times) == 3 for times in timing["times"].values())
-    memory = MemoryTask(cfg, Mode.TRAIN, "linformer", 16, 8).run()
+    memory = MemoryTask(cfg, mode, "linformer", 16, 8).run()
     assert memory["activation_bytes"] >= 0
 
 
