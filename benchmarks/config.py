@@ -78,6 +78,19 @@ class BenchmarkConfig:
     )
     bigbird_block_size: int = field(default=64, metadata={"help": "BigBird's block_size (block-sparse attention)"})
     bigbird_random_blocks: int = field(default=3, metadata={"help": "BigBird's num_random_blocks per query block"})
+    compile: Literal["no", "model", "layers"] = field(
+        default="no",
+        metadata={
+            "help": "torch.compile every model (inductor, static shapes) for its inference and training steps: the "
+            "whole model, or each encoder layer; the first call's time (compiling included) is compile_s"
+        },
+    )
+    compile_mode: str | None = field(
+        default=None, metadata={"help": "inductor's mode with --compile (default, reduce-overhead, max-autotune, ...)"}
+    )
+    compile_backend: str | None = field(
+        default=None, metadata={"help": "the torch.compile backend with --compile (default: inductor)"}
+    )
     reps: int = field(default=3, metadata={"help": "timed repetitions per point (the median is reported)"})
     warmup: int = field(default=1, metadata={"help": "untimed repetitions per model before timing"})
     threads: int | None = field(default=None, metadata={"help": "torch intra-op threads (default: torch's)"})
@@ -160,6 +173,14 @@ class BenchmarkConfig:
                 f"padding_fraction must be in [0, 0.5] (sequence lengths are drawn between (1 - 2 f) n and n), "
                 f"got {self.padding_fraction}"
             )
+        from linformer_hf.training.compiling import ConfigError, check_compile_device, check_compile_options
+
+        try:  # values, then what the device cannot do (CUDA graphs off CUDA; inductor on a CPU without a C++ compiler)
+            check_compile_options(self.compile, self.compile_mode, self.compile_backend, flag="compile")
+            device = self.device.split(":")[0]
+            check_compile_device(self.compile, self.compile_mode, self.compile_backend, device, flag="compile")
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
         if self.hidden_size % self.heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
         if self.peer and self.peer_k > min(self.peer_ns):

@@ -181,8 +181,9 @@ def absolute_table(rows: list[BenchmarkRow]) -> str:
     """Markdown: every point's time, throughput, achieved FLOP/s and memory."""
     out = [
         "| mode | model | n | k | batch | status | time (s) | tokens/s | real tokens/s (padding) | GFLOP | GFLOP/s "
-        "| of matmul peak | activation MB | peak MB | weights MB | attention that ran | attention kernels |",
-        "|" + " --- |" * 17,
+        "| of matmul peak | activation MB | peak MB | weights MB | attention that ran | attention kernels "
+        "| first call (s), compiled |",
+        "|" + " --- |" * 18,
     ]
     for r in rows:
         status = r.status.value + (f": {r.reason}" if r.reason else "")
@@ -192,7 +193,7 @@ def absolute_table(rows: list[BenchmarkRow]) -> str:
         gflop = f"{r.gflop} (counted)" if r.gflop is not None and r.flop_source == "FlopCounterMode" else r.gflop
         real = "" if r.real_tokens_per_s is None else f"{r.real_tokens_per_s} ({r.padding_fraction:.0%})"
         cells = [r.mode, r.model, r.n, r.k, r.batch, status, r.time_s, r.tokens_per_s, real, gflop, r.achieved_gflops,
-                 fraction, r.activation_mb, r.peak_mb, r.weights_mb, r.attention, r.kernels]  # fmt: skip
+                 fraction, r.activation_mb, r.peak_mb, r.weights_mb, r.attention, r.kernels, r.compile_s]  # fmt: skip
         out.append("| " + " | ".join(_text(c) for c in cells) + " |")
     return "\n".join(out)
 
@@ -305,9 +306,10 @@ def _batch_text(cfg: BenchmarkConfig) -> str:
 
 
 def _precision_text(cfg: BenchmarkConfig) -> str:
+    compiled = "" if cfg.compile == "no" else f", torch.compile of the {cfg.compile} ({cfg.compile_mode or 'default'})"
     if not cfg.autocast:
-        return f"weights in {cfg.dtype}"
-    return f"fp32 weights under {cfg.dtype} autocast" + (", loss scaling" if cfg.dtype == "fp16" else "")
+        return f"weights in {cfg.dtype}{compiled}"
+    return f"fp32 weights under {cfg.dtype} autocast" + (", loss scaling" if cfg.dtype == "fp16" else "") + compiled
 
 
 def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfig, command: str, machine: str) -> str:

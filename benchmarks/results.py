@@ -63,6 +63,8 @@ class BenchmarkRow:
     projection: str | None = None  # Linformer only
     attention: str | None = None  # what the peers' attention actually ran (models.realised_attention)
     kernels: str | None = None  # the fused attention ops that ran (SDPA's backend, flash_attn), `workers.attention_ops`
+    compile: str | None = None  # what torch.compile compiled: no, model or layers (`--compile`)
+    compile_s: float | None = None  # compiled: the first call's seconds (compiling and one step)
 
     @property
     def label(self) -> str:
@@ -103,6 +105,7 @@ def write_csv(rows: list[BenchmarkRow], path: str) -> None:
 # Columns added after runs were published: absent from an older CSV, they read as not measured (None).
 LATER_COLUMNS = (
     "flop_source", "attention", "real_tokens_per_s", "padding_fraction", "peak_mb", "autocast", "kernels",
+    "compile", "compile_s",
 )  # fmt: skip
 
 

@@ -65,7 +65,7 @@ def _new_row(cfg: BenchmarkConfig, mode: Mode, model: str, n: int, k: int | None
         matmul_peak_gflops=round(peak, 1),
         padding_fraction=round(1 - sum(lengths) / (batch * n), 4),
         estimated_activation_mb=round(_estimate(cfg, mode, model, n, k) / 2**20, 1),
-        device=cfg.device, dtype=cfg.dtype, autocast=cfg.autocast,
+        device=cfg.device, dtype=cfg.dtype, autocast=cfg.autocast, compile=cfg.compile,
         # the model's own shape: ModernBERT-base keeps its released depth and width whatever the run's
         layers=config.num_hidden_layers, batch=batch, hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size, heads=config.num_attention_heads,
@@ -94,6 +94,8 @@ def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow]
         for row in rows.values():
             row.status, row.reason = Status.FAILED, f"timing: {error}"
         return
+    if timing["graphs_while_timed"]:
+        log(f"  {timing['graphs_while_timed']} graph(s) compiled while timing: their compile time is in the figures")
     for label, row in rows.items():
         if label in timing["errors"]:
             log(f"  {label} failed: {timing['errors'][label]}")
@@ -104,6 +106,8 @@ def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow]
         if label in timing["flops"]:
             row.gflop = _significant(timing["flops"][label] / 1e9)
         row.attention, row.kernels = timing["attention"][label], timing["kernels"][label]
+        if label in timing["compile_s"]:
+            row.compile_s = round(timing["compile_s"][label], 2)
         # Six significant digits, not a fixed number of decimals: a GPU step of a tiny model takes well under a
         # millisecond, and tokens/s (from the unrounded median) must agree with time_s.
         row.time_s, row.time_s_min, row.reps = float(f"{median:.6g}"), float(f"{min(times):.6g}"), len(times)

@@ -91,7 +91,32 @@ def _prepared_model(cfg: BenchmarkConfig, model: str, n: int, k: int | None, mod
     net = build_model(model_config(model, n, k, cfg))
     # Under autocast the weights stay fp32 (mixed precision); otherwise they are cast to the run's dtype.
     net = net.to(device=cfg.device, dtype=torch.float32 if cfg.autocast else getattr(torch, DTYPES[cfg.dtype]))
-    return net.train() if mode == Mode.TRAIN else net.eval()
+    net = net.train() if mode == Mode.TRAIN else net.eval()
+    _compile(cfg, net)
+    return net
+
+
+def _compile(cfg: BenchmarkConfig, net) -> None:
+    """`--compile`: the model, or each encoder layer, compiled in place (its first call compiles), with static shapes:
+    each point gets a graph of its own shapes, as a user at one shape gets, not one made dynamic by the models and
+    lengths compiled before it in the process (which may hold many: the limit of graphs per function is raised)."""
+    if cfg.compile == "no":
+        return
+    import torch._dynamo
+
+    from linformer_hf.training.compiling import compile_kwargs, compile_layers
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    if cfg.compile == "model":
+        net.compile(**compile_kwargs(cfg.compile_mode, cfg.compile_backend), dynamic=False)
+    else:
+        compile_layers(net, cfg.compile_mode, cfg.compile_backend, dynamic=False)
+
+
+def _compiled_graphs() -> int:
+    from linformer_hf.training.compiling import compiled_graphs
+
+    return compiled_graphs()
 
 
 def _autocast(cfg: BenchmarkConfig):
@@ -285,11 +310,17 @@ class TimingTask:
         torch = _setup(cfg)
         tokens = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
         autocast = _autocast(cfg)
-        steps, runs, errors, counted, kernels = {}, {}, {}, {}, {}
+        steps, runs, errors, counted, kernels, compile_s = {}, {}, {}, {}, {}, {}
         for label, model_name, n, k in self.points:
             try:
                 steps[label] = step = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
                 runs[label] = step.run
+                if cfg.compile != "no":  # the first call compiles: timed on its own, before the warm-ups
+                    _synchronize(cfg.device)
+                    started = time.perf_counter()
+                    step.run()
+                    _synchronize(cfg.device)
+                    compile_s[label] = time.perf_counter() - started
                 # The first warm-up (an extra untimed run with --warmup 0).
                 first = step.run
                 if MODELS[model_name].counted_flops:
@@ -311,7 +342,10 @@ class TimingTask:
         b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
         for label in list(runs):
             try:
-                for _ in range(cfg.warmup - 1):
+                # Compiled: one more call after every model's first, as a model's first call can change what the
+                # graphs of those before it guard on (transformers registers each model class it runs): they
+                # recompile here, not while timed.
+                for _ in range(cfg.warmup - 1 + (cfg.compile != "no")):
                     runs[label]()
             except Exception as error:
                 _drop_failed(label, error, runs, errors, cfg)
@@ -335,7 +369,9 @@ class TimingTask:
         runs[REFERENCE_MATMUL] = lambda: a @ b
         for _ in range(cfg.warmup):
             runs[REFERENCE_MATMUL]()
+        graphs = _compiled_graphs()
         times = _interleaved_times(runs, cfg, cfg.reps, errors)
+        graphs_while_timed = _compiled_graphs() - graphs  # > 0: something recompiled, its time is in the figures
         for label in errors:
             steps.pop(label, None)
         matmul_flops = 2 * 4096 * cfg.hidden_size * cfg.intermediate_size
@@ -347,6 +383,8 @@ class TimingTask:
             "kernels": kernels,
             "errors": errors,
             "memory": memory,
+            "compile_s": compile_s,
+            "graphs_while_timed": graphs_while_timed,
         }
 
 
@@ -408,6 +446,9 @@ class MemoryTask:
         optimizer, scaler = _optimizer(model, self.mode), _scaler(cfg, self.mode)
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
         inputs = model_inputs(self.model, *_make_inputs(cfg, self.n))
+        if cfg.compile != "no":  # compiled at this shape off the books; a fresh optimizer, as eager's first step has
+            _step(model, inputs, self.mode, optimizer, autocast, scaler)
+            optimizer, scaler = _optimizer(model, self.mode), _scaler(cfg, self.mode)
         gc.collect()
         if cfg.device.startswith("cuda"):
             activation, peak = _cuda_step_memory(lambda: _step(model, inputs, self.mode, optimizer, autocast, scaler))

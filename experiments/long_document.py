@@ -38,6 +38,7 @@ from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import load_linformer
 from linformer_hf.models.configuration_linformer import LinformerConfig
 from linformer_hf.models.modeling_linformer import LinformerModel
+from linformer_hf.training.compiling import cpp_compiler_missing
 from linformer_hf.training.errors import non_negative_int, positive_int
 from linformer_hf.training.errors import report as report_error
 
@@ -121,17 +122,6 @@ def random_document(config: LinformerConfig, length: int | None = None, seed: in
     length = length or config.max_sequence_length
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(3, config.vocab_size, (1, length), generator=generator)
-
-
-def cpp_compiler_missing() -> str | None:
-    """Why inductor's CPU backend cannot compile here (no working C++ compiler), or None when it can."""
-    from torch._inductor import cpp_builder, exc
-
-    try:
-        cpp_builder.get_cpp_compiler()
-    except exc.InvalidCxxCompiler as error:
-        return f"torch.compile's CPU backend needs a C++ compiler: {error} (install g++, or set CXX)."
-    return None
 
 
 def compile_layers(model: LinformerModel) -> LinformerModel:

@@ -284,6 +284,7 @@ def test_every_config_field_is_a_flag_spelled_with_underscores():
         num_random_features=32, longformer_window=8, bigbird_block_size=4, bigbird_random_blocks=1,
         projection="mean", reps=4, warmup=0, threads=1, memory_budget_gb=1.5, measure_memory=False, peer=True,
         peer_ns=[64], peer_k=8, timeout_s=60.0, padding_fraction=0.25, autocast=True, train_memory=True,
+        compile="layers", compile_mode="max-autotune", compile_backend="inductor",
     )  # fmt: skip
     argv = ["--output_dir", "somewhere"]
     exclusive = {"tokens_per_batch"}  # not with batch: parsed on its own below
@@ -372,3 +373,38 @@ def test_a_run_that_fails_during_the_timing_is_dropped_alone():
     calls["bad"] = 1
     with pytest.raises(RuntimeError):  # without `errors` a failure still ends the timing
         _interleaved_times({"bad": bad}, BenchmarkConfig(device="cpu"), 1)
+
+
+@pytest.mark.parametrize("mode", [Mode.TRAIN, Mode.INFERENCE])
+@pytest.mark.parametrize("compiled", ["model", "layers"])
+def test_compiled_steps_are_timed_after_their_compile_and_do_not_recompile(compiled, mode):
+    """`--compile`: the inference step and the training step (forward, backward, AdamW) run the compiled model; its
+    first call, which compiles, is timed apart (compile_s), and the timed repetitions compile nothing more. The memory
+    step compiles off the books."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from benchmarks.workers import MemoryTask, TimingTask
+
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = tiny_benchmark(models=["linformer", "performer"], compile=compiled, compile_backend="aot_eager", reps=3)
+    cfg.validate()
+    points = [("linformer k=8", "linformer", 16, 8), ("performer", "performer", 16, None)]
+    timing = TimingTask(cfg, mode, points).run()
+    assert timing["errors"] == {}
+    assert set(timing["compile_s"]) == {"linformer k=8", "performer"} and min(timing["compile_s"].values()) > 0
+    assert counters["stats"]["unique_graphs"] >= 2  # both models ran compiled
+    assert timing["graphs_while_timed"] == 0
+    assert all(len(times) == 3 for times in timing["times"].values())
+    memory = MemoryTask(cfg, mode, "linformer", 16, 8).run()
+    assert memory["activation_bytes"] >= 0
+
+
+def test_compile_settings_that_cannot_work_are_refused_before_the_run():
+    with pytest.raises(ValueError, match="compile must be no, model or layers"):
+        tiny_benchmark(compile="encoder").validate()
+    with pytest.raises(ValueError, match="compile_mode='reduce-overhead' captures CUDA graphs, which need a CUDA"):
+        tiny_benchmark(compile="model", compile_mode="reduce-overhead").validate()
+    with pytest.raises(ValueError, match="compile_mode='max-autotune' is set but compile is no"):
+        tiny_benchmark(compile_mode="max-autotune").validate()

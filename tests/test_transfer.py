@@ -295,3 +295,40 @@ def test_attention_weights_needs_a_linformer_with_a_learned_e(pair, tmp_path):
                 train_attention_weights=True,
             )
         )
+
+
+@pytest.mark.parametrize("student", ["student_k4", "student_performer"])
+def test_compiled_layers_transfer_as_eager_and_compile_once_per_stage(pair, tmp_path, student):
+    """--torch_compile layers: both stages' losses and the transferred weights equal the eager run's. At one length,
+    the first step of stage 1 compiles (the self-attention's graph, one for all layers), and the first of stage 2
+    (the layer's); no other step compiles."""
+    overrides = dict(
+        student=str(pair / student), lengths=[16], layer_steps=3, end_to_end_steps=3, train_attention_weights=True
+    )
+    eager = run_transfer(arguments(pair, tmp_path / "eager", **overrides))
+    compiled = run_transfer(
+        arguments(pair, tmp_path / "compiled", torch_compile="layers", torch_compile_backend="aot_eager", **overrides)
+    )
+    logs = [
+        [json.loads(line) for line in (tmp_path / run / "transfer_log.jsonl").read_text().splitlines()]
+        for run in ("eager", "compiled")
+    ]
+    assert [r["stage"] for r in logs[1]] == ["layer"] * 3 + ["end_to_end"] * 3
+    for expected, got in zip(*logs, strict=True):
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5), got["step"]
+    a, b = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("eager", "compiled"))
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-4, atol=1e-6, msg=key)
+    assert list(compiled["compile"]["graphs_by_step"]) == [1, 4]  # the first step of each stage
+    assert compiled["compile"]["first_step_seconds"] > 0
+    assert "compile" not in eager
+
+
+def test_transfer_compile_options_that_cannot_work_are_refused(pair, tmp_path):
+    with pytest.raises(ValueError, match="--torch_compile_mode='max-autotune' is set but --torch_compile is no"):
+        arguments(pair, tmp_path, torch_compile_mode="max-autotune")
+    with pytest.raises(ValueError, match="--torch_compile must be no or layers for a transfer, got 'model'"):
+        arguments(pair, tmp_path, torch_compile="model")
+    with pytest.raises(ValueError, match="captures CUDA graphs, which need a CUDA device"):
+        run_transfer(arguments(pair, tmp_path, torch_compile="layers", torch_compile_mode="reduce-overhead"))

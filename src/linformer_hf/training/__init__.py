@@ -9,6 +9,7 @@ Commands (each runs from an installed package; ``scripts/`` holds thin wrappers)
 Modules: `config` (YAML recipes as dataclasses, ``--section.key`` overrides), `data` (corpus, packing, seeded
 masking), `model_setup` (Linformer or the RoBERTa baseline from a recipe), `loop` (optimizer, update step and
 teardown shared by the loops), `checkpointing` (output-directory policy and lock, atomic checkpoints, the recipe
-checked on resume, the update log), `validation` (data and device checks before the first update), `errors` (the
+checked on resume, the update log), `validation` (data and device checks before the first update), `compiling`
+(`training.torch_compile`: what is compiled, its checks, the count of compiled graphs), `errors` (the
 commands' one-line `error:` report), `corpus`, `tokenizer`, `metrics`.
 """

@@ -405,7 +405,26 @@ class OptimizerSection:
 
 
 @dataclasses.dataclass
-class PretrainTrainingSection(OptimizerSection):
+class CompileSection:
+    """`torch.compile` of the trained model: the fields both training sections share (they inherit them), named as
+    `TrainingArguments`' (training/compiling.py says what each target compiles)."""
+
+    # null: as the Accelerate config says (its dynamo_config; none by default); no; model: the whole model as one
+    # graph; layers: each encoder layer (one graph serves them all). A bare false is YAML's: taken as no.
+    torch_compile: str | bool | None = None
+    torch_compile_mode: str | None = None  # inductor's: default, reduce-overhead, max-autotune, ...; null: default
+    torch_compile_backend: str | None = None  # any torch.compile backend; null: inductor
+
+    def validate_compile(self):
+        from .compiling import check_compile_options, compile_target
+
+        if self.torch_compile is not None:  # null stays null: the Accelerate config decides
+            self.torch_compile = compile_target(self.torch_compile)
+        check_compile_options(self.torch_compile, self.torch_compile_mode, self.torch_compile_backend)
+
+
+@dataclasses.dataclass
+class PretrainTrainingSection(CompileSection, OptimizerSection):
     output_dir: str = "outputs/pretrain"
     seed: int = 42
     per_device_train_batch_size: int = 16
@@ -428,6 +447,7 @@ class PretrainTrainingSection(OptimizerSection):
 
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
+        self.validate_compile()
         _check_at_least(
             self,
             (
@@ -507,7 +527,7 @@ class FinetuneDataSection:
 
 
 @dataclasses.dataclass
-class FinetuneTrainingSection(OptimizerSection):
+class FinetuneTrainingSection(CompileSection, OptimizerSection):
     # RoBERTa's GLUE fine-tuning differs from its pretraining in these three optimizer defaults.
     learning_rate: float = 2e-5
     weight_decay: float = 0.1
@@ -535,6 +555,7 @@ class FinetuneTrainingSection(OptimizerSection):
 
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
+        self.validate_compile()
         _check_at_least(
             self,
             (

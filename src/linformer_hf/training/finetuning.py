@@ -27,9 +27,11 @@ import csv
 import logging
 import os
 import shutil
+import time
 
 from ..loading import pad_as_the_model_takes
 from ..outputs import write_json_atomic
+from . import compiling
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
 from .errors import Preempted, TrainingDiverged
@@ -168,6 +170,9 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
     tcfg, task = recipe.training, TASKS[recipe.data.task]
     # Evaluate every eval_steps updates, or at the end of every epoch; keep the best model by the task's metric.
     strategy = "steps" if tcfg.eval_steps else "epoch"
+    # The whole model: Trainer's own option (Accelerate compiles the prepared model). Layers are compiled in place
+    # by run_finetuning; null and no leave it to Trainer's default (the Accelerate config's dynamo settings).
+    whole_model = tcfg.torch_compile == "model"
     return TrainingArguments(
         output_dir=tcfg.output_dir,  # checkpoint-N dirs while training (removed at the end), TensorBoard in runs/
         seed=tcfg.seed,
@@ -200,6 +205,9 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
         report_to=tcfg.report_to or "none",
         disable_tqdm=not show_progress,
         dataloader_drop_last=False,
+        torch_compile=whole_model,
+        torch_compile_mode=tcfg.torch_compile_mode if whole_model else None,
+        torch_compile_backend=tcfg.torch_compile_backend if whole_model else None,
     )
 
 
@@ -277,6 +285,10 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     config.id2label, config.label2id = dict(enumerate(names)), {name: i for i, name in enumerate(names)}
     for k, v in mcfg.config.items():  # after the names: model.config.id2label / label2id in the recipe win
         setattr(config, k, v)
+    if config.problem_type is None and task.num_labels > 1:
+        # What transformers' classification heads set at their first call (integer labels): set here, a compiled
+        # model does not recompile at the second update when the config changes under it.
+        config.problem_type = "single_label_classification"
     check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
     pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
     n = max_input_length(config)
@@ -295,11 +307,15 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
         write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
 
     args = training_arguments(recipe, show_progress)
+    compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     with args.main_process_first():
         encoded = tokenize_task(splits, tokenizer, task, max_length, dcfg.preprocessing_num_workers)
     set_seed(tcfg.seed)  # the classification head's initialisation
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
+    if tcfg.torch_compile == "layers":
+        compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
+    compile_record = compile_record_callback() if compiling.compile_target(tcfg.torch_compile) != "no" else None
 
     def compute_metrics(prediction):
         predictions = prediction.predictions.argmax(-1)
@@ -325,11 +341,16 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         callbacks=[stopping, divergence_callback(finetune_guard(tcfg))]
-        + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else []),
+        + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])
+        + ([compile_record] if compile_record else []),
         **extra,
     )
     stopping.accelerator = trainer.accelerator  # the Trainer's own: its processes agree on the stop
     warn_if_mixed_precision_ignored(trainer.accelerator)
+    if tcfg.torch_compile == "model":
+        compiling.check_accelerator_compiles(
+            trainer.accelerator, tcfg.torch_compile_backend or "inductor", tcfg.torch_compile_mode
+        )
     try:
         trainer.train(resume_from_checkpoint=checkpoint)
     except TrainingDiverged:
@@ -386,6 +407,8 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     collapsed = collapsed_classifier(validation.predictions.argmax(-1), validation.label_ids)
     if collapsed:  # the model kept predicts one class: say so where the score is read
         result["warnings"] = [collapsed]
+    if compile_record:
+        result["compile"] = compile_record.record
     if distilling:
         result["distillation"] = record
         result["train_terms"] = {  # the loss's terms per logged update (DistillationTrainer.log)
@@ -486,6 +509,35 @@ def stop_signal_callback(stop: StopSignal):
             return control
 
     return StopOnSignal()
+
+
+def compile_record_callback():
+    """A `TrainerCallback` for ``training.torch_compile``: its ``record`` gets the first update's seconds (the compile
+    time with it) and the graphs compiled during that update and during later ones (evaluations, which compile their
+    own, not counted: a later update that compiles is a recompilation)."""
+    from transformers import TrainerCallback
+
+    class CompileRecord(TrainerCallback):
+        def __init__(self):
+            self.record: dict = {}
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started = time.perf_counter()
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.graphs = compiling.compiled_graphs()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            graphs = compiling.compiled_graphs() - self.graphs
+            if "first_update_seconds" not in self.record:
+                seconds = time.perf_counter() - self.started
+                self.record.update(first_update_seconds=seconds, first_update_graphs=graphs, later_update_graphs=0)
+                if state.is_world_process_zero:
+                    print(f"compiled: the first update took {seconds:.1f} s ({graphs} graph(s) compiled)")
+            else:
+                self.record["later_update_graphs"] += graphs
+
+    return CompileRecord()
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):

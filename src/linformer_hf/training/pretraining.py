@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 from ..loading import pad_as_the_model_takes
 from ..models import max_input_length
 from ..outputs import write_json_atomic
-from . import checkpointing
+from . import checkpointing, compiling
 from .checkpointing import (
     RunLock,
     UpdateLog,
@@ -187,6 +187,28 @@ def check_block_size(recipe: PretrainRecipe, model_config) -> None:
         )
 
 
+def compile_plugin(tcfg) -> dict:
+    """The Accelerator's ``dynamo_plugin`` for ``training.torch_compile``: none when it is null (the Accelerate config
+    decides, as for mixed precision); else Accelerate compiles the whole model at ``prepare`` (model) or nothing (no,
+    and layers, which are compiled in place)."""
+    from accelerate.utils import TorchDynamoPlugin
+
+    if tcfg.torch_compile is None:
+        return {}
+    if tcfg.torch_compile != "model":
+        return {"dynamo_plugin": TorchDynamoPlugin(backend="no")}
+    kwargs = compiling.compile_kwargs(tcfg.torch_compile_mode, tcfg.torch_compile_backend)
+    return {"dynamo_plugin": TorchDynamoPlugin(**kwargs)}
+
+
+def compiles_whole_model(accelerator) -> bool:
+    """Whether ``accelerator.prepare`` compiles the model (by ``training.torch_compile: model`` or the Accelerate
+    config's dynamo settings)."""
+    from accelerate.utils import DynamoBackend
+
+    return accelerator.state.dynamo_plugin.backend != DynamoBackend.NO
+
+
 @dataclass
 class PretrainingRun:
     """What a run holds between updates; built by `setup_pretraining`, advanced by `train_update`."""
@@ -265,7 +287,18 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
             num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False
         ),
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=tcfg.seed),
+        **compile_plugin(tcfg),
     )
+    compiling.check_compile_device(
+        tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, accelerator.device
+    )
+    if tcfg.torch_compile is not None:
+        whole_model = tcfg.torch_compile == "model"
+        compiling.check_accelerator_compiles(
+            accelerator, (tcfg.torch_compile_backend or "inductor") if whole_model else "no", tcfg.torch_compile_mode
+        )
+    if compiles_whole_model(accelerator):  # by the recipe, or by the Accelerate config when the recipe leaves it
+        compiling.allow_dynamic_output_shapes()
     set_seed(tcfg.seed)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     warn_if_mixed_precision_ignored(accelerator)
@@ -276,6 +309,8 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
 
     set_seed(tcfg.seed)  # the model init does not depend on how much RNG the data preparation used
     model = build_mlm_model(recipe.model, tokenizer)
+    if tcfg.torch_compile == "layers":  # in place, before DDP wraps the model (the whole model: at prepare)
+        compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
     optimizer = build_optimizer(model, tcfg)
     scheduler = get_scheduler(
         tcfg.lr_scheduler_type, optimizer, num_warmup_steps=tcfg.warmup_steps, num_training_steps=tcfg.max_steps
@@ -528,15 +563,29 @@ def _train(run: PretrainingRun, stop: StopSignal, show_progress: bool) -> dict:
         evaluate_and_log(run)
 
     loop_start, paused_seconds = time.perf_counter(), 0.0  # paused: evaluation and checkpointing
+    # Compiled: graphs compiled during updates (not evaluations), and this process' first update's time (the compile
+    # time with it); a later update that compiles is a recompilation (a new input length, or a guard that failed).
+    compiled = tcfg.torch_compile == "layers" or compiles_whole_model(accelerator)
+    update_graphs = 0
     while run.completed_steps < stop_at:
         got_batch = False
         for batch in epoch_batches(run):
             got_batch = True
+            graphs = compiling.compiled_graphs()
             update_loss += train_micro_batch(run, batch)
+            update_graphs += compiling.compiled_graphs() - graphs
             if not accelerator.sync_gradients:
                 continue
             run.completed_steps += 1
             step = run.completed_steps
+            if compiled and "compile" not in summary:
+                first_seconds = time.perf_counter() - loop_start
+                summary["compile"] = {"first_update_seconds": first_seconds, "first_update_graphs": update_graphs}
+                run.update_log.write(event="compiled", step=step, seconds=first_seconds, graphs=update_graphs)
+                accelerator.print(
+                    f"compiled: the first update took {first_seconds:.1f} s ({update_graphs} graph(s) compiled)"
+                )
+                update_graphs = 0
             steps_since_log += 1
             summary["train_losses"][step] = step_loss = update_loss.item()
             update_loss.zero_()
@@ -593,6 +642,13 @@ def _train(run: PretrainingRun, stop: StopSignal, show_progress: bool) -> dict:
     progress.close()
     # Time spent on updates alone (seconds per update = train_seconds / updates run in this process).
     summary["train_seconds"] = time.perf_counter() - loop_start - paused_seconds
+    if "compile" in summary:
+        summary["compile"]["later_update_graphs"] = update_graphs
+        if update_graphs:
+            accelerator.print(
+                f"compiled {update_graphs} more graph(s) after the first update (each new input length compiles "
+                "once; TORCH_LOGS=recompiles says why)"
+            )
 
     if run.completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
         summary["final_eval"] = metrics = evaluate_and_log(run, final=True)

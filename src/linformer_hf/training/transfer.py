@@ -156,6 +156,19 @@ class TransferArguments:
             "and model (without it such a folder is refused, unless --resume)"
         },
     )
+    torch_compile: Literal["no", "layers"] = dataclasses.field(
+        default="no",
+        metadata={
+            "help": "torch.compile each student layer and its self-attention, in place (what both stages call; one "
+            "graph serves all layers); the first step's time and the graphs compiled go in the report"
+        },
+    )
+    torch_compile_mode: str | None = dataclasses.field(
+        default=None, metadata={"help": "inductor's mode with --torch_compile (default, max-autotune, ...)"}
+    )
+    torch_compile_backend: str | None = dataclasses.field(
+        default=None, metadata={"help": "the torch.compile backend with --torch_compile (default: inductor)"}
+    )
     seed: int = 0
     show_progress: bool = True
 
@@ -175,6 +188,16 @@ class TransferArguments:
             raise ValueError("--batch_size, --eval_windows and --nonfinite_patience must be positive.")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
+        from .compiling import ConfigError, check_compile_options
+
+        try:
+            check_compile_options(
+                self.torch_compile, self.torch_compile_mode, self.torch_compile_backend, "--torch_compile"
+            )
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        if self.torch_compile not in ("no", "layers"):  # stage 1 runs the layers one by one: no whole-model graph
+            raise ValueError(f"--torch_compile must be no or layers for a transfer, got {self.torch_compile!r}.")
         if self.resume is not None and self.overwrite_output_dir:
             raise ValueError(
                 "--overwrite_output_dir deletes the checkpoints that --resume would continue from: give one of them."
@@ -795,6 +818,23 @@ def run_transfer(args: TransferArguments) -> dict:
             lock.release()
 
 
+def compile_student_layers(student, args: TransferArguments, device) -> None:
+    """``--torch_compile layers``: each student layer and its self-attention module compiled in place. Stage 1 calls
+    the self-attention modules (or the layers) one by one, stage 2 the whole student, which runs the layers; a graph
+    made for one layer serves the others."""
+    from .compiling import ConfigError, check_compile_device, compile_kwargs, encoder_layers
+
+    try:
+        check_compile_device(
+            args.torch_compile, args.torch_compile_mode, args.torch_compile_backend, device, "--torch_compile"
+        )
+    except ConfigError as error:
+        raise ValueError(str(error)) from None
+    for layer in encoder_layers(student):
+        layer.attention.self.compile(**compile_kwargs(args.torch_compile_mode, args.torch_compile_backend))
+        layer.compile(**compile_kwargs(args.torch_compile_mode, args.torch_compile_backend))
+
+
 def transfer_guard(args: TransferArguments, resume_from: str | None) -> DivergenceGuard:
     return DivergenceGuard(
         args.nonfinite_patience,
@@ -866,6 +906,8 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
     device = accelerator.device
     teacher.to(device)
     student.to(device).eval()  # dropout off: match the teacher's deterministic output
+    if args.torch_compile == "layers":
+        compile_student_layers(student, args, device)
     groups = parameter_groups(student, args)
     optimizer = torch.optim.AdamW(
         [{"params": params, "name": name} for name, params in groups.items() if params], lr=0.0, weight_decay=0.0
@@ -915,8 +957,16 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
         guard.last_good_checkpoint = final
         return final
 
+    # Compiled: this process' first step's seconds (the compile time with it), and the graphs compiled by each step
+    # that compiled any: the first of each stage, and the first at each other length; any other is a recompilation.
+    compiled = args.torch_compile != "no"
+    if compiled:
+        from .compiling import compiled_graphs
+
+        report["compile"] = {"graphs_by_step": {}}
     while progress.step < stop_at:
         started = time.perf_counter()
+        graphs = compiled_graphs() if compiled else 0
         step, stage = progress.step, args.stage_of(progress.step)
         rates, trained = learning_rates(args, step), trained_groups(args, step)
         for group in optimizer.param_groups:
@@ -944,6 +994,12 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
             optimizer.step()
         progress.step += 1
         progress.seconds += time.perf_counter() - started
+        if compiled:
+            if "first_step_seconds" not in report["compile"]:
+                report["compile"]["first_step_seconds"] = seconds = time.perf_counter() - started
+                accelerator.print(f"compiled: the first step took {seconds:.1f} s")
+            if compiled_graphs() > graphs:
+                report["compile"]["graphs_by_step"][progress.step] = compiled_graphs() - graphs
         bar.update(1)
         bar.set_postfix(stage=stage, loss=f"{loss.item():.4f}")
 
