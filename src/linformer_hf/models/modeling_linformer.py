@@ -30,6 +30,7 @@ from .modeling_roberta_with_attention import (
     RobertaWithAttentionModel,
     RobertaWithAttentionPreTrainedModel,
     auto_map_for,
+    runs_checkpointed,
 )
 
 logger = logging.get_logger(__name__)
@@ -546,13 +547,23 @@ class LinformerEncoder(RobertaEncoderWith):
 
     def layer_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> list[dict]:
         """Each layer's extra inputs, with what its linear compression needs from the mask and its parameters alone,
-        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer."""
+        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer.
+
+        A layer that runs under gradient checkpointing makes its own, inside the checkpoint. Made here, these tensors
+        reach it as keyword arguments, which the checkpoint does not see: their graph (back to E, F and the biases)
+        is shared by all layers, and reentrant checkpointing (`use_reentrant=True`, as DeepSpeed's) replays each
+        layer as a backward of its own, so the second layer walked that graph again ("backward through the graph a
+        second time"). Passing them as positional tensors would keep them shared but change every layer's call
+        signature, for a saving of a few (batch, k) ops per layer beside a layer that checkpointing computes twice.
+        """
         shared = self.shared_layer_inputs()
         attentions = [layer.attention.self for layer in self.layer]
         layer_projections = [
             attention.linear_compression_projections(self.shared_projection) for attention in attentions
         ]
-        if layer_projections[0] is None:  # pooled or per-head (sharing='none') projections: each layer makes its own
+        checkpointed = [runs_checkpointed(layer) for layer in self.layer]
+        # pooled or per-head (sharing='none') projections, or every layer checkpointed: each layer makes its own
+        if layer_projections[0] is None or all(checkpointed):
             return [shared] * len(self.layer)
         key_value_maps = [(attention.key, attention.value) for attention in attentions]
         width = self.config.hidden_size
@@ -565,7 +576,10 @@ class LinformerEncoder(RobertaEncoderWith):
                 prepare_linear_compressions([projections], [maps], attention_mask, width)[0]
                 for projections, maps in zip(layer_projections, key_value_maps)
             ]
-        return [{**shared, "linear_compression": inputs} for inputs in prepared]
+        return [
+            shared if in_checkpoint else {**shared, "linear_compression": inputs}
+            for inputs, in_checkpoint in zip(prepared, checkpointed)
+        ]
 
 
 class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):

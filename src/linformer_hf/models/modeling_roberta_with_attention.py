@@ -111,6 +111,12 @@ class RobertaAttentionWith(nn.Module):
         return self.output(attention_output, hidden_states), attn_weights
 
 
+def runs_checkpointed(layer: GradientCheckpointingLayer) -> bool:
+    """Whether `layer` runs under gradient checkpointing if called now: the condition of transformers' wrapper
+    (`GradientCheckpointingLayer`), where only the positional tensors cross into the checkpoint."""
+    return layer.gradient_checkpointing and layer.training and torch.is_grad_enabled()
+
+
 class RobertaLayerWith(GradientCheckpointingLayer):
     """A RoBERTa layer whose self-attention is the family's."""
 
@@ -442,4 +448,5 @@ __all__ = [
     "RobertaWithAttentionPreTrainedModel",
     "auto_map_for",
     "check_padding_mask",
+    "runs_checkpointed",
 ]
