@@ -115,6 +115,28 @@ class DivergenceGuard:
             f"{self.where_to_resume()}. Try {self.advice}."
         )
 
+    def check_finished(self, step: int, what: str, evaluation: dict[str, float] | None = None) -> None:
+        """Before the run publishes ``what`` (its final model) as good, after its last update ``step``: raise
+        `TrainingDiverged` if the run ended inside a streak of skipped updates (short of ``patience``, which would
+        have stopped it) or a value of its final ``evaluation`` ({what it is: value}) is not finite."""
+        if self.streak:
+            reason = (
+                f"the run ended at step {step} after {self.streak} non-finite updates in a row "
+                f"(steps {self.first_bad_step}-{step}, each skipped)"
+            )
+        else:
+            nonfinite = [
+                f"{name} at step {step} is {value}"
+                for name, value in (evaluation or {}).items()
+                if not math.isfinite(value)
+            ]
+            if not nonfinite:
+                return
+            reason = f"the final {', '.join(nonfinite)}"
+        raise TrainingDiverged(
+            f"training diverged: {reason}, so {what} was not written. {self.where_to_resume()}. Try {self.advice}."
+        )
+
     def _check_spike(self, step: int, loss: float) -> None:
         if self.spike_factor is None:
             return
