@@ -459,6 +459,76 @@ def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp
         assert checkpoint_weights_finite(checkpoint)
 
 
+def test_a_finetune_that_ends_inside_a_streak_of_skipped_updates_writes_no_best_model(pretrained_dir, tmp_path):
+    """lr 1e4 on SST-2 with a patience of 20: the gradients are non-finite from update 3 on, each update skipped, until
+    the last (8). Before: the run ended with status 0, best/ and results.json written as for a good run. After: the
+    error names the streak; no best/, no results.json, the lock released."""
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    train = sst2_head(tmp_path / "train.tsv", 64)
+    out = tmp_path / "run"
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra=tiny_finetune_overrides(
+            pretrained_dir,
+            train,
+            out,
+            {
+                "data.max_eval_samples": 16,
+                "training.max_steps": 8,
+                "training.per_device_train_batch_size": 8,
+                "training.eval_steps": 2,
+                "training.learning_rate": 1e4,
+                "training.nonfinite_patience": 20,
+            },
+        ),
+    )
+    with pytest.raises(TrainingDiverged) as err:
+        run_finetuning(recipe, show_progress=False)
+    message = str(err.value)
+    assert message.startswith("training diverged: the run ended at step 8 after ") and "in a row (steps " in message
+    assert f"{out / 'best'} or results.json was not written" in message
+    assert "--training.overwrite_output_dir true" in message and "training.learning_rate (now 10000)" in message
+    assert not (out / "best").exists() and not (out / "results.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+
+
+def test_a_finetune_whose_kept_model_evaluates_to_a_non_finite_loss_writes_no_best_model(
+    pretrained_dir, tmp_path, monkeypatch
+):
+    """Every update finite: the run publishes best/ and results.json. The same run whose kept model gives a NaN
+    validation loss (patched in) publishes neither, and says why."""
+    import transformers
+
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    train = sst2_head(tmp_path / "train.tsv", 64)
+
+    def recipe(out):
+        settings = {"data.max_eval_samples": 8, "training.max_steps": 4, "training.eval_steps": 2}
+        return load_recipe(FinetuneRecipe, None, extra=tiny_finetune_overrides(pretrained_dir, train, out, settings))
+
+    healthy = tmp_path / "healthy"
+    run_finetuning(recipe(healthy), show_progress=False)
+    assert (healthy / "best" / "config.json").is_file() and (healthy / "results.json").is_file()
+
+    predict = transformers.Trainer.predict
+
+    def nan_loss(self, *args, **kwargs):
+        output = predict(self, *args, **kwargs)
+        return output._replace(metrics={**output.metrics, "test_loss": float("nan")})
+
+    monkeypatch.setattr(transformers.Trainer, "predict", nan_loss)
+    out = tmp_path / "nan"
+    with pytest.raises(TrainingDiverged, match=r"^training diverged: the final validation loss at step 4 is nan, so "):
+        run_finetuning(recipe(out), show_progress=False)
+    assert not (out / "best").exists() and not (out / "results.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+
+
 def test_a_skipped_finetuning_update_leaves_the_weights_and_the_schedule(pretrained_dir, tmp_path, monkeypatch):
     """One update with non-finite gradients (the 3rd of 6). Before: its weights were kept, but the Trainer stepped
     the learning-rate schedule past it. After: the 4th update runs at the 3rd's learning rate, and the run ends."""

@@ -281,6 +281,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             print(f"Warning: {warning}")
         return classification_metrics(predictions, prediction.label_ids, with_f1=task.with_f1)
 
+    guard = finetune_guard(tcfg)
     trainer_class, extra = Trainer, {}
     if distilling:
         trainer_class = distillation.DistillationTrainer
@@ -295,7 +296,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[divergence_callback(finetune_guard(tcfg))]
+        callbacks=[divergence_callback(guard)]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else []),
         **extra,
     )
@@ -318,18 +319,31 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             lock.release()
         return {"stopped_at": trainer.state.global_step}
 
+    # The validation predictions of the model kept (the best one, or the last without save_best), before anything is
+    # written: a run that ended diverging (inside a streak of skipped updates, or with a non-finite validation loss)
+    # publishes nothing.
+    validation = trainer.predict(encoded["validation"])
+    best_dir = os.path.join(tcfg.output_dir, "best")
+    try:
+        guard.check_finished(
+            trainer.state.global_step,
+            f"{best_dir} or results.json" if tcfg.save_best else "results.json",
+            {"validation loss": validation.metrics["test_loss"]},
+        )
+    except TrainingDiverged:
+        finish_trainer(trainer)
+        if lock is not None:
+            lock.release()
+        raise
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
     if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
         trainer.evaluate()
     history = evaluations(trainer.state.log_history, task)
     train_losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
     best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
-    best_dir = os.path.join(tcfg.output_dir, "best")
     if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
         check_weights_finite(trainer.model, best_dir)
         trainer.save_model(best_dir)
-    # The validation predictions of the model kept (the best one, or the last without save_best).
-    validation = trainer.predict(encoded["validation"])
     if trainer.is_world_process_zero():
         _write_predictions(
             os.path.join(tcfg.output_dir, "predictions_validation.tsv"),
