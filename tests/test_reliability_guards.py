@@ -409,6 +409,54 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
+def test_a_transfer_that_ends_diverging_saves_no_model(transfer_pair, tmp_path, monkeypatch):
+    """Learning rates of 1e8 for 8 layer-local and 4 end-to-end steps, a patience of 20: steps 10-12 are non-finite
+    and skipped, and the final evaluation is NaN / inf. Before: the transferred model and its report were saved
+    from those weights. After: the error names the streak and the last good checkpoint; nothing is saved. A
+    non-finite final evaluation alone is refused too."""
+    from test_transfer import arguments
+
+    from linformer_hf.training import transfer
+
+    rates = dict(projection_learning_rate=1e8, attention_learning_rate=1e8, end_to_end_learning_rate=1e8)
+    out = tmp_path / "diverged"
+    with pytest.raises(TrainingDiverged) as err:
+        transfer.run_transfer(
+            arguments(
+                transfer_pair,
+                out,
+                layer_steps=8,
+                end_to_end_steps=4,
+                checkpoint_every=2,
+                nonfinite_patience=20,
+                **rates,
+            )
+        )
+    good = transfer.checkpoint_dir(str(out), 8)
+    message = str(err.value)
+    assert message.startswith(
+        "training diverged: the run ended at step 12 after 3 non-finite updates in a row (steps 10-12, each skipped), "
+        f"so the transferred model in {out} was not written."
+    ), message
+    assert f"The last good checkpoint is {good}; resume from it with --resume {good}" in message
+    assert "--projection_learning_rate, now 1e+08" in message
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+
+    documents = transfer.evaluate_documents
+
+    def nan_cosine(*args, **kwargs):
+        return {**documents(*args, **kwargs), "embedding_cosine_mean": float("nan")}
+
+    monkeypatch.setattr(transfer, "evaluate_documents", nan_cosine)
+    out = tmp_path / "nan"
+    with pytest.raises(
+        TrainingDiverged, match=r"^training diverged: the final embedding cosine on held-out documents at step 2 is nan"
+    ):
+        transfer.run_transfer(arguments(transfer_pair, out, layer_steps=2))
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Fine-tuning (transformers' Trainer): the guard as a callback
 # ------------------------------------------------------------------------------------------------------------------

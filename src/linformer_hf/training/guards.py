@@ -132,7 +132,8 @@ class DivergenceGuard:
             ]
             if not nonfinite:
                 return
-            reason = f"the final {', '.join(nonfinite)}"
+            more = f" (and {len(nonfinite) - 3} more)" if len(nonfinite) > 3 else ""
+            reason = f"the final {', '.join(nonfinite[:3])}{more}"
         raise TrainingDiverged(
             f"training diverged: {reason}, so {what} was not written. {self.where_to_resume()}. Try {self.advice}."
         )
