@@ -4,7 +4,9 @@
   update is skipped (the weights and the optimizer's moments stay as they were; under fp16 the grad scaler skips it
   and lowers its scale), so an isolated overflow costs one update; ``nonfinite_patience`` of them in a row stop the
   run with `TrainingDiverged`, naming the step, the last good checkpoint and what to try. `check_weights_finite` is
-  called before every save: no checkpoint, ``final/`` or ``best/`` is written from non-finite weights. An optional
+  called before every save: no checkpoint, ``final/`` or ``best/`` is written from non-finite weights, and
+  `DivergenceGuard.check_finished` before the final one: a run that ends inside a streak of skipped updates, or whose
+  final evaluation is not finite, publishes nothing and raises `TrainingDiverged` too. An optional
   loss-spike rule (a loss above ``loss_spike_factor`` times the running median) warns or stops.
 - **Preemption.** `StopSignal` turns SIGTERM / SIGINT into a flag. The loops read it after each update, agreed over
   all processes (one all-reduce of a scalar), so every rank stops after the same update, saves its part of the
