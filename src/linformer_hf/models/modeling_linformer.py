@@ -30,7 +30,6 @@ from .modeling_roberta_with_attention import (
     RobertaWithAttentionModel,
     RobertaWithAttentionPreTrainedModel,
     auto_map_for,
-    runs_checkpointed,
 )
 
 logger = logging.get_logger(__name__)
@@ -204,6 +203,8 @@ class LinearCompressionInputs(NamedTuple):
       map is not a plain `nn.Linear` (a dynamically quantised Linear, whose weight and bias are methods, a wrapped
       one) or has hooks. Plain maps are applied as their weight alone, so b enters once, through the corrections: one
       bias add and one bias gradient fewer per map.
+
+    The tensors come first and the flag last: a layer is handed the tensors as positional arguments.
     """
 
     projection: torch.Tensor
@@ -476,7 +477,8 @@ class LinformerSelfAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor,
         shared_projection: LinformerProjection | None = None,
-        linear_compression: LinearCompressionInputs | None = None,
+        layer_tensors: tuple[torch.Tensor, ...] = (),
+        maps_add_bias: bool = False,
         output_attentions: bool | None = None,
         use_fast_path: bool = True,
         **kwargs,
@@ -485,11 +487,13 @@ class LinformerSelfAttention(nn.Module):
         Args:
             hidden_states: (batch, L, d).
             attention_mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in hidden_states' dtype.
-            linear_compression: this layer's share of `prepare_linear_compressions`, made once per forward by the
-                encoder for all layers; made here when not given.
+            layer_tensors, maps_add_bias: this layer's share of `prepare_linear_compressions`, made once per forward
+                by the encoder for all layers: its tensors (which reach a checkpointed layer as the checkpoint's
+                inputs, see `RobertaLayerWith`) and its flag; made here when not given.
         Returns:
             the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
         """
+        linear_compression = LinearCompressionInputs(*layer_tensors, maps_add_bias) if layer_tensors else None
         batch, seq_len, _ = hidden_states.shape
         if output_attentions is None:  # as transformers' output capturing: the call's flag, else the config's
             output_attentions = self.config.output_attentions
@@ -545,26 +549,19 @@ class LinformerEncoder(RobertaEncoderWith):
     def shared_layer_inputs(self) -> dict:
         return {"shared_projection": self.shared_projection}
 
-    def layer_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> list[dict]:
+    def layer_inputs(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor
+    ) -> list[tuple[tuple[torch.Tensor, ...], dict]]:
         """Each layer's extra inputs, with what its linear compression needs from the mask and its parameters alone,
-        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer.
-
-        A layer that runs under gradient checkpointing makes its own, inside the checkpoint. Made here, these tensors
-        reach it as keyword arguments, which the checkpoint does not see: their graph (back to E, F and the biases)
-        is shared by all layers, and reentrant checkpointing (`use_reentrant=True`, as DeepSpeed's) replays each
-        layer as a backward of its own, so the second layer walked that graph again ("backward through the graph a
-        second time"). Passing them as positional tensors would keep them shared but change every layer's call
-        signature, for a saving of a few (batch, k) ops per layer beside a layer that checkpointing computes twice.
-        """
+        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer: its
+        tensors (passed positionally, which gradient checkpointing needs; see `RobertaLayerWith`) and its flag."""
         shared = self.shared_layer_inputs()
         attentions = [layer.attention.self for layer in self.layer]
         layer_projections = [
             attention.linear_compression_projections(self.shared_projection) for attention in attentions
         ]
-        checkpointed = [runs_checkpointed(layer) for layer in self.layer]
-        # pooled or per-head (sharing='none') projections, or every layer checkpointed: each layer makes its own
-        if layer_projections[0] is None or all(checkpointed):
-            return [shared] * len(self.layer)
+        if layer_projections[0] is None:  # pooled or per-head (sharing='none') projections: each layer makes its own
+            return [((), shared)] * len(self.layer)
         key_value_maps = [(attention.key, attention.value) for attention in attentions]
         width = self.config.hidden_size
         if self.config.sharing == "layerwise":  # one E for all layers: stacked once
@@ -576,10 +573,7 @@ class LinformerEncoder(RobertaEncoderWith):
                 prepare_linear_compressions([projections], [maps], attention_mask, width)[0]
                 for projections, maps in zip(layer_projections, key_value_maps)
             ]
-        return [
-            shared if in_checkpoint else {**shared, "linear_compression": inputs}
-            for inputs, in_checkpoint in zip(prepared, checkpointed)
-        ]
+        return [(tuple(inputs[:-1]), {**shared, "maps_add_bias": inputs.maps_add_bias}) for inputs in prepared]
 
 
 class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
