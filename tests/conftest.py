@@ -6,6 +6,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import inspect  # noqa: E402
 import warnings  # noqa: E402
 
 import pytest  # noqa: E402
@@ -61,13 +62,24 @@ def _seed():
 CHECKPOINTING_METHODS = ["gradient_checkpointing_enable", "activation_checkpointing_enable"]
 
 
-def enable_checkpointing(model, method: str) -> list:
-    """Turn gradient checkpointing on by `method`; the list returned gains one entry per checkpointed layer call."""
+def enable_checkpointing(model, method: str, use_reentrant: bool | None = None, every_n_layers: int = 1) -> list:
+    """Turn gradient checkpointing on by `method`, reentrant or not (None: the release's default), for every
+    `every_n_layers`-th layer; the list returned gains one entry per checkpointed layer call.
+
+    Reentrant checkpointing (`torch.utils.checkpoint` with `use_reentrant=True`, as DeepSpeed's activation
+    checkpointing) sees only the tensors passed to a layer as positional arguments: anything else a layer reads that
+    was computed outside it must not carry a graph into the layer's recomputation."""
     if not hasattr(model, method):
         pytest.skip(f"transformers {transformers.__version__} has no {method}")
+    # gradient_checkpointing_kwargs=, activation_checkpointing_kwargs=
+    kwargs = {} if use_reentrant is None else {method.replace("_enable", "_kwargs"): {"use_reentrant": use_reentrant}}
+    if every_n_layers != 1:
+        if "every_n_layers" not in inspect.signature(model.activation_checkpointing_enable).parameters:
+            pytest.skip(f"transformers {transformers.__version__} checkpoints every layer or none")
+        kwargs["every_n_layers"] = every_n_layers
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # the deprecated alias works all the same
-        getattr(model, method)()
+        getattr(model, method)(**kwargs)
     calls = []
     for layer in model.modules():
         if getattr(layer, "gradient_checkpointing", False):

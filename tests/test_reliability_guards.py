@@ -78,6 +78,57 @@ def test_a_diverging_run_stops_naming_the_step_and_keeps_the_last_good_checkpoin
     assert (out / LOCK_FILE).read_text() == ""  # released: the next run is not told this one was killed
 
 
+def test_a_run_that_ends_inside_a_streak_of_skipped_updates_publishes_no_final_model(
+    tokenizer_dir, small_corpus, tmp_path, capsys
+):
+    """lr 1e4 for 12 updates with a patience of 10: updates 4-12 are non-finite and skipped, 9 in a row. Before: the
+    run reached max_steps, its final validation loss was NaN, it wrote final/ from the weights that give it, and it
+    exited 0. After: status 2 and one error line naming the last good checkpoint; no final/, no summary."""
+    from linformer_hf.training.pretrain import main
+
+    out = tmp_path / "run"
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tokenizer_dir, small_corpus, out, max_steps=12, learning_rate=1e4, nonfinite_patience=10
+    )
+    assert main(["--config", str(recipe), "--no_progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    good = os.path.join(str(out), "checkpoints", "step_2")
+    assert err.startswith(
+        "error: training diverged: the run ended at step 12 after 9 non-finite updates in a row (steps 4-12, each "
+        f"skipped), so {out / 'final'} was not written."
+    ), err
+    assert f"The last good checkpoint is {good}" in err and f"--resume_from_checkpoint {good}" in err
+    assert "training.learning_rate (now 10000)" in err
+    assert not (out / "final").exists() and not list(out.glob(".tmp-final*"))
+    assert not list(out.glob("summary_step*.json"))
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2"]
+    records = strict_json_lines(out / UPDATE_LOG)
+    assert records[-1]["event"] == "diverged" and records[-1]["error"] == err.removeprefix("error: ")
+    assert (out / LOCK_FILE).read_text() == ""
+
+
+def test_a_run_whose_final_evaluation_is_not_finite_publishes_no_final_model(
+    tokenizer_dir, small_corpus, tmp_path, monkeypatch
+):
+    """Every update finite, but the final validation loss is not (as weights that overflow only on held-out text
+    give): no final/, and the error names the loss and the last good checkpoint."""
+    original, calls = pretraining.evaluate_mlm, []
+
+    def nan_loss(*args, **kwargs):  # without eval_steps, the only evaluation is the final one
+        calls.append(1)
+        return {**original(*args, **kwargs), "eval_loss": float("nan")}
+
+    monkeypatch.setattr(pretraining, "evaluate_mlm", nan_loss)
+    out = tmp_path / "run"
+    with pytest.raises(TrainingDiverged) as err:
+        run(tokenizer_dir, small_corpus, out, max_steps=4)
+    good = os.path.join(str(out), "checkpoints", "step_4")
+    assert str(err.value).startswith("training diverged: the final validation MLM loss at step 4 is nan"), err.value
+    assert f"The last good checkpoint is {good}" in str(err.value)
+    assert not (out / "final").exists() and len(calls) == 1
+    assert (out / LOCK_FILE).read_text() == ""
+
+
 def test_an_isolated_non_finite_update_is_skipped_not_a_divergence(tokenizer_dir, small_corpus, tmp_path, monkeypatch):
     """One NaN loss (as an fp16 overflow gives): that update is skipped, weights and schedule unchanged, and the run
     goes on to a finite final model; the same NaN on `nonfinite_patience` updates in a row stops it."""
@@ -124,6 +175,24 @@ def test_divergence_guard_counts_only_consecutive_bad_updates_and_spikes_when_as
     spikes.after_update(12, 9.0)  # 4.5 x the median
     with pytest.raises(TrainingDiverged, match=r"loss spike at step 13: 11 is above 5 x .*last good checkpoint is"):
         spikes.after_update(13, 11.0)
+
+
+def test_a_finished_run_is_refused_when_its_last_update_was_skipped_or_its_final_evaluation_is_not_finite():
+    guard = DivergenceGuard(10, advice="a lower lr", resume_hint=resume_hint("--resume", "start over"))
+    guard.last_good_checkpoint = "ckpt"
+    guard.after_update(1, 2.0)
+    guard.check_finished(1, "final/", {"loss": 2.0, "accuracy": 0.5})  # a healthy run: nothing raised
+    guard.after_update(2, float("nan"))
+    guard.after_update(3, 1.0, gradients_ok=False)
+    with pytest.raises(TrainingDiverged, match=r"ended at step 3 after 2 non-finite updates in a row \(steps 2-3"):
+        guard.check_finished(3, "final/", {"loss": 2.0})
+    guard.after_update(4, 1.5)  # a good update ends the streak
+    guard.check_finished(4, "final/", {"loss": 1.5})
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(
+            TrainingDiverged, match=rf"the final loss at step 4 is {bad}, so final/ was not written. .*is ckpt"
+        ):
+            guard.check_finished(4, "final/", {"loss": bad, "accuracy": 0.5})
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -340,6 +409,54 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
+def test_a_transfer_that_ends_diverging_saves_no_model(transfer_pair, tmp_path, monkeypatch):
+    """Learning rates of 1e8 for 8 layer-local and 4 end-to-end steps, a patience of 20: steps 10-12 are non-finite
+    and skipped, and the final evaluation is NaN / inf. Before: the transferred model and its report were saved
+    from those weights. After: the error names the streak and the last good checkpoint; nothing is saved. A
+    non-finite final evaluation alone is refused too."""
+    from test_transfer import arguments
+
+    from linformer_hf.training import transfer
+
+    rates = dict(projection_learning_rate=1e8, attention_learning_rate=1e8, end_to_end_learning_rate=1e8)
+    out = tmp_path / "diverged"
+    with pytest.raises(TrainingDiverged) as err:
+        transfer.run_transfer(
+            arguments(
+                transfer_pair,
+                out,
+                layer_steps=8,
+                end_to_end_steps=4,
+                checkpoint_every=2,
+                nonfinite_patience=20,
+                **rates,
+            )
+        )
+    good = transfer.checkpoint_dir(str(out), 8)
+    message = str(err.value)
+    assert message.startswith(
+        "training diverged: the run ended at step 12 after 3 non-finite updates in a row (steps 10-12, each skipped), "
+        f"so the transferred model in {out} was not written."
+    ), message
+    assert f"The last good checkpoint is {good}; resume from it with --resume {good}" in message
+    assert "--projection_learning_rate, now 1e+08" in message
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+
+    documents = transfer.evaluate_documents
+
+    def nan_cosine(*args, **kwargs):
+        return {**documents(*args, **kwargs), "embedding_cosine_mean": float("nan")}
+
+    monkeypatch.setattr(transfer, "evaluate_documents", nan_cosine)
+    out = tmp_path / "nan"
+    with pytest.raises(
+        TrainingDiverged, match=r"^training diverged: the final embedding cosine on held-out documents at step 2 is nan"
+    ):
+        transfer.run_transfer(arguments(transfer_pair, out, layer_steps=2))
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Fine-tuning (transformers' Trainer): the guard as a callback
 # ------------------------------------------------------------------------------------------------------------------
@@ -388,6 +505,76 @@ def test_a_diverging_finetune_stops_and_writes_no_best_model(pretrained_dir, tmp
     assert (out / LOCK_FILE).read_text() == ""
     for checkpoint in out.glob("checkpoint-*"):  # the Trainer's own, written before the divergence
         assert checkpoint_weights_finite(checkpoint)
+
+
+def test_a_finetune_that_ends_inside_a_streak_of_skipped_updates_writes_no_best_model(pretrained_dir, tmp_path):
+    """lr 1e4 on SST-2 with a patience of 20: the gradients are non-finite from update 3 on, each update skipped, until
+    the last (8). Before: the run ended with status 0, best/ and results.json written as for a good run. After: the
+    error names the streak; no best/, no results.json, the lock released."""
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    train = sst2_head(tmp_path / "train.tsv", 64)
+    out = tmp_path / "run"
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra=tiny_finetune_overrides(
+            pretrained_dir,
+            train,
+            out,
+            {
+                "data.max_eval_samples": 16,
+                "training.max_steps": 8,
+                "training.per_device_train_batch_size": 8,
+                "training.eval_steps": 2,
+                "training.learning_rate": 1e4,
+                "training.nonfinite_patience": 20,
+            },
+        ),
+    )
+    with pytest.raises(TrainingDiverged) as err:
+        run_finetuning(recipe, show_progress=False)
+    message = str(err.value)
+    assert message.startswith("training diverged: the run ended at step 8 after ") and "in a row (steps " in message
+    assert f"{out / 'best'} or results.json was not written" in message
+    assert "--training.overwrite_output_dir true" in message and "training.learning_rate (now 10000)" in message
+    assert not (out / "best").exists() and not (out / "results.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+
+
+def test_a_finetune_whose_kept_model_evaluates_to_a_non_finite_loss_writes_no_best_model(
+    pretrained_dir, tmp_path, monkeypatch
+):
+    """Every update finite: the run publishes best/ and results.json. The same run whose kept model gives a NaN
+    validation loss (patched in) publishes neither, and says why."""
+    import transformers
+
+    from linformer_hf.training.config import FinetuneRecipe, load_recipe
+    from linformer_hf.training.finetuning import run_finetuning
+
+    train = sst2_head(tmp_path / "train.tsv", 64)
+
+    def recipe(out):
+        settings = {"data.max_eval_samples": 8, "training.max_steps": 4, "training.eval_steps": 2}
+        return load_recipe(FinetuneRecipe, None, extra=tiny_finetune_overrides(pretrained_dir, train, out, settings))
+
+    healthy = tmp_path / "healthy"
+    run_finetuning(recipe(healthy), show_progress=False)
+    assert (healthy / "best" / "config.json").is_file() and (healthy / "results.json").is_file()
+
+    predict = transformers.Trainer.predict
+
+    def nan_loss(self, *args, **kwargs):
+        output = predict(self, *args, **kwargs)
+        return output._replace(metrics={**output.metrics, "test_loss": float("nan")})
+
+    monkeypatch.setattr(transformers.Trainer, "predict", nan_loss)
+    out = tmp_path / "nan"
+    with pytest.raises(TrainingDiverged, match=r"^training diverged: the final validation loss at step 4 is nan, so "):
+        run_finetuning(recipe(out), show_progress=False)
+    assert not (out / "best").exists() and not (out / "results.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
 
 
 def test_a_skipped_finetuning_update_leaves_the_weights_and_the_schedule(pretrained_dir, tmp_path, monkeypatch):

@@ -203,6 +203,8 @@ class LinearCompressionInputs(NamedTuple):
       map is not a plain `nn.Linear` (a dynamically quantised Linear, whose weight and bias are methods, a wrapped
       one) or has hooks. Plain maps are applied as their weight alone, so b enters once, through the corrections: one
       bias add and one bias gradient fewer per map.
+
+    The tensors come first and the flag last: a layer is handed the tensors as positional arguments.
     """
 
     projection: torch.Tensor
@@ -475,7 +477,8 @@ class LinformerSelfAttention(nn.Module):
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor,
         shared_projection: LinformerProjection | None = None,
-        linear_compression: LinearCompressionInputs | None = None,
+        layer_tensors: tuple[torch.Tensor, ...] = (),
+        maps_add_bias: bool = False,
         output_attentions: bool | None = None,
         use_fast_path: bool = True,
         **kwargs,
@@ -484,11 +487,13 @@ class LinformerSelfAttention(nn.Module):
         Args:
             hidden_states: (batch, L, d).
             attention_mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in hidden_states' dtype.
-            linear_compression: this layer's share of `prepare_linear_compressions`, made once per forward by the
-                encoder for all layers; made here when not given.
+            layer_tensors, maps_add_bias: this layer's share of `prepare_linear_compressions`, made once per forward
+                by the encoder for all layers: its tensors (which reach a checkpointed layer as the checkpoint's
+                inputs, see `RobertaLayerWith`) and its flag; made here when not given.
         Returns:
             the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
         """
+        linear_compression = LinearCompressionInputs(*layer_tensors, maps_add_bias) if layer_tensors else None
         batch, seq_len, _ = hidden_states.shape
         if output_attentions is None:  # as transformers' output capturing: the call's flag, else the config's
             output_attentions = self.config.output_attentions
@@ -544,16 +549,19 @@ class LinformerEncoder(RobertaEncoderWith):
     def shared_layer_inputs(self) -> dict:
         return {"shared_projection": self.shared_projection}
 
-    def layer_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> list[dict]:
+    def layer_inputs(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor
+    ) -> list[tuple[tuple[torch.Tensor, ...], dict]]:
         """Each layer's extra inputs, with what its linear compression needs from the mask and its parameters alone,
-        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer."""
+        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer: its
+        tensors (passed positionally, which gradient checkpointing needs; see `RobertaLayerWith`) and its flag."""
         shared = self.shared_layer_inputs()
         attentions = [layer.attention.self for layer in self.layer]
         layer_projections = [
             attention.linear_compression_projections(self.shared_projection) for attention in attentions
         ]
         if layer_projections[0] is None:  # pooled or per-head (sharing='none') projections: each layer makes its own
-            return [shared] * len(self.layer)
+            return [((), shared)] * len(self.layer)
         key_value_maps = [(attention.key, attention.value) for attention in attentions]
         width = self.config.hidden_size
         if self.config.sharing == "layerwise":  # one E for all layers: stacked once
@@ -565,7 +573,7 @@ class LinformerEncoder(RobertaEncoderWith):
                 prepare_linear_compressions([projections], [maps], attention_mask, width)[0]
                 for projections, maps in zip(layer_projections, key_value_maps)
             ]
-        return [{**shared, "linear_compression": inputs} for inputs in prepared]
+        return [(tuple(inputs[:-1]), {**shared, "maps_add_bias": inputs.maps_add_bias}) for inputs in prepared]
 
 
 class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):

@@ -7,7 +7,8 @@ RoBERTa checkpoint loads into any family with only the family's own tensors miss
 
 A self-attention module plugged in here is built as `SelfAttention(config, layer_idx)` and called as
 `self_attention(hidden_states, attention_mask, **kwargs)` with hidden_states (batch, L, d) and attention_mask
-(batch, L) holding 1.0 for real tokens and 0.0 for padding; it returns `(output (batch, L, d), weights or None)`.
+(batch, L) holding 1.0 for real tokens and 0.0 for padding, and `layer_tensors` among the kwargs when its encoder's
+`layer_inputs` made tensors for it; it returns `(output (batch, L, d), weights or None)`.
 
 This file is copied beside saved weights with the family's modeling file (a sibling import), so it may import only
 `torch`, `transformers` and its siblings; what differs between transformers releases comes from `compat.py`.
@@ -112,7 +113,15 @@ class RobertaAttentionWith(nn.Module):
 
 
 class RobertaLayerWith(GradientCheckpointingLayer):
-    """A RoBERTa layer whose self-attention is the family's."""
+    """A RoBERTa layer whose self-attention is the family's.
+
+    `layer_tensors`, tensors the encoder made for this forward (`RobertaEncoderWith.layer_inputs`), come in as
+    positional arguments, and go on to the self-attention as its `layer_tensors`: under gradient checkpointing only
+    positional tensors enter the checkpoint as its inputs. One passed as a keyword would bring its graph (shared by all
+    layers) into each layer's recomputation, which reentrant checkpointing (`use_reentrant=True`, as DeepSpeed's) runs
+    as a backward of its own: the second layer's would walk that graph again and fail ("backward through the graph a
+    second time").
+    """
 
     def __init__(self, config, layer_idx: int, self_attention_class: type[nn.Module]):
         super().__init__()
@@ -121,7 +130,9 @@ class RobertaLayerWith(GradientCheckpointingLayer):
         self.intermediate = RobertaIntermediate(config)
         self.output = RobertaOutput(config)
 
-    def forward(self, hidden_states, attention_mask, **kwargs):
+    def forward(self, hidden_states, attention_mask, *layer_tensors, **kwargs):
+        if layer_tensors:
+            kwargs["layer_tensors"] = layer_tensors
         attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
         # (batch, L, d); the feed-forward may run in chunks along the sequence to bound its (L x d_ff) activations
         return apply_chunking_to_forward(self.feed_forward_chunk, self.chunk_size_feed_forward, 1, attention_output)
@@ -132,8 +143,8 @@ class RobertaLayerWith(GradientCheckpointingLayer):
 
 class RobertaEncoderWith(nn.Module):
     """The stack of layers. A family subclass sets `self_attention_class`, and may hand every layer extra inputs
-    (state the encoder owns and all layers share) through `shared_layer_inputs`, and per-forward inputs through
-    `layer_inputs`."""
+    (state the encoder owns and all layers share) through `shared_layer_inputs`, and per-forward inputs (tensors
+    passed positionally, and keyword arguments) through `layer_inputs`."""
 
     self_attention_class: type[nn.Module]
 
@@ -147,14 +158,16 @@ class RobertaEncoderWith(nn.Module):
     def shared_layer_inputs(self) -> dict:
         return {}
 
-    def layer_inputs(self, hidden_states, attention_mask) -> list[dict]:
-        """The extra inputs of each layer for this forward: by default the shared ones. A family may add what depends
-        only on the mask and its parameters, made once here for all layers instead of in every layer."""
-        return [self.shared_layer_inputs()] * len(self.layer)
+    def layer_inputs(self, hidden_states, attention_mask) -> list[tuple[tuple[torch.Tensor, ...], dict]]:
+        """The extra inputs of each layer for this forward, as (tensors, keyword arguments): by default the shared
+        ones, no tensors. A family may add what depends only on the mask and its parameters, made once here for all
+        layers instead of in every layer: as tensors, which reach the self-attention positionally (`RobertaLayerWith`
+        says why)."""
+        return [((), self.shared_layer_inputs())] * len(self.layer)
 
     def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
-        for layer_module, layer_inputs in zip(self.layer, self.layer_inputs(hidden_states, attention_mask)):
-            hidden_states = layer_module(hidden_states, attention_mask, **layer_inputs, **kwargs)
+        for layer_module, (tensors, inputs) in zip(self.layer, self.layer_inputs(hidden_states, attention_mask)):
+            hidden_states = layer_module(hidden_states, attention_mask, *tensors, **inputs, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 

@@ -326,6 +326,7 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
 
     # Before the divergence callback: a checkpoint the stop asks for is checked for non-finite weights as any other.
     stopping = stop_signal_callback(stop)
+    guard = finetune_guard(tcfg)
     trainer_class, extra = Trainer, {}
     if distilling:
         trainer_class = distillation.DistillationTrainer
@@ -340,7 +341,7 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[stopping, divergence_callback(finetune_guard(tcfg))]
+        callbacks=[stopping, divergence_callback(guard)]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])
         + ([compile_record] if compile_record else []),
         **extra,
@@ -378,18 +379,31 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
             lock.release()
         return {"stopped_at": trainer.state.global_step}
 
+    # The validation predictions of the model kept (the best one, or the last without save_best), before anything is
+    # written: a run that ended diverging (inside a streak of skipped updates, or with a non-finite validation loss)
+    # publishes nothing.
+    validation = trainer.predict(encoded["validation"])
+    best_dir = os.path.join(tcfg.output_dir, "best")
+    try:
+        guard.check_finished(
+            trainer.state.global_step,
+            f"{best_dir} or results.json" if tcfg.save_best else "results.json",
+            {"validation loss": validation.metrics["test_loss"]},
+        )
+    except TrainingDiverged:
+        finish_trainer(trainer)
+        if lock is not None:
+            lock.release()
+        raise
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
     if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
         trainer.evaluate()
     history = evaluations(trainer.state.log_history, task)
     train_losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
     best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
-    best_dir = os.path.join(tcfg.output_dir, "best")
     if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
         check_weights_finite(trainer.model, best_dir)
         trainer.save_model(best_dir)
-    # The validation predictions of the model kept (the best one, or the last without save_best).
-    validation = trainer.predict(encoded["validation"])
     if trainer.is_world_process_zero():
         _write_predictions(
             os.path.join(tcfg.output_dir, "predictions_validation.tsv"),

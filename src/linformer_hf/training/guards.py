@@ -4,7 +4,9 @@
   update is skipped (the weights and the optimizer's moments stay as they were; under fp16 the grad scaler skips it
   and lowers its scale), so an isolated overflow costs one update; ``nonfinite_patience`` of them in a row stop the
   run with `TrainingDiverged`, naming the step, the last good checkpoint and what to try. `check_weights_finite` is
-  called before every save: no checkpoint, ``final/`` or ``best/`` is written from non-finite weights. An optional
+  called before every save: no checkpoint, ``final/`` or ``best/`` is written from non-finite weights, and
+  `DivergenceGuard.check_finished` before the final one: a run that ends inside a streak of skipped updates, or whose
+  final evaluation is not finite, publishes nothing and raises `TrainingDiverged` too. An optional
   loss-spike rule (a loss above ``loss_spike_factor`` times the running median) warns or stops.
 - **Preemption.** `StopSignal` turns SIGTERM / SIGINT into a flag. The loops read it after each update, agreed over
   all processes (one all-reduce of a scalar), so every rank stops after the same update, saves its part of the
@@ -113,6 +115,29 @@ class DivergenceGuard:
             f"training diverged at step {step}: the loss or gradients were non-finite on {self.streak} consecutive "
             f"updates (steps {self.first_bad_step}-{step}), so the run stopped without saving. "
             f"{self.where_to_resume()}. Try {self.advice}."
+        )
+
+    def check_finished(self, step: int, what: str, evaluation: dict[str, float] | None = None) -> None:
+        """Before the run publishes ``what`` (its final model) as good, after its last update ``step``: raise
+        `TrainingDiverged` if the run ended inside a streak of skipped updates (short of ``patience``, which would
+        have stopped it) or a value of its final ``evaluation`` ({what it is: value}) is not finite."""
+        if self.streak:
+            reason = (
+                f"the run ended at step {step} after {self.streak} non-finite updates in a row "
+                f"(steps {self.first_bad_step}-{step}, each skipped)"
+            )
+        else:
+            nonfinite = [
+                f"{name} at step {step} is {value}"
+                for name, value in (evaluation or {}).items()
+                if not math.isfinite(value)
+            ]
+            if not nonfinite:
+                return
+            more = f" (and {len(nonfinite) - 3} more)" if len(nonfinite) > 3 else ""
+            reason = f"the final {', '.join(nonfinite[:3])}{more}"
+        raise TrainingDiverged(
+            f"training diverged: {reason}, so {what} was not written. {self.where_to_resume()}. Try {self.advice}."
         )
 
     def _check_spike(self, step: int, loss: float) -> None:

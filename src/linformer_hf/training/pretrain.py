@@ -10,7 +10,8 @@ Any recipe key can be overridden as --section.key value (e.g. --training.max_ste
 --resume_from_checkpoint takes a checkpoint dir or `latest` (the newest under <output_dir>/checkpoints).
 SIGTERM / SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
 (`errors.RESUMABLE_EXIT_CODE`; resume with `latest`);
-a diverged run (non-finite losses, training.nonfinite_patience in a row) stops with an `error:` line, status 2.
+a diverged run (non-finite losses, training.nonfinite_patience in a row, or a run that ends inside a streak of them or
+with a non-finite final evaluation) stops with an `error:` line, status 2, and writes no final/.
 """
 
 from __future__ import annotations

@@ -652,6 +652,9 @@ def _train(run: PretrainingRun, stop: StopSignal, show_progress: bool) -> dict:
 
     if run.completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
         summary["final_eval"] = metrics = evaluate_and_log(run, final=True)
+        # A run that ended diverging (inside a streak of skipped updates, or evaluating to NaN) publishes nothing.
+        what = os.path.join(tcfg.output_dir, "final") if tcfg.save_final_model else "the summary"
+        run.guard.check_finished(run.completed_steps, what, {"validation MLM loss": metrics["eval_loss"]})
         if tcfg.save_final_model:
             summary["final_dir"] = save_final_model(run, metrics)
     summary["completed_steps"] = run.completed_steps

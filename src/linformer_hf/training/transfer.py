@@ -529,6 +529,17 @@ def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dic
     }
 
 
+def fidelity_values(fidelity: dict) -> dict[str, float]:
+    """The numbers of an `evaluate` result, by name: what must be finite for a transferred model to be published."""
+    values = {}
+    for length, result in fidelity["windows"].items():
+        for layer, error in enumerate(result["attention_relative_error_per_layer"]):
+            values[f"attention relative error of layer {layer} at L={length}"] = error
+        values[f"embedding cosine at L={length}"] = result["embedding_cosine_mean"]
+    values["embedding cosine on held-out documents"] = fidelity["documents"]["embedding_cosine_mean"]
+    return values
+
+
 # ---- training ----
 
 
@@ -1040,6 +1051,8 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
         parameter.requires_grad_(True)
     report["after"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
     report["train_seconds"] = round(progress.seconds, 1)
+    # A run that ended diverging (inside a streak of skipped steps, or evaluating to NaN / inf) publishes nothing.
+    guard.check_finished(progress.step, f"the transferred model in {args.output_dir}", fidelity_values(report["after"]))
     check_weights_finite(student, f"the transferred model in {args.output_dir}", guard)
     if accelerator.is_main_process:
         _save_result(student, tokenizer, args, report)
