@@ -270,3 +270,90 @@ def test_a_tokenizer_trains_on_the_shards(books, tmp_path):
     assert main(["--dataset", books, "--split", "train", "--vocab_size", "600", "--output_dir", str(out)]) == 0
     tokenizer = AutoTokenizer.from_pretrained(out)
     assert len(tokenizer) == 600 and tokenizer.mask_token == "<mask>"
+
+
+@pytest.fixture(scope="module")
+def roberta_source(tokenizer_dir, tmp_path_factory):
+    """A tiny RoBERTa masked LM with 64 learned positions and the books tokenizer: an encoder pretrained at 64."""
+    import torch
+    from tiny_roberta import randomize_all, tiny_roberta_config
+    from transformers import AutoTokenizer, RobertaForMaskedLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = tiny_roberta_config(
+        vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=tokenizer.pad_token_id
+    )
+    model = RobertaForMaskedLM(config)
+    randomize_all(model)
+    out = tmp_path_factory.mktemp("roberta-source")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def uptrain_recipe(source, books_folder, output_dir, **overrides):
+    extra = {
+        "model.pretrained": source,
+        "model.convert_from_roberta": {"max_sequence_length": 128, "projected_length": 32},
+        "data.datasets": [{"path": books_folder, "split": "train"}],
+        "data.validation_datasets": [{"path": books_folder, "split": "validation"}],
+        "data.cache_dir": str(output_dir) + "-cache",
+        "data.preprocessing_num_workers": 1,
+        "data.max_eval_blocks": 4,
+        "training.output_dir": str(output_dir),
+        "training.per_device_train_batch_size": 2,
+        "training.gradient_accumulation_steps": 1,
+        "training.max_steps": 2,
+        "training.warmup_steps": 1,
+        "training.eval_steps": 2,
+        "training.report_to": [],
+        **overrides,
+    }
+    return load_recipe(PretrainRecipe, os.path.join(REPO, "configs", "pretrain", "uptrain_books.yaml"), extra=extra)
+
+
+def test_uptraining_converts_the_source_to_n_and_trains_on(roberta_source, books, tmp_path):
+    """configs/pretrain/uptrain_books.yaml from a masked LM pretrained at 64 positions: converted to a Linformer at
+    n = 128 with the learned positions copied out, trained, saved; the folder reloads with the source's tokenizer."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer, RobertaForMaskedLM
+
+    summary = run_pretraining(uptrain_recipe(roberta_source, books, tmp_path / "run"), show_progress=False)
+    evals = summary["evals"]
+    assert all(torch.isfinite(torch.tensor(e["eval_loss"])) for e in evals.values()) and 0 in evals and 2 in evals
+    model = AutoModelForMaskedLM.from_pretrained(summary["final_dir"])
+    source = RobertaForMaskedLM.from_pretrained(roberta_source)
+    assert type(model).__name__ == "LinformerForMaskedLM" and model.config.max_sequence_length == 128
+    # The first 64 positions are the source's rows, moved by the training's two small updates only.
+    moved = (
+        model.roberta.embeddings.position_embeddings.weight[:66] - source.roberta.embeddings.position_embeddings.weight
+    )
+    assert moved.abs().max() < 0.05
+    tokenizer = AutoTokenizer.from_pretrained(summary["final_dir"])
+    assert tokenizer.model_max_length == 128 and len(tokenizer) == len(AutoTokenizer.from_pretrained(roberta_source))
+
+
+def test_uptraining_refuses_a_source_without_a_trained_masked_lm_head(roberta_source, books, tmp_path):
+    from transformers import RobertaModel
+
+    encoder_only = tmp_path / "encoder-only"
+    RobertaModel.from_pretrained(roberta_source).save_pretrained(encoder_only)
+    shutil.copy(os.path.join(roberta_source, "tokenizer.json"), encoder_only)
+    for name in os.listdir(roberta_source):
+        if name.endswith((".json", ".txt")) and name != "config.json":
+            shutil.copy(os.path.join(roberta_source, name), encoder_only)
+    with pytest.raises(ConfigError, match="no trained masked-LM head"):
+        run_pretraining(uptrain_recipe(str(encoder_only), books, tmp_path / "run"), show_progress=False)
+    assert not os.path.exists(tmp_path / "run")  # refused before the output directory was claimed
+
+
+def test_uptraining_settings_that_cannot_work_are_refused_when_the_recipe_is_read(roberta_source, books, tmp_path):
+    with pytest.raises(ConfigError, match="not read when model.convert_from_roberta is set"):
+        uptrain_recipe(roberta_source, books, tmp_path / "run", **{"model.config": {"hidden_size": 64}})
+    with pytest.raises(ConfigError, match="makes a 'performer' model but model.model_type is 'linformer'"):
+        uptrain_recipe(
+            roberta_source, books, tmp_path / "run", **{"model.convert_from_roberta": {"target": "performer"}}
+        )
+    with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['k'\]"):
+        uptrain_recipe(roberta_source, books, tmp_path / "run", **{"model.convert_from_roberta": {"k": 32}})

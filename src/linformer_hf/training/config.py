@@ -265,23 +265,73 @@ class ModelSection:
     config_file: str | None = None  # configs/model/*.yaml: fields of the model_type's config class
     config: dict = dataclasses.field(default_factory=dict)  # inline fields, override config_file
     pretrained: str | None = None  # continue from a saved model dir instead of a fresh init
+    # Uptraining: model.pretrained is a RoBERTa or BERT masked LM (a dir, or a Hub name when online), converted to
+    # model_type when the run starts (linformer_hf.conversion; its learned positions copied out to n), e.g.
+    # {max_sequence_length: 4096, projected_length: 256}. The keys are fine-tuning's model.convert_from_roberta's.
+    convert_from_roberta: dict | None = None
 
     def validate(self):
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
         if self.config_file is not None and not os.path.isfile(self.config_file):
             raise ConfigError(f"model.config_file not found: {self.config_file}. Use a file from configs/model/.")
-        if self.pretrained is not None:
+        if self.convert_from_roberta is not None:
+            if self.pretrained is None:
+                raise ConfigError(
+                    "model.convert_from_roberta converts model.pretrained, which is not set: give the RoBERTa or "
+                    "BERT masked LM to start from."
+                )
+            target = self.convert_from_roberta.get("target", self.model_type)
+            if target != self.model_type or self.model_type == "roberta":
+                raise ConfigError(
+                    f"model.convert_from_roberta makes a {target!r} model but model.model_type is "
+                    f"{self.model_type!r}: set model.model_type to linformer or performer (the family to convert to)."
+                )
+            if self.config_file or self.config:
+                raise ConfigError(
+                    "model.config_file / model.config are not read when model.convert_from_roberta is set (the "
+                    "source's config is carried over): give n, k and the other settings in model.convert_from_roberta."
+                )
+            check_conversion(self.convert_from_roberta, self.pretrained, default_target=self.model_type)
+        elif self.pretrained is not None:
             from .validation import check_model_source
 
             check_model_source(self.pretrained, "model.pretrained")
 
 
+def conversion_keys(settings: dict, default_target: str = "linformer") -> tuple[str, ...]:
+    """The keys model.convert_from_roberta takes: the shared ones, then the target family's settings."""
+    from ..conversion import target_family
+
+    target = settings.get("target", default_target)
+    try:
+        family = target_family(target)
+    except ValueError as err:
+        raise ConfigError(f"model.convert_from_roberta.target: {err}") from err
+    noise = ("projection_noise_std",) if target == "linformer" else ()  # Linformer's projections only
+    return ("target", "max_sequence_length", "seed", *noise, *family.setting_names)
+
+
+def check_conversion(settings: dict, pretrained: str, default_target: str = "linformer") -> None:
+    """model.convert_from_roberta names only known keys, and model.pretrained can be a checkpoint to convert."""
+    allowed = conversion_keys(settings, default_target)
+    unknown = sorted(set(settings) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"Unknown key(s) {unknown} in model.convert_from_roberta (target "
+            f"{settings.get('target', default_target)}); allowed: {', '.join(allowed)}."
+        )
+    from .validation import check_model_source
+
+    check_model_source(pretrained, "model.pretrained")
+    if os.path.exists(pretrained) and not os.path.isfile(os.path.join(pretrained, "config.json")):
+        raise ConfigError(f"model.pretrained={pretrained} has no config.json; not a RoBERTa checkpoint dir.")
+
+
 @dataclasses.dataclass
 class TokenizerSection:
-    name_or_path: str = (
-        "outputs/tokenizer"  # a local dir written by linformer_hf.training.train_tokenizer, or a Hub name
-    )
+    # a local dir written by linformer_hf.training.train_tokenizer, or a Hub name; null: model.pretrained's own
+    name_or_path: str | None = "outputs/tokenizer"
 
 
 @dataclasses.dataclass
@@ -489,6 +539,13 @@ class PretrainRecipe:
 
     def validate(self):
         self.model.validate()
+        if self.tokenizer.name_or_path is None:
+            if self.model.pretrained is None:
+                raise ConfigError(
+                    "tokenizer.name_or_path is null (the model's own tokenizer) but there is no model.pretrained: "
+                    "give a tokenizer dir or Hub name."
+                )
+            self.tokenizer.name_or_path = self.model.pretrained
         self.data.validate()
         self.training.validate()
 
@@ -598,34 +655,9 @@ class FinetuneModelSection:
     # projected_length: 128}, or {target: performer, num_random_features: 256, kernel: softmax} for a Performer.
     convert_from_roberta: dict | None = None
 
-    def conversion_keys(self) -> tuple[str, ...]:
-        """The keys convert_from_roberta takes: the shared ones, then the target family's settings."""
-        from ..conversion import target_family
-
-        target = self.convert_from_roberta.get("target", "linformer")
-        try:
-            family = target_family(target)
-        except ValueError as err:
-            raise ConfigError(f"model.convert_from_roberta.target: {err}") from err
-        noise = ("projection_noise_std",) if target == "linformer" else ()  # Linformer's projections only
-        return ("target", "max_sequence_length", "seed", *noise, *family.setting_names)
-
     def validate(self):
         if self.convert_from_roberta is not None:
-            allowed = self.conversion_keys()
-            unknown = sorted(set(self.convert_from_roberta) - set(allowed))
-            if unknown:
-                raise ConfigError(
-                    f"Unknown key(s) {unknown} in model.convert_from_roberta (target "
-                    f"{self.convert_from_roberta.get('target', 'linformer')}); allowed: {', '.join(allowed)}."
-                )
-            from .validation import check_model_source
-
-            check_model_source(self.pretrained, "model.pretrained")
-            if os.path.exists(self.pretrained) and not os.path.isfile(os.path.join(self.pretrained, "config.json")):
-                raise ConfigError(
-                    f"model.pretrained={self.pretrained} has no config.json; not a RoBERTa checkpoint dir."
-                )
+            check_conversion(self.convert_from_roberta, self.pretrained)
             return
         if not os.path.isdir(self.pretrained):
             raise ConfigError(

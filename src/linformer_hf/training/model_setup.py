@@ -76,6 +76,35 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
     return make_config(model_type, fields)
 
 
+def convert_masked_lm(section: ModelSection):
+    """The RoBERTa or BERT masked LM in ``section.pretrained`` converted in memory to ``section.model_type`` with the
+    settings of ``section.convert_from_roberta`` (`linformer_hf.conversion.convert_model`: every weight carried over,
+    the learned positions copied out to n). Its masked-LM head must have been trained: a checkpoint saved without one
+    (a sentence encoder) is refused, not given a random head."""
+    from ..conversion import convert_model, load_source
+
+    settings = dict(section.convert_from_roberta)
+    target = settings.pop("target", section.model_type)
+    try:
+        from transformers import AutoConfig
+
+        source_type = AutoConfig.from_pretrained(section.pretrained).model_type
+        head = "BertForMaskedLM" if source_type == "bert" else "RobertaForMaskedLM"
+        source, loading = load_source(section.pretrained, head, target)
+        untrained = [key for key in loading.get("missing_keys", []) if "lm_head" in key or key.startswith("cls.")]
+        if untrained:
+            raise ValueError(
+                f"it has no trained masked-LM head ({len(untrained)} head weights missing, e.g. {untrained[0]}); "
+                f"uptraining needs one: fit a head on the frozen encoder first"
+            )
+        model, _ = convert_model(source, target=target, source_name=section.pretrained, **settings)
+    except (OSError, ValueError, StrictDataclassError) as err:
+        raise ConfigError(
+            f"Could not convert model.pretrained={section.pretrained}: {' '.join(str(err).split())}"
+        ) from None
+    return model
+
+
 def build_mlm_model(section: ModelSection, tokenizer):
     """A fresh masked-LM model from the recipe, or the saved one in ``section.pretrained``."""
     config_cls, model_cls = _classes(section.model_type)

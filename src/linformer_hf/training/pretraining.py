@@ -52,7 +52,7 @@ from .errors import Preempted, TrainingDiverged
 from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
-from .model_setup import build_mlm_model, build_model_config
+from .model_setup import build_mlm_model, build_model_config, convert_masked_lm
 from .tokenizer import load_tokenizer
 from .validation import check_model_files, check_tokenizer_fits_model, warn_if_mixed_precision_ignored
 
@@ -249,7 +249,11 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     # Everything that can fail on bad input is checked before the Accelerator, data and model are built.
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     tokenizer = load_tokenizer(recipe.tokenizer.name_or_path)
-    if recipe.model.pretrained:
+    # Uptraining: the source converted once here (a resumed run converts it again, then loads the checkpoint over it).
+    converted = convert_masked_lm(recipe.model) if recipe.model.convert_from_roberta is not None else None
+    if converted is not None:
+        model_config = converted.config
+    elif recipe.model.pretrained:
         from transformers import AutoConfig
 
         model_config = AutoConfig.from_pretrained(recipe.model.pretrained)
@@ -257,7 +261,7 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         model_config = build_model_config(recipe.model, tokenizer)
     check_block_size(recipe, model_config)
     pad_as_the_model_takes(tokenizer, model_config)  # and final/'s tokenizer says so
-    if recipe.model.pretrained:
+    if recipe.model.pretrained and converted is None:
         check_model_files(recipe.model.pretrained, "model.pretrained")
     check_tokenizer_fits_model(
         tokenizer, model_config, recipe.tokenizer.name_or_path, recipe.model.pretrained or "built"
@@ -308,7 +312,7 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     eval_collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed + 1, accelerator.process_index)
 
     set_seed(tcfg.seed)  # the model init does not depend on how much RNG the data preparation used
-    model = build_mlm_model(recipe.model, tokenizer)
+    model = converted if converted is not None else build_mlm_model(recipe.model, tokenizer)
     if tcfg.torch_compile == "layers":  # in place, before DDP wraps the model (the whole model: at prepare)
         compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
     optimizer = build_optimizer(model, tcfg)
