@@ -51,6 +51,7 @@ def tokenizer_dir(books, tmp_path_factory):
 
 def books_recipe(books_folder, tokenizer_dir, output_dir, **overrides):
     extra = {
+        "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),  # the recipe's, from any cwd
         "data.datasets": [{"path": books_folder, "split": "train"}],
         "data.validation_datasets": [{"path": books_folder, "split": "validation"}],
         "tokenizer.name_or_path": tokenizer_dir,
@@ -357,3 +358,29 @@ def test_uptraining_settings_that_cannot_work_are_refused_when_the_recipe_is_rea
         )
     with pytest.raises(ConfigError, match=r"Unknown key\(s\) \['k'\]"):
         uptrain_recipe(roberta_source, books, tmp_path / "run", **{"model.convert_from_roberta": {"k": 32}})
+
+
+def test_books_recipe_trains_its_roberta_baseline(books, tokenizer_dir, tmp_path):
+    """The RoBERTa of the same shape under the same recipe, as configs/pretrain/books.yaml says to run it."""
+    summary = run_pretraining(
+        books_recipe(
+            books,
+            tokenizer_dir,
+            tmp_path / "run",
+            **{
+                "model.model_type": "roberta",
+                "model.config_file": os.path.join(REPO, "configs", "model", "books_small_roberta.yaml"),
+                "data.max_eval_blocks": 2,
+                "training.max_steps": 2,
+                "training.warmup_steps": 1,
+                "training.per_device_train_batch_size": 2,
+                "training.report_to": [],
+            },
+        ),
+        show_progress=False,
+    )
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(summary["final_dir"])
+    assert config.model_type == "roberta" and config.max_position_embeddings == 514  # n = 512
+    assert summary["final_eval"]["perplexity"] > 1
