@@ -238,13 +238,14 @@ def test_a_one_megabyte_line_is_truncated_to_the_model_length_and_the_other_rows
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def test_finetuning_by_a_hub_dataset_name_offline_is_one_line_offering_local_files(tmp_path, capsys):
+def test_finetuning_by_a_hub_dataset_name_offline_is_one_line_offering_local_files(small_model_dir, tmp_path, capsys):
     """Before: a 23-line traceback ending in `ConnectionError: Couldn't reach 'glue' on the Hub`. After: one line
     that names the dataset, says why, and offers data.train_file / data.validation_file with the task's columns."""
     from linformer_hf.training import finetune
 
     recipe = os.path.join(REPO, "configs", "finetune", "qnli.yaml")
-    status = finetune.main(["--config", recipe, "--training.output_dir", str(tmp_path / "out")])
+    argv = ["--config", recipe, "--model.pretrained", small_model_dir, "--training.output_dir", str(tmp_path / "out")]
+    status = finetune.main(argv)
     err = capsys.readouterr().err.strip()
     assert status == 2 and "\n" not in err, err
     assert err.startswith("error: data.dataset 'glue' is not a local path") and "offline mode is on" in err
