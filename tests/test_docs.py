@@ -274,11 +274,12 @@ def write_stand_ins(repo: str) -> dict:
 @pytest.fixture(scope="module")
 def docs_workspace(tmp_path_factory, request):
     """`<tmp>/repo`, the checkout's files linked in and nothing under outputs/, beside `<tmp>/shared` (this machine's
-    data), with the stand-ins. Runs the demo, then the selected examples in their LANES; returns the results by
-    example id."""
+    data), with the stand-ins. Runs the demo, then starts the selected examples; returns (repo, environment,
+    the examples' results by id, as futures)."""
     import shutil
     import sys
-    from concurrent.futures import ThreadPoolExecutor
+    import threading
+    from concurrent.futures import Future
 
     root = tmp_path_factory.mktemp("docs")
     repo = str(root / "repo")
@@ -302,26 +303,36 @@ def docs_workspace(tmp_path_factory, request):
     )
     env.update(write_stand_ins(repo))
     demo = next(e for e in EXAMPLES if (e.page, e.text) == (DEMO[0], "scripts/demo.sh"))
-    results = {demo.id: run_example(repo, env, demo)}
-    if results[demo.id].returncode != 0:
-        return results
+    results = {demo.id: Future()}
+    results[demo.id].set_result(run_example(repo, env, demo))
+    if results[demo.id].result().returncode != 0:
+        return repo, env, results
     shutil.copytree(os.path.join(repo, "outputs", "demo", "pretrain", "final"), os.path.join(repo, "MODEL_DIR"))
 
+    # The selected examples start now, in the background (each test waits for its own, so each test's time is its
+    # example's); a page's examples in order, the LANES side by side (two cores), then LAST.
     selected = {
         item.callspec.params["example"].id
         for item in request.session.items
         if "example" in getattr(getattr(item, "callspec", None), "params", {})
     }
-    runnable = [e for e in EXAMPLES if e.id in selected and e.id not in results and not entries(NOT_RUN, e)]
+    pending = {e.id: Future() for e in EXAMPLES if e.id in selected and e.id not in results and not entries(NOT_RUN, e)}
 
     def run_pages(pages):
-        for example in [e for e in runnable if e.page in pages]:
-            results[example.id] = run_example(repo, env, example)
+        for example in [e for e in EXAMPLES if e.page in pages and e.id in pending]:
+            pending[example.id].set_result(run_example(repo, env, example))
 
-    with ThreadPoolExecutor(len(LANES)) as pool:  # each example is its own process: two lanes use two cores
-        list(pool.map(run_pages, LANES))
-    run_pages(LAST)
-    return results
+    lanes = [threading.Thread(target=run_pages, args=(pages,), daemon=True) for pages in LANES]
+
+    def last():
+        for lane in lanes:
+            lane.join()
+        run_pages(LAST)
+
+    for thread in [*lanes, threading.Thread(target=last, daemon=True)]:
+        thread.start()
+    results.update(pending)
+    return repo, env, results
 
 
 def run_example(repo: str, env: dict, example: Example):
@@ -350,9 +361,26 @@ def test_examples_run(example, docs_workspace):
     """The example exits 0, as written (plus CUT's arguments), or is listed in NOT_RUN with the reason."""
     if entries(NOT_RUN, example):
         pytest.skip(f"not run: {entries(NOT_RUN, example)[0]}")
-    result = docs_workspace[example.id]
+    result = docs_workspace[2][example.id].result()  # run in the background since the fixture started it
     command = " ".join([example.text, *entries(CUT, example)]) if example.language == "bash" else example.text
     assert result.returncode == 0, (
         f"{example.id} exited {result.returncode}:\n{command}\n--- stdout (end)\n{(result.stdout or '')[-3000:]}\n"
         f"--- stderr (end)\n{(result.stderr or '')[-3000:]}"
+    )
+
+
+def test_a_documented_launch_that_fails_shows_its_error_line_alone(docs_workspace):
+    """The README's fine-tuning launch given a bad value: the user sees the script's one `error:` line, last, and no
+    traceback (without --quiet accelerate adds its CalledProcessError traceback, 10 lines, after it)."""
+    repo, env, results = docs_workspace
+    example = next(e for e in EXAMPLES if e.page == "README.md" and "scripts/finetune.py" in e.text)
+    assert "--quiet" in example.text
+    too_long = " --data.max_seq_length 64 --training.output_dir outputs/finetune/too-long"  # the demo's n is 32
+    bad = Example(example.page, example.line, "bash", example.text + too_long)
+    result = run_example(repo, env, bad)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[-1] == (
+        "error: data.max_seq_length=64 is larger than the model's longest input n=32: set --data.max_seq_length 32 "
+        "or less (null: the model's n), or fine-tune a model with a larger n."
     )
