@@ -242,8 +242,6 @@ def test_one_process_accelerate_launches_are_quiet():
 
 def write_stand_ins(repo: str) -> dict:
     """The Hub models and the reader's own files the examples name, made small; returns the environment they add."""
-    import shutil
-
     from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
     from tiny_roberta import build_tokenizer, tiny_roberta_config, wikitext_lines
     from transformers import BertForMaskedLM, BertModel, RobertaForMaskedLM, RobertaForSequenceClassification
@@ -267,7 +265,6 @@ def write_stand_ins(repo: str) -> dict:
     for name in ("my_text.txt", "my_corpus.txt", "my_valid.txt"):
         with open(os.path.join(repo, name), "w", encoding="utf-8") as fh:
             fh.write(lines)
-    shutil.rmtree(os.path.join(repo, "outputs", "hf_home"), ignore_errors=True)
     return {"T": teacher, "D": "../shared/data"}
 
 
@@ -295,7 +292,9 @@ def docs_workspace(tmp_path_factory, request):
         TRANSFORMERS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
         OMP_WAIT_POLICY="PASSIVE",
-        HF_HOME=str(root / "hf_home"),  # nothing from this machine's Hub cache
+        HF_HOME=str(root / "hf_home"),  # nothing from this machine's Hub and datasets caches
+        HF_HUB_CACHE=str(root / "hf_home" / "hub"),
+        HF_DATASETS_CACHE=str(root / "hf_home" / "datasets"),
         PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),  # python, accelerate
         PYTHONPATH=os.path.join(REPO, "src") + os.pathsep + env.get("PYTHONPATH", ""),
         PYTHON=sys.executable,  # scripts/demo.sh's interpreter and launcher (.venv's by default)

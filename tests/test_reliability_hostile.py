@@ -238,10 +238,16 @@ def test_a_one_megabyte_line_is_truncated_to_the_model_length_and_the_other_rows
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def test_finetuning_by_a_hub_dataset_name_offline_is_one_line_offering_local_files(small_model_dir, tmp_path, capsys):
+def test_finetuning_by_a_hub_dataset_name_offline_is_one_line_offering_local_files(
+    small_model_dir, tmp_path, capsys, monkeypatch
+):
     """Before: a 23-line traceback ending in `ConnectionError: Couldn't reach 'glue' on the Hub`. After: one line
     that names the dataset, says why, and offers data.train_file / data.validation_file with the task's columns."""
+    import datasets
+
     from linformer_hf.training import finetune
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))  # not this machine's glue
 
     recipe = os.path.join(REPO, "configs", "finetune", "qnli.yaml")
     argv = ["--config", recipe, "--model.pretrained", small_model_dir, "--training.output_dir", str(tmp_path / "out")]
@@ -269,7 +275,10 @@ def test_a_model_hub_name_offline_is_one_line_naming_it(script, argv, small_mode
     from training_utils import WIKITEXT, run_script
 
     args = [a.format(tmp=tmp_path, model=small_model_dir, text=WIKITEXT) for a in argv]
-    result = run_script([os.path.join(REPO, "scripts", script), *args], timeout=120)
+    hub_cache = str(tmp_path / "hf")  # nothing cached on this machine
+    result = run_script(
+        [os.path.join(REPO, "scripts", script), *args], timeout=120, HF_HOME=hub_cache, HF_HUB_CACHE=hub_cache
+    )
     lines = [line for line in result.stderr.splitlines() if not line.startswith("Loading weights")]
     assert result.returncode == 2 and lines[-1].startswith("error: "), result.stderr
     assert "'roberta-base' is not a local path" in lines[-1] and "offline mode is on" in lines[-1]
