@@ -285,6 +285,25 @@ def test_a_model_hub_name_offline_is_one_line_naming_it(script, argv, small_mode
     assert "folder of a saved model" in lines[-1] and "Traceback" not in result.stderr
 
 
+def test_converting_a_hub_name_offline_for_finetuning_is_one_line_naming_it(tmp_path, capsys):
+    """Before: `error: Could not convert RoBERTa checkpoint roberta-base: We couldn't connect to
+    'https://huggingface.co' ...`. After: the option, the name, why, and the local alternative."""
+    from huggingface_hub import constants
+
+    from linformer_hf.training import finetune
+
+    argv = ["--config", os.path.join(REPO, "configs", "finetune", "sst2.yaml"), "--model.pretrained", "roberta-base"]
+    argv += ["--model.convert_from_roberta", "{projected_length: 16}", "--data.train_file", SST2_DEV]
+    argv += ["--training.output_dir", str(tmp_path / "out")]
+    assert constants.HF_HUB_OFFLINE  # the tests run offline (conftest)
+    if os.path.isdir(os.path.join(constants.HF_HUB_CACHE, "models--roberta-base")):
+        pytest.skip("roberta-base is in this machine's Hub cache")
+    assert finetune.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: model.pretrained 'roberta-base' is not a local path") and "offline mode" in err
+    assert "folder of a saved model" in err
+
+
 def test_max_seq_length_longer_than_n_names_the_fix(tokenizer_dir, tmp_path):
     """The error says which value to set (the model's n), not only that the asked length is too long."""
     from linformer_hf.training.finetuning import run_finetuning

@@ -30,7 +30,7 @@ import shutil
 from ..outputs import write_json_atomic
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
-from .errors import TrainingDiverged, hub_unreachable_error
+from .errors import LOCAL_MODEL, TrainingDiverged, hub_unreachable, hub_unreachable_error
 from .guards import check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics, collapsed_classifier
 from .tasks import TASKS, Task
@@ -455,6 +455,8 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
             except (OSError, ValueError, StrictDataclassError) as err:
+                if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+                    raise hub_unreachable_error("model.pretrained", mcfg.pretrained, err, LOCAL_MODEL) from None
                 raise ConfigError(
                     f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {' '.join(str(err).split())}"
                 ) from err
