@@ -22,7 +22,13 @@ from linformer_hf.cli import ArgumentParser
 from linformer_hf.conversion import PROJECTION_INITS, TARGET_FAMILIES, check_projection_init, convert_checkpoint
 from linformer_hf.models.configuration_performer import KERNELS, ROW_NORMS
 from linformer_hf.training.config import ConfigError
-from linformer_hf.training.errors import USER_ERRORS, report
+from linformer_hf.training.errors import (
+    LOCAL_MODEL,
+    USER_ERRORS,
+    hub_unreachable,
+    hub_unreachable_error,
+    report,
+)
 from linformer_hf.training.validation import check_model_source
 
 
@@ -102,6 +108,8 @@ def main(argv=None):
             raise ConfigError(f"source={args.source} has no config.json: not a saved checkpoint directory.")
         convert(args, parser)
     except (*USER_ERRORS, OSError, ValueError) as err:  # conversion reports bad input as ValueError / OSError
+        if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+            err = hub_unreachable_error("source", args.source, err, LOCAL_MODEL)
         return report(err)
     return 0
 

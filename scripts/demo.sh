@@ -29,7 +29,7 @@ fi
 
 echo "== 3/4 pretraining a small Linformer (configs/model/demo_small.yaml) with masked LM"
 # A rerun replaces the previous demo's outputs through the run-directory policy (never while another run holds them).
-"$ACCELERATE" launch --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" \
+"$ACCELERATE" launch --quiet --config_file configs/accelerate/cpu.yaml --num_cpu_threads_per_process "$(nproc)" \
   -m linformer_hf.training.pretrain \
   --config configs/pretrain/demo.yaml --training.overwrite_output_dir true "$@"
 

@@ -62,7 +62,7 @@ def test_probe_separates_a_task_the_embeddings_encode(tiny_bert_dir, tmp_path):
     result = json.loads(output.read_text())
     assert (result["train"], result["validation"]) == (120, 40)
     assert result["models"][tiny_bert_dir]["accuracy"] >= 0.95
-    assert result["models"][tiny_bert_dir]["max_length"] == 128  # the recipe's max_seq_length
+    assert result["models"][tiny_bert_dir]["max_length"] == 64  # the recipe's max_seq_length: null, the model's n
     assert main(argv) == 2  # an existing result is never overwritten
 
 

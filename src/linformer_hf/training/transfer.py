@@ -65,7 +65,7 @@ from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTraine
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
 from ..outputs import finite_or_null, write_json_atomic, write_text_atomic
 from .checkpointing import LOCK_FILE, TMP_PREFIX, RunLock, publish_dir, temporary_name
-from .errors import Preempted
+from .errors import LOCAL_MODEL, Preempted, hub_unreachable, hub_unreachable_error
 from .guards import DivergenceGuard, StopSignal, check_weights_finite, gradients_finite, resume_hint
 from .validation import check_model_source
 
@@ -218,7 +218,12 @@ class TransferArguments:
 def load_teacher(name_or_path: str):
     """The teacher in eval mode: with its MLM head where the checkpoint has one (stage 2 matches its logits), else
     the bare encoder."""
-    config = AutoConfig.from_pretrained(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(name_or_path)
+    except OSError as err:
+        if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+            raise hub_unreachable_error("--teacher", name_or_path, err, LOCAL_MODEL) from None
+        raise
     if config.model_type not in TEACHER_MODEL_TYPES:
         raise ValueError(
             f"The teacher {name_or_path} is a {config.model_type!r} model; transfer reads the attention "
@@ -346,9 +351,17 @@ def load_texts(args: TransferArguments) -> list[str]:
         extra = {}
         if args.dataset == "csv" and args.data_files and all(path.endswith(".tsv") for path in args.data_files):
             extra = {"delimiter": "\t", "quoting": 3}  # GLUE's TSV files have no quoting
-        dataset = load_dataset(
-            args.dataset, args.dataset_config, data_files=args.data_files, split=args.dataset_split, **extra
-        )
+        try:
+            dataset = load_dataset(
+                args.dataset, args.dataset_config, data_files=args.data_files, split=args.dataset_split, **extra
+            )
+        except ConnectionError as err:  # offline, or no network, and not cached
+            raise hub_unreachable_error(
+                "--dataset",
+                args.dataset,
+                err,
+                "give local text instead: --text_files F, or --dataset csv/json with --data_files F",
+            ) from None
         column = args.text_column
         if column not in dataset.column_names:
             raise ValueError(
