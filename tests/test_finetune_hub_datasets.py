@@ -33,6 +33,15 @@ def _features(columns, names):
     return Features({**{c: Value("string") for c in columns}, "label": ClassLabel(names=names)})
 
 
+@pytest.fixture(autouse=True)
+def _own_datasets_cache(tmp_path, monkeypatch):
+    """The stand-ins are cached under their Hub names ("glue", "imdb"): in the user's cache, a later offline load of
+    the real name from anywhere would find these few rows."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
+
+
 @pytest.fixture(scope="module")
 def hub_stand_ins(tmp_path_factory):
     """``glue`` (configs sst2, qnli, qqp) and ``imdb`` folders, named as the recipes name the Hub datasets."""

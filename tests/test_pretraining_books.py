@@ -209,7 +209,7 @@ def test_an_unreachable_hub_name_is_one_line_with_the_local_alternative(books, t
     recipe = books_recipe(
         books, tokenizer_dir, tmp_path / "run", **{"data.datasets": [{"path": "nobody/no-such-books"}]}
     )
-    with pytest.raises(ConfigError, match="'nobody/no-such-books' cannot be reached on the Hub.*local folder"):
+    with pytest.raises(ConfigError, match="'nobody/no-such-books' is not a local path, nor in the cache.*local folder"):
         prepare_pretraining_data(recipe.data, AutoTokenizer.from_pretrained(tokenizer_dir), seed=1)
 
 
@@ -384,3 +384,20 @@ def test_books_recipe_trains_its_roberta_baseline(books, tokenizer_dir, tmp_path
     config = AutoConfig.from_pretrained(summary["final_dir"])
     assert config.model_type == "roberta" and config.max_position_embeddings == 514  # n = 512
     assert summary["final_eval"]["perplexity"] > 1
+
+
+def test_uptraining_from_a_hub_name_offline_is_one_line(books, tmp_path, monkeypatch):
+    """The recipe's own source, FacebookAI/roberta-base (and its tokenizer, read first), where the Hub cannot be
+    reached: named, with the fix, in one line."""
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe(
+        PretrainRecipe,
+        os.path.join(REPO, "configs", "pretrain", "uptrain_books.yaml"),
+        extra={
+            "data.datasets": [{"path": books}],
+            "data.validation_datasets": [{"path": books, "split": "validation"}],
+        },
+    )
+    one_line = "^tokenizer 'FacebookAI/roberta-base' is not a local path[^\\n]*folder of a saved tokenizer"
+    with pytest.raises(ConfigError, match=one_line):
+        run_pretraining(recipe, show_progress=False)

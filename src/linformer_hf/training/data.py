@@ -20,7 +20,7 @@ from datasets.distributed import split_dataset_by_node
 from datasets.exceptions import DatasetGenerationError
 
 from .config import ConfigError, PretrainDataSection
-from .errors import one_line
+from .errors import hub_unreachable_error, one_line
 from .validation import unreadable_file_error
 
 INDEX_COLUMN = "block_index"
@@ -55,10 +55,13 @@ def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str):
                 cache_dir=cfg.cache_dir,
             )
         except ConnectionError as err:  # offline, or the Hub is down: one line with the local alternative
-            raise ConfigError(
-                f"{where}: the dataset {path!r} cannot be reached on the Hub ({one_line(err)}). Download it where "
-                f"the Hub is reachable and give its local folder as the entry's path (a folder of parquet shards in "
-                f"the Hub's layout is read the same way), or give local text files in data.train_files."
+            raise hub_unreachable_error(
+                f"{where} entry",
+                path,
+                err,
+                "download it where the Hub is reachable and give its local folder as the "
+                "entry's path (a folder of parquet shards in the Hub's layout is read the same way), or give local "
+                "text files in data.train_files",
             ) from None
         except DatasetGenerationError as err:  # e.g. a shard whose footer is whole but whose pages are not
             cause = err.__cause__ or err

@@ -13,6 +13,7 @@ from ..models.configuration_performer import PerformerConfig
 from ..models.modeling_linformer import LinformerForMaskedLM
 from ..models.modeling_performer import PerformerForMaskedLM
 from .config import MODEL_TYPES, ConfigError, ModelSection, load_yaml
+from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 
 
 class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
@@ -99,6 +100,8 @@ def convert_masked_lm(section: ModelSection):
             )
         model, _ = convert_model(source, target=target, source_name=section.pretrained, **settings)
     except (OSError, ValueError, StrictDataclassError) as err:
+        if hub_unreachable(err):
+            raise hub_unreachable_error("model.pretrained", section.pretrained, err, LOCAL_MODEL) from None
         raise ConfigError(
             f"Could not convert model.pretrained={section.pretrained}: {' '.join(str(err).split())}"
         ) from None

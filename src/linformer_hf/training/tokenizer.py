@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 
 from ..outputs import publish_folder, staging_folder
 from .config import ConfigError
+from .errors import hub_unreachable, hub_unreachable_error, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,10 @@ def load_tokenizer(name_or_path: str):
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except OSError as err:
+        if hub_unreachable(err):
+            raise hub_unreachable_error(
+                "tokenizer", name_or_path, err, "give the folder of a saved tokenizer (or model) instead"
+            ) from None
         raise ConfigError(
-            f"Could not load tokenizer {name_or_path!r} (not a local dir, and the Hub failed): {err}"
+            f"Could not load tokenizer {name_or_path!r} (not a local dir, and the Hub failed): {one_line(err)}"
         ) from err
