@@ -9,6 +9,7 @@ way (fairseq seeds its masking the same way).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from itertools import chain
@@ -267,6 +268,35 @@ def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, acc
     return out
 
 
+def prepare_held_out_blocks(cfg: PretrainDataSection, tokenizer):
+    """The validation blocks of `prepare_pretraining_data` alone, from held-out documents the recipe names
+    (data.validation_datasets or data.validation_files), without reading the training corpus: for scoring saved
+    models on the documents their pretraining validated on. Map-style, cached, the first max_eval_blocks kept."""
+    if cfg.validation_datasets:
+        parts = _load_entries(
+            cfg.validation_datasets, dataclasses.replace(cfg, streaming=False), "data.validation_datasets"
+        )
+        held_out = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
+    elif cfg.validation_files:
+        try:
+            held_out = load_dataset(
+                "text", data_files=list(cfg.validation_files), split="train", cache_dir=cfg.cache_dir
+            )
+        except DatasetGenerationError as err:
+            raise unreadable_file_error(list(cfg.validation_files), err) from None
+    else:
+        raise ConfigError(
+            "Scoring held-out documents needs them named: set data.validation_datasets (e.g. a corpus's validation "
+            "split) or data.validation_files."
+        )
+    blocks = tokenize_and_pack(held_out, tokenizer, cfg.block_size, cfg.preprocessing_num_workers)
+    if len(blocks) == 0:
+        raise ConfigError(f"The held-out documents give no block of {cfg.block_size} tokens; give more text.")
+    if cfg.max_eval_blocks is not None:
+        blocks = blocks.select(range(min(cfg.max_eval_blocks, len(blocks))))
+    return blocks
+
+
 def shard_stream(ds: IterableDataset, rank: int, world_size: int, seed: int, buffer_size: int):
     """Each process reads its own shard of a streamed corpus (shuffled with a buffer)."""
     ds = ds.shuffle(seed=seed, buffer_size=buffer_size)
@@ -346,6 +376,7 @@ __all__ = [
     "block_lengths",
     "build_mlm_collator",
     "load_raw_corpus",
+    "prepare_held_out_blocks",
     "prepare_pretraining_data",
     "shard_stream",
     "tokenize_and_pack",

@@ -1,0 +1,177 @@
+"""Does reading more pay? The same masked tokens of held-out documents, scored by masked LMs that read different
+amounts of context (the measurement of Longformer's Table 5).
+
+Blocks of ``--block_size`` tokens (default: the longest n among the models) are cut from the held-out documents of a
+pretraining recipe (its data.validation_datasets or validation_files, packed as pretraining packs them) and masked
+once, with pretraining's seeded evaluation masking. Each model reads every block in consecutive windows of its own
+n: a RoBERTa with n = 512 predicts each masked token from its 512-token window, a Linformer with n = 4,096 from the
+whole block. Every model scores exactly the same masked tokens. Written: perplexity over all of them and by position
+in the block (buckets of ``--bucket`` tokens), per model, as CSV and JSON, with the time each model took.
+
+    python -m experiments.context_gain --recipe configs/pretrain/books.yaml \\
+        --models outputs/pretrain/books-roberta/final outputs/pretrain/books-n4096/final \\
+        --max_blocks 32 --output_dir outputs/context_gain/books
+
+Any other ``--section.key value`` overrides the recipe (e.g. ``--data.validation_datasets ...``). The models must
+share the tokenizer (the first model's folder holds it, or ``--tokenizer``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.models.lengths import max_input_length
+from linformer_hf.outputs import check_output_dir, write_json_atomic
+
+
+def masked_lm_head(model):
+    """The module that turns hidden states into vocabulary logits: RoBERTa's and this package's ``lm_head``, BERT's
+    ``cls``."""
+    head = getattr(model, "lm_head", None) or getattr(model, "cls", None)
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no masked-LM head (lm_head or cls): give masked-LM folders.")
+    return head
+
+
+@torch.no_grad()
+def score_blocks(model, batches, window: int, bucket: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed cross-entropy and count of the masked tokens of ``batches`` (input_ids, attention_mask, labels of
+    blocks), by position bucket in the block, with ``model`` reading each block in consecutive windows of
+    ``window`` tokens. Returns (sums, counts), each (number of buckets,)."""
+    model.eval()
+    head, encoder = masked_lm_head(model), model.base_model
+    buckets = math.ceil(block_size / bucket)
+    sums = torch.zeros(buckets, dtype=torch.float64)
+    counts = torch.zeros(buckets, dtype=torch.long)
+    for batch in batches:
+        length = batch["input_ids"].shape[1]
+        for start in range(0, length, window):
+            piece = {key: batch[key][:, start : start + window] for key in ("input_ids", "attention_mask")}
+            labels = batch["labels"][:, start : start + window]  # (batch, w)
+            scored = labels.ne(-100)
+            if not scored.any():
+                continue
+            hidden = encoder(**piece).last_hidden_state[scored]  # (scored tokens, hidden)
+            losses = F.cross_entropy(head(hidden).float(), labels[scored], reduction="none")
+            positions = (start + torch.arange(labels.shape[1])).expand_as(labels)[scored]
+            sums.index_add_(0, positions // bucket, losses.double())
+            counts.index_add_(0, positions // bucket, torch.ones_like(positions))
+    return sums, counts
+
+
+def check_same_tokenizer(tokenizer, model_dirs: list[str]) -> None:
+    """Every model folder that carries a tokenizer carries this one: the same ids mean the same tokens."""
+    from transformers import AutoTokenizer
+
+    vocabulary = tokenizer.get_vocab()
+    for folder in model_dirs:
+        try:
+            other = AutoTokenizer.from_pretrained(folder)
+        except (OSError, ValueError):
+            continue
+        if other.get_vocab() != vocabulary:
+            raise ValueError(
+                f"{folder} carries another tokenizer than the scoring one: its token ids mean other tokens."
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    import linformer_hf  # noqa: F401  (registers the model families)
+    from linformer_hf.training.config import PretrainRecipe, load_recipe
+    from linformer_hf.training.data import build_mlm_collator, prepare_held_out_blocks
+    from linformer_hf.training.errors import USER_ERRORS, report
+
+    parser = ArgumentParser(
+        prog="python -m experiments.context_gain",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--recipe", default="configs/pretrain/books.yaml", help="its data section names the documents")
+    parser.add_argument("--models", nargs="+", required=True, help="masked-LM folders (RoBERTa, BERT, this package's)")
+    parser.add_argument("--tokenizer", help="default: the first model's folder")
+    parser.add_argument("--block_size", type=int, help="default: the longest n among the models")
+    parser.add_argument("--max_blocks", type=int, default=16, help="held-out blocks scored (the first ones)")
+    parser.add_argument("--bucket", type=int, default=512, help="positions in the block per reported bucket")
+    parser.add_argument("--batch_size", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="the recipe's training.seed: masked as its evaluation")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--overwrite", action="store_true")
+    args, overrides = parser.parse_known_args(argv)
+    try:
+        check_output_dir(args.output_dir, args.overwrite)
+        for folder in args.models:
+            if not os.path.isfile(os.path.join(folder, "config.json")):
+                raise FileNotFoundError(f"{folder} is not a saved model folder (no config.json).")
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.models[0])
+        check_same_tokenizer(tokenizer, args.models)
+        models = [AutoModelForMaskedLM.from_pretrained(folder) for folder in args.models]
+        lengths = [max_input_length(model.config) for model in models]
+        block_size = args.block_size or max(lengths)
+        recipe = load_recipe(
+            PretrainRecipe,
+            args.recipe,
+            overrides,
+            extra={"data.block_size": block_size, "data.max_eval_blocks": args.max_blocks, "data.streaming": False},
+        )
+        blocks = prepare_held_out_blocks(recipe.data, tokenizer)
+        collator = build_mlm_collator(tokenizer, recipe.data, seed=args.seed + 1)  # pretraining's evaluation masking
+        batches = [
+            collator([blocks[i] for i in range(start, min(start + args.batch_size, len(blocks)))])
+            for start in range(0, len(blocks), args.batch_size)
+        ]
+    except (*USER_ERRORS, OSError, ValueError) as err:
+        return report(err)
+
+    rows, summary = [], {"block_size": block_size, "blocks": len(blocks), "bucket": args.bucket, "models": []}
+    for folder, model, n in zip(args.models, models, lengths):
+        started = time.perf_counter()
+        sums, counts = score_blocks(model, batches, min(n, block_size), args.bucket, block_size)
+        seconds = time.perf_counter() - started
+        loss = (sums.sum() / counts.sum().clamp(min=1)).item()
+        summary["models"].append(
+            {
+                "model": folder,
+                "n": n,
+                "window": min(n, block_size),
+                "masked_tokens": int(counts.sum()),
+                "loss": loss,
+                "perplexity": math.exp(loss),
+                "seconds": seconds,
+                "tokens_per_second": len(blocks) * block_size / seconds,
+            }
+        )
+        for index, (total, count) in enumerate(zip(sums.tolist(), counts.tolist())):
+            bucket_loss = total / max(count, 1)
+            rows.append(
+                {
+                    "model": folder,
+                    "window": min(n, block_size),
+                    "bucket_start": index * args.bucket,
+                    "bucket_end": min((index + 1) * args.bucket, block_size),
+                    "masked_tokens": count,
+                    "loss": bucket_loss,
+                    "perplexity": math.exp(bucket_loss),
+                }
+            )
+        print(f"{folder}: window {min(n, block_size)}, perplexity {math.exp(loss):.3f} ({seconds:.1f} s)")
+    with open(os.path.join(args.output_dir, "scores_by_position.csv"), "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    write_json_atomic(os.path.join(args.output_dir, "summary.json"), summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""experiments.context_gain: masked LMs reading different amounts of context score exactly the same masked tokens of
+held-out books, by position in the block; a model reading whole blocks scores as pretraining's evaluation does."""
+
+import csv
+import json
+import os
+
+import pytest
+import torch
+from test_pretraining_books import books, roberta_source, tokenizer_dir  # noqa: F401  (the books stand-in fixtures)
+from training_utils import REPO
+
+from experiments.context_gain import main, score_blocks
+
+
+@pytest.fixture(scope="module")
+def linformer_at_128(roberta_source, tmp_path_factory):  # noqa: F811
+    """The 64-position RoBERTa converted to a Linformer at n = 128 (positions copied out), with its tokenizer."""
+    from linformer_hf.conversion import convert_checkpoint
+
+    out = tmp_path_factory.mktemp("linformer") / "n128"
+    convert_checkpoint(roberta_source, str(out), max_sequence_length=128, projected_length=32)
+    return str(out)
+
+
+def run(books_folder, models, output_dir, *extra):
+    return main(
+        [
+            "--recipe",
+            os.path.join(REPO, "configs", "pretrain", "books.yaml"),
+            "--models",
+            *models,
+            "--max_blocks",
+            "3",
+            "--bucket",
+            "32",
+            "--output_dir",
+            str(output_dir),
+            "--data.datasets",
+            json.dumps([{"path": books_folder}]),
+            "--data.validation_datasets",
+            json.dumps([{"path": books_folder, "split": "validation"}]),
+            "--data.cache_dir",
+            str(output_dir) + "-cache",
+            "--data.preprocessing_num_workers",
+            "1",
+            "--model.config_file",
+            os.path.join(REPO, "configs", "model", "books_small.yaml"),
+            *extra,
+        ]
+    )
+
+
+def test_every_model_scores_the_same_masked_tokens_by_position(books, roberta_source, linformer_at_128, tmp_path):  # noqa: F811
+    assert run(books, [roberta_source, linformer_at_128], tmp_path / "out") == 0
+    with open(tmp_path / "out" / "summary.json") as fh:
+        summary = json.load(fh)
+    assert summary["block_size"] == 128 and summary["blocks"] == 3
+    short, long = summary["models"]
+    assert (short["window"], long["window"]) == (64, 128)
+    assert short["masked_tokens"] == long["masked_tokens"] > 0
+    with open(tmp_path / "out" / "scores_by_position.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    by_model = {}
+    for row in rows:
+        by_model.setdefault(row["model"], []).append((row["bucket_start"], row["masked_tokens"]))
+    assert by_model[roberta_source] == by_model[linformer_at_128] and len(by_model[roberta_source]) == 4
+    assert all(int(count) > 0 for _, count in by_model[roberta_source])  # past 64 too: the second window
+
+
+def test_a_whole_block_reader_scores_as_pretraining_evaluates(books, linformer_at_128, tmp_path):  # noqa: F811
+    """Windows of the whole block: the mean over the buckets is pretraining's evaluation loss on the same blocks."""
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from linformer_hf.training.config import PretrainRecipe, load_recipe
+    from linformer_hf.training.data import build_mlm_collator, prepare_held_out_blocks
+    from linformer_hf.training.pretraining import evaluate_mlm
+
+    recipe = load_recipe(
+        PretrainRecipe,
+        os.path.join(REPO, "configs", "pretrain", "books.yaml"),
+        extra={
+            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+            "data.datasets": [{"path": books}],
+            "data.validation_datasets": [{"path": books, "split": "validation"}],
+            "data.block_size": 128,
+            "data.max_eval_blocks": 3,
+            "data.cache_dir": str(tmp_path / "cache"),
+        },
+    )
+    tokenizer = AutoTokenizer.from_pretrained(linformer_at_128)
+    blocks = prepare_held_out_blocks(recipe.data, tokenizer)
+    model = AutoModelForMaskedLM.from_pretrained(linformer_at_128)
+    collator = build_mlm_collator(tokenizer, recipe.data, seed=2)
+    batches = [collator([blocks[i]]) for i in range(len(blocks))]
+    sums, counts = score_blocks(model, batches, window=128, bucket=32, block_size=128)
+    loader = DataLoader(blocks, batch_size=1, collate_fn=build_mlm_collator(tokenizer, recipe.data, seed=2))
+    expected = evaluate_mlm(model, loader, Accelerator(cpu=True))
+    assert (sums.sum() / counts.sum()).item() == pytest.approx(expected["eval_loss"], rel=1e-5)
+    assert int(counts.sum()) == expected["eval_masked_tokens"]
+    assert torch.all(counts > 0)
+
+
+def test_models_with_other_tokenizers_are_refused(books, roberta_source, tmp_path, capsys):  # noqa: F811
+    from transformers import AutoTokenizer
+
+    other = tmp_path / "other"
+    AutoTokenizer.from_pretrained(roberta_source).save_pretrained(other)
+    with open(other / "tokenizer.json") as fh:
+        saved = json.load(fh)
+    vocab = saved["model"]["vocab"]
+    first, second = list(vocab)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]  # two ids swapped: the same tokens, other ids
+    (other / "tokenizer.json").write_text(json.dumps(saved))
+    for name in os.listdir(roberta_source):
+        if name.endswith(".safetensors") or name == "config.json":
+            os.link(os.path.join(roberta_source, name), other / name)
+    assert run(books, [roberta_source, str(other)], tmp_path / "out") == 2
+    assert "another tokenizer" in capsys.readouterr().err
