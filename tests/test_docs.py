@@ -99,12 +99,18 @@ NOT_RUN = {
     ("docs/training.md", r"^bash scripts/setup_env\.sh$"): "sets up .venv from PyPI (CI's first step)",
     ("docs/training.md", r"configs/accelerate/gpu\.yaml"): "needs a GPU (fp16)",
     ("docs/training.md", r"v100x8_fp16\.yaml"): "8 GPUs on one node or several, and the paper's corpora from the Hub",
+    ("docs/training.md", r"torch_compile (layers|model)|--compile layers"): "compiles a model with inductor (a minute "
+    "or more each on 2 cores), on the paper's corpora or a GPU; tests/test_compile.py compiles pretraining, "
+    "fine-tuning, transfer and benchmark steps",
     ("docs/training.md", r"#SBATCH"): "a SLURM job script (sbatch, srun, scontrol)",
     ("docs/performance.md", r"torch\.compile\(model, fullgraph=True\)"): "a fragment (input_ids, attention_mask and "
     "labels are the reader's); tests/test_compile.py compiles every head with fullgraph=True",
     ("docs/performance.md", r"--preset (targets|peers)|benchmarks --peer --output_dir"): "10 minutes to hours on 2 "
     "cores; the quick preset runs the same code",
     ("docs/performance.md", r"--device cuda|experiments\.gpu_checks"): "needs a GPU",
+    ("docs/pretrained.md", r"configs/accelerate/gpu\.yaml"): "needs a GPU, and roberta-base from the Hub",
+    ("docs/pretrained.md", r"outputs/pretrain/books-roberta/final"): "starts from a RoBERTa pretrained on the books "
+    "(hours on 2 cores); tests/test_pretraining_books.py runs the same recipe from a tiny RoBERTa",
     ("docs/deployment.md", r"long_document --mode both"): "65,536 tokens through 12 layers, minutes; the quick look "
     "after it runs the same code",
 }
@@ -123,6 +129,11 @@ CUT = {
     "--data.max_eval_samples 16 --training.max_steps 2 --training.eval_steps 2",
     ("docs/training.md", r"^scripts/demo\.sh"): "--training.max_steps 2 --training.warmup_steps 0 "
     "--training.eval_steps 2",
+    ("docs/training.md", r"train_tokenizer --dataset \.\./shared/data/gutenberg"): "--max_documents 2 --vocab_size 600",
+    ("docs/training.md", r"configs/pretrain/books\.yaml"): "--data.datasets '[{path: ../shared/data/gutenberg, split: "
+    '"train[:2]"}]\' --data.validation_datasets \'[{path: ../shared/data/gutenberg, split: "validation[:1]"}]\' '
+    "--data.max_eval_blocks 2 --training.max_steps 2 --training.warmup_steps 0 --training.eval_steps 2 "
+    "--training.per_device_train_batch_size 2",
     ("docs/performance.md", r"--preset quick"): "--ns 64 --ks 16 --train_ns 64 --scaling_ns 64 128 --reps 1 "
     "--warmup 0 --hidden_size 32 --heads 2 --intermediate_size 64 --vocab_size 100",
 }

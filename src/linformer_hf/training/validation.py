@@ -233,7 +233,7 @@ def check_dataset_entry(entry, where: str, default_text_column: str) -> None:
         builder = load_dataset_builder(path, entry.get("name"))
     except (ValueError, FileNotFoundError) as err:  # e.g. a config name the folder's README does not declare
         raise ConfigError(f"{where}: the folder {path} cannot be read as a dataset: {one_line(err)}") from None
-    split = entry.get("split", "train")
+    split = str(entry.get("split", "train")).split("[")[0]  # "train[:1%]": a slice of the train split
     data_files = builder.config.data_files or {}
     if split not in data_files:
         raise ConfigError(
