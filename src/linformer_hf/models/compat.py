@@ -84,6 +84,15 @@ from transformers.utils import auto_docstring as _auto_docstring  # noqa: E402
 
 STRICT_CONFIGS = TRANSFORMERS_VERSION >= Version("5.4")
 
+# torch.nn.Buffer (a buffer declared by assignment, as transformers' models declare theirs) is torch's from 2.5; every
+# transformers release above accepts an older torch, so this is said here, once, as the floors above are.
+TORCH_MINIMUM = "2.5"
+if Version(torch.__version__).release < Version(TORCH_MINIMUM).release:
+    raise ImportError(
+        f"error: this model's code needs torch>={TORCH_MINIMUM} (torch.nn.Buffer), but torch {torch.__version__} is "
+        f'installed; upgrade it with: pip install "torch>={TORCH_MINIMUM}"'
+    )
+
 
 # --- docstrings ------------------------------------------------------------------------------------------------------
 
@@ -274,6 +283,7 @@ __all__ = [
     "PACKAGE_MINIMUM",
     "REMOTE_CODE_MINIMUM",
     "STRICT_CONFIGS",
+    "TORCH_MINIMUM",
     "TRANSFORMERS_VERSION",
     "PreTrainedModelCompat",
     "RobertaConfig",
