@@ -139,6 +139,8 @@ def test_the_supported_range_is_declared_once():
     requirements = [Requirement(line) for line in setup["options"]["install_requires"].splitlines() if line.strip()]
     (declared,) = [str(r.specifier) for r in requirements if r.name == "transformers"]
     assert set(declared.split(",")) == {f">={compat.PACKAGE_MINIMUM}", f"<{compat.BELOW}"}
+    (torch_declared,) = [str(r.specifier) for r in requirements if r.name == "torch"]
+    assert torch_declared == f">={compat.TORCH_MINIMUM}"
 
     with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as handle:
         ci = handle.read()
@@ -148,6 +150,7 @@ def test_the_supported_range_is_declared_once():
         docs = handle.read()
     assert f"transformers>={compat.PACKAGE_MINIMUM},<{compat.BELOW}" in docs
     assert f"transformers>={compat.REMOTE_CODE_MINIMUM},<{compat.BELOW}" in docs
+    assert f"| torch | `>={compat.TORCH_MINIMUM}`" in docs
     # every release of the measured matrix is a row of the docs' table
     for version in matrix.DEFAULT_VERSIONS:
         assert re.search(rf"^\| {re.escape(version)} \|", docs, re.MULTILINE), version

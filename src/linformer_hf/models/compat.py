@@ -1,3 +1,16 @@
+# Copyright 2026 The linformer-hf Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Every difference between the transformers releases the model code runs on, in one place.
 
 The model files are copied beside saved weights for `trust_remote_code=True`, and this file with them (a sibling
@@ -8,6 +21,7 @@ that names the installed version, the version needed and the pip command.
 
 What differs, and since when:
 - configs: dataclasses validated by huggingface_hub's `@strict` from 5.4; before, plain classes with an `__init__`;
+- `auto_docstring` documents configs from 5.4, and models from 5.0 (4.x cannot read `X | None` annotations);
 - `transformers.initialization` (init functions that skip loaded tensors) from 5.0; before, torch's own;
 - `AttentionInterface.get_interface` from 5.1; `is_flash_attention_requested` from 5.0;
 - the forward decorators `merge_with_config_defaults` and `capture_outputs` from 5.2; before, `check_model_inputs`;
@@ -63,10 +77,39 @@ else:
 import torch  # noqa: E402
 from huggingface_hub.dataclasses import strict, type_validator  # noqa: E402
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError  # noqa: E402
+from transformers import PretrainedConfig as _PretrainedConfig  # noqa: E402
 from transformers import RobertaConfig as _RobertaConfig  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as _ALL_ATTENTION_FUNCTIONS  # noqa: E402
+from transformers.utils import auto_docstring as _auto_docstring  # noqa: E402
 
 STRICT_CONFIGS = TRANSFORMERS_VERSION >= Version("5.4")
+
+# torch.nn.Buffer (a buffer declared by assignment, as transformers' models declare theirs) is torch's from 2.5; every
+# transformers release above accepts an older torch, so this is said here, once, as the floors above are.
+TORCH_MINIMUM = "2.5"
+if Version(torch.__version__).release < Version(TORCH_MINIMUM).release:
+    raise ImportError(
+        f"error: this model's code needs torch>={TORCH_MINIMUM} (torch.nn.Buffer), but torch {torch.__version__} is "
+        f'installed; upgrade it with: pip install "torch>={TORCH_MINIMUM}"'
+    )
+
+
+# --- docstrings ------------------------------------------------------------------------------------------------------
+
+
+def auto_docstring(obj=None, **options):
+    """transformers' `auto_docstring` (same arguments) where the installed release can document `obj`: models and
+    their forwards from 5.0 (4.x cannot read `X | None` annotations), configs from 5.4 (it refuses them before). On
+    earlier releases the docstring stays as written, with `custom_intro` above it."""
+
+    def decorate(obj):
+        is_config = isinstance(obj, type) and issubclass(obj, _PretrainedConfig)
+        if TRANSFORMERS_VERSION >= Version("5.4" if is_config else "5.0"):
+            return _auto_docstring(obj, **options)
+        obj.__doc__ = "\n".join(text.strip("\n") for text in (options.get("custom_intro"), obj.__doc__) if text)
+        return obj
+
+    return decorate if obj is None else decorate(obj)
 
 
 # --- configuration ---------------------------------------------------------------------------------------------------
@@ -240,10 +283,12 @@ __all__ = [
     "PACKAGE_MINIMUM",
     "REMOTE_CODE_MINIMUM",
     "STRICT_CONFIGS",
+    "TORCH_MINIMUM",
     "TRANSFORMERS_VERSION",
     "PreTrainedModelCompat",
     "RobertaConfig",
     "attention_function",
+    "auto_docstring",
     "check_transformers",
     "config_class",
     "init",

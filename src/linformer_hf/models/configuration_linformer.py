@@ -1,8 +1,21 @@
+# Copyright 2026 The linformer-hf Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Linformer configuration: RoBERTa's configuration plus the settings of the low-rank attention."""
 
 from typing import Literal, get_args
 
-from .compat import RobertaConfig, config_class
+from .compat import RobertaConfig, auto_docstring, config_class
 
 # The option types: @strict validates every value against them (on construction, from_pretrained and assignment),
 # naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
@@ -15,36 +28,38 @@ PROJECTION_KINDS: tuple[str, ...] = get_args(ProjectionKind)
 PROJECTION_INITS: tuple[str, ...] = get_args(ProjectionInit)
 
 
-@config_class
-class LinformerConfig(RobertaConfig):
-    r"""
+@auto_docstring(
+    custom_intro="""
     Configuration of a Linformer encoder (Wang et al., 2020, "Self-Attention with Linear Complexity").
 
     Every RoBERTa setting keeps its meaning; attention keys and values are additionally projected along the
     sequence axis from n rows to k rows by E and F (k x n), so each layer costs O(n k) instead of O(n^2).
-
-    Args:
-        max_sequence_length (`int`, defaults to 512):
-            n: the longest input the model accepts, and the width of E and F. Inputs shorter than n use the first
-            columns of E and F. `max_position_embeddings` defaults to n + 2 (RoBERTa's position offset).
-        projected_length (`int` or `list[int]`, defaults to 128):
-            k: the number of compressed key/value rows. A list gives one k per layer (the paper's nonuniform
-            projected dimension).
-        sharing (`str`, defaults to `"headwise"`):
-            `"none"`: own E_i, F_i for every head; `"headwise"`: one E and one F per layer, shared by its heads;
-            `"key_value"`: one E = F per layer; `"layerwise"`: one E for all layers, keys and values.
-        projection (`str`, defaults to `"linear"`):
-            `"linear"`: learned E, F; `"mean"` / `"max"`: pooling over bins of n / k positions; `"conv"`: a learned
-            kernel of width n / k applied with stride n / k along the sequence.
-        freeze_projections (`bool`, defaults to `False`):
-            Keep E and F at their initial values (they are still saved with the weights).
-        projection_init (`str`, defaults to `"random"`):
-            How a new model's learned E, F start: `"random"`, N(0, 1/n) entries (dense, like the paper's);
-            `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
-            learnable; the identity when k = n); `"strided"`, row j summing positions j, j + k, j + 2k, ... (the
-            identity on the first k positions, so an input of L <= k tokens is attended exactly as by full attention,
-            and longer ones fold distant tokens together). A conv kernel always starts as mean pooling of its bin.
-            Weights loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
+    """
+)
+@config_class
+class LinformerConfig(RobertaConfig):
+    r"""
+    max_sequence_length (`int`, defaults to 512):
+        n: the longest input the model accepts, and the width of E and F. Inputs shorter than n use the first
+        columns of E and F. `max_position_embeddings` defaults to n + 2 (RoBERTa's position offset).
+    projected_length (`int` or `list[int]`, defaults to 128):
+        k: the number of compressed key/value rows. A list gives one k per layer (the paper's nonuniform
+        projected dimension).
+    sharing (`str`, defaults to `"headwise"`):
+        `"none"`: own E_i, F_i for every head; `"headwise"`: one E and one F per layer, shared by its heads;
+        `"key_value"`: one E = F per layer; `"layerwise"`: one E for all layers, keys and values.
+    projection (`str`, defaults to `"linear"`):
+        `"linear"`: learned E, F; `"mean"` / `"max"`: pooling over bins of n / k positions; `"conv"`: a learned
+        kernel of width n / k applied with stride n / k along the sequence.
+    freeze_projections (`bool`, defaults to `False`):
+        Keep E and F at their initial values (they are still saved with the weights).
+    projection_init (`str`, defaults to `"random"`):
+        How a new model's learned E, F start: `"random"`, N(0, 1/n) entries (dense, like the paper's);
+        `"neighbour_average"`, row j averaging the j-th of k contiguous bins of positions (mean pooling that stays
+        learnable; the identity when k = n); `"strided"`, row j summing positions j, j + k, j + 2k, ... (the
+        identity on the first k positions, so an input of L <= k tokens is attended exactly as by full attention,
+        and longer ones fold distant tokens together). A conv kernel always starts as mean pooling of its bin.
+        Weights loaded from a checkpoint are not re-initialised; E, F missing from one (a RoBERTa checkpoint) are.
 
     Example:
 

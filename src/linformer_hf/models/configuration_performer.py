@@ -1,8 +1,21 @@
+# Copyright 2026 The linformer-hf Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """Performer configuration: RoBERTa's configuration plus the settings of FAVOR+ attention."""
 
 from typing import Literal, get_args
 
-from .compat import RobertaConfig, config_class
+from .compat import RobertaConfig, auto_docstring, config_class
 
 # The option types: @strict validates every value against them (on construction, from_pretrained and assignment),
 # naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
@@ -17,37 +30,40 @@ ROW_NORMS: tuple[str, ...] = get_args(RowNorms)
 DEFAULT_KERNEL_EPSILON = {"softmax": 1e-6, "relu": 1e-3}
 
 
-@config_class
-class PerformerConfig(RobertaConfig):
-    r"""
+@auto_docstring(
+    custom_intro="""
     Configuration of a Performer (Choromanski et al., 2021, "Rethinking Attention with Performers").
 
     Every RoBERTa setting keeps its meaning; self-attention is FAVOR+: softmax(Q K^T / sqrt(d_h)) V is approximated
     by phi(Q) (phi(K)^T V), normalised by phi(Q) (phi(K)^T 1), with m random features per head, so each layer costs
     O(L m d_h) instead of O(L^2 d_h). `attention_probs_dropout_prob` is unused: no attention matrix is formed.
 
-    Args:
-        num_random_features (`int`, defaults to 256):
-            m: the number of random features per head (the paper's default).
-        kernel (`str`, defaults to `"softmax"`):
-            `"softmax"`: positive random features phi(x) = exp(w^T x - ||x||^2 / 2) / sqrt(m), an unbiased estimate
-            of softmax attention; `"relu"`: the paper's generalised attention, phi(x) = ReLU(w^T x) / sqrt(m), a
-            different (not softmax) attention.
-        orthogonal_features (`bool`, defaults to `True`):
-            Draw the rows of W in orthogonal blocks of d_h (lower variance than i.i.d. Gaussian rows).
-        orthogonal_row_norms (`str`, defaults to `"chi"`):
-            Row lengths of orthogonal features: `"chi"`, the lengths of Gaussian rows (chi(d_h)-distributed; keeps
-            the estimate unbiased); `"sqrt_d"`, all sqrt(d_h) (the "regularised" variant).
-        feature_redraw_interval (`int` or `None`, defaults to 1000):
-            Redraw W every this many training forward calls of the model; `None` never redraws. Never in eval.
-            The count is a buffer of the model, saved with it, so a resumed run keeps the schedule.
-        freeze_features (`bool`, defaults to `False`):
-            Keep W as it is whatever the interval (e.g. for fine-tuning a pretrained Performer).
-        kernel_epsilon (`float`, defaults to 1e-6 for softmax, 1e-3 for relu):
-            Added to every feature (over sqrt(m)), so that the normaliser phi(q)^T sum_j phi(k_j) stays positive.
-        causal_chunk_size (`int`, defaults to 128):
-            With `is_decoder=True`, the block length of the causal prefix sums: memory per layer is
-            O(L m d_h / chunk + chunk^2 + m d_h) per head instead of O(L^2).
+    """
+)
+@config_class
+class PerformerConfig(RobertaConfig):
+    r"""
+    num_random_features (`int`, defaults to 256):
+        m: the number of random features per head (the paper's default).
+    kernel (`str`, defaults to `"softmax"`):
+        `"softmax"`: positive random features phi(x) = exp(w^T x - ||x||^2 / 2) / sqrt(m), an unbiased estimate
+        of softmax attention; `"relu"`: the paper's generalised attention, phi(x) = ReLU(w^T x) / sqrt(m), a
+        different (not softmax) attention.
+    orthogonal_features (`bool`, defaults to `True`):
+        Draw the rows of W in orthogonal blocks of d_h (lower variance than i.i.d. Gaussian rows).
+    orthogonal_row_norms (`str`, defaults to `"chi"`):
+        Row lengths of orthogonal features: `"chi"`, the lengths of Gaussian rows (chi(d_h)-distributed; keeps
+        the estimate unbiased); `"sqrt_d"`, all sqrt(d_h) (the "regularised" variant).
+    feature_redraw_interval (`int` or `None`, defaults to 1000):
+        Redraw W every this many training forward calls of the model; `None` never redraws. Never in eval.
+        The count is a buffer of the model, saved with it, so a resumed run keeps the schedule.
+    freeze_features (`bool`, defaults to `False`):
+        Keep W as it is whatever the interval (e.g. for fine-tuning a pretrained Performer).
+    kernel_epsilon (`float`, defaults to 1e-6 for softmax, 1e-3 for relu):
+        Added to every feature (over sqrt(m)), so that the normaliser phi(q)^T sum_j phi(k_j) stays positive.
+    causal_chunk_size (`int`, defaults to 128):
+        With `is_decoder=True`, the block length of the causal prefix sums: memory per layer is
+        O(L m d_h / chunk + chunk^2 + m d_h) per head instead of O(L^2).
 
     Example:
 

@@ -1,3 +1,16 @@
+# Copyright 2026 The linformer-hf Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """PyTorch Linformer: RoBERTa with low-rank self-attention (Wang et al., 2020).
 
 Everything except the self-attention (embeddings, feed-forward and output blocks, pooler, task heads and their
@@ -17,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import logging
 
-from .compat import attention_function, init, is_flash_attention_requested
+from .compat import attention_function, auto_docstring, init, is_flash_attention_requested
 from .configuration_linformer import LinformerConfig
 from .modeling_roberta_with_attention import (
     RobertaEncoderWith,
@@ -100,7 +113,7 @@ class LinformerProjection(nn.Module):
         elif frozen:
             # A persistent buffer: saved under the same key as the trainable version, never handed to an optimizer,
             # and it stays frozen after from_pretrained (which re-creates parameters, losing requires_grad=False).
-            self.register_buffer("weight", torch.empty(shape), persistent=True)
+            self.weight = nn.Buffer(torch.empty(shape), persistent=True)
         else:
             self.weight = nn.Parameter(torch.empty(shape))
 
@@ -369,6 +382,8 @@ class LinformerSelfAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
         k = config.projected_length_of_layer(layer_idx)
+        # CODEPATH: sharing="none" (the paper's own E_i, F_i per head; configs/replication) holds one projection per
+        # head; every other sharing (key_value: model_cards/all-MiniLM-L6-v2-linformer-k128) one for all heads.
         heads = config.num_attention_heads if config.sharing == "none" else 1
 
         def make_projection():
@@ -377,23 +392,30 @@ class LinformerSelfAttention(nn.Module):
             )
 
         # Which projection modules a layer owns; "layerwise" owns none, the encoder passes its shared one.
+        # CODEPATH: the paper's four layouts of E, F; checkpoints of each: none and headwise (the default) in
+        # configs/replication, key_value in model_cards/all-MiniLM-L6-v2-linformer-k128, layerwise in
+        # configs/model/*_layer.
         if config.sharing in ("none", "headwise"):
             self.key_projection = make_projection()  # E
             self.value_projection = make_projection()  # F
-        elif config.sharing == "key_value":
+        elif config.sharing == "key_value":  # CODEPATH: E = F, as above
             self.key_value_projection = make_projection()  # E = F
 
     def projections(self, shared_projection: LinformerProjection | None):
         """(E, F) for this layer."""
+        # CODEPATH: where this layer's E, F live follows `sharing`, as in __init__ (layerwise: the encoder's one E).
         if self.config.sharing == "layerwise":
             return shared_projection, shared_projection
-        if self.config.sharing == "key_value":
+        if self.config.sharing == "key_value":  # CODEPATH: E = F, as in __init__
             return self.key_value_projection, self.key_value_projection
         return self.key_projection, self.value_projection
 
     def linear_compression_projections(self, shared_projection: LinformerProjection | None):
         """[E] (E = F) or [E, F] when this layer takes the fast path with linear projections, else None: what
         `prepare_linear_compressions` stacks for it."""
+        # CODEPATH: linear E, F shared by the heads (key_value, as model_cards/all-MiniLM-L6-v2-linformer-k128;
+        # headwise; layerwise) are stacked once per forward; per-head E_i (sharing="none") and pooling
+        # (configs/replication) are not.
         if not (self.config.compresses_input_first and self.config.projection == "linear"):
             return None
         key_projection, value_projection = self.projections(shared_projection)
@@ -428,6 +450,8 @@ class LinformerSelfAttention(nn.Module):
         batch, seq_len, _ = hidden_states.shape
         heads, d_h = self.num_attention_heads, self.attention_head_size
         shared = value_projection is key_projection
+        # CODEPATH: every checkpoint whose E, F serve all heads and are linear maps of X (all sharings but "none", all
+        # projections but max pooling) takes the fast path; sharing="none" and max pooling (configs/replication) do not.
         if use_fast_path and self.config.compresses_input_first:
             if key_projection.kind == "linear":
                 if linear_compression is None:
@@ -479,7 +503,6 @@ class LinformerSelfAttention(nn.Module):
         shared_projection: LinformerProjection | None = None,
         layer_tensors: tuple[torch.Tensor, ...] = (),
         maps_add_bias: bool = False,
-        output_attentions: bool | None = None,
         use_fast_path: bool = True,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -491,12 +514,11 @@ class LinformerSelfAttention(nn.Module):
                 by the encoder for all layers: its tensors (which reach a checkpointed layer as the checkpoint's
                 inputs, see `RobertaLayerWith`) and its flag; made here when not given.
         Returns:
-            the attention output (batch, L, d) and, if `output_attentions`, P (batch, heads, L, k').
+            the attention output (batch, L, d) and P (batch, heads, L, k') when the eager computation ran (None
+            otherwise), which transformers' output capturing records as `attentions` when they are asked for.
         """
         linear_compression = LinearCompressionInputs(*layer_tensors, maps_add_bias) if layer_tensors else None
         batch, seq_len, _ = hidden_states.shape
-        if output_attentions is None:  # as transformers' output capturing: the call's flag, else the config's
-            output_attentions = self.config.output_attentions
         key_projection, value_projection = self.projections(shared_projection)
 
         query = self.query(hidden_states).view(batch, seq_len, -1, self.attention_head_size).transpose(1, 2)
@@ -507,8 +529,10 @@ class LinformerSelfAttention(nn.Module):
         # fused kernels need q, k, v and the mask in one dtype. No copy where they are (the linear fast path).
         key, value, slot_mask = key.to(query.dtype), value.to(query.dtype), slot_mask.to(query.dtype)
 
-        if output_attentions:
-            # Only the eager computation returns P (sdpa and kernels give no weights): use it whatever the backend.
+        # The output-capturing decorator owns `output_attentions`: it passes the call's flag down with the other
+        # kwargs and falls back to the config's, as here. Only the eager computation returns P (sdpa and kernels give
+        # no weights), so when attentions are asked for it runs whatever the backend.
+        if kwargs.get("output_attentions", self.config.output_attentions):
             attention_interface = eager_attention_forward
         else:
             attention_interface = attention_function(self.config._attn_implementation, eager_attention_forward)
@@ -523,7 +547,7 @@ class LinformerSelfAttention(nn.Module):
             **kwargs,
         )  # (batch, L, heads, d_h), P or None
         attn_output = attn_output.reshape(batch, seq_len, -1).contiguous()  # (batch, L, d)
-        return attn_output, (attn_probs if output_attentions else None)
+        return attn_output, attn_probs
 
 
 class LinformerEncoder(RobertaEncoderWith):
@@ -534,6 +558,7 @@ class LinformerEncoder(RobertaEncoderWith):
 
     def __init__(self, config: LinformerConfig):
         super().__init__(config)
+        # CODEPATH: sharing="layerwise" (configs/model/*_layer) owns its one E here; other sharings' layers own theirs.
         if config.sharing == "layerwise":
             # One E for every layer, keys and values; owned here, passed to each layer at call time.
             self.shared_projection = LinformerProjection(
@@ -564,7 +589,8 @@ class LinformerEncoder(RobertaEncoderWith):
             return [((), shared)] * len(self.layer)
         key_value_maps = [(attention.key, attention.value) for attention in attentions]
         width = self.config.hidden_size
-        if self.config.sharing == "layerwise":  # one E for all layers: stacked once
+        # CODEPATH: sharing="layerwise" (configs/model/*_layer): one E for all layers, stacked once; else one per layer.
+        if self.config.sharing == "layerwise":
             layer_projections = layer_projections[:1]
         if len({projections[0].k for projections in layer_projections}) == 1:
             prepared = prepare_linear_compressions(layer_projections, key_value_maps, attention_mask, width)
@@ -576,6 +602,12 @@ class LinformerEncoder(RobertaEncoderWith):
         return [(tuple(inputs[:-1]), {**shared, "maps_add_bias": inputs.maps_add_bias}) for inputs in prepared]
 
 
+@auto_docstring(
+    custom_intro="""
+    The base class of every Linformer model: RoBERTa's weight names and init, plus the projections E, F (their init from
+    `config.projection_init`, and the check that a checkpoint's E, F fit the config).
+    """
+)
 class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
@@ -678,9 +710,12 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
         if module.kind == "conv":
             # a kernel of width s = n / k starts as mean pooling of its bin (neighbour averaging, whatever the init)
             init.constant_(module.weight, 1.0 / module.bin_size)
+        # CODEPATH: how a new E, F start; loaded ones are never re-initialised. neighbour_average: converted models
+        # (model_cards/all-MiniLM-L6-v2-linformer-k128); strided: classifiers converted for short inputs
+        # (docs/pretrained.md); random: the paper's, and models trained from scratch (configs/replication).
         elif self.config.projection_init == "neighbour_average":
             init.copy_(module.weight, neighbour_average_projection(module.n, module.k).expand_as(module.weight))
-        elif self.config.projection_init == "strided":
+        elif self.config.projection_init == "strided":  # CODEPATH: as above
             init.copy_(module.weight, strided_projection(module.n, module.k).expand_as(module.weight))
         else:
             # "random": N(0, 1/n) keeps a compressed row of a full-length input (a sum of n terms) at the scale of
@@ -688,11 +723,14 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
 
 
+@auto_docstring(
+    custom_intro="""
+    The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers.
+
+    Takes the (batch, L) padding mask only, right padding only, for inputs of at most n tokens.
+    """
+)
 class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
-    """The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers.
-
-    Takes the (batch, L) padding mask only, right padding only, for inputs of at most n tokens."""
-
     encoder_class = LinformerEncoder
 
     def check_padding_side(self, attention_mask: torch.Tensor) -> None:
@@ -732,22 +770,51 @@ class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
 # Task heads: RoBERTa's modules and forwards (built in modeling_roberta_with_attention) around a LinformerModel.
 
 
+@auto_docstring(
+    custom_intro="""
+    The Linformer model with RoBERTa's masked language modeling head on top.
+    """
+)
 class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaWithAttentionForMaskedLM):
     base_model_class = LinformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Linformer model with RoBERTa's sequence classification/regression head on top (a linear layer over the first
+    token's output), e.g. for GLUE tasks.
+    """
+)
 class LinformerForSequenceClassification(LinformerPreTrainedModel, RobertaWithAttentionForSequenceClassification):
     base_model_class = LinformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Linformer model with RoBERTa's multiple choice head on top (a linear layer over the pooled output and a
+    softmax), e.g. for RocStories/SWAG tasks.
+    """
+)
 class LinformerForMultipleChoice(LinformerPreTrainedModel, RobertaWithAttentionForMultipleChoice):
     base_model_class = LinformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Linformer model with RoBERTa's token classification head on top (a linear layer over every token's output), e.g.
+    for named-entity recognition.
+    """
+)
 class LinformerForTokenClassification(LinformerPreTrainedModel, RobertaWithAttentionForTokenClassification):
     base_model_class = LinformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Linformer model with RoBERTa's extractive question answering head on top (a linear layer over every token's
+    output computing span start and end logits), e.g. for SQuAD.
+    """
+)
 class LinformerForQuestionAnswering(LinformerPreTrainedModel, RobertaWithAttentionForQuestionAnswering):
     base_model_class = LinformerModel
 

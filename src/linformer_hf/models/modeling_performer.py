@@ -1,3 +1,16 @@
+# Copyright 2026 The linformer-hf Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """PyTorch Performer: RoBERTa with FAVOR+ self-attention (Choromanski et al., 2021).
 
 Everything except the self-attention (embeddings, feed-forward and output blocks, pooler, task heads and their
@@ -16,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import logging
 
-from .compat import init
+from .compat import auto_docstring, init
 from .configuration_performer import PerformerConfig
 from .modeling_roberta_with_attention import (
     RobertaEncoderWith,
@@ -234,8 +247,8 @@ class PerformerSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
-        self.register_buffer(
-            "random_features", torch.empty(config.num_random_features, self.attention_head_size), persistent=True
+        self.random_features = nn.Buffer(
+            torch.empty(config.num_random_features, self.attention_head_size), persistent=True
         )
 
     def extra_repr(self) -> str:
@@ -351,7 +364,7 @@ class PerformerEncoder(RobertaEncoderWith):
 
     def __init__(self, config: PerformerConfig):
         super().__init__(config)
-        self.register_buffer("training_calls", torch.zeros((), dtype=torch.long), persistent=True)
+        self.training_calls = nn.Buffer(torch.zeros((), dtype=torch.long), persistent=True)
         # [count, stale]: stale, so the first call reads the buffer. On the CPU by name: from_pretrained builds the
         # model under a meta default device.
         self.host_count = torch.tensor([0, 1], dtype=torch.long, device="cpu")
@@ -369,11 +382,14 @@ class PerformerEncoder(RobertaEncoderWith):
         eager = not torch.compiler.is_compiling()
         if eager and self._counted_buffer != (self.training_calls._version, self.training_calls.data_ptr()):
             self.host_count[HOST_STALE] = 1
+        # CODEPATH: `freeze_features=True` or `feature_redraw_interval=None` never redraw (interval 0); every other
+        # Performer (the default: every 1000 training calls, the paper's schedule) redraws on its interval.
+        redraw_interval = 0 if interval is None or self.config.freeze_features else interval
         count_training_call_op(
             self.host_count,
             self.training_calls,
             [layer.attention.self.random_features for layer in self.layer],
-            0 if interval is None or self.config.freeze_features else interval,
+            redraw_interval,
             self.config.orthogonal_features,
             self.config.orthogonal_row_norms,
         )
@@ -386,6 +402,12 @@ class PerformerEncoder(RobertaEncoderWith):
         return super().forward(hidden_states, attention_mask, **kwargs)
 
 
+@auto_docstring(
+    custom_intro="""
+    The base class of every Performer model: RoBERTa's weight names and init, plus the random features W (drawn where a
+    checkpoint has none) and their redraw count.
+    """
+)
 class PerformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
     config_class = PerformerConfig
     config: PerformerConfig
@@ -436,38 +458,73 @@ class PerformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
             init.zeros_(module.training_calls)
 
 
+@auto_docstring(
+    custom_intro="""
+    The bare Performer encoder (or decoder, with `is_decoder=True`): RoBERTa's embeddings and pooler around a
+    stack of FAVOR+ layers. Takes the (batch, L) padding mask only.
+    """
+)
 class PerformerModel(PerformerPreTrainedModel, RobertaWithAttentionModel):
-    """The bare Performer encoder (or decoder, with `is_decoder=True`): RoBERTa's embeddings and pooler around a
-    stack of FAVOR+ layers. Takes the (batch, L) padding mask only."""
-
     encoder_class = PerformerEncoder
 
 
 # Task heads: RoBERTa's modules and forwards (built in modeling_roberta_with_attention) around a PerformerModel.
 
 
+@auto_docstring(
+    custom_intro="""
+    The Performer model with RoBERTa's masked language modeling head on top.
+    """
+)
 class PerformerForMaskedLM(PerformerPreTrainedModel, RobertaWithAttentionForMaskedLM):
     base_model_class = PerformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    Next-token prediction with causal FAVOR+ (needs `is_decoder=True`).
+    """
+)
 class PerformerForCausalLM(PerformerPreTrainedModel, RobertaWithAttentionForCausalLM):
-    """Next-token prediction with causal FAVOR+ (needs `is_decoder=True`)."""
-
     base_model_class = PerformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Performer model with RoBERTa's sequence classification/regression head on top (a linear layer over the first
+    token's output), e.g. for GLUE tasks.
+    """
+)
 class PerformerForSequenceClassification(PerformerPreTrainedModel, RobertaWithAttentionForSequenceClassification):
     base_model_class = PerformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Performer model with RoBERTa's multiple choice head on top (a linear layer over the pooled output and a
+    softmax), e.g. for RocStories/SWAG tasks.
+    """
+)
 class PerformerForMultipleChoice(PerformerPreTrainedModel, RobertaWithAttentionForMultipleChoice):
     base_model_class = PerformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Performer model with RoBERTa's token classification head on top (a linear layer over every token's output), e.g.
+    for named-entity recognition.
+    """
+)
 class PerformerForTokenClassification(PerformerPreTrainedModel, RobertaWithAttentionForTokenClassification):
     base_model_class = PerformerModel
 
 
+@auto_docstring(
+    custom_intro="""
+    The Performer model with RoBERTa's extractive question answering head on top (a linear layer over every token's
+    output computing span start and end logits), e.g. for SQuAD.
+    """
+)
 class PerformerForQuestionAnswering(PerformerPreTrainedModel, RobertaWithAttentionForQuestionAnswering):
     base_model_class = PerformerModel
 

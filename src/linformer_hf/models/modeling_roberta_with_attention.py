@@ -1,3 +1,16 @@
+# Copyright 2026 The linformer-hf Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """RoBERTa around a given self-attention: the one skeleton shared by the model families of this package.
 
 A family (Linformer, Performer) writes only its self-attention module; everything else is RoBERTa's, imported from
@@ -37,7 +50,7 @@ from transformers.models.roberta.modeling_roberta import (
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils.generic import can_return_tuple
 
-from .compat import PreTrainedModelCompat, model_forward, tied_weights
+from .compat import PreTrainedModelCompat, auto_docstring, model_forward, tied_weights
 
 
 def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
@@ -171,12 +184,15 @@ class RobertaEncoderWith(nn.Module):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class RobertaWithAttentionPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
-    """What every family shares: RoBERTa's weight names and init, gradient checkpointing, hidden-state capture.
+@auto_docstring(
+    custom_intro="""
+    What every family shares: RoBERTa's weight names and init, gradient checkpointing, hidden-state capture.
 
     A family subclass sets `config_class`, `_can_record_outputs["attentions"]` when its attention has weights to
-    return, the attention backends it supports, and overrides `save_pretrained` to record its full `auto_map`."""
-
+    return, the attention backends it supports, and overrides `save_pretrained` to record its full `auto_map`.
+    """
+)
+class RobertaWithAttentionPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
     supports_gradient_checkpointing = True
     # Not a vLLM/TGI backend model: that also asks for tensor-parallel plans and logits slicing.
@@ -185,12 +201,20 @@ class RobertaWithAttentionPreTrainedModel(PreTrainedModelCompat, RobertaPreTrain
     _can_record_outputs = {"hidden_states": RobertaLayerWith}
 
 
+@auto_docstring(
+    custom_intro="""
+    The bare encoder: RoBERTa's embeddings and pooler around the family's encoder (`encoder_class`).
+    """
+)
 class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
-    """The bare encoder: RoBERTa's embeddings and pooler around the family's encoder (`encoder_class`)."""
-
     encoder_class: type[RobertaEncoderWith]
 
     def __init__(self, config, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Whether to add RoBERTa's pooler (a dense layer and tanh over the first token's output); the heads that read
+            only the per-token outputs are built without it.
+        """
         super().__init__(config)
         self.config = config
         self.gradient_checkpointing = False
@@ -220,6 +244,7 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
         padding on either side: nothing to check."""
 
     @model_forward
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -270,6 +295,11 @@ class RobertaWithAttentionModel(RobertaWithAttentionPreTrainedModel):
 # (`accepts_loss_kwargs = False`); the LM heads' losses do take it.
 
 
+@auto_docstring(
+    custom_intro="""
+    The family's bare model with RoBERTa's masked language modeling head on top.
+    """
+)
 class RobertaWithAttentionForMaskedLM(RobertaWithAttentionPreTrainedModel, RobertaForMaskedLM):
     base_model_class: type[RobertaWithAttentionModel]
     _tied_weights_keys = tied_weights(
@@ -283,6 +313,7 @@ class RobertaWithAttentionForMaskedLM(RobertaWithAttentionPreTrainedModel, Rober
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -327,11 +358,14 @@ class RobertaWithAttentionForMaskedLM(RobertaWithAttentionPreTrainedModel, Rober
         )
 
 
+@auto_docstring(
+    custom_intro="""
+    Next-token prediction with RoBERTa's LM head, for a family whose attention can be causal (`is_decoder`).
+
+    There is no key/value cache: `generate` re-reads the whole prefix at every step (`use_cache=False`).
+    """
+)
 class RobertaWithAttentionForCausalLM(RobertaWithAttentionPreTrainedModel, GenerationMixin):
-    """Next-token prediction with RoBERTa's LM head, for a family whose attention can be causal (`is_decoder`).
-
-    There is no key/value cache: `generate` re-reads the whole prefix at every step (`use_cache=False`)."""
-
     base_model_class: type[RobertaWithAttentionModel]
     _tied_weights_keys = tied_weights(
         {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight", "lm_head.decoder.bias": "lm_head.bias"}
@@ -360,6 +394,7 @@ class RobertaWithAttentionForCausalLM(RobertaWithAttentionPreTrainedModel, Gener
         return {"input_ids": input_ids, "attention_mask": attention_mask}
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -392,6 +427,12 @@ class RobertaWithAttentionForCausalLM(RobertaWithAttentionPreTrainedModel, Gener
         return CausalLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
+@auto_docstring(
+    custom_intro="""
+    The family's bare model with RoBERTa's sequence classification/regression head on top (a linear layer over the first
+    token's output), e.g. for GLUE tasks.
+    """
+)
 class RobertaWithAttentionForSequenceClassification(
     RobertaWithAttentionPreTrainedModel, RobertaForSequenceClassification
 ):
@@ -406,6 +447,12 @@ class RobertaWithAttentionForSequenceClassification(
         self.post_init()
 
 
+@auto_docstring(
+    custom_intro="""
+    The family's bare model with RoBERTa's multiple choice head on top (a linear layer over the pooled output and a
+    softmax), e.g. for RocStories/SWAG tasks.
+    """
+)
 class RobertaWithAttentionForMultipleChoice(RobertaWithAttentionPreTrainedModel, RobertaForMultipleChoice):
     base_model_class: type[RobertaWithAttentionModel]
     accepts_loss_kwargs = False
@@ -418,6 +465,12 @@ class RobertaWithAttentionForMultipleChoice(RobertaWithAttentionPreTrainedModel,
         self.post_init()
 
 
+@auto_docstring(
+    custom_intro="""
+    The family's bare model with RoBERTa's token classification head on top (a linear layer over every token's output),
+    e.g. for named-entity recognition.
+    """
+)
 class RobertaWithAttentionForTokenClassification(RobertaWithAttentionPreTrainedModel, RobertaForTokenClassification):
     base_model_class: type[RobertaWithAttentionModel]
     accepts_loss_kwargs = False
@@ -434,6 +487,12 @@ class RobertaWithAttentionForTokenClassification(RobertaWithAttentionPreTrainedM
         self.post_init()
 
 
+@auto_docstring(
+    custom_intro="""
+    The family's bare model with RoBERTa's extractive question answering head on top (a linear layer over every token's
+    output computing span start and end logits), e.g. for SQuAD.
+    """
+)
 class RobertaWithAttentionForQuestionAnswering(RobertaWithAttentionPreTrainedModel, RobertaForQuestionAnswering):
     base_model_class: type[RobertaWithAttentionModel]
     accepts_loss_kwargs = False
