@@ -189,6 +189,9 @@ def test_a_wrong_split_column_or_folder_is_named(books, tokenizer_dir, tmp_path)
         books, tokenizer_dir, tmp_path, **{"data.validation_datasets": [{"path": books, "split": "test"}]}
     )
     assert "no split 'test'" in message and "'train'" in message and "'validation'" in message
+    books_recipe(books, tokenizer_dir, tmp_path / "run", **{"data.datasets": [{"path": books, "split": "train[:2]"}]})
+    message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.datasets": [{"path": books, "split": "tra[:2]"}]})
+    assert "no split 'tra'" in message  # a slice of a split that exists passes, of one that does not is named
     message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.text_column": "body"})
     assert "no column 'body'" in message and "text" in message
     message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.datasets": [{"path": "./no/such/folder"}]})
