@@ -8,7 +8,7 @@ import os
 
 import pytest
 from datasets import ClassLabel, Features, Value
-from training_utils import DATA, REPO, WIKITEXT, write_hub_dataset
+from training_utils import DATA, REPO, save_tiny_pretrained_linformer, write_hub_dataset
 
 from linformer_hf.training.config import FinetuneRecipe, load_recipe
 from linformer_hf.training.finetuning import run_finetuning
@@ -78,28 +78,7 @@ def hub_stand_ins(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pretrained_dir(tmp_path_factory):
-    import torch
-
-    from linformer_hf import LinformerConfig, LinformerForMaskedLM
-    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
-
-    out = tmp_path_factory.mktemp("pretrained")
-    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=256)
-    torch.manual_seed(0)
-    config = LinformerConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_sequence_length=256,
-        projected_length=32,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    LinformerForMaskedLM(config).save_pretrained(out)
-    return str(out)
+    return save_tiny_pretrained_linformer(tmp_path_factory.mktemp("pretrained"), layers=1)
 
 
 @pytest.mark.parametrize(

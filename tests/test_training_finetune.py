@@ -17,6 +17,7 @@ from training_utils import (
     WIKITEXT,
     free_port,
     run_script,
+    save_tiny_pretrained_linformer,
     script_env,
     sst2_head,
     tiny_finetune_overrides,
@@ -32,28 +33,7 @@ from linformer_hf.training.tasks import TASKS, Task
 def pretrained_dir(tmp_path_factory):
     """A tiny Linformer (n = 256 for long documents) with a tokenizer trained on real text, saved like pretrain.py
     does."""
-    import torch
-
-    from linformer_hf import LinformerConfig, LinformerForMaskedLM
-    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
-
-    out = tmp_path_factory.mktemp("pretrained")
-    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=256)
-    torch.manual_seed(0)
-    config = LinformerConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_sequence_length=256,
-        projected_length=32,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    LinformerForMaskedLM(config).save_pretrained(out)
-    return str(out)
+    return save_tiny_pretrained_linformer(tmp_path_factory.mktemp("pretrained"))
 
 
 def read_predictions(path):

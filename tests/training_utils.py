@@ -139,3 +139,30 @@ def write_hub_dataset(folder, splits: dict, config_name: str | None = None, feat
     with open(os.path.join(folder, "README.md"), "w") as fh:
         fh.write("---\nconfigs:\n" + "\n".join(entries) + "\n---\n")
     return str(folder)
+
+
+def save_tiny_pretrained_linformer(out, n: int = 256, k: int = 32, layers: int = 2, **config) -> str:
+    """A tiny LinformerForMaskedLM (width 32) and a byte-level BPE tokenizer of 1,000 tokens trained on WikiText-2,
+    saved in ``out`` as pretraining saves them: a model folder to fine-tune. Returns the folder."""
+    import torch
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(out), vocab_size=1000, model_max_length=n)
+    torch.manual_seed(0)
+    settings = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_sequence_length=n,
+        projected_length=k,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    settings.update(config)
+    LinformerForMaskedLM(LinformerConfig(**settings)).save_pretrained(out)
+    return str(out)
