@@ -41,8 +41,9 @@ def _select_text(ds, text_column: str, source: str):
     return ds
 
 
-def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str):
-    """The "text" column of each data.datasets-style entry (a Hub name, or a local folder in a Hub dataset's layout)."""
+def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str, seed: int = 0):
+    """The "text" column of the data.datasets-style entries (Hub names, or local folders in a Hub dataset's layout),
+    as one dataset: concatenated, or for streams interleaved (seeded)."""
     parts = []
     for entry in entries:
         path = entry["path"]
@@ -71,7 +72,11 @@ def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str):
                 f"(download a damaged one again)."
             ) from None
         parts.append(_select_text(ds, entry.get("text_column", cfg.text_column), path))
-    return parts
+    if len(parts) == 1:
+        return parts[0]
+    if cfg.streaming:
+        return interleave_datasets(parts, seed=seed, stopping_strategy="all_exhausted")
+    return concatenate_datasets(parts)
 
 
 def load_raw_corpus(cfg: PretrainDataSection, seed: int):
@@ -87,19 +92,10 @@ def load_raw_corpus(cfg: PretrainDataSection, seed: int):
         train = raw["train"]
         validation = raw["validation"] if "validation" in raw else None
     else:
-        parts = _load_entries(cfg.datasets, cfg, "data.datasets")
-        if cfg.streaming:
-            train = (
-                parts[0]
-                if len(parts) == 1
-                else interleave_datasets(parts, seed=seed, stopping_strategy="all_exhausted")
-            )
-        else:
-            train = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
+        train = _load_entries(cfg.datasets, cfg, "data.datasets", seed)
         validation = None
         if cfg.validation_datasets:
-            held_out = _load_entries(cfg.validation_datasets, cfg, "data.validation_datasets")
-            validation = held_out[0] if len(held_out) == 1 else concatenate_datasets(held_out)
+            validation = _load_entries(cfg.validation_datasets, cfg, "data.validation_datasets", seed)
     if validation is None:
         if cfg.streaming:
             validation = train.take(cfg.validation_examples_streaming)
@@ -127,6 +123,11 @@ def mean_document_characters(ds) -> float:
     else:
         texts = [text or "" for text in ds.select(range(min(SAMPLED_DOCUMENTS, len(ds))))["text"]]
     return sum(map(len, texts)) / max(len(texts), 1)
+
+
+def _workers(num_proc: int | None, rows: int) -> int | None:
+    """``num_proc`` for ``datasets.map`` over ``rows`` rows: None (in process) for one worker or fewer rows."""
+    return num_proc if num_proc and num_proc > 1 and rows >= num_proc else None
 
 
 def documents_per_batch(mean_characters: float, characters: int) -> int:
@@ -212,7 +213,7 @@ def tokenize_and_pack(
                 batch_size=tokenize_batch,
                 writer_batch_size=tokenize_batch,
                 remove_columns=["text"],
-                num_proc=num_proc if num_proc and num_proc > 1 and len(piece) >= num_proc else None,
+                num_proc=_workers(num_proc, len(piece)),
                 desc="Tokenising" if pieces == 1 else f"Tokenising (piece {index + 1} of {pieces})",
             )
         )
@@ -222,7 +223,7 @@ def tokenize_and_pack(
         batched=True,
         batch_size=pack_batch,
         with_indices=True,
-        num_proc=num_proc if num_proc and num_proc > 1 and len(ds) >= num_proc else None,
+        num_proc=_workers(num_proc, len(ds)),
         desc=f"Packing into blocks of {block_size}",
     )
     return ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True, desc="Indexing blocks")
@@ -273,10 +274,9 @@ def prepare_held_out_blocks(cfg: PretrainDataSection, tokenizer):
     (data.validation_datasets or data.validation_files), without reading the training corpus: for scoring saved
     models on the documents their pretraining validated on. Map-style, cached, the first max_eval_blocks kept."""
     if cfg.validation_datasets:
-        parts = _load_entries(
+        held_out = _load_entries(
             cfg.validation_datasets, dataclasses.replace(cfg, streaming=False), "data.validation_datasets"
         )
-        held_out = parts[0] if len(parts) == 1 else concatenate_datasets(parts)
     elif cfg.validation_files:
         try:
             held_out = load_dataset(
