@@ -404,3 +404,79 @@ def test_uptraining_from_a_hub_name_offline_is_one_line(books, tmp_path, monkeyp
     one_line = "^tokenizer 'FacebookAI/roberta-base' is not a local path[^\\n]*folder of a saved tokenizer"
     with pytest.raises(ConfigError, match=one_line):
         run_pretraining(recipe, show_progress=False)
+
+
+def test_runs_at_different_n_read_the_same_tokens_in_the_same_order_with_the_same_masks(books, tokenizer_dir, tmp_path):
+    """data.input_length: a model of n = 128 reads the 256-token blocks of a model of n = 256 as two inputs each, so
+    the two runs' batches hold the same tokens, order and masks (training and validation), and both train."""
+    from linformer_hf.training.pretraining import check_block_size, close_run, setup_pretraining
+
+    def batches(n, output_dir, **data):
+        overrides = {
+            "model.config.max_sequence_length": n,
+            "model.config.projected_length": 32,
+            "data.block_size": 256,
+            "data.max_eval_blocks": 2,
+            "training.per_device_train_batch_size": 2,
+            "training.max_steps": 2,
+            "training.warmup_steps": 1,
+            "training.report_to": [],
+            **{f"data.{key}": value for key, value in data.items()},
+        }
+        run = setup_pretraining(books_recipe(books, tokenizer_dir, tmp_path / output_dir, **overrides))
+        try:
+            train = [b for _, b in zip(range(3), run.train_dl)]
+            return train, list(run.eval_dl)
+        finally:
+            close_run(run)
+
+    long_train, long_eval = batches(256, "n256")
+    short_train, short_eval = batches(128, "n128", input_length=128)
+    for long, short in zip(long_train + long_eval, short_train + short_eval, strict=True):
+        assert short["input_ids"].shape == (2 * long["input_ids"].shape[0], 128)
+        for key in ("input_ids", "labels", "attention_mask"):
+            assert short[key].equal(long[key].reshape(-1, 128)), key
+    assert (long_train[0]["labels"] != -100).any()
+
+    summary = run_pretraining(
+        books_recipe(
+            books,
+            tokenizer_dir,
+            tmp_path / "trained",
+            **{
+                "model.config.max_sequence_length": 128,
+                "model.config.projected_length": 32,
+                "data.block_size": 256,
+                "data.input_length": 128,
+                "data.max_eval_blocks": 2,
+                "training.per_device_train_batch_size": 2,
+                "training.max_steps": 2,
+                "training.warmup_steps": 1,
+                "training.eval_steps": 2,
+                "training.report_to": [],
+            },
+        ),
+        show_progress=False,
+    )
+    assert summary["final_eval"]["perplexity"] > 1
+
+    recipe = books_recipe(books, tokenizer_dir, tmp_path / "bad", **{"data.block_size": 300, "data.input_length": 128})
+    with pytest.raises(ConfigError, match="block_size=300 is not a multiple of data.input_length=128"):
+        check_block_size(recipe, _model_config(recipe))
+    recipe = books_recipe(
+        books, tokenizer_dir, tmp_path / "bad", **{"data.block_size": 1024, "data.input_length": 1024}
+    )
+    with pytest.raises(ConfigError, match="input_length=1024 is larger than the model's longest input n=512"):
+        check_block_size(recipe, _model_config(recipe))
+    with pytest.raises(ConfigError, match="cannot be combined with data.short_block_probability"):
+        books_recipe(
+            books, tokenizer_dir, tmp_path / "bad", **{"data.input_length": 128, "data.short_block_probability": 0.1}
+        )
+
+
+def _model_config(recipe):
+    from transformers import AutoTokenizer
+
+    from linformer_hf.training.model_setup import build_model_config
+
+    return build_model_config(recipe.model, AutoTokenizer.from_pretrained(recipe.tokenizer.name_or_path))

@@ -351,6 +351,10 @@ class PretrainDataSection:
     streaming: bool = False
     shuffle_buffer_size: int = 10000  # streaming only
     block_size: int | None = 512  # tokens per packed block; <= the model's longest input n; null: n itself
+    # Read each block as consecutive inputs of this many tokens (<= n; block_size a multiple of it); null: one input a
+    # block. Runs at different n that share block_size then read the same tokens in the same order with the same
+    # masks (the paper's Figure 3 compares n at a fixed k this way). Batch sizes and max_*_blocks count blocks.
+    input_length: int | None = None
     # Share of training blocks cut shorter, to a length uniform in [short_block_min_length, block_size] (BERT's
     # short_seq_prob). A Linformer pretrained on full blocks only barely attends on short inputs
     # (docs/results/replication.md).
@@ -398,6 +402,14 @@ class PretrainDataSection:
             raise ConfigError(f"data.block_size must be at least 8, got {self.block_size}.")
         if not 0 <= self.short_block_probability <= 1:
             raise ConfigError(f"data.short_block_probability must be in [0, 1], got {self.short_block_probability}.")
+        if self.input_length is not None:
+            if self.input_length < 8:
+                raise ConfigError(f"data.input_length must be at least 8, got {self.input_length}.")
+            if self.short_block_probability:
+                raise ConfigError(
+                    "data.input_length cuts full blocks into equal inputs; it cannot be combined with "
+                    "data.short_block_probability (shorter blocks). Set one of them."
+                )
         if not 2 <= self.short_block_min_length <= (self.block_size or self.short_block_min_length):
             raise ConfigError(
                 f"data.short_block_min_length must be in [2, block_size={self.block_size}], "

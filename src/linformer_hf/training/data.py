@@ -316,8 +316,9 @@ class SeededMaskingCollator:
     (seed, epoch, process, batch counter) for streamed data.
     """
 
-    def __init__(self, mlm_collator, seed: int, process_index: int = 0):
+    def __init__(self, mlm_collator, seed: int, process_index: int = 0, input_length: int | None = None):
         self.collator = mlm_collator
+        self.input_length = input_length  # each masked block is cut into consecutive inputs this long
         self.seed = seed
         self.process_index = process_index
         self.epoch = 0
@@ -338,7 +339,10 @@ class SeededMaskingCollator:
             self.collator.generator = torch.Generator().manual_seed(_example_seed(*key))
             outs.append(self.collator([example]))
         self.batches_seen += 1
-        return self._pad_and_stack(outs)
+        batch = self._pad_and_stack(outs)
+        if self.input_length is not None:  # (blocks, block_size) -> (blocks * block_size / input_length, input_length)
+            batch = {key: value.reshape(-1, self.input_length) for key, value in batch.items()}
+        return batch
 
     def _pad_and_stack(self, outs):
         """Stack per-example outputs, right-padding shorter blocks (padding is masked out and never a label)."""
@@ -367,7 +371,7 @@ def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_i
         random_replace_prob=cfg.random_replace_prob,
         return_tensors="pt",
     )
-    return SeededMaskingCollator(base, seed=seed, process_index=process_index)
+    return SeededMaskingCollator(base, seed=seed, process_index=process_index, input_length=cfg.input_length)
 
 
 __all__ = [

@@ -176,14 +176,28 @@ def unigram_baseline(train_data, tokenizer, eval_dataloader, accelerator) -> dic
 
 
 def check_block_size(recipe: PretrainRecipe, model_config) -> None:
-    """data.block_size fits the model's n; unset (null), it is n, so one override sets the length of a run."""
+    """The model's inputs fit its n. data.block_size unset (null) is n, so one override sets the length of a run;
+    with data.input_length set, the inputs are that long and blocks may be longer (a multiple of it)."""
+    data = recipe.data
     n = max_input_length(model_config)
-    if recipe.data.block_size is None:
-        recipe.data.block_size = n
-    if recipe.data.block_size > n:
+    if data.block_size is None:
+        data.block_size = n
+    if data.input_length is not None:
+        if data.input_length > n:
+            raise ConfigError(
+                f"data.input_length={data.input_length} is larger than the model's longest input n={n} "
+                f"(max_sequence_length). Lower data.input_length or raise model max_sequence_length."
+            )
+        if data.block_size % data.input_length:
+            raise ConfigError(
+                f"data.block_size={data.block_size} is not a multiple of data.input_length={data.input_length}: "
+                f"each block is read as whole inputs. Give a block_size that input_length divides."
+            )
+    elif data.block_size > n:
         raise ConfigError(
-            f"data.block_size={recipe.data.block_size} is larger than the model's longest input n={n} "
-            f"(max_sequence_length). Lower data.block_size or raise model max_sequence_length."
+            f"data.block_size={data.block_size} is larger than the model's longest input n={n} "
+            f"(max_sequence_length). Lower data.block_size or raise model max_sequence_length, or read each block "
+            f"as several inputs with data.input_length."
         )
 
 

@@ -1,0 +1,232 @@
+"""The paper's pretraining claims (Figure 3) at small scale, on whole books: pretraining runs under one recipe.
+
+A plan (configs/replication/books_figure3.yaml) names a pretraining recipe, the overrides every run shares, and each
+run's own (its model, its n, k and sharing). Every run reads the same blocks of the longest n, in the same order, with
+the same masks: shorter models read each block as consecutive inputs of their own n (``data.input_length``). So the
+runs differ only in the model, and the curves compare perplexity on the same held-out tokens after the same tokens.
+
+    python -m experiments.books_pretraining --plan configs/replication/books_figure3.yaml            # every run
+    python -m experiments.books_pretraining --plan configs/replication/books_figure3.yaml --only roberta_n512
+    python -m experiments.books_pretraining --plan configs/replication/books_figure3.yaml --report   # collate only
+
+Runs go one after another (``python -m linformer_hf.training.pretrain``, output in <output_dir>/<run>/, its console
+in <run>.log). A finished run (it wrote its summary) is not repeated; a stopped one resumes from its last checkpoint.
+After each run, <output_dir>/curves.csv (validation perplexity against tokens seen, per run) and results.md (the
+last evaluation, perplexity against the plan's baseline, and training tokens/s) are written again from every run's
+train_log.jsonl; docs/results/make_figures.py draws the curves from the CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.outputs import write_json_atomic, write_text_atomic
+from linformer_hf.training.config import ConfigError, PretrainRecipe, build_section, load_recipe, load_yaml
+from linformer_hf.training.errors import USER_ERRORS, report
+
+CURVE_COLUMNS = ["run", "step", "tokens", "perplexity", "mask_input_perplexity", "eval_loss"]
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    overrides: dict = dataclasses.field(default_factory=dict)  # recipe keys (section.key) of this run only
+
+
+@dataclasses.dataclass
+class BooksPlan:
+    recipe: str = "configs/pretrain/books.yaml"
+    output_dir: str = "outputs/books-figure3"
+    baseline: str | None = None  # the run the others' perplexity is divided by in results.md
+    shared: dict = dataclasses.field(default_factory=dict)  # recipe keys (section.key) every run takes
+    runs: list[Run] = dataclasses.field(default_factory=list)
+
+    def validate(self):
+        names = [run.name for run in self.runs]
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(f"runs need unique names, got {names}.")
+        if self.baseline is not None and self.baseline not in names:
+            raise ConfigError(f"baseline {self.baseline!r} is not one of the runs {names}.")
+        if not os.path.isfile(self.recipe):
+            raise ConfigError(f"recipe {self.recipe} not found; run from the root of a checkout.")
+        for key in list(self.shared) + [key for run in self.runs for key in run.overrides]:
+            if key in ("training.output_dir", "training.resume_from_checkpoint", "training.overwrite_output_dir"):
+                raise ConfigError(f"{key} is set by the plan itself (one directory per run); remove it.")
+        if not isinstance(self.shared.get("data.block_size"), int):
+            raise ConfigError(
+                "shared needs data.block_size (a number): every run reads the same blocks, shorter models as several "
+                "inputs (data.input_length)."
+            )
+        for run in self.runs:  # a bad key or value fails here, before any run
+            recipe(self, run)
+
+
+def recipe(plan: BooksPlan, run: Run) -> PretrainRecipe:
+    return load_recipe(
+        PretrainRecipe, plan.recipe, extra={**plan.shared, **run.overrides, "training.output_dir": run_dir(plan, run)}
+    )
+
+
+def run_dir(plan: BooksPlan, run: Run) -> str:
+    return os.path.join(plan.output_dir, run.name)
+
+
+def finished(directory: str) -> bool:
+    return bool(glob.glob(os.path.join(directory, "summary_step*.json")))
+
+
+def command(plan: BooksPlan, run: Run) -> list[str]:
+    """The pretraining command of one run: resumed from its last checkpoint when it has one."""
+    directory = run_dir(plan, run)
+    args = [sys.executable, "-m", "linformer_hf.training.pretrain", "--config", plan.recipe]
+    for key, value in {**plan.shared, **run.overrides, "training.output_dir": directory}.items():
+        args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+    if glob.glob(os.path.join(directory, "checkpoint-*")):
+        args += ["--training.resume_from_checkpoint", "latest"]
+    elif os.path.isdir(directory) and os.listdir(directory):  # stopped before its first checkpoint: nothing to keep
+        args += ["--training.overwrite_output_dir", "true"]
+    return args
+
+
+def log_rows(directory: str) -> list[dict]:
+    """train_log.jsonl's rows, the last of each (event, step) kept: a resumed run repeats the steps since its
+    checkpoint, and the repeat is what the run went on from."""
+    path = os.path.join(directory, "train_log.jsonl")
+    if not os.path.isfile(path):
+        return []
+    kept: dict[tuple, dict] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                kept[(row.get("event", "update"), row["step"])] = row
+    return sorted(kept.values(), key=lambda row: (row["step"], row.get("event", "update") != "eval"))
+
+
+def tokens_per_update(plan: BooksPlan, run: Run) -> int:
+    """Blocks an update (on one process) times the block size."""
+    training = recipe(plan, run).training
+    return training.per_device_train_batch_size * training.gradient_accumulation_steps * plan.shared["data.block_size"]
+
+
+def collate(plan: BooksPlan) -> tuple[list[dict], list[dict]]:
+    """(curve rows, one summary row per run) from every run's log."""
+    curves, summaries = [], []
+    for run in plan.runs:
+        directory = run_dir(plan, run)
+        rows, per_update = log_rows(directory), tokens_per_update(plan, run)
+        if not rows:
+            continue
+        evals = [row for row in rows if row.get("event") == "eval"]
+        for row in evals:
+            curves.append(
+                {
+                    "run": run.name,
+                    "step": row["step"],
+                    "tokens": row["step"] * per_update,
+                    "perplexity": round(row["perplexity"], 3),
+                    "mask_input_perplexity": round(row.get("mask_input_perplexity", float("nan")), 3),
+                    "eval_loss": round(row["eval_loss"], 5),
+                }
+            )
+        # Seconds between consecutive updates, over pairs with no evaluation, checkpoint or restart between them.
+        updates = [row for row in rows if "event" not in row]
+        gaps = [b["time"] - a["time"] for a, b in zip(updates, updates[1:]) if b["step"] == a["step"] + 1]
+        interrupted = {row["step"] for row in rows if row.get("event")}
+        gaps = [g for g, b in zip(gaps, updates[1:]) if b["step"] - 1 not in interrupted]
+        summaries.append(
+            {
+                "run": run.name,
+                "finished": finished(directory),
+                "steps": evals[-1]["step"] if evals else 0,
+                "tokens": (evals[-1]["step"] if evals else 0) * per_update,
+                "perplexity": evals[-1]["perplexity"] if evals else None,
+                "tokens_per_s": per_update / statistics.median(gaps) if gaps else None,
+            }
+        )
+    return curves, summaries
+
+
+def write_report(plan: BooksPlan) -> str:
+    curves, summaries = collate(plan)
+    os.makedirs(plan.output_dir, exist_ok=True)
+    with open(os.path.join(plan.output_dir, "curves.csv.tmp"), "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
+        writer.writeheader()
+        writer.writerows(curves)
+    os.replace(os.path.join(plan.output_dir, "curves.csv.tmp"), os.path.join(plan.output_dir, "curves.csv"))
+    base = next((s["perplexity"] for s in summaries if s["run"] == plan.baseline and s["perplexity"]), None)
+    lines = [
+        f"# {os.path.basename(plan.output_dir)}: validation perplexity on the held-out books",
+        "",
+        f"Recipe {plan.recipe}, shared overrides {json.dumps(plan.shared)}. Load average when written: "
+        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}. Tokens/s: median over updates, under that machine's load.",
+        "",
+        f"| run | finished | updates | tokens | perplexity | vs {plan.baseline} | training tokens/s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in summaries:
+        ratio = f"{s['perplexity'] / base:.3f}" if base and s["perplexity"] else "-"
+        ppl = f"{s['perplexity']:.1f}" if s["perplexity"] else "-"
+        speed = f"{s['tokens_per_s']:,.0f}" if s["tokens_per_s"] else "-"
+        lines.append(
+            f"| {s['run']} | {'yes' if s['finished'] else 'no'} | {s['steps']} | {s['tokens']:,} | {ppl} | {ratio} "
+            f"| {speed} |"
+        )
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(os.path.join(plan.output_dir, "results.md"), text)
+    write_json_atomic(os.path.join(plan.output_dir, "results.json"), {"runs": summaries})
+    return text
+
+
+def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
+    for run in plan.runs:
+        if (only and run.name not in only) or finished(run_dir(plan, run)):
+            continue
+        args = command(plan, run)
+        os.makedirs(plan.output_dir, exist_ok=True)
+        with open(os.path.join(plan.output_dir, f"{run.name}.log"), "a", encoding="utf-8") as log:
+            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
+            log.flush()
+            code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT)
+        write_report(plan)
+        if code != 0:
+            raise SystemExit(f"run {run.name} exited with {code}; its console is {plan.output_dir}/{run.name}.log")
+
+
+def load_plan(path: str) -> BooksPlan:
+    plan = build_section(BooksPlan, load_yaml(path))
+    plan.validate()
+    return plan
+
+
+def main(argv=None):
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--only", nargs="+", help="run only these runs of the plan")
+    parser.add_argument("--report", action="store_true", help="collate the finished and running runs, run nothing")
+    args = parser.parse_args(argv)
+    try:
+        plan = load_plan(args.plan)
+        unknown = sorted(set(args.only or []) - {run.name for run in plan.runs})
+        if unknown:
+            raise ConfigError(f"--only names unknown runs {unknown}; the plan's are {[r.name for r in plan.runs]}.")
+    except USER_ERRORS as err:
+        report(err)
+        raise SystemExit(2) from None
+    if not args.report:
+        run_plan(plan, args.only)
+    print(write_report(plan), end="")
+
+
+if __name__ == "__main__":
+    main()
