@@ -386,6 +386,7 @@ def test_books_recipe_trains_its_roberta_baseline(books, tokenizer_dir, tmp_path
 
     config = AutoConfig.from_pretrained(summary["final_dir"])
     assert config.model_type == "roberta" and config.max_position_embeddings == 514  # n = 512
+    assert config.architectures == ["RobertaForMaskedLM"]  # a plain RoBERTa folder, not the training class's name
     assert summary["final_eval"]["perplexity"] > 1
 
 
@@ -480,3 +481,65 @@ def _model_config(recipe):
     from linformer_hf.training.model_setup import build_model_config
 
     return build_model_config(recipe.model, AutoTokenizer.from_pretrained(recipe.tokenizer.name_or_path))
+
+
+@pytest.fixture(scope="module")
+def sentence_encoder(tmp_path_factory):
+    """A BERT-layout encoder saved without a masked-LM head, with its WordPiece tokenizer (as all-MiniLM-L6-v2)."""
+    from tiny_bert import build_wordpiece_tokenizer, randomize_all, tiny_bert_config
+    from transformers import BertModel
+
+    folder = tmp_path_factory.mktemp("sentence-encoder")
+    tokenizer = build_wordpiece_tokenizer(str(folder), vocab_size=300, model_max_length=64)
+    encoder = BertModel(
+        tiny_bert_config(vocab_size=len(tokenizer), max_position_embeddings=64), add_pooling_layer=False
+    )
+    randomize_all(encoder, seed=3)
+    encoder.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def fit_head_recipe(encoder, books_folder, output_dir, **overrides):
+    extra = {
+        "model.pretrained": encoder,
+        "data.datasets": [{"path": books_folder, "split": "train"}],
+        "data.validation_datasets": [{"path": books_folder, "split": "validation"}],
+        "data.max_eval_blocks": 4,
+        "data.preprocessing_num_workers": 1,
+        "data.cache_dir": str(output_dir) + "-cache",
+        "training.output_dir": str(output_dir),
+        "training.per_device_train_batch_size": 4,
+        "training.max_steps": 4,
+        "training.warmup_steps": 1,
+        "training.learning_rate": 1.0e-2,
+        "training.eval_steps": 4,
+        **overrides,
+    }
+    return load_recipe(
+        PretrainRecipe, os.path.join(REPO, "configs", "pretrain", "fit_mlm_head_books.yaml"), extra=extra
+    )
+
+
+def test_a_head_fitted_on_a_frozen_sentence_encoder_makes_it_a_masked_lm_to_uptrain(sentence_encoder, books, tmp_path):
+    """configs/pretrain/fit_mlm_head_books.yaml: only the head trains (the encoder's tensors are unchanged), the
+    loss falls, the folder is a plain BERT masked LM, and uptraining takes it where it refuses the bare encoder."""
+    import torch
+    from transformers import AutoModelForMaskedLM, BertModel
+
+    with pytest.raises(ConfigError, match="no trained masked-LM head.*model.trainable: lm_head"):
+        run_pretraining(
+            fit_head_recipe(sentence_encoder, books, tmp_path / "all", **{"model.trainable": "all"}),
+            show_progress=False,
+        )
+    summary = run_pretraining(fit_head_recipe(sentence_encoder, books, tmp_path / "head"), show_progress=False)
+    assert summary["evals"][4]["eval_loss"] < summary["evals"][0]["eval_loss"]
+    fitted, loading = AutoModelForMaskedLM.from_pretrained(summary["final_dir"], output_loading_info=True)
+    assert type(fitted).__name__ == "BertForMaskedLM" and not loading["missing_keys"]
+    assert fitted.config.architectures == ["BertForMaskedLM"]
+    source = BertModel.from_pretrained(sentence_encoder, add_pooling_layer=False).state_dict()
+    for key, value in fitted.bert.state_dict().items():
+        assert torch.equal(value, source[key]), key
+
+    uptrained = run_pretraining(uptrain_recipe(summary["final_dir"], books, tmp_path / "uptrain"), show_progress=False)
+    assert AutoModelForMaskedLM.from_pretrained(uptrained["final_dir"]).config.max_sequence_length == 128

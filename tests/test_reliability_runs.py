@@ -76,6 +76,32 @@ def losses_by_step(output_dir):
     return found
 
 
+def test_a_checkpoint_made_before_a_data_field_existed_resumes_while_the_field_is_at_its_default(
+    tokenizer_dir, small_corpus, tmp_path, monkeypatch
+):
+    """A run checkpointed by an older version (its recipe record lacks a newer data field) resumes after an upgrade;
+    the same field set to something else is a difference."""
+    from linformer_hf.training import pretraining
+
+    current = pretraining.recipe_fingerprint
+
+    def before_input_length_existed(*args, **kwargs):
+        fingerprint = current(*args, **kwargs)
+        del fingerprint["must_match"]["data.input_length"]
+        return fingerprint
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patched:
+        patched.setattr(pretraining, "recipe_fingerprint", before_input_length_existed)
+        run(tokenizer_dir, small_corpus, out, max_steps=4, stop_after_steps=2)
+    extra = overrides(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")
+    with pytest.raises(ConfigError, match=r"data.input_length: '\(absent\)' in the checkpoint, 32 now"):
+        run_pretraining(
+            load_recipe(PretrainRecipe, None, extra={**extra, "data.input_length": 32}), show_progress=False
+        )
+    assert run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")["completed_steps"] == 4
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # Item 1: whose output directory
 # ------------------------------------------------------------------------------------------------------------------

@@ -294,11 +294,19 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
 
 
 def _differences(saved: dict, now: dict) -> list[str]:
+    """The fields that differ; a data field added after the checkpoint was made agrees with it at its default."""
+    from .config import PretrainDataSection
+
+    defaults = {
+        f"data.{field.name}": field.default
+        for field in dataclasses.fields(PretrainDataSection)
+        if field.default is not dataclasses.MISSING
+    }
     keys = sorted(set(saved) | set(now))
     return [
         f"{k}: {saved.get(k, '(absent)')!r} in the checkpoint, {now.get(k, '(absent)')!r} now"
         for k in keys
-        if saved.get(k) != now.get(k)
+        if saved.get(k) != now.get(k) and not (k not in saved and k in defaults and now.get(k) == defaults[k])
     ]
 
 

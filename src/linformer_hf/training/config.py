@@ -254,14 +254,15 @@ def load_recipe(cls, path: str | None, argv: list[str] | None = None, extra: dic
 # Recipe sections
 # --------------------------------------------------------------------------------------------------------------------
 
-MODEL_TYPES = ("linformer", "performer", "roberta")
+MODEL_TYPES = ("linformer", "performer", "roberta", "bert")
+TRAINABLE = ("all", "lm_head")
 
 
 @dataclasses.dataclass
 class ModelSection:
     """Which model to build: from a model YAML (``config_file``) plus inline ``config`` fields, or a pretrained dir."""
 
-    model_type: str = "linformer"  # linformer | performer | roberta (the baseline, same recipe)
+    model_type: str = "linformer"  # linformer | performer | roberta (the baseline, same recipe) | bert (a source)
     config_file: str | None = None  # configs/model/*.yaml: fields of the model_type's config class
     config: dict = dataclasses.field(default_factory=dict)  # inline fields, override config_file
     pretrained: str | None = None  # continue from a saved model dir instead of a fresh init
@@ -269,10 +270,26 @@ class ModelSection:
     # model_type when the run starts (linformer_hf.conversion; its learned positions copied out to n), e.g.
     # {max_sequence_length: 4096, projected_length: 256}. The keys are fine-tuning's model.convert_from_roberta's.
     convert_from_roberta: dict | None = None
+    # What the run trains: all, or lm_head: only the masked-LM head (its transform and output bias; the output layer
+    # shares the frozen word embeddings), to fit a head on an encoder released without one (all-MiniLM-L6-v2) before
+    # it is uptrained or scored by masked LM.
+    trainable: str = "all"
 
     def validate(self):
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
+        if self.trainable not in TRAINABLE:
+            raise ConfigError(f"model.trainable must be one of {TRAINABLE}, got {self.trainable!r}.")
+        if self.trainable == "lm_head" and self.pretrained is None:
+            raise ConfigError(
+                "model.trainable=lm_head fits a head on a pretrained encoder, and model.pretrained is not set: give "
+                "the encoder (a saved dir or Hub name)."
+            )
+        if self.trainable == "lm_head" and self.convert_from_roberta is not None:
+            raise ConfigError(
+                "model.trainable=lm_head fits the head of model.pretrained as it is; fit it in one run, then convert "
+                "and uptrain the result (model.convert_from_roberta) in the next."
+            )
         if self.config_file is not None and not os.path.isfile(self.config_file):
             raise ConfigError(f"model.config_file not found: {self.config_file}. Use a file from configs/model/.")
         if self.convert_from_roberta is not None:
@@ -282,7 +299,7 @@ class ModelSection:
                     "BERT masked LM to start from."
                 )
             target = self.convert_from_roberta.get("target", self.model_type)
-            if target != self.model_type or self.model_type == "roberta":
+            if target != self.model_type or self.model_type in ("roberta", "bert"):
                 raise ConfigError(
                     f"model.convert_from_roberta makes a {target!r} model but model.model_type is "
                     f"{self.model_type!r}: set model.model_type to linformer or performer (the family to convert to)."

@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from huggingface_hub.errors import StrictDataclassError
-from transformers import RobertaConfig, RobertaForMaskedLM
+from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+from transformers.modeling_outputs import MaskedLMOutput
 
 from ..models.configuration_linformer import LinformerConfig
 from ..models.configuration_performer import PerformerConfig
 from ..models.modeling_linformer import LinformerForMaskedLM
 from ..models.modeling_performer import PerformerForMaskedLM
+from ..outputs import write_json_atomic
 from .config import MODEL_TYPES, ConfigError, ModelSection, load_yaml
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 
 
-class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
+class SavedAsParent:
+    """Saves ``config.json`` with ``saved_architecture`` as the architecture, so a saved folder is plain RoBERTa or
+    BERT: transformers writes the class's own name there, which no other code knows."""
+
+    saved_architecture: str
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        path = os.path.join(save_directory, "config.json")
+        if os.path.isfile(path):  # only the main process writes under multi-process runs
+            with open(path, encoding="utf-8") as fh:
+                config = json.load(fh)
+            config["architectures"] = [self.saved_architecture]
+            write_json_atomic(path, config)
+
+
+class RobertaForMaskedLMBaseline(SavedAsParent, RobertaForMaskedLM):
     """RoBERTa's masked LM with LinformerForMaskedLM's forward: the baseline under the identical recipe.
 
     The two forwards compute the same thing (RoBERTa's encoder and LM head, mean cross-entropy); Linformer's also
@@ -24,7 +43,51 @@ class RobertaForMaskedLMBaseline(RobertaForMaskedLM):
     Linformer's. Saved folders are plain RoBERTa (`model_type: roberta`, loaded as `RobertaForMaskedLM`).
     """
 
+    saved_architecture = "RobertaForMaskedLM"
     forward = LinformerForMaskedLM.forward
+
+
+class BertForMaskedLMBaseline(SavedAsParent, BertForMaskedLM):
+    """BERT's masked LM under the pretraining loop (a BERT-layout encoder such as all-MiniLM-L6-v2, e.g. while a head
+    is fitted on it): BERT's forward with `logits_for_labels_only` (LinformerForMaskedLM's). Saved folders are plain
+    BERT."""
+
+    saved_architecture = "BertForMaskedLM"
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        labels=None,
+        logits_for_labels_only: bool = False,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        hidden = self.bert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids
+        ).last_hidden_state  # (batch, L, d)
+        if logits_for_labels_only:
+            if labels is None:
+                raise ValueError("`logits_for_labels_only=True` needs `labels` to say which positions to score.")
+            labelled = labels != -100
+            hidden, labels = hidden[labelled], labels[labelled]  # (num_labelled, d), (num_labelled,)
+        logits = self.cls(hidden)  # (batch, L, vocab) or (num_labelled, vocab)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(
+                logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
+            )
+        return MaskedLMOutput(loss=loss, logits=logits)
+
+
+def head_parameter_names(model) -> list[str]:
+    """The masked-LM head's own parameters (its transform and output bias; not the output layer, which shares the
+    word embeddings)."""
+    head = "cls." if isinstance(model, BertForMaskedLM) else "lm_head."
+    shared = {id(model.get_input_embeddings().weight)}
+    return [name for name, p in model.named_parameters() if name.startswith(head) and id(p) not in shared]
 
 
 def _classes(model_type: str):
@@ -34,6 +97,8 @@ def _classes(model_type: str):
         return LinformerConfig, LinformerForMaskedLM
     if model_type == "performer":
         return PerformerConfig, PerformerForMaskedLM
+    if model_type == "bert":
+        return BertConfig, BertForMaskedLMBaseline
     raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {model_type!r}.")
 
 
@@ -96,7 +161,8 @@ def convert_masked_lm(section: ModelSection):
         if untrained:
             raise ValueError(
                 f"it has no trained masked-LM head ({len(untrained)} head weights missing, e.g. {untrained[0]}); "
-                f"uptraining needs one: fit a head on the frozen encoder first"
+                f"uptraining needs one: fit a head on the frozen encoder first (model.trainable: lm_head, "
+                f"configs/pretrain/fit_mlm_head_books.yaml)"
             )
         model, _ = convert_model(source, target=target, source_name=section.pretrained, **settings)
     except (OSError, ValueError, StrictDataclassError) as err:
@@ -109,11 +175,29 @@ def convert_masked_lm(section: ModelSection):
 
 
 def build_mlm_model(section: ModelSection, tokenizer):
-    """A fresh masked-LM model from the recipe, or the saved one in ``section.pretrained``."""
+    """A fresh masked-LM model from the recipe, or the saved one in ``section.pretrained``; with ``trainable:
+    lm_head`` everything but the head's own parameters is frozen."""
     config_cls, model_cls = _classes(section.model_type)
-    if section.pretrained:
-        if not os.path.isfile(os.path.join(section.pretrained, "config.json")):
-            raise ConfigError(f"model.pretrained={section.pretrained} has no config.json; not a saved model dir.")
-        return model_cls.from_pretrained(section.pretrained)
-    config = build_model_config(section, tokenizer)
-    return model_cls(config)
+    if not section.pretrained:
+        return model_cls(build_model_config(section, tokenizer))
+    if not os.path.isfile(os.path.join(section.pretrained, "config.json")):
+        raise ConfigError(f"model.pretrained={section.pretrained} has no config.json; not a saved model dir.")
+    saved_type = config_cls.from_pretrained(section.pretrained).model_type
+    if saved_type != section.model_type:
+        raise ConfigError(
+            f"model.pretrained={section.pretrained} is a {saved_type!r} model but model.model_type is "
+            f"{section.model_type!r}; set model.model_type: {saved_type}."
+        )
+    model, loading = model_cls.from_pretrained(section.pretrained, output_loading_info=True)
+    head = set(head_parameter_names(model))
+    untrained = [key for key in loading["missing_keys"] if key in head]
+    if section.trainable == "lm_head":
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(name in head)
+    elif untrained:
+        raise ConfigError(
+            f"model.pretrained={section.pretrained} has no trained masked-LM head ({len(untrained)} head weights "
+            f"missing, e.g. {untrained[0]}), so its masked-LM loss starts from a random head. Fit one on the frozen "
+            f"encoder first (model.trainable: lm_head, e.g. configs/pretrain/fit_mlm_head_books.yaml)."
+        )
+    return model
