@@ -134,6 +134,11 @@ CUT = {
     '"train[:2]"}]\' --data.validation_datasets \'[{path: ../shared/data/gutenberg, split: "validation[:1]"}]\' '
     "--data.max_eval_blocks 2 --training.max_steps 2 --training.warmup_steps 0 --training.eval_steps 2 "
     "--training.per_device_train_batch_size 2",
+    ("docs/pretrained.md", r"fit_mlm_head_books\.yaml|outputs/fit-head/minilm/final"): "--data.datasets "
+    "'[{path: ../shared/data/gutenberg, split: \"train[:2]\"}]' --data.validation_datasets '[{path: "
+    '../shared/data/gutenberg, split: "validation[:1]"}]\' --data.max_eval_blocks 2 --training.max_steps 2 '
+    "--training.warmup_steps 0 --training.eval_steps 2 --training.per_device_train_batch_size 2 "
+    "--training.gradient_accumulation_steps 1",
     ("docs/performance.md", r"--preset quick"): "--ns 64 --ks 16 --train_ns 64 --scaling_ns 64 128 --reps 1 "
     "--warmup 0 --hidden_size 32 --heads 2 --intermediate_size 64 --vocab_size 100",
 }

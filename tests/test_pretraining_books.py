@@ -543,3 +543,75 @@ def test_a_head_fitted_on_a_frozen_sentence_encoder_makes_it_a_masked_lm_to_uptr
 
     uptrained = run_pretraining(uptrain_recipe(summary["final_dir"], books, tmp_path / "uptrain"), show_progress=False)
     assert AutoModelForMaskedLM.from_pretrained(uptrained["final_dir"]).config.max_sequence_length == 128
+
+
+def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_the_curves(
+    books, tokenizer_dir, tmp_path
+):
+    """experiments/books_pretraining.py: two models of different n read the same blocks (the shorter one as two
+    inputs a block), the curves and the table are written from their logs, and a finished run is not run again."""
+    import csv
+
+    import yaml
+
+    from experiments import books_pretraining
+
+    plan_path = tmp_path / "plan.yaml"
+    shared = {
+        "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+        "model.config.projected_length": 32,
+        "tokenizer.name_or_path": tokenizer_dir,
+        "data.datasets": [{"path": books, "split": "train"}],
+        "data.validation_datasets": [{"path": books, "split": "validation"}],
+        "data.cache_dir": str(tmp_path / "cache"),
+        "data.preprocessing_num_workers": 1,
+        "data.block_size": 256,
+        "data.max_eval_blocks": 2,
+        "training.per_device_train_batch_size": 1,
+        "training.max_steps": 2,
+        "training.warmup_steps": 1,
+        "training.eval_steps": 2,
+        "training.report_to": [],
+    }
+    runs = [
+        {"name": "n256", "overrides": {"model.config.max_sequence_length": 256}},
+        {"name": "n128", "overrides": {"model.config.max_sequence_length": 128, "data.input_length": 128}},
+    ]
+    plan_path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"),
+                "output_dir": str(tmp_path / "out"),
+                "baseline": "n256",
+                "shared": shared,
+                "runs": runs,
+            }
+        )
+    )
+    plan = books_pretraining.load_plan(str(plan_path))
+    books_pretraining.run_plan(plan)
+    with open(tmp_path / "out" / "curves.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((row["run"], row["step"], row["tokens"]) for row in rows) == [
+        ("n128", "0", "0"),
+        ("n128", "2", "512"),
+        ("n256", "0", "0"),
+        ("n256", "2", "512"),
+    ]
+    report = (tmp_path / "out" / "results.md").read_text()
+    assert "| n128 | yes | 2 | 512 |" in report and "| n256 | yes | 2 | 512 |" in report
+    finished_log = (tmp_path / "out" / "n128.log").read_text()
+    books_pretraining.run_plan(plan)  # both finished: nothing runs again
+    assert (tmp_path / "out" / "n128.log").read_text() == finished_log
+
+    plan_path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"),
+                "shared": shared,
+                "runs": [{"name": "a", "overrides": {"training.output_dir": "elsewhere"}}],
+            }
+        )
+    )
+    with pytest.raises(ConfigError, match="training.output_dir is set by the plan itself"):
+        books_pretraining.load_plan(str(plan_path))
