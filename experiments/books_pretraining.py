@@ -1,13 +1,13 @@
 """The paper's pretraining claims (Figure 3) at small scale, on whole books: pretraining runs under one recipe.
 
-A plan (configs/replication/books_figure3.yaml) names a pretraining recipe, the overrides every run shares, and each
+A plan (configs/books/figure3.yaml) names a pretraining recipe, the overrides every run shares, and each
 run's own (its model, its n, k and sharing). Every run reads the same blocks of the longest n, in the same order, with
 the same masks: shorter models read each block as consecutive inputs of their own n (``data.input_length``). So the
 runs differ only in the model, and the curves compare perplexity on the same held-out tokens after the same tokens.
 
-    python -m experiments.books_pretraining --plan configs/replication/books_figure3.yaml            # every run
-    python -m experiments.books_pretraining --plan configs/replication/books_figure3.yaml --only roberta_n512
-    python -m experiments.books_pretraining --plan configs/replication/books_figure3.yaml --report   # collate only
+    python -m experiments.books_pretraining --plan configs/books/figure3.yaml            # every run
+    python -m experiments.books_pretraining --plan configs/books/figure3.yaml --only roberta_n512
+    python -m experiments.books_pretraining --plan configs/books/figure3.yaml --report   # collate only
 
 Runs go one after another (``python -m linformer_hf.training.pretrain``, output in <output_dir>/<run>/, its console
 in <run>.log). A finished run (it wrote its summary) is not repeated; a stopped one resumes from its last checkpoint.

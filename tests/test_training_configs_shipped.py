@@ -61,6 +61,17 @@ def test_replication_plans_load(path):
     assert all(variant_n(plan, v) >= plan.block_size for v in plan.variants)
 
 
+@pytest.mark.parametrize(
+    "path", sorted(glob.glob(os.path.join(REPO, "configs", "books", "*.yaml"))), ids=os.path.basename
+)
+def test_books_plans_load(path, monkeypatch):
+    from experiments.books_pretraining import load_plan
+
+    monkeypatch.chdir(REPO)  # the plan's paths are from the root of a checkout, as its command runs
+    plan = load_plan(path)  # every run's recipe read and checked
+    assert plan.baseline in [run.name for run in plan.runs]
+
+
 def test_accelerate_configs_load():
     from accelerate.commands.config.config_args import load_config_from_file
 
