@@ -37,7 +37,7 @@ from .config import ConfigError, FinetuneRecipe
 from .errors import LOCAL_MODEL, Preempted, TrainingDiverged, hub_unreachable, hub_unreachable_error
 from .guards import StopSignal, check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics, collapsed_classifier
-from .tasks import TASKS, Task
+from .tasks import TASKS, Task, with_classes_of
 from .validation import (
     check_has_rows,
     check_labels,
@@ -86,12 +86,14 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
 
 
 def load_task_data(recipe: FinetuneRecipe) -> dict:
-    """{"train", "validation", optionally "test"} datasets, columns checked."""
+    """{"train", "validation", optionally "test"} datasets, columns checked. "test" is data.test_file, or the task's
+    `Task.test_split` of data.dataset when the data set has that split."""
     dcfg, task = recipe.data, TASKS[recipe.data.task]
     seed = recipe.training.seed if dcfg.split_seed is None else dcfg.split_seed
     splits = {}
     if dcfg.train_file:
         splits["train"] = _load_file(dcfg.train_file, "train")
+        task = with_classes_of(task, splits["train"], dcfg.train_file)
         check_columns(splits["train"], task, dcfg.train_file)
         if dcfg.validation_file:
             splits["validation"] = _load_file(dcfg.validation_file, "validation")
@@ -109,6 +111,8 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
         try:
             splits["train"] = load_dataset(**hub, split=task.train_split)
             splits["validation"] = load_dataset(**hub, split=task.eval_split)
+            if task.test_split and task.test_split in _split_names(hub):
+                splits["test"] = load_dataset(**hub, split=task.test_split)
         except ConnectionError as err:  # offline, or no network, and not cached: say so, with the local way
             columns = ", ".join([*task.text_columns, task.label_column])
             raise hub_unreachable_error(
@@ -118,8 +122,11 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
                 "give local files instead, --data.train_file F --data.validation_file F "
                 f"(.tsv, .csv or .json(l) with columns {columns})",
             ) from None
+        task = with_classes_of(task, splits["train"], f"{hub} split train")
         for name, ds in splits.items():
             check_columns(ds, task, f"{hub} split {name}")
+            if name != "train" and task.label_names and getattr(ds.features.get(task.label_column), "names", None):
+                check_same_classes(ds, task, f"{hub} split {name}")
     if dcfg.max_train_samples is not None:
         splits["train"] = (
             splits["train"].shuffle(seed=seed).select(range(min(dcfg.max_train_samples, len(splits["train"]))))
@@ -127,6 +134,23 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
     if dcfg.max_eval_samples is not None:
         splits["validation"] = splits["validation"].select(range(min(dcfg.max_eval_samples, len(splits["validation"]))))
     return splits
+
+
+def _split_names(hub: dict) -> list[str]:
+    from datasets import get_dataset_split_names
+
+    return get_dataset_split_names(hub["path"], hub.get("name"))
+
+
+def check_same_classes(ds, task: Task, source: str) -> None:
+    """A split whose ClassLabel names other classes than the training split's would be scored against the wrong
+    names: refused."""
+    names = tuple(str(name) for name in ds.features[task.label_column].names)
+    if names != tuple(task.label_names):
+        raise ConfigError(
+            f"{source}: its label column names other classes ({len(names)}) than the training split's "
+            f"({len(task.label_names)}); every split must share one ClassLabel."
+        )
 
 
 def label_names(ds, task: Task) -> list[str]:
@@ -258,9 +282,9 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     from ..models import max_input_length
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
-    task = TASKS[dcfg.task]
     # Checks on inputs first (files, columns, config fields), before any model or training.
     splits = load_task_data(recipe)
+    task = with_classes_of(TASKS[dcfg.task], splits["train"])
     # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
     # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
     resuming = tcfg.resume_from_checkpoint is not None
@@ -450,6 +474,10 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
             _write_predictions(os.path.join(tcfg.output_dir, "predictions_test.tsv"), preds, labels)
         if labels is not None:
             result["test"] = classification_metrics(preds, labels, with_f1=task.with_f1)
+            # Inference time of the kept model on the test split (padded batches of per_device_eval_batch_size, on
+            # this process's device), per example: what reading an input of this length costs.
+            result["test"]["examples"] = len(encoded["test"])
+            result["test"]["seconds_per_example"] = test.metrics["test_runtime"] / max(1, len(encoded["test"]))
             collapsed = collapsed_classifier(preds, labels, split="test")
             if collapsed:
                 result.setdefault("warnings", []).append(collapsed)
