@@ -219,3 +219,17 @@ def test_compare_refuses_a_model_with_another_tokenizer(data, tmp_path):
     train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(other), vocab_size=600, model_max_length=PASSAGE)
     with pytest.raises(ConfigError, match="not the one the passages were cut with"):
         author_attribution.compare(data[0], str(tmp_path / "out"), linformer=str(other))
+
+
+def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
+    """The authors task takes its classes from the training split's ClassLabel: a plain integer label column is
+    refused before any model is loaded."""
+    from linformer_hf.training.finetuning import load_task_data
+
+    rows = [{"text": f"passage {i}", "label": i % 2} for i in range(4)]
+
+    plain = write_hub_dataset(tmp_path / "plain", {"train": [rows], "validation": [rows]})
+    extra = {"model.pretrained": linformer, "data.dataset": {"path": plain}, "training.output_dir": str(tmp_path)}
+    recipe = load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "finetune", "authors.yaml"), extra=extra)
+    with pytest.raises(ConfigError, match="must be a ClassLabel"):
+        load_task_data(recipe)

@@ -122,11 +122,10 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
                 "give local files instead, --data.train_file F --data.validation_file F "
                 f"(.tsv, .csv or .json(l) with columns {columns})",
             ) from None
+        # A task whose classes are the data's: the training split's ClassLabel, which `datasets` gives every split.
         task = with_classes_of(task, splits["train"], f"{hub} split train")
         for name, ds in splits.items():
             check_columns(ds, task, f"{hub} split {name}")
-            if name != "train" and task.label_names and getattr(ds.features.get(task.label_column), "names", None):
-                check_same_classes(ds, task, f"{hub} split {name}")
     if dcfg.max_train_samples is not None:
         splits["train"] = (
             splits["train"].shuffle(seed=seed).select(range(min(dcfg.max_train_samples, len(splits["train"]))))
@@ -140,17 +139,6 @@ def _split_names(hub: dict) -> list[str]:
     from datasets import get_dataset_split_names
 
     return get_dataset_split_names(hub["path"], hub.get("name"))
-
-
-def check_same_classes(ds, task: Task, source: str) -> None:
-    """A split whose ClassLabel names other classes than the training split's would be scored against the wrong
-    names: refused."""
-    names = tuple(str(name) for name in ds.features[task.label_column].names)
-    if names != tuple(task.label_names):
-        raise ConfigError(
-            f"{source}: its label column names other classes ({len(names)}) than the training split's "
-            f"({len(task.label_names)}); every split must share one ClassLabel."
-        )
 
 
 def label_names(ds, task: Task) -> list[str]:
