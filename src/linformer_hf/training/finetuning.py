@@ -1,4 +1,4 @@
-"""Sequence-classification fine-tuning (SST-2, QNLI, QQP, IMDB) on transformers' `Trainer`.
+"""Sequence-classification fine-tuning (SST-2, QNLI, QQP, IMDB, author attribution) on transformers' `Trainer`.
 
 ``python -m linformer_hf.training.finetune`` (and ``scripts/finetune.py``) run `run_finetuning`. The recipe's
 ``training`` section becomes `TrainingArguments` (`training_arguments`): the evaluation schedule (every epoch, or
@@ -6,11 +6,13 @@ every ``eval_steps``), keeping the best model by the task's metric, gradient acc
 TensorBoard under ``<output_dir>/runs``) and distribution (``torchrun`` / ``accelerate launch``) are the Trainer's.
 What this module adds: the tasks' columns and files, the checks before any work, the conversion of RoBERTa to
 Linformer or Performer, and the outputs the replication reads: ``<output_dir>/best`` (the best model),
-``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions), and ``results.json``
-(every evaluation, the best, the test metrics, the training loss per logged update, and ``warnings`` when the model
-kept predicts one class for every example: metrics.collapsed_classifier). The output directory is claimed
-before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
-``training.overwrite_output_dir``, locked until the end). Every evaluation writes a whole checkpoint (weights,
+``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions on ``data.test_file``, or
+on the data set's test split for a task that names one: `Task.test_split`), and ``results.json`` (every evaluation,
+the best, the test metrics with the inference time per example, the training loss per logged update, and
+``warnings`` when the model kept predicts one class for every example: metrics.collapsed_classifier). The output
+directory is claimed before any work as pretraining's is (training/checkpointing.py: refused when it holds an
+earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a
+whole checkpoint (weights,
 optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
 continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and SIGTERM / SIGINT stop it
 after the current update with one (`errors.Preempted`: the command exits 75), as pretraining does. With
