@@ -233,3 +233,22 @@ def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
     recipe = load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "finetune", "authors.yaml"), extra=extra)
     with pytest.raises(ConfigError, match="must be a ClassLabel"):
         load_task_data(recipe)
+
+
+def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(data, linformer, tmp_path):
+    run = {"name": "teacher", "model": linformer, "source": linformer, "n": None}
+    out = str(tmp_path / "compare")
+    fresh = author_attribution.command(run, data[0], out, author_attribution.RECIPE, {"training.seed": 2})
+    assert "--training.resume_from_checkpoint" not in fresh and fresh[fresh.index("--training.seed") + 1] == "2"
+    os.makedirs(os.path.join(out, "runs", "teacher", "checkpoint-4"))  # stopped after its first evaluation
+    resumed = author_attribution.command(run, data[0], out, author_attribution.RECIPE, {})
+    assert resumed[-2:] == ["--training.resume_from_checkpoint", "latest"]
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    with pytest.raises(ConfigError, match="not longer than the teacher's n=64"):
+        author_attribution.compare(
+            data[0],
+            out,
+            teacher=teacher,
+            full_lengths=(64,),
+            recipe=os.path.join(REPO, "configs", "finetune", "authors.yaml"),
+        )
