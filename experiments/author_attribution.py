@@ -189,6 +189,8 @@ def build_dataset(
     for name, value in (("passage_tokens", passage_tokens), ("train_per_author", train_per_author)):
         if value < 1:
             raise ConfigError(f"--{name} must be >= 1, got {value}.")
+    if not os.path.isdir(tokenizer_dir):
+        raise ConfigError(f"--tokenizer {tokenizer_dir} is not a folder: give the compared models' tokenizer folder.")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if not tokenizer.is_fast:
         raise ConfigError(f"{tokenizer_dir}: a fast tokenizer is needed (character offsets of its tokens).")
@@ -443,7 +445,9 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
 def read_manifest(data: str) -> dict:
     path = os.path.join(data, MANIFEST)
     if not os.path.isfile(path):
-        raise ConfigError(f"{data} has no {MANIFEST}: build the data first (python -m {__name__} build ...).")
+        raise ConfigError(
+            f"{data} has no {MANIFEST}: build the data first (python -m experiments.author_attribution build ...)."
+        )
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
