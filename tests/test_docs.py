@@ -111,6 +111,9 @@ NOT_RUN = {
     ("docs/pretrained.md", r"configs/accelerate/gpu\.yaml"): "needs a GPU, and roberta-base from the Hub",
     ("docs/pretrained.md", r"outputs/pretrain/books-roberta/final"): "starts from a RoBERTa pretrained on the books "
     "(hours on 2 cores); tests/test_pretraining_books.py runs the same recipe from a tiny RoBERTa",
+    ("docs/training.md", r"experiments\.author_attribution compare"): "fine-tunes four models on passages of up "
+    "to 4,096 tokens (hours on 2 cores), from the uptrained and the books RoBERTa; tests/test_author_attribution.py "
+    "runs the same comparison on tiny models",
     ("docs/deployment.md", r"long_document --mode both"): "65,536 tokens through 12 layers, minutes; the quick look "
     "after it runs the same code",
 }
@@ -139,6 +142,10 @@ CUT = {
     '../shared/data/gutenberg, split: "validation[:1]"}]\' --data.max_eval_blocks 2 --training.max_steps 2 '
     "--training.warmup_steps 0 --training.eval_steps 2 --training.per_device_train_batch_size 2 "
     "--training.gradient_accumulation_steps 1",
+    ("docs/training.md", r"experiments\.author_attribution build"): "--max_authors 2 --train_per_author 2 "
+    "--dev_per_author 1 --test_per_author 1",
+    ("docs/training.md", r"configs/finetune/authors\.yaml"): "--training.max_steps 2 "
+    "--training.per_device_train_batch_size 2 --training.per_device_eval_batch_size 2",
     ("docs/performance.md", r"--preset quick"): "--ns 64 --ks 16 --train_ns 64 --scaling_ns 64 128 --reps 1 "
     "--warmup 0 --hidden_size 32 --heads 2 --intermediate_size 64 --vocab_size 100",
 }

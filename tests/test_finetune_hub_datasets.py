@@ -1,4 +1,5 @@
-"""Every shipped fine-tuning recipe reads its task from the Hub by name (GLUE's sst2, qnli and qqp; IMDB): run here
+"""Every shipped fine-tuning recipe reads its task from the Hub by name (GLUE's sst2, qnli and qqp; IMDB), or from the
+local folder in the Hub's layout it names (authors): run here
 through local folders of the same names in the Hub's layout (parquet shards with the label names, a README declaring
 configs and splits) built from real rows of ../shared/data, as they run where the Hub is reachable."""
 
@@ -73,6 +74,15 @@ def hub_stand_ins(tmp_path_factory):
         {"train": [_imdb_rows(0, ROWS)], "test": [_imdb_rows(1000, ROWS)]},
         features=_features(["text"], ["neg", "pos"]),
     )
+    # The authors recipe's local data set (experiments/author_attribution.py builds it), where the recipe names it:
+    # IMDB reviews labelled with three authors' names, in train, validation and test splits.
+    authors = ["Alcott, Louisa May", "Austen, Jane", "Twain, Mark"]
+    reviews = [{"text": r["text"], "label": i % 3} for i, r in enumerate(_imdb_rows(1500, 3 * ROWS))]
+    write_hub_dataset(
+        root / "outputs" / "authors" / "data",
+        {"train": [reviews[:ROWS]], "validation": [reviews[ROWS : 2 * ROWS]], "test": [reviews[2 * ROWS :]]},
+        features=_features(["text"], authors),
+    )
     return root
 
 
@@ -98,19 +108,21 @@ def test_each_finetune_recipe_reads_its_hub_dataset_by_name(path, hub_stand_ins,
         },
     )
     task = TASKS[recipe.data.task]
-    assert recipe.data.train_file is None and task.hub["path"] in os.listdir(hub_stand_ins)  # the Hub path is taken
+    source = recipe.data.dataset or task.hub
+    assert recipe.data.train_file is None and os.path.isdir(hub_stand_ins / source["path"])  # the Hub path is taken
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 2 and 0.0 <= result["best"]["accuracy"] <= 1.0
     assert ("f1" in result["best"]) == task.with_f1
     assert os.path.isfile(os.path.join(recipe.training.output_dir, "predictions_validation.tsv"))
+    assert ("test" in result) == (task.test_split is not None)  # a task's test split is scored when it has one
     from transformers import AutoConfig
 
-    names = load_dataset_names(hub_stand_ins, task)
+    names = load_dataset_names(hub_stand_ins, source)
     assert AutoConfig.from_pretrained(result["best_dir"]).id2label == dict(enumerate(names))  # the Hub's label names
 
 
-def load_dataset_names(root, task) -> list[str]:
+def load_dataset_names(root, source: dict) -> list[str]:
     from datasets import load_dataset_builder
 
-    builder = load_dataset_builder(os.path.join(root, task.hub["path"]), task.hub.get("name"))
+    builder = load_dataset_builder(os.path.join(root, source["path"]), source.get("name"))
     return builder.info.features["label"].names if builder.info.features else []

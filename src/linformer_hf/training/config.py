@@ -581,7 +581,7 @@ class PretrainRecipe:
 
 @dataclasses.dataclass
 class FinetuneDataSection:
-    task: str = "sst2"  # sst2 | qnli | qqp | imdb
+    task: str = "sst2"  # sst2 | qnli | qqp | imdb | authors (its data set: experiments/author_attribution.py)
     # Hub source (used when no local files are given): {path: glue, name: sst2}; null = the task's default
     dataset: dict | None = None
     train_file: str | None = None  # local csv / tsv / json(l) with the task's columns
@@ -710,7 +710,7 @@ class FinetuneDistillationSection:
     # Which hidden states to match: 0 is the embeddings' output, l the output of layer l; null: every layer 1..N.
     hidden_layers: list[int] | None = None
 
-    def validate(self, model: FinetuneModelSection, task_labels: int):
+    def validate(self, model: FinetuneModelSection, task_labels: int | None):
         if self.teacher is None:
             changed = [
                 name

@@ -52,7 +52,7 @@ def _vocabulary(path: str):
         return None
 
 
-def check_teacher(section, model, task_labels: int) -> None:
+def check_teacher(section, model, task_labels: int | None) -> None:
     """Refuse, before any work, a teacher the student cannot learn from: not a sequence classifier, another label
     count than the task's, another vocabulary than the student's tokenizer, and (for the hidden-state loss) another
     depth or width than the student's."""
@@ -66,7 +66,7 @@ def check_teacher(section, model, task_labels: int) -> None:
             f"distillation.teacher={section.teacher} is a {architectures or teacher.model_type} checkpoint, not a "
             "sequence classifier: give a fine-tuned *ForSequenceClassification folder (its logits are the targets)."
         )
-    if teacher.num_labels != task_labels:
+    if task_labels is not None and teacher.num_labels != task_labels:  # None: the data's classes, known later
         raise ConfigError(
             f"distillation.teacher has {teacher.num_labels} labels but the task's student has {task_labels}: give a "
             "teacher fine-tuned on this task."

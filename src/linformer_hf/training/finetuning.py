@@ -1,4 +1,4 @@
-"""Sequence-classification fine-tuning (SST-2, QNLI, QQP, IMDB) on transformers' `Trainer`.
+"""Sequence-classification fine-tuning (SST-2, QNLI, QQP, IMDB, author attribution) on transformers' `Trainer`.
 
 ``python -m linformer_hf.training.finetune`` (and ``scripts/finetune.py``) run `run_finetuning`. The recipe's
 ``training`` section becomes `TrainingArguments` (`training_arguments`): the evaluation schedule (every epoch, or
@@ -6,11 +6,13 @@ every ``eval_steps``), keeping the best model by the task's metric, gradient acc
 TensorBoard under ``<output_dir>/runs``) and distribution (``torchrun`` / ``accelerate launch``) are the Trainer's.
 What this module adds: the tasks' columns and files, the checks before any work, the conversion of RoBERTa to
 Linformer or Performer, and the outputs the replication reads: ``<output_dir>/best`` (the best model),
-``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions), and ``results.json``
-(every evaluation, the best, the test metrics, the training loss per logged update, and ``warnings`` when the model
-kept predicts one class for every example: metrics.collapsed_classifier). The output directory is claimed
-before any work as pretraining's is (training/checkpointing.py: refused when it holds an earlier run's outputs unless
-``training.overwrite_output_dir``, locked until the end). Every evaluation writes a whole checkpoint (weights,
+``predictions_validation.tsv`` and ``predictions_test.tsv`` (the best model's predictions on ``data.test_file``, or
+on the data set's test split for a task that names one: `Task.test_split`), and ``results.json`` (every evaluation,
+the best, the test metrics with the inference time per example, the training loss per logged update, and
+``warnings`` when the model kept predicts one class for every example: metrics.collapsed_classifier). The output
+directory is claimed before any work as pretraining's is (training/checkpointing.py: refused when it holds an
+earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a
+whole checkpoint (weights,
 optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
 continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and SIGTERM / SIGINT stop it
 after the current update with one (`errors.Preempted`: the command exits 75), as pretraining does. With
@@ -37,7 +39,7 @@ from .config import ConfigError, FinetuneRecipe
 from .errors import LOCAL_MODEL, Preempted, TrainingDiverged, hub_unreachable, hub_unreachable_error
 from .guards import StopSignal, check_weights_finite, divergence_callback, resume_hint
 from .metrics import classification_metrics, collapsed_classifier
-from .tasks import TASKS, Task
+from .tasks import TASKS, Task, with_classes_of
 from .validation import (
     check_has_rows,
     check_labels,
@@ -86,12 +88,14 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
 
 
 def load_task_data(recipe: FinetuneRecipe) -> dict:
-    """{"train", "validation", optionally "test"} datasets, columns checked."""
+    """{"train", "validation", optionally "test"} datasets, columns checked. "test" is data.test_file, or the task's
+    `Task.test_split` of data.dataset when the data set has that split."""
     dcfg, task = recipe.data, TASKS[recipe.data.task]
     seed = recipe.training.seed if dcfg.split_seed is None else dcfg.split_seed
     splits = {}
     if dcfg.train_file:
         splits["train"] = _load_file(dcfg.train_file, "train")
+        task = with_classes_of(task, splits["train"], dcfg.train_file)
         check_columns(splits["train"], task, dcfg.train_file)
         if dcfg.validation_file:
             splits["validation"] = _load_file(dcfg.validation_file, "validation")
@@ -109,6 +113,8 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
         try:
             splits["train"] = load_dataset(**hub, split=task.train_split)
             splits["validation"] = load_dataset(**hub, split=task.eval_split)
+            if task.test_split and task.test_split in _split_names(hub):
+                splits["test"] = load_dataset(**hub, split=task.test_split)
         except ConnectionError as err:  # offline, or no network, and not cached: say so, with the local way
             columns = ", ".join([*task.text_columns, task.label_column])
             raise hub_unreachable_error(
@@ -118,6 +124,8 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
                 "give local files instead, --data.train_file F --data.validation_file F "
                 f"(.tsv, .csv or .json(l) with columns {columns})",
             ) from None
+        # A task whose classes are the data's: the training split's ClassLabel, which `datasets` gives every split.
+        task = with_classes_of(task, splits["train"], f"{hub} split train")
         for name, ds in splits.items():
             check_columns(ds, task, f"{hub} split {name}")
     if dcfg.max_train_samples is not None:
@@ -127,6 +135,12 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
     if dcfg.max_eval_samples is not None:
         splits["validation"] = splits["validation"].select(range(min(dcfg.max_eval_samples, len(splits["validation"]))))
     return splits
+
+
+def _split_names(hub: dict) -> list[str]:
+    from datasets import get_dataset_split_names
+
+    return get_dataset_split_names(hub["path"], hub.get("name"))
 
 
 def label_names(ds, task: Task) -> list[str]:
@@ -258,9 +272,9 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     from ..models import max_input_length
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
-    task = TASKS[dcfg.task]
     # Checks on inputs first (files, columns, config fields), before any model or training.
     splits = load_task_data(recipe)
+    task = with_classes_of(TASKS[dcfg.task], splits["train"])
     # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
     # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
     resuming = tcfg.resume_from_checkpoint is not None
@@ -450,6 +464,10 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
             _write_predictions(os.path.join(tcfg.output_dir, "predictions_test.tsv"), preds, labels)
         if labels is not None:
             result["test"] = classification_metrics(preds, labels, with_f1=task.with_f1)
+            # Inference time of the kept model on the test split (padded batches of per_device_eval_batch_size, on
+            # this process's device), per example: what reading an input of this length costs.
+            result["test"]["examples"] = len(encoded["test"])
+            result["test"]["seconds_per_example"] = test.metrics["test_runtime"] / max(1, len(encoded["test"]))
             collapsed = collapsed_classifier(preds, labels, split="test")
             if collapsed:
                 result.setdefault("warnings", []).append(collapsed)

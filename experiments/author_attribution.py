@@ -1,0 +1,556 @@
+"""Author attribution on long passages of books: a long-document task where reading more can pay.
+
+Which of the books' authors wrote a passage? The data are the books of ../shared/data/gutenberg (its README): every
+author with at least 4 books has one book in its ``validation`` split, and those authors (83) are the classes.
+
+**The data set** (`build_dataset`, the ``build`` command) is a local folder in a Hub dataset's layout (parquet shards,
+a README declaring the splits; columns ``text``, ``label`` (a ClassLabel whose names are the authors), ``book``,
+``start``), which the package's fine-tuning reads as ``data.dataset`` with ``data.task: authors``
+(configs/finetune/authors.yaml):
+
+- ``train``: up to ``train_per_author`` passages of each author's training books;
+- ``validation``: up to ``dev_per_author`` other passages of the same training books, to choose the model on (the
+  fine-tuning keeps the best evaluation);
+- ``test``: up to ``test_per_author`` passages of the author's validation book, which no training passage comes from.
+  This is the score (results.json ``test``): the model is never chosen on it.
+
+Passages are measured in tokens of one tokenizer (the compared models'): each holds at least ``passage_tokens`` tokens
+with the special tokens the tokenizer adds (4,096 by default), and ends at the first word boundary after them, so it
+never ends inside a word. A book is cut into consecutive slots of ``passage_tokens`` x 6 characters (English text
+takes about 4.2 characters a token), a passage is cut from the start of its slot (snapped to a paragraph or word
+start), so no two passages overlap; the first and last ``edge_characters`` of a book (title page, contents, "THE
+END", advertisements of the author's other works) are never used. An author's passages are taken round-robin over
+their books (each book's slots in a seeded random order), so a long book does not fill the quota; every author gets
+the same quota, or all they have. An author whose books give no training passage, or whose held-out book gives none
+(a few short books), is left out of the classes (listed in the manifest). Everything is deterministic given the seed,
+the books and the tokenizer.
+
+**What makes the comparison fair.** Every model is fine-tuned on the same passages in the same order (same recipe,
+seed and number of updates), chosen on the same validation passages and scored on the same test passages. A model of
+n positions reads each passage's first n tokens (the fine-tuning truncates to the model's n): the teacher at 512 reads
+the first 512, full attention at 2,048 the first 2,048, the Linformer at 4,096 all of it. As every passage is at least
+4,096 tokens long, every model reads a full n-token input, never padding, so the time per passage is that of n
+tokens. What differs is only how much of each passage a model reads (and how it attends), which is the question: the
+same passages, not the same tokens (the teacher at 512 reads an eighth of each; fed the rest as more passages it
+would answer another question, whether more data pays). The
+passages are cut with the models' tokenizer (the teacher's, which the uptrained Linformer and the teacher with copied
+positions carry): ``compare`` refuses a model whose vocabulary is not the one the data were cut with, as n tokens of
+another tokenizer would be another amount of text.
+
+**The comparison** (`compare`): for the Linformer at 4,096 (uptrained from the teacher), the teacher truncated at its
+own 512, and the teacher with its positions copied out to 2,048 and 4,096 (`long_input.extend_positions`: full
+attention over the whole input, the Longformer recipe's first step), one ``python -m linformer_hf.training.finetune``
+run each, one after another, in <output_dir>/runs/<run> (its console in <run>.log). A finished run (results.json
+written) is not repeated; a stopped one resumes from its last checkpoint. results.md and results.csv then give, per
+run, the test accuracy, the time per passage of inference (the test split's prediction, per passage) and the training
+time.
+
+    python -m experiments.author_attribution build --books ../shared/data/gutenberg --tokenizer TEACHER_DIR \\
+        --output_dir outputs/authors/data
+    python -m experiments.author_attribution compare --data outputs/authors/data --linformer LINFORMER_DIR \\
+        --teacher TEACHER_DIR --output_dir outputs/authors
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
+from linformer_hf.training.config import ConfigError
+from linformer_hf.training.errors import USER_ERRORS, report
+
+CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
+MANIFEST = "authors_manifest.json"
+RECIPE = os.path.join("configs", "finetune", "authors.yaml")
+RESULT_COLUMNS = [
+    "run",
+    "model",
+    "n",
+    "test_accuracy",
+    "test_passages",
+    "seconds_per_passage",
+    "validation_accuracy",
+    "updates",
+    "training_seconds",
+]
+
+
+def vocabulary_sha256(tokenizer) -> str:
+    return hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()
+
+
+def book_shards(books: str) -> dict[str, list[str]]:
+    """{"train": [shard, ...], "validation": [shard]} of a folder in the gutenberg layout."""
+    shards = {split: sorted(glob.glob(os.path.join(books, f"{split}*.parquet"))) for split in ("train", "validation")}
+    missing = [split for split, files in shards.items() if not files]
+    if missing:
+        raise ConfigError(f"{books} has no {' or '.join(missing)} shards ({{split}}-*.parquet): give the books folder.")
+    return shards
+
+
+def read_catalogue(shards: dict[str, list[str]]) -> list[dict]:
+    """Every book's split, shard, row, id, author and length in characters, one shard read at a time."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    books = []
+    for split, files in shards.items():
+        for shard in files:
+            table = pq.read_table(shard, columns=["id", "author", "text"])
+            lengths = pc.utf8_length(table["text"]).to_pylist()
+            for row, (book_id, author, length) in enumerate(
+                zip(table["id"].to_pylist(), table["author"].to_pylist(), lengths)
+            ):
+                books.append(
+                    {"split": split, "shard": shard, "row": row, "id": book_id, "author": author, "length": length}
+                )
+            del table
+    return books
+
+
+def book_slots(length: int, slot: int, edge: int) -> list[int]:
+    """Start characters of the consecutive slots of `slot` characters between the book's first and last `edge`."""
+    return list(range(edge, length - edge - slot + 1, slot))
+
+
+def round_robin(author_books: list[dict], slot: int, edge: int, rng: random.Random) -> list[tuple[str, int]]:
+    """(book id, slot start) of every slot of these books: one slot of each book in turn, the books and each book's
+    slots in a seeded random order."""
+    queues = []
+    for book in sorted(author_books, key=lambda b: b["id"]):
+        starts = book_slots(book["length"], slot, edge)
+        rng.shuffle(starts)
+        queues.append([(book["id"], start) for start in starts])
+    rng.shuffle(queues)
+    order = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                order.append(queue.pop(0))
+    return order
+
+
+def cut_passage(text: str, start: int, slot: int, tokenizer, content_tokens: int) -> tuple[str, int] | None:
+    """The passage of the slot at `start`: from a paragraph (or else a word) start near the slot's start, to the
+    first word boundary after `content_tokens` tokens; with its start character. None when the slot holds fewer."""
+    window = text[start : start + slot]
+    head = window[: slot // 8]
+    paragraph = head.find("\n\n")
+    if paragraph >= 0:
+        skip = paragraph + 2
+    else:
+        space = next((i for i, char in enumerate(head) if char.isspace()), 0)
+        skip = space + 1 if space else 0
+    while skip < len(window) and window[skip].isspace():
+        skip += 1
+    window = window[skip:]
+    encoded = tokenizer(window, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    offsets = encoded["offset_mapping"]
+    for i in range(content_tokens - 1, len(offsets)):
+        end = offsets[i][1]
+        # A word ends here (text, then whitespace): a prefix cut here tokenises as the whole window did.
+        if 0 < end < len(window) and window[end].isspace() and not window[end - 1].isspace():
+            return window[:end], start + skip
+    return None
+
+
+def build_dataset(
+    books: str,
+    tokenizer_dir: str,
+    output_dir: str,
+    passage_tokens: int = 4096,
+    train_per_author: int = 24,
+    dev_per_author: int = 2,
+    test_per_author: int = 8,
+    edge_characters: int = 5000,
+    seed: int = 1,
+    max_authors: int | None = None,
+    overwrite: bool = False,
+) -> dict:
+    """Write the author-attribution data set (see the module's docstring) to `output_dir`; returns its manifest
+    (counts per split and author, the settings, the tokenizer's vocabulary hash, the seconds it took)."""
+    import datasets
+    import pyarrow.parquet as pq
+    from datasets import ClassLabel, Dataset, Features, Value
+    from transformers import AutoTokenizer
+
+    datasets.disable_progress_bars()  # one parquet file a split: its bar says nothing
+    began = time.perf_counter()
+    check_output_dir(output_dir, overwrite=overwrite, create=False)
+    for name, value in (("passage_tokens", passage_tokens), ("train_per_author", train_per_author)):
+        if value < 1:
+            raise ConfigError(f"--{name} must be >= 1, got {value}.")
+    if not os.path.isdir(tokenizer_dir):
+        raise ConfigError(f"--tokenizer {tokenizer_dir} is not a folder: give the compared models' tokenizer folder.")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if not tokenizer.is_fast:
+        raise ConfigError(f"{tokenizer_dir}: a fast tokenizer is needed (character offsets of its tokens).")
+    content_tokens = passage_tokens - tokenizer.num_special_tokens_to_add(pair=False)
+    slot = passage_tokens * CHARACTERS_PER_TOKEN
+    catalogue = read_catalogue(book_shards(books))
+    held_out = {b["author"] for b in catalogue if b["split"] == "validation"}
+    trained = {b["author"] for b in catalogue if b["split"] == "train"}
+    authors = sorted(held_out & trained)
+    if max_authors is not None:
+        authors = authors[:max_authors]
+    if len(authors) < 2:
+        raise ConfigError(f"{books}: {len(authors)} author(s) have both training and validation books; 2 are needed.")
+
+    # Which slots become which split's passages, from the lengths alone; the texts are read shard by shard after.
+    rng = random.Random(seed)
+    wanted: dict[tuple[str, int], str] = {}  # (book id, slot start) -> split
+    for author in authors:
+        training = [b for b in catalogue if b["author"] == author and b["split"] == "train"]
+        order = round_robin(training, slot, edge_characters, rng)
+        for i, key in enumerate(order[: train_per_author + dev_per_author]):
+            wanted[key] = "train" if i < train_per_author else "validation"
+        for held in [b for b in catalogue if b["author"] == author and b["split"] == "validation"]:
+            for key in round_robin([held], slot, edge_characters, rng)[:test_per_author]:
+                wanted[key] = "test"
+    by_book: dict[str, list[int]] = {}
+    for book_id, start in wanted:
+        by_book.setdefault(book_id, []).append(start)
+
+    rows: dict[str, list[dict]] = {"train": [], "validation": [], "test": []}
+    dropped = 0
+    for shard in sorted({b["shard"] for b in catalogue if b["id"] in by_book}):
+        table = pq.read_table(shard, columns=["id", "author", "text"])
+        for book_id, author, text in zip(*(table[c].to_pylist() for c in ("id", "author", "text"))):
+            for start in sorted(by_book.get(book_id, [])):
+                cut = cut_passage(text, start, slot, tokenizer, content_tokens)
+                if cut is None:
+                    dropped += 1
+                    continue
+                passage, first = cut
+                split = wanted[(book_id, start)]
+                rows[split].append({"text": passage, "label": author, "book": book_id, "start": first})
+        del table
+    # An author whose books give no training passage, or whose held-out book none, is no class: it could not be
+    # learnt, or not scored.
+    counts = {author: {split: sum(r["label"] == author for r in rows[split]) for split in rows} for author in authors}
+    without = sorted(author for author, count in counts.items() if not (count["train"] and count["test"]))
+    authors = [author for author in authors if author not in without]
+    if len(authors) < 2:
+        raise ConfigError(
+            f"{books}: {len(authors)} author(s) have passages of {passage_tokens} tokens in both training and held-out "
+            "books; 2 are needed (books too short for the passage length?)."
+        )
+    label = {author: i for i, author in enumerate(authors)}
+    for split in rows:  # one order whatever the shards: by author, book and place
+        rows[split] = [{**r, "label": label[r["label"]]} for r in rows[split] if r["label"] in label]
+        rows[split].sort(key=lambda r: (r["label"], r["book"], r["start"]))
+
+    features = Features(
+        {"text": Value("string"), "label": ClassLabel(names=authors), "book": Value("string"), "start": Value("int64")}
+    )
+    staging = staging_folder(output_dir)
+    import shutil
+
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    for split, split_rows in rows.items():
+        Dataset.from_list(split_rows, features=features).to_parquet(
+            os.path.join(staging, f"{split}-00000-of-00001.parquet")
+        )
+    per_author = {author: counts[author] for author in authors}
+    manifest = {
+        "books": os.path.abspath(books),
+        "tokenizer": os.path.abspath(tokenizer_dir),
+        "vocabulary_sha256": vocabulary_sha256(tokenizer),
+        "passage_tokens": passage_tokens,
+        "train_per_author": train_per_author,
+        "dev_per_author": dev_per_author,
+        "test_per_author": test_per_author,
+        "edge_characters": edge_characters,
+        "seed": seed,
+        "authors": len(authors),
+        "authors_without_passages": {author: counts[author] for author in without},  # no class: see above
+        "passages": {split: len(split_rows) for split, split_rows in rows.items()},
+        "books_used": {split: len({r["book"] for r in rows[split]}) for split in rows},  # the passages' books
+        "passages_per_author": {
+            split: {
+                "min": min(c[split] for c in per_author.values()),
+                "max": max(c[split] for c in per_author.values()),
+            }
+            for split in rows
+        },
+        "dropped_slots": dropped,
+        "per_author": per_author,
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+    write_json_atomic(os.path.join(staging, MANIFEST), manifest)
+    lines = [f"  - split: {split}\n    path: {split}-*.parquet" for split in rows]
+    readme = (
+        "---\nconfigs:\n- config_name: default\n  data_files:\n" + "\n".join(lines) + "\n---\n\n"
+        f"# Author attribution: passages of at least {passage_tokens} tokens\n\n"
+        f"Built by experiments/author_attribution.py from {books} (seed {seed}): {len(authors)} authors; "
+        + ", ".join(f"{split} {len(split_rows)} passages" for split, split_rows in rows.items())
+        + f". {MANIFEST} has the settings and the counts per author.\n"
+    )
+    write_text_atomic(os.path.join(staging, "README.md"), readme)
+    if os.path.isdir(output_dir):  # empty, or replaced (overwrite)
+        shutil.rmtree(output_dir)
+    publish_folder(staging, output_dir)
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The comparison: one fine-tuning run per model, one after another, resumable.
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def plan_runs(linformer: str | None, teacher: str | None, full_lengths: list[int], output_dir: str) -> list[dict]:
+    """The runs: {name, model (the folder fine-tuned), source, n}. The teacher with copied positions is written to
+    <output_dir>/models/teacher-n<n> when a run needs it (`prepare_model`)."""
+    runs = []
+    if linformer:
+        runs.append({"name": "linformer", "model": linformer, "source": linformer, "n": None})
+    if teacher:
+        runs.append({"name": "teacher", "model": teacher, "source": teacher, "n": None})
+        for n in full_lengths:
+            model = os.path.join(output_dir, "models", f"teacher-n{n}")
+            runs.append({"name": f"full-n{n}", "model": model, "source": teacher, "n": n})
+    if not runs:
+        raise ConfigError("give --linformer and/or --teacher: the model folders to fine-tune.")
+    return runs
+
+
+def prepare_model(run: dict) -> None:
+    """The teacher with its positions copied out to n (full attention at n), written once."""
+    if run["n"] is None or os.path.isfile(os.path.join(run["model"], "config.json")):
+        return
+    from .long_input import extend_positions
+
+    extend_positions(run["source"], run["model"], run["n"])
+
+
+def check_tokenizer(model_dir: str, manifest: dict) -> None:
+    from transformers import AutoTokenizer
+
+    if vocabulary_sha256(AutoTokenizer.from_pretrained(model_dir)) != manifest["vocabulary_sha256"]:
+        raise ConfigError(
+            f"{model_dir}'s tokenizer is not the one the passages were cut with ({manifest['tokenizer']}): n tokens "
+            "of another vocabulary are another amount of text. Build the data with this model's tokenizer."
+        )
+
+
+def run_dir(output_dir: str, run: dict) -> str:
+    return os.path.join(output_dir, "runs", run["name"])
+
+
+def finished(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, "results.json"))
+
+
+def command(run: dict, data: str, output_dir: str, recipe: str, shared: dict) -> list[str]:
+    """The fine-tuning command of one run: resumed from its last checkpoint when it has one."""
+    directory = run_dir(output_dir, run)
+    overrides = {
+        **shared,
+        "model.pretrained": run["model"],
+        "data.dataset": {"path": data},
+        "training.output_dir": directory,
+    }
+    args = [sys.executable, "-m", "linformer_hf.training.finetune", "--config", recipe, "--no_progress"]
+    for key, value in overrides.items():
+        args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+    if glob.glob(os.path.join(directory, "checkpoint-*")):
+        args += ["--training.resume_from_checkpoint", "latest"]
+    elif os.path.isdir(directory) and os.listdir(directory):  # stopped before its first checkpoint: nothing to keep
+        args += ["--training.overwrite_output_dir", "true"]
+    return args
+
+
+def model_length(model_dir: str) -> int:
+    from transformers import AutoConfig
+
+    import linformer_hf  # noqa: F401  (registers the Linformer with the Auto classes)
+    from linformer_hf.models import max_input_length
+
+    return max_input_length(AutoConfig.from_pretrained(model_dir))
+
+
+def collate(runs: list[dict], output_dir: str) -> list[dict]:
+    rows = []
+    for run in runs:
+        directory = run_dir(output_dir, run)
+        if not finished(directory):
+            continue
+        with open(os.path.join(directory, "results.json"), encoding="utf-8") as fh:
+            result = json.load(fh)
+        timing = os.path.join(directory, "timing.jsonl")
+        seconds = None
+        if os.path.isfile(timing):
+            with open(timing, encoding="utf-8") as fh:
+                seconds = sum(json.loads(line)["seconds"] for line in fh if line.strip())
+        test = result.get("test", {})
+        rows.append(
+            {
+                "run": run["name"],
+                "model": run["model"],
+                "n": model_length(run["model"]),
+                "test_accuracy": test.get("accuracy"),
+                "test_passages": test.get("examples"),
+                "seconds_per_passage": test.get("seconds_per_example"),
+                "validation_accuracy": result["best"]["accuracy"],
+                "updates": result["steps"],
+                "training_seconds": round(seconds, 1) if seconds is not None else None,
+            }
+        )
+    return rows
+
+
+def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
+    rows = collate(runs, output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "results.csv.tmp"), "w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=RESULT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(os.path.join(output_dir, "results.csv.tmp"), os.path.join(output_dir, "results.csv"))
+    passages = manifest["passages"]
+    lines = [
+        "# Author attribution: accuracy on passages of held-out books",
+        "",
+        f"{manifest['authors']} authors; passages of {manifest['passage_tokens']} tokens: {passages['train']} "
+        f"training, {passages['validation']} validation (model choice), {passages['test']} test (held-out books; "
+        "the score). Each model reads a passage's first n tokens. Time per passage: inference on the test split. "
+        f"Load average when written: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}.",
+        "",
+        "| run | n | test accuracy | validation accuracy | s / passage (inference) | updates | training s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        accuracy = f"{100 * r['test_accuracy']:.1f}" if r["test_accuracy"] is not None else "-"
+        per_passage = f"{r['seconds_per_passage']:.4f}" if r["seconds_per_passage"] is not None else "-"
+        training = f"{r['training_seconds']:,.0f}" if r["training_seconds"] is not None else "-"
+        lines.append(
+            f"| {r['run']} | {r['n']} | {accuracy} | {100 * r['validation_accuracy']:.1f} | {per_passage} "
+            f"| {r['updates']} | {training} |"
+        )
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(os.path.join(output_dir, "results.md"), text)
+    return text
+
+
+def read_manifest(data: str) -> dict:
+    path = os.path.join(data, MANIFEST)
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{data} has no {MANIFEST}: build the data first (python -m experiments.author_attribution build ...)."
+        )
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def compare(
+    data: str,
+    output_dir: str,
+    linformer: str | None = None,
+    teacher: str | None = None,
+    full_lengths: tuple[int, ...] = (2048, 4096),
+    recipe: str = RECIPE,
+    shared: dict | None = None,
+    only: list[str] | None = None,
+) -> str:
+    """Fine-tune each model on the data (one run each, skipped when finished), then write results.md / .csv."""
+    manifest = read_manifest(data)
+    if not os.path.isfile(recipe):
+        raise ConfigError(f"recipe {recipe} not found; run from the root of a checkout or give --recipe.")
+    runs = plan_runs(linformer, teacher, list(full_lengths), output_dir)
+    for source in {run["source"] for run in runs}:
+        check_tokenizer(source, manifest)
+    short = [run["n"] for run in runs if run["n"] is not None and run["n"] <= model_length(run["source"])]
+    if short:
+        raise ConfigError(
+            f"--full_lengths {short}: not longer than the teacher's n={model_length(teacher)}, so there is nothing to "
+            "copy its positions out to; the teacher's own run reads that many tokens."
+        )
+    for run in runs:
+        if (only and run["name"] not in only) or finished(run_dir(output_dir, run)):
+            continue
+        prepare_model(run)
+        args = command(run, data, output_dir, recipe, shared or {})
+        os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
+        with open(os.path.join(output_dir, f"{run['name']}.log"), "a", encoding="utf-8") as log:
+            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
+            log.flush()
+            began = time.perf_counter()
+            code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT)
+        if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
+            with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
+        if code != 0:
+            write_report(runs, output_dir, manifest)
+            raise SystemExit(f"run {run['name']} exited with {code}; its console is {output_dir}/{run['name']}.log")
+    return write_report(runs, output_dir, manifest)
+
+
+def main(argv=None):
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="write the data set of passages")
+    build.add_argument("--books", default=os.path.join("..", "shared", "data", "gutenberg"))
+    build.add_argument("--tokenizer", required=True, help="the compared models' tokenizer (a folder)")
+    build.add_argument("--output_dir", default=os.path.join("outputs", "authors", "data"))
+    build.add_argument("--passage_tokens", type=int, default=4096)
+    build.add_argument("--train_per_author", type=int, default=24)
+    build.add_argument("--dev_per_author", type=int, default=2)
+    build.add_argument("--test_per_author", type=int, default=8)
+    build.add_argument("--edge_characters", type=int, default=5000)
+    build.add_argument("--seed", type=int, default=1)
+    build.add_argument("--max_authors", type=int, default=None, help="the first N authors by name (a small run)")
+    build.add_argument("--overwrite", action="store_true")
+    run = commands.add_parser("compare", help="fine-tune each model on the data set and report")
+    run.add_argument("--data", default=os.path.join("outputs", "authors", "data"))
+    run.add_argument("--output_dir", default=os.path.join("outputs", "authors"))
+    run.add_argument("--linformer", help="the Linformer at n = 4,096 (uptrained from the teacher)")
+    run.add_argument("--teacher", help="the teacher at 512 (RoBERTa or BERT layout): run truncated, and extended")
+    run.add_argument("--full_lengths", type=int, nargs="*", default=[2048, 4096], help="n of the extended teacher")
+    run.add_argument("--recipe", default=RECIPE)
+    run.add_argument("--shared", default="{}", help="recipe overrides every run takes, as YAML: '{training.seed: 2}'")
+    run.add_argument("--only", nargs="+", help="run only these runs")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "build":
+            manifest = build_dataset(
+                args.books,
+                args.tokenizer,
+                args.output_dir,
+                args.passage_tokens,
+                args.train_per_author,
+                args.dev_per_author,
+                args.test_per_author,
+                args.edge_characters,
+                args.seed,
+                args.max_authors,
+                args.overwrite,
+            )
+            summary = {k: v for k, v in manifest.items() if k != "per_author"}
+            print(json.dumps(summary, indent=2))
+            return
+        import yaml
+
+        shared = yaml.safe_load(args.shared) or {}
+        if not isinstance(shared, dict):
+            raise ConfigError(f"--shared must be a mapping of recipe keys, got {args.shared!r}.")
+        text = compare(
+            args.data, args.output_dir, args.linformer, args.teacher, args.full_lengths, args.recipe, shared, args.only
+        )
+    except (*USER_ERRORS, FileExistsError, NotADirectoryError, OSError) as err:
+        report(err)
+        raise SystemExit(2) from None
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()

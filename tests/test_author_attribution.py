@@ -1,0 +1,254 @@
+"""Author attribution (experiments/author_attribution.py): the data set built end to end from a few real books cut
+short (passages of held-out books only in the test split, passages of the requested length, labels named by author,
+the same passages for the same seed), the recipe configs/finetune/authors.yaml fine-tuning on it to the end, and the
+comparison running each model once (resumable) and reporting accuracy and time per passage."""
+
+import csv
+import json
+import os
+
+import pyarrow.parquet as pq
+import pytest
+from training_utils import DATA, REPO, WIKITEXT, save_tiny_pretrained_linformer, write_hub_dataset
+
+from experiments import author_attribution
+from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
+from linformer_hf.training.finetuning import run_finetuning
+
+BOOKS = os.path.join(DATA, "gutenberg")
+MARKER = "Zqxjheldoutmarker"  # at the start of every paragraph of the held-out books, and nowhere else
+BOOK_CHARACTERS = 9_000  # each stand-in book: the real start of the book (title page included), about 2,000 tokens
+PASSAGE = 128  # tokens: the tiny Linformer's n
+AUTHORS = ["Alcott, Louisa May", "Alger, Horatio, Jr.", "Andersen, H. C. (Hans Christian)"]
+BUILD = dict(passage_tokens=PASSAGE, train_per_author=6, dev_per_author=2, test_per_author=3, edge_characters=300)
+
+
+def _rows(path: str, groups: list[int]) -> list[dict]:
+    parquet = pq.ParquetFile(path)
+    rows = [row for group in groups for row in parquet.read_row_group(group).to_pylist()]
+    return [{**row, "text": row["text"][:BOOK_CHARACTERS]} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def books(tmp_path_factory):
+    """A folder like ../shared/data/gutenberg: two training books of each of three authors (the real first books of
+    train shard 0), one more book under an author who has no held-out book, and each author's real held-out book
+    with a marker at the start of every paragraph."""
+    training = _rows(os.path.join(BOOKS, "train-00000-of-00006.parquet"), [0, 1])
+    held_out = _rows(os.path.join(BOOKS, "validation.parquet"), [0])
+    train = [book for author in AUTHORS for book in [b for b in training if b["author"] == author][:2]]
+    spare = next(b for b in training if b["author"] == AUTHORS[0] and b not in train)
+    train.append({**spare, "author": "Nobody, Training Only"})
+    validation = [
+        {**book, "text": book["text"].replace("\n\n", f"\n\n{MARKER} ")}
+        for author in AUTHORS
+        for book in held_out
+        if book["author"] == author
+    ]
+    assert len(train) == 7 and len(validation) == 3
+    folder = tmp_path_factory.mktemp("books") / "gutenberg"
+    return write_hub_dataset(folder, {"train": [train[:4], train[4:]], "validation": [validation]})
+
+
+@pytest.fixture(scope="module")
+def linformer(tmp_path_factory):
+    return save_tiny_pretrained_linformer(tmp_path_factory.mktemp("linformer"), n=PASSAGE, k=16, layers=1)
+
+
+@pytest.fixture(scope="module")
+def data(books, linformer, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("authors") / "data")
+    manifest = author_attribution.build_dataset(books, linformer, out, seed=1, **BUILD)
+    return out, manifest
+
+
+def _splits(folder):
+    from datasets import load_dataset
+
+    return load_dataset(folder)
+
+
+def _texts(books, split):
+    return [
+        row["text"]
+        for path in sorted(os.listdir(books))
+        if path.startswith(split)
+        for row in pq.read_table(os.path.join(books, path)).to_pylist()
+    ]
+
+
+def test_held_out_books_reach_only_the_test_split(books, data):
+    folder, manifest = data
+    splits = _splits(folder)
+    held_out_ids = {
+        row["id"] for row in pq.read_table(os.path.join(books, "validation-00000-of-00001.parquet")).to_pylist()
+    }
+    held_out_texts = _texts(books, "validation")
+    for split in ("train", "validation"):
+        assert not set(splits[split]["book"]) & held_out_ids
+        assert not any(MARKER in text for text in splits[split]["text"])
+        assert not any(text in book for text in splits[split]["text"] for book in held_out_texts)
+    assert set(splits["test"]["book"]) <= held_out_ids
+    assert all(any(text in book for book in held_out_texts) for text in splits["test"]["text"])
+    assert sum(MARKER in text for text in splits["test"]["text"]) >= 1
+    # The model is chosen on other passages of the training books: none of them is a training passage.
+    assert not set(zip(splits["train"]["book"], splits["train"]["start"])) & set(
+        zip(splits["validation"]["book"], splits["validation"]["start"])
+    )
+    assert manifest["passages"] == {split: len(splits[split]) for split in ("train", "validation", "test")}
+
+
+def test_labels_are_the_authors_with_a_held_out_book_balanced(data):
+    folder, manifest = data
+    splits = _splits(folder)
+    for split in splits.values():
+        assert split.features["label"].names == AUTHORS  # "Nobody, Training Only" has no held-out book: no class
+    per_author = {split: [list(splits[split]["label"]).count(i) for i in range(3)] for split in splits}
+    assert per_author == {"train": [6, 6, 6], "validation": [2, 2, 2], "test": [3, 3, 3]}
+    assert manifest["authors"] == 3 and manifest["per_author"][AUTHORS[0]] == {"train": 6, "validation": 2, "test": 3}
+
+
+def test_passages_have_the_requested_length_and_end_on_a_word(data, linformer):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(linformer)
+    splits = _splits(data[0])
+    texts = [text for split in splits.values() for text in split["text"]]
+    lengths = [len(ids) for ids in tokenizer(texts, verbose=False)["input_ids"]]  # with <s> and </s>
+    assert min(lengths) >= PASSAGE
+    shorter = [len(ids) for ids in tokenizer([t.rsplit(None, 1)[0] for t in texts], verbose=False)["input_ids"]]
+    assert max(shorter) < PASSAGE  # the passage ends at the first word boundary after PASSAGE tokens
+    assert all(not text[0].isspace() and not text[-1].isspace() for text in texts)
+
+
+def test_the_same_seed_gives_the_same_passages(books, linformer, data, tmp_path):
+    again = author_attribution.build_dataset(books, linformer, str(tmp_path / "again"), seed=1, **BUILD)
+    other = author_attribution.build_dataset(books, linformer, str(tmp_path / "other"), seed=2, **BUILD)
+    first = _splits(data[0])
+    assert _splits(str(tmp_path / "again"))["train"]["text"] == first["train"]["text"]
+    assert _splits(str(tmp_path / "other"))["train"]["text"] != first["train"]["text"]
+    assert again["passages"] == data[1]["passages"] and other["authors"] == 3
+    with pytest.raises(FileExistsError):  # an earlier data set is never replaced silently
+        author_attribution.build_dataset(books, linformer, str(tmp_path / "again"), seed=1, **BUILD)
+
+
+def test_the_recipe_fine_tunes_to_the_end_and_answers_an_author(data, linformer, tmp_path):
+    from transformers import pipeline
+
+    recipe = load_recipe(
+        FinetuneRecipe,
+        os.path.join(REPO, "configs", "finetune", "authors.yaml"),
+        extra={
+            "model.pretrained": linformer,
+            "data.dataset": {"path": data[0]},
+            "training.output_dir": str(tmp_path / "run"),
+            "training.max_steps": 3,
+            "training.per_device_train_batch_size": 6,
+            "training.learning_rate": 1e-3,
+        },
+    )
+    result = run_finetuning(recipe, show_progress=False)
+    assert result["steps"] == 3
+    assert result["test"]["examples"] == 9 and 0 <= result["test"]["accuracy"] <= 1
+    assert result["test"]["seconds_per_example"] > 0
+    classify = pipeline("text-classification", model=result["best_dir"])
+    answer = classify(_splits(data[0])["test"]["text"][0], truncation=True)[0]
+    assert answer["label"] in AUTHORS
+
+
+def _tiny_roberta(out, tokenizer_dir, n: int = 64) -> str:
+    """A tiny RoBERTa masked LM of n positions with the Linformer's tokenizer: the teacher at its own n."""
+    import torch
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    torch.manual_seed(0)
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=n + tokenizer.pad_token_id + 1,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    RobertaForMaskedLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
+def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, monkeypatch):
+    """Each model's fine-tuning command, run in this process (the command's own main), once: a second compare
+    finds every run finished and only reports."""
+    from linformer_hf.training import finetune
+
+    calls = []
+
+    def run_in_process(args, stdout=None, stderr=None):
+        assert args[1:3] == ["-m", "linformer_hf.training.finetune"]
+        calls.append(args)
+        return finetune.main(args[3:])
+
+    monkeypatch.setattr(author_attribution.subprocess, "call", run_in_process)
+    monkeypatch.chdir(REPO)  # the recipe's path, as from a checkout
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    out = str(tmp_path / "compare")
+    shared = {"training.max_steps": 2, "training.per_device_train_batch_size": 6}
+    text = author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared=shared)
+    assert [args[args.index("--training.output_dir") + 1] for args in calls] == [
+        os.path.join(out, "runs", name) for name in ("linformer", "teacher", f"full-n{PASSAGE}")
+    ]
+    with open(os.path.join(out, "results.csv"), encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["run"], int(r["n"])) for r in rows] == [("linformer", PASSAGE), ("teacher", 64), ("full-n128", PASSAGE)]
+    assert all(float(r["seconds_per_passage"]) > 0 and int(r["test_passages"]) == 9 for r in rows)
+    assert "| full-n128 | 128 |" in text and os.path.isfile(os.path.join(out, "results.md"))
+    with open(os.path.join(out, "models", f"teacher-n{PASSAGE}", "extension_report.json")) as fh:
+        assert json.load(fh)["source_positions"] == 64  # the teacher's 64 positions copied out to 128
+    calls.clear()
+    author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared=shared)
+    assert calls == []  # finished runs are not repeated
+
+
+def test_compare_refuses_a_model_with_another_tokenizer(data, tmp_path):
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    other = tmp_path / "other"
+    train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(other), vocab_size=600, model_max_length=PASSAGE)
+    with pytest.raises(ConfigError, match="not the one the passages were cut with"):
+        author_attribution.compare(data[0], str(tmp_path / "out"), linformer=str(other))
+
+
+def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
+    """The authors task takes its classes from the training split's ClassLabel: a plain integer label column is
+    refused before any model is loaded."""
+    from linformer_hf.training.finetuning import load_task_data
+
+    rows = [{"text": f"passage {i}", "label": i % 2} for i in range(4)]
+
+    plain = write_hub_dataset(tmp_path / "plain", {"train": [rows], "validation": [rows]})
+    extra = {"model.pretrained": linformer, "data.dataset": {"path": plain}, "training.output_dir": str(tmp_path)}
+    recipe = load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "finetune", "authors.yaml"), extra=extra)
+    with pytest.raises(ConfigError, match="must be a ClassLabel"):
+        load_task_data(recipe)
+
+
+def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(data, linformer, tmp_path):
+    run = {"name": "teacher", "model": linformer, "source": linformer, "n": None}
+    out = str(tmp_path / "compare")
+    fresh = author_attribution.command(run, data[0], out, author_attribution.RECIPE, {"training.seed": 2})
+    assert "--training.resume_from_checkpoint" not in fresh and fresh[fresh.index("--training.seed") + 1] == "2"
+    os.makedirs(os.path.join(out, "runs", "teacher", "checkpoint-4"))  # stopped after its first evaluation
+    resumed = author_attribution.command(run, data[0], out, author_attribution.RECIPE, {})
+    assert resumed[-2:] == ["--training.resume_from_checkpoint", "latest"]
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    with pytest.raises(ConfigError, match="not longer than the teacher's n=64"):
+        author_attribution.compare(
+            data[0],
+            out,
+            teacher=teacher,
+            full_lengths=(64,),
+            recipe=os.path.join(REPO, "configs", "finetune", "authors.yaml"),
+        )
