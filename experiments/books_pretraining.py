@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import glob
 import json
 import os
 import statistics
@@ -30,8 +29,10 @@ import time
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.outputs import write_json_atomic, write_text_atomic
+from linformer_hf.training.checkpointing import list_checkpoints
 from linformer_hf.training.config import ConfigError, PretrainRecipe, build_section, load_recipe, load_yaml
 from linformer_hf.training.errors import USER_ERRORS, report
+from linformer_hf.training.pretraining import read_final_summary
 
 CURVE_COLUMNS = ["run", "step", "tokens", "perplexity", "mask_input_perplexity", "eval_loss"]
 
@@ -81,7 +82,11 @@ def run_dir(plan: BooksPlan, run: Run) -> str:
 
 
 def finished(directory: str) -> bool:
-    return bool(glob.glob(os.path.join(directory, "summary_step*.json")))
+    """The run reached its end and evaluated there (a run stopped early writes a summary without a final eval)."""
+    try:
+        return "final_eval" in read_final_summary(directory)
+    except FileNotFoundError:
+        return False
 
 
 def command(plan: BooksPlan, run: Run) -> list[str]:
@@ -90,7 +95,7 @@ def command(plan: BooksPlan, run: Run) -> list[str]:
     args = [sys.executable, "-m", "linformer_hf.training.pretrain", "--config", plan.recipe]
     for key, value in {**plan.shared, **run.overrides, "training.output_dir": directory}.items():
         args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
-    if glob.glob(os.path.join(directory, "checkpoint-*")):
+    if list_checkpoints(directory):
         args += ["--training.resume_from_checkpoint", "latest"]
     elif os.path.isdir(directory) and os.listdir(directory):  # stopped before its first checkpoint: nothing to keep
         args += ["--training.overwrite_output_dir", "true"]

@@ -549,7 +549,8 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     books, tokenizer_dir, tmp_path
 ):
     """experiments/books_pretraining.py: two models of different n read the same blocks (the shorter one as two
-    inputs a block), the curves and the table are written from their logs, and a finished run is not run again."""
+    inputs a block); a stopped run goes on from its checkpoint, a finished one is not run again; the curves and the
+    table are written from their logs."""
     import csv
 
     import yaml
@@ -575,21 +576,27 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     }
     runs = [
         {"name": "n256", "overrides": {"model.config.max_sequence_length": 256}},
-        {"name": "n128", "overrides": {"model.config.max_sequence_length": 128, "data.input_length": 128}},
+        {  # stopped after its first update and checkpoint, as a killed run would be
+            "name": "n128",
+            "overrides": {
+                "model.config.max_sequence_length": 128,
+                "data.input_length": 128,
+                "training.checkpointing_steps": 1,
+                "training.stop_after_steps": 1,
+            },
+        },
     ]
-    plan_path.write_text(
-        yaml.safe_dump(
-            {
-                "recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"),
-                "output_dir": str(tmp_path / "out"),
-                "baseline": "n256",
-                "shared": shared,
-                "runs": runs,
-            }
-        )
-    )
+    plan = {"recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"), "shared": shared, "runs": runs}
+    plan_path.write_text(yaml.safe_dump({**plan, "output_dir": str(tmp_path / "out"), "baseline": "n256"}))
     plan = books_pretraining.load_plan(str(plan_path))
     books_pretraining.run_plan(plan)
+    assert books_pretraining.finished(str(tmp_path / "out" / "n256"))
+    assert not books_pretraining.finished(str(tmp_path / "out" / "n128"))
+    del plan.runs[1].overrides["training.stop_after_steps"]
+    books_pretraining.run_plan(plan)  # n256 is not run again; n128 goes on from its checkpoint
+    log = (tmp_path / "out" / "n128.log").read_text()
+    assert log.count("linformer_hf.training.pretrain") == 2 and "--training.resume_from_checkpoint latest" in log
+    assert (tmp_path / "out" / "n256.log").read_text().count("linformer_hf.training.pretrain") == 1
     with open(tmp_path / "out" / "curves.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert sorted((row["run"], row["step"], row["tokens"]) for row in rows) == [
@@ -600,17 +607,11 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     ]
     report = (tmp_path / "out" / "results.md").read_text()
     assert "| n128 | yes | 2 | 512 |" in report and "| n256 | yes | 2 | 512 |" in report
-    finished_log = (tmp_path / "out" / "n128.log").read_text()
-    books_pretraining.run_plan(plan)  # both finished: nothing runs again
-    assert (tmp_path / "out" / "n128.log").read_text() == finished_log
 
+    runs[0]["overrides"]["training.output_dir"] = "elsewhere"
     plan_path.write_text(
         yaml.safe_dump(
-            {
-                "recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"),
-                "shared": shared,
-                "runs": [{"name": "a", "overrides": {"training.output_dir": "elsewhere"}}],
-            }
+            {"recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"), "shared": shared, "runs": runs}
         )
     )
     with pytest.raises(ConfigError, match="training.output_dir is set by the plan itself"):
