@@ -3,7 +3,8 @@
 `configuration_<family>.py` and `modeling_<family>.py` are copied beside saved weights for `trust_remote_code`
 loading, together with the sibling files they import relatively (transformers copies `from .x import` siblings,
 not parent-relative imports): they may import only `transformers`, `torch` and each other.
-`modeling_roberta_with_attention.py` is the one place that builds RoBERTa around a family's self-attention.
+Each family's modeling file holds its whole model, from the bare model down to the attention, around RoBERTa's
+blocks imported from transformers; `compat.py` holds what differs between transformers releases.
 """
 
 from .lengths import max_input_length
