@@ -111,3 +111,18 @@ def test_every_head_builds_the_family_model_and_calls_its_own_init_chain(family)
         init_source = top_level_definitions(pathlib.Path(module.__file__))[head.__name__][1]
         assert "__init__(self, config" in init_source
         assert "PreTrainedModel.__init__(self" not in init_source
+
+
+def test_each_transformers_difference_is_named_once_in_compat_and_above_its_code():
+    """compat.py lists every difference between releases, one line each (`- name: versions, what differs`), and names
+    each again, in the same words, in a one-line comment above the code that handles it."""
+    from linformer_hf.models import compat
+
+    listed = re.findall(r"^- ([a-z][\w -]+): (.+)$", compat.__doc__, re.MULTILINE)
+    source = (MODELS / "compat.py").read_text()
+    commented = re.findall(r"^ *# ([a-z][\w -]+): (.+)$", source, re.MULTILINE)
+    names = [name for name, _ in listed]
+    assert len(names) == len(set(names)) >= 8
+    assert sorted(names) == sorted(name for name, _ in commented)
+    for name, line in commented:
+        assert re.search(r"\d\.\d", line), f"{name}: say which releases differ"

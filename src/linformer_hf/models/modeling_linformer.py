@@ -67,7 +67,6 @@ from .compat import (
     attention_function,
     auto_docstring,
     init,
-    is_flash_attention_requested,
     model_forward,
     tied_weights,
 )
@@ -710,7 +709,7 @@ class LinformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
         # Called by __init__, from_pretrained and set_attn_implementation, before any hub kernel is fetched.
         if attn_implementation is not None:
-            if is_flash_attention_requested(requested_attention_implementation=attn_implementation):
+            if "flash" in attn_implementation:  # every flash flavour, as transformers tells them apart
                 reason = "flash attention takes no additive mask"
             elif "flex_attention" in attn_implementation:
                 reason = "flex attention reads one mask row per query and head 0 only"
