@@ -87,22 +87,24 @@ def draw_random_features(
     of a d x d Gaussian matrix (with the signs that make it Haar-distributed), cut to m rows; then every row is scaled
     to the length of a Gaussian row (`"chi"`, chi(d)-distributed, so each row is still marginally N(0, I_d) and the
     estimate stays unbiased) or to sqrt(d) (`"sqrt_d"`). Drawn in fp32 on the CPU from `generator`, so the same seed
-    gives the same W everywhere.
+    gives the same W everywhere, whatever torch's default dtype and device (a model built with `dtype=torch.float16`
+    sets the default dtype to fp16, which has no QR on the CPU).
     """
+    fp32_cpu = {"dtype": torch.float32, "device": "cpu"}
     if not orthogonal:
-        return torch.randn(m, d, generator=generator)
+        return torch.randn(m, d, generator=generator, **fp32_cpu)
     blocks = []
     for _ in range(math.ceil(m / d)):
-        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator))
+        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator, **fp32_cpu))
         # Fix the signs QR leaves free (diag(R) > 0): without it Q is not uniformly distributed (Haar), and the
         # features are biased.
         q = q * torch.sign(torch.diagonal(r))[None, :]
         blocks.append(q.T)  # d orthonormal rows
     w = torch.cat(blocks)[:m]  # (m, d)
     if row_norms == "chi":
-        lengths = torch.randn(m, d, generator=generator).norm(dim=1)
+        lengths = torch.randn(m, d, generator=generator, **fp32_cpu).norm(dim=1)
     elif row_norms == "sqrt_d":
-        lengths = torch.full((m,), math.sqrt(d))
+        lengths = torch.full((m,), math.sqrt(d), **fp32_cpu)
     else:
         raise ValueError(f"row_norms must be 'chi' or 'sqrt_d', got {row_norms!r}.")
     return w * lengths[:, None]
