@@ -8,9 +8,9 @@ transformers ships these tests in its source distribution, not in the wheel. Poi
         --no-binary :all: --no-deps -d /tmp/sdist && tar xzf /tmp/sdist/transformers-*.tar.gz -C /tmp/sdist
     TRANSFORMERS_TESTS_DIR=$(echo /tmp/sdist/transformers-*/tests) pytest tests/test_transformers_common.py
 
-(`parameterized` must be importable, as for transformers' own suite). Without them this file is skipped. The sdist
-lacks the folders two of the mixin's bases come from (tests/exporters, tests/generation): where they are missing,
-empty mixins stand in, so the export and generation tests do not run.
+(`parameterized`, in the dev extra, must be importable, as for transformers' own suite). Without the variable this file
+is skipped; CI sets it (.ci/run). The sdist lacks the folders two of the mixin's bases come from (tests/exporters,
+tests/generation): where they are missing, empty mixins stand in, so the export and generation tests do not run.
 """
 
 import importlib
@@ -27,9 +27,10 @@ from linformer_hf import LinformerConfig, PerformerConfig
 from linformer_hf.models import modeling_linformer, modeling_performer
 
 TESTS_DIR = os.environ.get("TRANSFORMERS_TESTS_DIR", "")
+if not TESTS_DIR:
+    pytest.skip("TRANSFORMERS_TESTS_DIR is not set (CI sets it, .ci/run)", allow_module_level=True)
 if not os.path.isfile(os.path.join(TESTS_DIR, "test_modeling_common.py")):
-    pytest.skip("TRANSFORMERS_TESTS_DIR does not name transformers' tests folder", allow_module_level=True)
-pytest.importorskip("parameterized")
+    raise FileNotFoundError(f"TRANSFORMERS_TESTS_DIR={TESTS_DIR} holds no test_modeling_common.py")
 
 PACKAGE = "transformers_common_tests"
 PERFORMER_HEADS = modeling_performer.PERFORMER_HEADS
