@@ -260,9 +260,9 @@ def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transform
     assert PIPELINE_TAGS["LinformerForMaskedLM"] == PIPELINE_TAGS["PerformerForMaskedLM"] == "fill-mask"
     assert PIPELINE_TAGS["LinformerModel"] == "feature-extraction"
     assert PIPELINE_TAGS["PerformerForCausalLM"] == "text-generation"
-    # the code a folder needs: the family's config and modeling files, the skeleton they share and the module of
-    # transformers release differences, nothing else
-    shared = ["compat.py", "modeling_roberta_with_attention.py"]
+    # the code a folder needs: the family's config and modeling files and the module of transformers release
+    # differences, nothing else
+    shared = ["compat.py"]
     assert remote_code_files("linformer") == sorted(["configuration_linformer.py", "modeling_linformer.py", *shared])
     assert remote_code_files("performer") == sorted(["configuration_performer.py", "modeling_performer.py", *shared])
 
@@ -513,7 +513,7 @@ def test_performer_dry_run_folders_load_in_a_clean_process_with_the_original_out
         args = [folder, "someone/tiny-performer", "--dry_run", "--output_dir", output_dir, "--skip_remote_check"]
         assert push_to_hub.main(args) == 0
         names = set(os.listdir(output_dir))
-        assert {"modeling_performer.py", "configuration_performer.py", "modeling_roberta_with_attention.py"} <= names
+        assert {"modeling_performer.py", "configuration_performer.py", "compat.py"} <= names
         assert {"README.md", "model.safetensors", "tokenizer.json", "conversion_report.json"} <= names
         assert "modeling_linformer.py" not in names
         config = json.loads(open(os.path.join(output_dir, "config.json")).read())

@@ -1,6 +1,6 @@
 """Warm start: turn a RoBERTa or BERT checkpoint into the matching Linformer (or Performer) model.
 
-Both target families are RoBERTa with another self-attention (models/modeling_roberta_with_attention.py), so one
+Both target families are RoBERTa with another self-attention (models/modeling_<family>.py), so one
 conversion serves both: `TARGET_FAMILIES` says, per family, which heads exist, how its config is built from the
 source's, and which of its tensors the family initialises itself (Linformer's E, F; Performer's random features and
 redraw count). The rest of this docstring describes Linformer, the default target; for Performer

@@ -51,10 +51,8 @@ from transformers.dynamic_module_utils import get_relative_import_files
 from .loading import load_model
 from .models.configuration_linformer import LinformerConfig
 from .models.lengths import max_input_length
-from .models.modeling_roberta_with_attention import (
-    RobertaWithAttentionForMultipleChoice,
-    RobertaWithAttentionPreTrainedModel,
-)
+from .models.modeling_linformer import LinformerForMultipleChoice, LinformerPreTrainedModel
+from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreTrainedModel
 from .outputs import check_output_dir
 from .registration import FAMILIES
 from .training.errors import MissingExtra
@@ -90,7 +88,7 @@ def input_names(config) -> list[str]:
 
 
 def example_inputs(
-    model: RobertaWithAttentionPreTrainedModel, batch_size: int = 2, seq_len: int | None = None
+    model: LinformerPreTrainedModel | PerformerPreTrainedModel, batch_size: int = 2, seq_len: int | None = None
 ) -> dict[str, torch.Tensor]:
     """The inputs to trace with, by name (`input_names`): the second row right-padded, so the traced path sees
     padding, and with two segments a second text from the middle on (token type 1, padding 0, as BERT tokenizers give).
@@ -99,7 +97,7 @@ def example_inputs(
     """
     longest = max_input_length(model.config)
     seq_len = seq_len or max(2, min(longest, 8))
-    multiple_choice = isinstance(model, RobertaWithAttentionForMultipleChoice)
+    multiple_choice = isinstance(model, (LinformerForMultipleChoice, PerformerForMultipleChoice))
     shape = (batch_size, 2, seq_len) if multiple_choice else (batch_size, seq_len)
     input_ids = torch.randint(3, model.config.vocab_size, shape)  # ids 0-2 are special (bos, pad, eos)
     attention_mask = torch.ones(shape, dtype=torch.long)
@@ -116,7 +114,7 @@ class _OnnxWrapper(torch.nn.Module):
     """The head called with the inputs of `input_names` (token_type_ids None: the one-segment forward's default) and
     returning its output fields as a tuple."""
 
-    def __init__(self, model: RobertaWithAttentionPreTrainedModel, output_names: list[str]):
+    def __init__(self, model: LinformerPreTrainedModel | PerformerPreTrainedModel, output_names: list[str]):
         super().__init__()
         self.model = model
         self.output_names = output_names
@@ -130,7 +128,7 @@ class _OnnxWrapper(torch.nn.Module):
 
 def check_exportable(model) -> None:
     """Refuse, before any work, a model this export cannot write."""
-    if not isinstance(model, RobertaWithAttentionPreTrainedModel):
+    if not isinstance(model, (LinformerPreTrainedModel, PerformerPreTrainedModel)):
         raise TypeError(f"Expected a Linformer or Performer model, got {type(model).__name__}.")
     if model.config.is_decoder:
         raise ValueError(
@@ -139,7 +137,9 @@ def check_exportable(model) -> None:
         )
 
 
-def export_onnx(model: RobertaWithAttentionPreTrainedModel, path: str, opset_version: int | None = None) -> list[str]:
+def export_onnx(
+    model: LinformerPreTrainedModel | PerformerPreTrainedModel, path: str, opset_version: int | None = None
+) -> list[str]:
     """Write `model` (any Linformer head, any bidirectional Performer head) as an ONNX graph with dynamic batch and
     sequence axes; return its output names."""
     check_exportable(model)

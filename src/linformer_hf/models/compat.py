@@ -19,16 +19,18 @@ import), so a folder saved with the newest transformers loads wherever its user 
 gated on the installed version, never on a failed import. Below the floor, importing this module raises one line
 that names the installed version, the version needed and the pip command.
 
-What differs, and since when:
-- configs: dataclasses validated by huggingface_hub's `@strict` from 5.4; before, plain classes with an `__init__`;
-- `auto_docstring` documents configs from 5.4, and models from 5.0 (4.x cannot read `X | None` annotations);
-- `transformers.initialization` (init functions that skip loaded tensors) from 5.0; before, torch's own;
-- `AttentionInterface.get_interface` from 5.1; `is_flash_attention_requested` from 5.0;
-- the forward decorators `merge_with_config_defaults` and `capture_outputs` from 5.2; before, `check_model_inputs`;
-- the hook after loading a checkpoint, `_adjust_missing_and_unexpected_keys`: (loading_info) from 5.1,
-  (missing, unexpected) in 5.0, (missing, unexpected, loading_base_into_head) -> lists in 4.x;
-- tied weights: a {target: source} dict from 5.0; before, a list of the tied keys; 5.3 alone leaves the tied
-  weights of remote code untied on the meta device.
+The differences, one line each (each is named again, with the same words, above the code that handles it):
+- configs: from 5.4 dataclasses validated by huggingface_hub's `@strict`; before, plain classes with an `__init__`.
+- auto_docstring: documents models from 5.0 and configs from 5.4; before, 4.x cannot read `X | None` annotations.
+- init functions: `transformers.initialization` (skips loaded tensors) from 5.0; before, torch's own.
+- attention lookup: `ALL_ATTENTION_FUNCTIONS.get_interface` from 5.1; before, indexing by name.
+- forward decorators: `merge_with_config_defaults` and `capture_outputs` from 5.2; before, `check_model_inputs`.
+- loaded-keys hook: `_adjust_missing_and_unexpected_keys(loading_info)` from 5.1, `(missing, unexpected)` in 5.0,
+  `(missing, unexpected, loading_base_into_head)` in 4.x.
+- tied weights: `_tied_weights_keys` a {target: source} dict from 5.0; before, a list of the tied keys.
+- tied weights of remote code: 5.3 alone leaves them untied on the meta device (fixed in 5.4).
+- attention-backend switch: allowed only where the modeling file spells the attention call as the release expects:
+  `ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]` in 4.57 and 5.0, `.get_interface(` in 5.24.
 
 This file may import only `torch`, `transformers` and their dependencies (`packaging`, `huggingface_hub`).
 """
@@ -94,9 +96,7 @@ if Version(torch.__version__).release < Version(TORCH_MINIMUM).release:
     )
 
 
-# --- docstrings ------------------------------------------------------------------------------------------------------
-
-
+# auto_docstring: documents models from 5.0 and configs from 5.4; before, 4.x cannot read `X | None` annotations.
 def auto_docstring(obj=None, **options):
     """transformers' `auto_docstring` (same arguments) where the installed release can document `obj`: models and
     their forwards from 5.0 (4.x cannot read `X | None` annotations), configs from 5.4 (it refuses them before). On
@@ -112,8 +112,7 @@ def auto_docstring(obj=None, **options):
     return decorate if obj is None else decorate(obj)
 
 
-# --- configuration ---------------------------------------------------------------------------------------------------
-
+# configs: from 5.4 dataclasses validated by huggingface_hub's `@strict`; before, plain classes with an `__init__`.
 if STRICT_CONFIGS:
     RobertaConfig = _RobertaConfig
     config_class = strict
@@ -177,11 +176,9 @@ else:
         return cls
 
 
-# --- model building blocks -------------------------------------------------------------------------------------------
-
+# init functions: `transformers.initialization` (skips loaded tensors) from 5.0; before, torch's own.
 if TRANSFORMERS_VERSION >= Version("5.0"):
     from transformers import initialization as init
-    from transformers.utils.generic import is_flash_attention_requested
 else:
 
     class init:  # noqa: N801  (stands in for the module `transformers.initialization`)
@@ -198,11 +195,8 @@ else:
         def copy_(tensor, other):
             return tensor.copy_(other)
 
-    def is_flash_attention_requested(config=None, requested_attention_implementation=None) -> bool:
-        implementation = requested_attention_implementation or getattr(config, "_attn_implementation", None) or ""
-        return "flash" in implementation
 
-
+# attention lookup: `ALL_ATTENTION_FUNCTIONS.get_interface` from 5.1; before, indexing by name.
 def attention_function(implementation: str | None, eager: typing.Callable) -> typing.Callable:
     """The attention function registered for `implementation` (`eager` for "eager" or None)."""
     if TRANSFORMERS_VERSION >= Version("5.1"):
@@ -210,6 +204,7 @@ def attention_function(implementation: str | None, eager: typing.Callable) -> ty
     return eager if implementation in (None, "eager") else _ALL_ATTENTION_FUNCTIONS[implementation]
 
 
+# forward decorators: `merge_with_config_defaults` and `capture_outputs` from 5.2; before, `check_model_inputs`.
 if TRANSFORMERS_VERSION >= Version("5.2"):
     from transformers.utils.generic import merge_with_config_defaults
     from transformers.utils.output_capturing import capture_outputs
@@ -222,6 +217,7 @@ else:
     from transformers.utils.generic import check_model_inputs as model_forward
 
 
+# tied weights: `_tied_weights_keys` a {target: source} dict from 5.0; before, a list of the tied keys.
 def tied_weights(tied: dict[str, str]):
     """`_tied_weights_keys` of a head from its {tied key: source key} map (5.0), as the installed release takes it."""
     return tied if TRANSFORMERS_VERSION >= Version("5.0") else list(tied)
@@ -238,6 +234,7 @@ class PreTrainedModelCompat:
     def check_loaded_keys(self, missing_keys, unexpected_keys, mismatched_keys) -> None:
         pass
 
+    # loaded-keys hook: `(loading_info)` from 5.1, `(missing, unexpected)` in 5.0, `(missing, unexpected, ...)` in 4.x.
     if TRANSFORMERS_VERSION >= Version("5.1"):
 
         def _adjust_missing_and_unexpected_keys(self, loading_info):
@@ -262,6 +259,7 @@ class PreTrainedModelCompat:
             self.check_loaded_keys(missing_keys, unexpected_keys, set())
             return missing_keys, unexpected_keys
 
+    # tied weights of remote code: 5.3 alone leaves them untied on the meta device (fixed in 5.4).
     if Version("5.3") <= TRANSFORMERS_VERSION < Version("5.4"):
 
         def mark_tied_weights_as_initialized(self, loading_info):
@@ -271,10 +269,10 @@ class PreTrainedModelCompat:
             super().mark_tied_weights_as_initialized(loading_info)
             loading_info.missing_keys |= tied_and_missing
 
+    # attention-backend switch: allowed if the modeling file spells the call as 4.57-5.0 (`[...]`) or 5.24 (`get_`) do.
     @classmethod
     def _can_set_attn_implementation(cls) -> bool:
-        # transformers decides this by searching the modeling file for its own spelling of the attention-interface
-        # call, which differs per release; the families dispatch through `attention_function` on every release.
+        # The families dispatch through `attention_function` on every release, so switching is always possible.
         return True
 
 
@@ -292,7 +290,6 @@ __all__ = [
     "check_transformers",
     "config_class",
     "init",
-    "is_flash_attention_requested",
     "model_forward",
     "tied_weights",
     "unsupported_transformers_message",

@@ -13,13 +13,22 @@
 # limitations under the License.
 """PyTorch Linformer: RoBERTa with low-rank self-attention (Wang et al., 2020).
 
-Everything except the self-attention (embeddings, feed-forward and output blocks, pooler, task heads and their
-forwards) is RoBERTa's, imported from `transformers` and assembled once for every family of this package in
-`modeling_roberta_with_attention.py`. Parameter names match RoBERTa's, so a RoBERTa checkpoint loads into a
-Linformer with only the projections E, F missing.
+The whole model in one file, laid out as transformers lays out a model's flat `modeling_<model>.py`: the attention
+(projections E, F, the self-attention), then the blocks built around it (attention block, layer, encoder), the
+pretrained base class, the bare model and the task heads. `LinformerConfig` reaches the attention along
+`LinformerModel` -> `LinformerEncoder` -> `LinformerLayer` -> `LinformerAttention` -> `LinformerSelfAttention`, all
+below. Where transformers' generated files copy the parent model's code, this file imports RoBERTa's building blocks
+that are unchanged (embeddings, attention output block, feed-forward, pooler, LM and classification heads, init):
+the remote code of a saved folder runs on every transformers release from 4.57 on, and each release's own RoBERTa
+blocks are the ones that fit it. The heads' forwards are RoBERTa's, written out here around `LinformerModel`.
+Parameter names match RoBERTa's (`roberta.encoder.layer.0.attention.self.query.weight`, ...), so a RoBERTa checkpoint
+loads into a Linformer with only the projections E, F missing.
 
 Notation (the paper's): n = `config.max_sequence_length`, k = projected length of a layer, L <= n the length of
 the current batch, d = hidden size, d_h = head size, H = number of heads.
+
+This file is copied beside saved weights with `configuration_linformer.py` and `compat.py` (sibling imports), so it
+imports only `torch`, `transformers` and those; what differs between transformers releases comes from `compat.py`.
 """
 
 import re
@@ -28,22 +37,40 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.utils import logging
-
-from .compat import attention_function, auto_docstring, init, is_flash_attention_requested
-from .configuration_linformer import LinformerConfig
-from .modeling_roberta_with_attention import (
-    RobertaEncoderWith,
-    RobertaLayerWith,
-    RobertaWithAttentionForMaskedLM,
-    RobertaWithAttentionForMultipleChoice,
-    RobertaWithAttentionForQuestionAnswering,
-    RobertaWithAttentionForSequenceClassification,
-    RobertaWithAttentionForTokenClassification,
-    RobertaWithAttentionModel,
-    RobertaWithAttentionPreTrainedModel,
-    auto_map_for,
+from torch.nn import CrossEntropyLoss
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
 )
+from transformers.models.roberta.modeling_roberta import (
+    RobertaClassificationHead,
+    RobertaEmbeddings,
+    RobertaIntermediate,
+    RobertaLMHead,
+    RobertaOutput,
+    RobertaPooler,
+    RobertaPreTrainedModel,
+    RobertaSelfOutput,
+)
+from transformers.pytorch_utils import apply_chunking_to_forward
+from transformers.utils import logging
+from transformers.utils.generic import can_return_tuple
+
+from .compat import (
+    PreTrainedModelCompat,
+    attention_function,
+    auto_docstring,
+    init,
+    model_forward,
+    tied_weights,
+)
+from .configuration_linformer import LinformerConfig
 
 logger = logging.get_logger(__name__)
 
@@ -512,7 +539,7 @@ class LinformerSelfAttention(nn.Module):
             attention_mask: (batch, L), 1.0 for real tokens and 0.0 for padding, in hidden_states' dtype.
             layer_tensors, maps_add_bias: this layer's share of `prepare_linear_compressions`, made once per forward
                 by the encoder for all layers: its tensors (which reach a checkpointed layer as the checkpoint's
-                inputs, see `RobertaLayerWith`) and its flag; made here when not given.
+                inputs, see `LinformerLayer`) and its flag; made here when not given.
         Returns:
             the attention output (batch, L, d) and P (batch, heads, L, k') when the eager computation ran (None
             otherwise), which transformers' output capturing records as `attentions` when they are asked for.
@@ -550,14 +577,57 @@ class LinformerSelfAttention(nn.Module):
         return attn_output, attn_probs
 
 
-class LinformerEncoder(RobertaEncoderWith):
-    """RoBERTa's layer stack with Linformer self-attention; with `sharing="layerwise"` it owns the one E of all layers
-    and hands it to each of them."""
+class LinformerAttention(nn.Module):
+    """Linformer self-attention followed by RoBERTa's output block (dense, dropout, residual, LayerNorm)."""
 
-    self_attention_class = LinformerSelfAttention
+    def __init__(self, config: LinformerConfig, layer_idx: int):
+        super().__init__()
+        self.self = LinformerSelfAttention(config, layer_idx)
+        self.output = RobertaSelfOutput(config)
+
+    def forward(self, hidden_states, attention_mask, **kwargs):
+        attention_output, attn_weights = self.self(hidden_states, attention_mask, **kwargs)
+        return self.output(attention_output, hidden_states), attn_weights
+
+
+class LinformerLayer(GradientCheckpointingLayer):
+    """A RoBERTa layer with Linformer self-attention.
+
+    `layer_tensors`, this layer's share of the compression inputs the encoder made once for the forward
+    (`LinformerEncoder.layer_inputs`), come in as positional arguments, and go on to the self-attention as its
+    `layer_tensors`: under gradient checkpointing only positional tensors enter the checkpoint as its inputs. One passed
+    as a keyword would bring its graph (shared by all layers) into each layer's recomputation, which reentrant
+    checkpointing (`use_reentrant=True`, as DeepSpeed's) runs as a backward of its own: the second layer's would walk
+    that graph again and fail ("backward through the graph a second time").
+    """
+
+    def __init__(self, config: LinformerConfig, layer_idx: int):
+        super().__init__()
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward  # as RoBERTa: 0 = the whole sequence at once
+        self.attention = LinformerAttention(config, layer_idx)
+        self.intermediate = RobertaIntermediate(config)
+        self.output = RobertaOutput(config)
+
+    def forward(self, hidden_states, attention_mask, *layer_tensors, **kwargs):
+        if layer_tensors:
+            kwargs["layer_tensors"] = layer_tensors
+        attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
+        # (batch, L, d); the feed-forward may run in chunks along the sequence to bound its (L x d_ff) activations
+        return apply_chunking_to_forward(self.feed_forward_chunk, self.chunk_size_feed_forward, 1, attention_output)
+
+    def feed_forward_chunk(self, attention_output):
+        return self.output(self.intermediate(attention_output), attention_output)
+
+
+class LinformerEncoder(nn.Module):
+    """The stack of Linformer layers. With `sharing="layerwise"` it owns the one E of all layers and hands it to each of
+    them; for linear projections shared by the heads it makes, once per forward, what every layer's compression needs
+    from the padding mask and the projections alone (`prepare_linear_compressions`)."""
 
     def __init__(self, config: LinformerConfig):
-        super().__init__(config)
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList([LinformerLayer(config, i) for i in range(config.num_hidden_layers)])
         # CODEPATH: sharing="layerwise" (configs/model/*_layer) owns its one E here; other sharings' layers own theirs.
         if config.sharing == "layerwise":
             # One E for every layer, keys and values; owned here, passed to each layer at call time.
@@ -572,14 +642,17 @@ class LinformerEncoder(RobertaEncoderWith):
             self.shared_projection = None
 
     def shared_layer_inputs(self) -> dict:
+        """What every layer takes from the encoder besides its input: the shared E (`sharing="layerwise"`) or None.
+        A layer called alone, `layer(hidden_states, mask, **encoder.shared_layer_inputs())`, makes the rest itself."""
         return {"shared_projection": self.shared_projection}
 
     def layer_inputs(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor
     ) -> list[tuple[tuple[torch.Tensor, ...], dict]]:
-        """Each layer's extra inputs, with what its linear compression needs from the mask and its parameters alone,
-        made here once per forward for all layers (`prepare_linear_compressions`) rather than in every layer: its
-        tensors (passed positionally, which gradient checkpointing needs; see `RobertaLayerWith`) and its flag."""
+        """Each layer's extra inputs as (tensors, keyword arguments), with what its linear compression needs from the
+        mask and its parameters alone, made here once per forward for all layers (`prepare_linear_compressions`)
+        rather than in every layer: its tensors (passed positionally, which gradient checkpointing needs; see
+        `LinformerLayer`) and its flag."""
         shared = self.shared_layer_inputs()
         attentions = [layer.attention.self for layer in self.layer]
         layer_projections = [
@@ -601,6 +674,11 @@ class LinformerEncoder(RobertaEncoderWith):
             ]
         return [(tuple(inputs[:-1]), {**shared, "maps_add_bias": inputs.maps_add_bias}) for inputs in prepared]
 
+    def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
+        for layer_module, (tensors, inputs) in zip(self.layer, self.layer_inputs(hidden_states, attention_mask)):
+            hidden_states = layer_module(hidden_states, attention_mask, *tensors, **inputs, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
 
 @auto_docstring(
     custom_intro="""
@@ -608,9 +686,11 @@ class LinformerEncoder(RobertaEncoderWith):
     `config.projection_init`, and the check that a checkpoint's E, F fit the config).
     """
 )
-class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
+class LinformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
+    base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
+    supports_gradient_checkpointing = True
     # After compression, attention is ordinary attention of L queries over k' slots with an additive slot mask, run
     # through transformers' attention interface: "eager", "sdpa" or a kernel registered with AttentionInterface.
     # Flash and flex attention cannot apply that mask: they are refused by name in
@@ -618,15 +698,18 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # Not a vLLM/TGI backend model: that also asks for tensor-parallel plans and logits slicing.
+    _supports_attention_backend = False
+    _no_split_modules = ["RobertaEmbeddings", "LinformerLayer"]
     _can_record_outputs = {
-        "hidden_states": RobertaLayerWith,
+        "hidden_states": LinformerLayer,
         "attentions": LinformerSelfAttention,
     }
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
         # Called by __init__, from_pretrained and set_attn_implementation, before any hub kernel is fetched.
         if attn_implementation is not None:
-            if is_flash_attention_requested(requested_attention_implementation=attn_implementation):
+            if "flash" in attn_implementation:  # every flash flavour, as transformers tells them apart
                 reason = "flash attention takes no additive mask"
             elif "flex_attention" in attn_implementation:
                 reason = "flex attention reads one mask row per query and head 0 only"
@@ -723,6 +806,55 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=module.n**-0.5)
 
 
+def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
+    """Refuse a mask that is not the (batch, L) padding mask of 1 (token) / 0 (padding) that tokenizers return."""
+    if attention_mask.shape != input_shape:
+        raise ValueError(
+            f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
+            f"got shape {tuple(attention_mask.shape)}. This model takes the 2-D mask of 1 (token) / 0 (padding) "
+            "that tokenizers return."
+        )
+    if attention_mask.dtype == torch.bool or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        # Compiled and traced graphs skip the value check: a data-dependent branch would break them.
+        return
+    if attention_mask.device.type != "cpu":
+        # Reading an accelerator tensor's values is a host-device sync that stalls every call (and
+        # `torch._assert_async` would abort the CUDA context rather than raise). The check runs where reading is free:
+        # on the CPU, where a tokenizer's mask and any mask a user builds by hand start out.
+        return
+    # One elementwise pass: an additive (0 / -inf) or soft mask read as `!= 0` would silently let padding in.
+    invalid = (attention_mask != 0) & (attention_mask != 1)
+    if invalid.any():
+        raise ValueError(
+            "attention_mask must hold 1 for real tokens and 0 for padding (the mask tokenizers return; a bool mask "
+            f"means True = token), but it holds {attention_mask[invalid][0].item()!r}. An additive mask (0 for "
+            "tokens, -inf for padding) converts with `(mask == 0).long()`; a mask where 1 or True marks padding, "
+            "with `1 - mask` or `~mask`."
+        )
+
+
+def check_token_ids(config, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None) -> None:
+    """Refuse ids the embedding tables have no row for, with the sizes, instead of an index error (CPU) or a device
+    assert (GPU) inside the embedding. Checked on CPU tensors only: on an accelerator it would wait for the device on
+    every forward; there the training scripts check the tokenizer against the model before any work."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    for name, ids, field in (
+        ("input_ids", input_ids, "vocab_size"),
+        ("token_type_ids", token_type_ids, "type_vocab_size"),
+    ):
+        if ids is None or ids.device.type != "cpu" or ids.numel() == 0:
+            continue
+        size, low, high = getattr(config, field), int(ids.min()), int(ids.max())
+        if low < 0 or high >= size:
+            raise ValueError(
+                f"{name} holds {high if high >= size else low}, but the model's {field} is {size} (ids 0 to "
+                f"{size - 1}): the inputs come from another tokenizer than the model's. Use the tokenizer saved with "
+                f"the model"
+                + ("; a single-segment model takes no token_type_ids." if field == "type_vocab_size" else ".")
+            )
+
+
 @auto_docstring(
     custom_intro="""
     The bare Linformer encoder: RoBERTa's embeddings and pooler around a stack of Linformer layers.
@@ -730,8 +862,36 @@ class LinformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
     Takes the (batch, L) padding mask only, right padding only, for inputs of at most n tokens.
     """
 )
-class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
-    encoder_class = LinformerEncoder
+class LinformerModel(LinformerPreTrainedModel):
+    def __init__(self, config: LinformerConfig, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Whether to add RoBERTa's pooler (a dense layer and tanh over the first token's output); the heads that read
+            only the per-token outputs are built without it.
+        """
+        super().__init__(config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = RobertaEmbeddings(config)
+        self.encoder = LinformerEncoder(config)
+        self.pooler = RobertaPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def check_input_length(self, seq_len: int) -> None:
+        """Refuse inputs longer than n, the width of E and F."""
+        n = self.config.max_sequence_length
+        if seq_len > n:
+            raise ValueError(
+                f"Input length {seq_len} exceeds the model's max_sequence_length n={n} (the width of its "
+                f"projections E and F). Truncate the input, e.g. tokenizer(..., truncation=True, max_length={n}), "
+                "or use a model built with a larger `max_sequence_length`."
+            )
 
     def check_padding_side(self, attention_mask: torch.Tensor) -> None:
         """Refuse padding before a real token (left padding). E and F are indexed by position: left padding moves every
@@ -757,17 +917,56 @@ class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
                 'every output. Pad on the right: set `tokenizer.padding_side = "right"` before tokenizing.'
             )
 
-    def check_input_length(self, seq_len: int) -> None:
-        n = self.config.max_sequence_length
-        if seq_len > n:
+    @model_forward
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error
+            (checked for a mask on the CPU: reading an accelerator's mask would stall every call). Only this 2-D
+            padding mask is accepted: the compressed attention forms no (L x L) score matrix to mask.
+        """
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if encoder_hidden_states is not None or encoder_attention_mask is not None:
             raise ValueError(
-                f"Input length {seq_len} exceeds the model's max_sequence_length n={n} (the width of its "
-                f"projections E and F). Truncate the input, e.g. tokenizer(..., truncation=True, max_length={n}), "
-                "or use a model built with a larger `max_sequence_length`."
+                f"{type(self).__name__} is an encoder only: it has no cross-attention (`encoder_hidden_states`)."
             )
+        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        self.check_input_length(input_shape[1])
+        if attention_mask is not None:
+            check_padding_mask(attention_mask, input_shape)
+            self.check_padding_side(attention_mask)
+
+        check_token_ids(self.config, input_ids, token_type_ids)
+        embedding_output = self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        if attention_mask is None:
+            if input_ids is not None and input_ids.device.type == "cpu":  # reads ids: a sync elsewhere, as above
+                self.warn_if_padding_and_no_attention_mask(input_ids, None)
+            attention_mask = torch.ones(input_shape, device=embedding_output.device)
+        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L): 1.0 token, 0.0 padding
+
+        encoder_outputs = self.encoder(embedding_output, mask, **kwargs)
+        sequence_output = encoder_outputs.last_hidden_state
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
-# Task heads: RoBERTa's modules and forwards (built in modeling_roberta_with_attention) around a LinformerModel.
+# Task heads: RoBERTa's heads (modules, forwards, losses) around the bare Linformer. Their losses do not take
+# `num_items_in_batch`, so Trainer must scale them for gradient accumulation itself (`accepts_loss_kwargs = False`);
+# the LM head's loss does take it.
 
 
 @auto_docstring(
@@ -775,8 +974,67 @@ class LinformerModel(LinformerPreTrainedModel, RobertaWithAttentionModel):
     The Linformer model with RoBERTa's masked language modeling head on top.
     """
 )
-class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaWithAttentionForMaskedLM):
-    base_model_class = LinformerModel
+class LinformerForMaskedLM(LinformerPreTrainedModel):
+    _tied_weights_keys = tied_weights(
+        {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight", "lm_head.decoder.bias": "lm_head.bias"}
+    )
+
+    def __init__(self, config: LinformerConfig):
+        super().__init__(config)
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        logits_for_labels_only: bool = False,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Token ids to predict at masked positions, -100 elsewhere. The loss is the mean over labelled tokens, or
+            their sum divided by `num_items_in_batch` when given (as `Trainer` does under gradient accumulation).
+        logits_for_labels_only (`bool`, defaults to `False`):
+            A pretraining speed-up: run the LM head only where `labels != -100` (about 15% of positions under MLM)
+            and return logits of shape `(num_labelled, vocab_size)` in that order. The loss is unchanged. By default
+            logits cover every position, as RoBERTa's.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state  # (batch, L, d)
+        if logits_for_labels_only:
+            if labels is None:
+                raise ValueError("`logits_for_labels_only=True` needs `labels` to say which positions to score.")
+            labelled = labels != -100
+            sequence_output, labels = sequence_output[labelled], labels[labelled]  # (num_labelled, d), (num_labelled,)
+        logits = self.lm_head(sequence_output)  # (batch, L, vocab) or (num_labelled, vocab)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 @auto_docstring(
@@ -785,8 +1043,49 @@ class LinformerForMaskedLM(LinformerPreTrainedModel, RobertaWithAttentionForMask
     token's output), e.g. for GLUE tasks.
     """
 )
-class LinformerForSequenceClassification(LinformerPreTrainedModel, RobertaWithAttentionForSequenceClassification):
-    base_model_class = LinformerModel
+class LinformerForSequenceClassification(LinformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        self.classifier = RobertaClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices (`num_labels > 1`), or targets of a regression (`num_labels == 1`) or of a multi-label
+            classification (float, `(batch_size, num_labels)`), as `config.problem_type` says or infers.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.last_hidden_state)  # (batch, num_labels), from the first token
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 @auto_docstring(
@@ -795,8 +1094,68 @@ class LinformerForSequenceClassification(LinformerPreTrainedModel, RobertaWithAt
     softmax), e.g. for RocStories/SWAG tasks.
     """
 )
-class LinformerForMultipleChoice(LinformerPreTrainedModel, RobertaWithAttentionForMultipleChoice):
-    base_model_class = LinformerModel
+class LinformerForMultipleChoice(LinformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        super().__init__(config)
+        self.roberta = LinformerModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+            Indices of input sequence tokens in the vocabulary, one sequence per choice.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+            Segment token indices, one sequence per choice.
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The index of the right choice, in `[0, num_choices - 1]`.
+        position_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+            Indices of positions of each input sequence token in the position embeddings.
+        inputs_embeds (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length, hidden_size)`, *optional*):
+            An embedded representation instead of `input_ids`, one sequence per choice.
+        """
+        num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
+        # (batch, num_choices, L) -> (batch * num_choices, L): every choice runs as a sequence of its own
+        flat_input_ids = input_ids.view(-1, input_ids.size(-1)) if input_ids is not None else None
+        flat_position_ids = position_ids.view(-1, position_ids.size(-1)) if position_ids is not None else None
+        flat_token_type_ids = token_type_ids.view(-1, token_type_ids.size(-1)) if token_type_ids is not None else None
+        flat_attention_mask = attention_mask.view(-1, attention_mask.size(-1)) if attention_mask is not None else None
+        flat_inputs_embeds = (
+            inputs_embeds.view(-1, inputs_embeds.size(-2), inputs_embeds.size(-1))
+            if inputs_embeds is not None
+            else None
+        )
+        outputs = self.roberta(
+            flat_input_ids,
+            position_ids=flat_position_ids,
+            token_type_ids=flat_token_type_ids,
+            attention_mask=flat_attention_mask,
+            inputs_embeds=flat_inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        pooled_output = self.dropout(outputs.pooler_output)  # (batch * num_choices, d)
+        reshaped_logits = self.classifier(pooled_output).view(-1, num_choices)  # (batch, num_choices)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(reshaped_logits, labels.to(reshaped_logits.device))
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=reshaped_logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 @auto_docstring(
@@ -805,8 +1164,52 @@ class LinformerForMultipleChoice(LinformerPreTrainedModel, RobertaWithAttentionF
     for named-entity recognition.
     """
 )
-class LinformerForTokenClassification(LinformerPreTrainedModel, RobertaWithAttentionForTokenClassification):
-    base_model_class = LinformerModel
+class LinformerForTokenClassification(LinformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        classifier_dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The class of every token, in `[0, num_labels - 1]`; -100 where no loss is wanted (padding).
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, L, num_labels)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 @auto_docstring(
@@ -815,8 +1218,58 @@ class LinformerForTokenClassification(LinformerPreTrainedModel, RobertaWithAtten
     output computing span start and end logits), e.g. for SQuAD.
     """
 )
-class LinformerForQuestionAnswering(LinformerPreTrainedModel, RobertaWithAttentionForQuestionAnswering):
-    base_model_class = LinformerModel
+class LinformerForQuestionAnswering(LinformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: LinformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roberta = LinformerModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        start_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The position of the first token of the answer span; positions outside the input are not in the loss.
+        end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The position of the last token of the answer span; positions outside the input are not in the loss.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (batch, L, 2)
+        start_logits, end_logits = logits.split(1, dim=-1)
+        start_logits = start_logits.squeeze(-1).contiguous()  # (batch, L)
+        end_logits = end_logits.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
 
 
 # The one table of heads: Auto class name -> Linformer class. Registration, the saved `auto_map`, conversion and the
@@ -832,8 +1285,12 @@ LINFORMER_HEADS = {
 
 
 def auto_map() -> dict[str, str]:
-    """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there)."""
-    return auto_map_for(LinformerConfig, LINFORMER_HEADS)
+    """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there):
+    transformers records only the saved class in `auto_map`, and a family's folder must load as any of its heads."""
+    module = __name__.rsplit(".", 1)[-1]
+    entries = {"AutoConfig": f"{LinformerConfig.__module__.rsplit('.', 1)[-1]}.{LinformerConfig.__name__}"}
+    entries.update({auto: f"{module}.{cls.__name__}" for auto, cls in LINFORMER_HEADS.items()})
+    return entries
 
 
 __all__ = [

@@ -13,13 +13,23 @@
 # limitations under the License.
 """PyTorch Performer: RoBERTa with FAVOR+ self-attention (Choromanski et al., 2021).
 
-Everything except the self-attention (embeddings, feed-forward and output blocks, pooler, task heads and their
-forwards) is RoBERTa's, imported from `transformers` and assembled once for every family of this package in
-`modeling_roberta_with_attention.py`. Parameter names match RoBERTa's, so a RoBERTa checkpoint loads into a
-Performer with only the random features missing (they are drawn, not learned).
+The whole model in one file, laid out as transformers lays out a model's flat `modeling_<model>.py`: the attention
+(random features, FAVOR+, the self-attention), then the blocks built around it (attention block, layer, encoder with
+its redraw schedule), the pretrained base class, the bare model and the task heads. `PerformerConfig` reaches the
+attention along `PerformerModel` -> `PerformerEncoder` -> `PerformerLayer` -> `PerformerAttention` ->
+`PerformerSelfAttention`, all below. Where transformers' generated files copy the parent model's code, this file
+imports RoBERTa's building blocks that are unchanged (embeddings, attention output block, feed-forward, pooler, LM and
+classification heads, init): the remote code of a saved folder runs on every transformers release from 4.57 on, and
+each release's own RoBERTa blocks are the ones that fit it. The heads' forwards are RoBERTa's, written out here around
+`PerformerModel`, as in `modeling_linformer.py` (tests/test_model_files.py checks the copies). Parameter names match
+RoBERTa's, so a RoBERTa checkpoint loads into a Performer with only the random features missing (they are drawn, not
+learned).
 
 Notation (the paper's): L the length of the batch, d = head size d_h, m = number of random features, W (m x d) the
 random features of a layer, phi the feature map, so that softmax attention exp(q^T k / sqrt(d)) ~ phi(q)^T phi(k).
+
+This file is copied beside saved weights with `configuration_performer.py` and `compat.py` (sibling imports), so it
+imports only `torch`, `transformers` and those; what differs between transformers releases comes from `compat.py`.
 """
 
 import math
@@ -27,22 +37,35 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.utils import logging
-
-from .compat import auto_docstring, init
-from .configuration_performer import PerformerConfig
-from .modeling_roberta_with_attention import (
-    RobertaEncoderWith,
-    RobertaWithAttentionForCausalLM,
-    RobertaWithAttentionForMaskedLM,
-    RobertaWithAttentionForMultipleChoice,
-    RobertaWithAttentionForQuestionAnswering,
-    RobertaWithAttentionForSequenceClassification,
-    RobertaWithAttentionForTokenClassification,
-    RobertaWithAttentionModel,
-    RobertaWithAttentionPreTrainedModel,
-    auto_map_for,
+from torch.nn import CrossEntropyLoss
+from transformers import GenerationMixin
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    CausalLMOutput,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
 )
+from transformers.models.roberta.modeling_roberta import (
+    RobertaClassificationHead,
+    RobertaEmbeddings,
+    RobertaIntermediate,
+    RobertaLMHead,
+    RobertaOutput,
+    RobertaPooler,
+    RobertaPreTrainedModel,
+    RobertaSelfOutput,
+)
+from transformers.pytorch_utils import apply_chunking_to_forward
+from transformers.utils import logging
+from transformers.utils.generic import can_return_tuple
+
+from .compat import PreTrainedModelCompat, auto_docstring, init, model_forward, tied_weights
+from .configuration_performer import PerformerConfig
 
 logger = logging.get_logger(__name__)
 
@@ -64,22 +87,24 @@ def draw_random_features(
     of a d x d Gaussian matrix (with the signs that make it Haar-distributed), cut to m rows; then every row is scaled
     to the length of a Gaussian row (`"chi"`, chi(d)-distributed, so each row is still marginally N(0, I_d) and the
     estimate stays unbiased) or to sqrt(d) (`"sqrt_d"`). Drawn in fp32 on the CPU from `generator`, so the same seed
-    gives the same W everywhere.
+    gives the same W everywhere, whatever torch's default dtype and device (a model built with `dtype=torch.float16`
+    sets the default dtype to fp16, which has no QR on the CPU).
     """
+    fp32_cpu = {"dtype": torch.float32, "device": "cpu"}
     if not orthogonal:
-        return torch.randn(m, d, generator=generator)
+        return torch.randn(m, d, generator=generator, **fp32_cpu)
     blocks = []
     for _ in range(math.ceil(m / d)):
-        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator))
+        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator, **fp32_cpu))
         # Fix the signs QR leaves free (diag(R) > 0): without it Q is not uniformly distributed (Haar), and the
         # features are biased.
         q = q * torch.sign(torch.diagonal(r))[None, :]
         blocks.append(q.T)  # d orthonormal rows
     w = torch.cat(blocks)[:m]  # (m, d)
     if row_norms == "chi":
-        lengths = torch.randn(m, d, generator=generator).norm(dim=1)
+        lengths = torch.randn(m, d, generator=generator, **fp32_cpu).norm(dim=1)
     elif row_norms == "sqrt_d":
-        lengths = torch.full((m,), math.sqrt(d))
+        lengths = torch.full((m,), math.sqrt(d), **fp32_cpu)
     else:
         raise ValueError(f"row_norms must be 'chi' or 'sqrt_d', got {row_norms!r}.")
     return w * lengths[:, None]
@@ -348,8 +373,41 @@ def _count_training_call_op():
 count_training_call_op = _count_training_call_op()
 
 
-class PerformerEncoder(RobertaEncoderWith):
-    """RoBERTa's layer stack with FAVOR+ self-attention; owns the redraw schedule of the random features.
+# Copied from linformer_hf.models.modeling_linformer.LinformerAttention with Linformer->Performer
+class PerformerAttention(nn.Module):
+    """Performer self-attention followed by RoBERTa's output block (dense, dropout, residual, LayerNorm)."""
+
+    def __init__(self, config: PerformerConfig, layer_idx: int):
+        super().__init__()
+        self.self = PerformerSelfAttention(config, layer_idx)
+        self.output = RobertaSelfOutput(config)
+
+    def forward(self, hidden_states, attention_mask, **kwargs):
+        attention_output, attn_weights = self.self(hidden_states, attention_mask, **kwargs)
+        return self.output(attention_output, hidden_states), attn_weights
+
+
+class PerformerLayer(GradientCheckpointingLayer):
+    """A RoBERTa layer with FAVOR+ self-attention."""
+
+    def __init__(self, config: PerformerConfig, layer_idx: int):
+        super().__init__()
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward  # as RoBERTa: 0 = the whole sequence at once
+        self.attention = PerformerAttention(config, layer_idx)
+        self.intermediate = RobertaIntermediate(config)
+        self.output = RobertaOutput(config)
+
+    def forward(self, hidden_states, attention_mask, **kwargs):
+        attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
+        # (batch, L, d); the feed-forward may run in chunks along the sequence to bound its (L x d_ff) activations
+        return apply_chunking_to_forward(self.feed_forward_chunk, self.chunk_size_feed_forward, 1, attention_output)
+
+    def feed_forward_chunk(self, attention_output):
+        return self.output(self.intermediate(attention_output), attention_output)
+
+
+class PerformerEncoder(nn.Module):
+    """The stack of Performer layers; owns the redraw schedule of the random features.
 
     The count of training forward calls is a persistent buffer (`training_calls`), so a model saved mid-training
     and loaded again redraws on the same steps. Counting and redrawing happen here, once per model call and before
@@ -360,10 +418,10 @@ class PerformerEncoder(RobertaEncoderWith):
     host-device sync, and under torch.compile the schedule is data, not a Python branch to guard on.
     """
 
-    self_attention_class = PerformerSelfAttention
-
     def __init__(self, config: PerformerConfig):
-        super().__init__(config)
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList([PerformerLayer(config, i) for i in range(config.num_hidden_layers)])
         self.training_calls = nn.Buffer(torch.zeros((), dtype=torch.long), persistent=True)
         # [count, stale]: stale, so the first call reads the buffer. On the CPU by name: from_pretrained builds the
         # model under a meta default device.
@@ -396,10 +454,17 @@ class PerformerEncoder(RobertaEncoderWith):
         if eager:
             self._counted_buffer = (self.training_calls._version, self.training_calls.data_ptr())
 
-    def forward(self, hidden_states, attention_mask, **kwargs):
+    def shared_layer_inputs(self) -> dict:
+        """What every layer takes from the encoder besides its input: nothing (as the Linformer's encoder names it,
+        for code that calls one layer alone: `layer(hidden_states, mask, **encoder.shared_layer_inputs())`)."""
+        return {}
+
+    def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
         if self.training:
             self.count_training_call()
-        return super().forward(hidden_states, attention_mask, **kwargs)
+        for layer_module in self.layer:
+            hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 @auto_docstring(
@@ -408,13 +473,19 @@ class PerformerEncoder(RobertaEncoderWith):
     checkpoint has none) and their redraw count.
     """
 )
-class PerformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
+class PerformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     config_class = PerformerConfig
     config: PerformerConfig
+    base_model_prefix = "roberta"  # as RoBERTa (and XLM-R, CamemBERT): RoBERTa checkpoints map key for key
+    supports_gradient_checkpointing = True
     # FAVOR+ is its own computation: there is no score matrix for an attention backend (sdpa, flash, flex) to run.
     _supports_sdpa = False
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # Not a vLLM/TGI backend model: that also asks for tensor-parallel plans and logits slicing.
+    _supports_attention_backend = False
+    _no_split_modules = ["RobertaEmbeddings", "PerformerLayer"]
+    _can_record_outputs = {"hidden_states": PerformerLayer}  # no attention weights: FAVOR+ forms no (L x L) matrix
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in `auto_map`; a shared model must load as any head.
@@ -458,75 +529,519 @@ class PerformerPreTrainedModel(RobertaWithAttentionPreTrainedModel):
             init.zeros_(module.training_calls)
 
 
+# Copied from linformer_hf.models.modeling_linformer.check_padding_mask with Linformer->Performer
+def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
+    """Refuse a mask that is not the (batch, L) padding mask of 1 (token) / 0 (padding) that tokenizers return."""
+    if attention_mask.shape != input_shape:
+        raise ValueError(
+            f"attention_mask must be a (batch, sequence_length) padding mask of shape {tuple(input_shape)}, "
+            f"got shape {tuple(attention_mask.shape)}. This model takes the 2-D mask of 1 (token) / 0 (padding) "
+            "that tokenizers return."
+        )
+    if attention_mask.dtype == torch.bool or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        # Compiled and traced graphs skip the value check: a data-dependent branch would break them.
+        return
+    if attention_mask.device.type != "cpu":
+        # Reading an accelerator tensor's values is a host-device sync that stalls every call (and
+        # `torch._assert_async` would abort the CUDA context rather than raise). The check runs where reading is free:
+        # on the CPU, where a tokenizer's mask and any mask a user builds by hand start out.
+        return
+    # One elementwise pass: an additive (0 / -inf) or soft mask read as `!= 0` would silently let padding in.
+    invalid = (attention_mask != 0) & (attention_mask != 1)
+    if invalid.any():
+        raise ValueError(
+            "attention_mask must hold 1 for real tokens and 0 for padding (the mask tokenizers return; a bool mask "
+            f"means True = token), but it holds {attention_mask[invalid][0].item()!r}. An additive mask (0 for "
+            "tokens, -inf for padding) converts with `(mask == 0).long()`; a mask where 1 or True marks padding, "
+            "with `1 - mask` or `~mask`."
+        )
+
+
+# Copied from linformer_hf.models.modeling_linformer.check_token_ids with Linformer->Performer
+def check_token_ids(config, input_ids: torch.Tensor | None, token_type_ids: torch.Tensor | None) -> None:
+    """Refuse ids the embedding tables have no row for, with the sizes, instead of an index error (CPU) or a device
+    assert (GPU) inside the embedding. Checked on CPU tensors only: on an accelerator it would wait for the device on
+    every forward; there the training scripts check the tokenizer against the model before any work."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return
+    for name, ids, field in (
+        ("input_ids", input_ids, "vocab_size"),
+        ("token_type_ids", token_type_ids, "type_vocab_size"),
+    ):
+        if ids is None or ids.device.type != "cpu" or ids.numel() == 0:
+            continue
+        size, low, high = getattr(config, field), int(ids.min()), int(ids.max())
+        if low < 0 or high >= size:
+            raise ValueError(
+                f"{name} holds {high if high >= size else low}, but the model's {field} is {size} (ids 0 to "
+                f"{size - 1}): the inputs come from another tokenizer than the model's. Use the tokenizer saved with "
+                f"the model"
+                + ("; a single-segment model takes no token_type_ids." if field == "type_vocab_size" else ".")
+            )
+
+
 @auto_docstring(
     custom_intro="""
     The bare Performer encoder (or decoder, with `is_decoder=True`): RoBERTa's embeddings and pooler around a
     stack of FAVOR+ layers. Takes the (batch, L) padding mask only.
     """
 )
-class PerformerModel(PerformerPreTrainedModel, RobertaWithAttentionModel):
-    encoder_class = PerformerEncoder
+class PerformerModel(PerformerPreTrainedModel):
+    def __init__(self, config: PerformerConfig, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Whether to add RoBERTa's pooler (a dense layer and tanh over the first token's output); the heads that read
+            only the per-token outputs are built without it.
+        """
+        super().__init__(config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = RobertaEmbeddings(config)
+        self.encoder = PerformerEncoder(config)
+        self.pooler = RobertaPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def check_input_length(self, seq_len: int) -> None:
+        """Refuse inputs longer than the position table (RoBERTa numbers positions from padding_idx + 1)."""
+        longest = self.config.max_position_embeddings - (self.config.pad_token_id + 1)
+        if seq_len > longest:
+            raise ValueError(
+                f"Input length {seq_len} exceeds the {longest} positions this model has "
+                f"(max_position_embeddings={self.config.max_position_embeddings}). Truncate the input, e.g. "
+                f"tokenizer(..., truncation=True, max_length={longest})."
+            )
+
+    @model_forward
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling:
+        r"""
+        attention_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 for real tokens, 0 for padding (int, float or bool with True for tokens); any other value is an error
+            (checked for a mask on the CPU: reading an accelerator's mask would stall every call). Only this 2-D
+            padding mask is accepted: FAVOR+ forms no (L x L) score matrix to mask.
+        """
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if encoder_hidden_states is not None or encoder_attention_mask is not None:
+            raise ValueError(
+                f"{type(self).__name__} is an encoder only: it has no cross-attention (`encoder_hidden_states`)."
+            )
+        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        self.check_input_length(input_shape[1])
+        if attention_mask is not None:
+            check_padding_mask(attention_mask, input_shape)
+
+        check_token_ids(self.config, input_ids, token_type_ids)
+        embedding_output = self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        if attention_mask is None:
+            if input_ids is not None and input_ids.device.type == "cpu":  # reads ids: a sync elsewhere, as above
+                self.warn_if_padding_and_no_attention_mask(input_ids, None)
+            attention_mask = torch.ones(input_shape, device=embedding_output.device)
+        mask = (attention_mask != 0).to(embedding_output.dtype)  # (batch, L): 1.0 token, 0.0 padding
+
+        encoder_outputs = self.encoder(embedding_output, mask, **kwargs)
+        sequence_output = encoder_outputs.last_hidden_state
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
-# Task heads: RoBERTa's modules and forwards (built in modeling_roberta_with_attention) around a PerformerModel.
+# Task heads: RoBERTa's heads (modules, forwards, losses) around the bare Performer. Their losses do not take
+# `num_items_in_batch`, so Trainer must scale them for gradient accumulation itself (`accepts_loss_kwargs = False`);
+# the LM head's loss does take it.
 
 
+# Copied from linformer_hf.models.modeling_linformer.LinformerForMaskedLM with Linformer->Performer
 @auto_docstring(
     custom_intro="""
     The Performer model with RoBERTa's masked language modeling head on top.
     """
 )
-class PerformerForMaskedLM(PerformerPreTrainedModel, RobertaWithAttentionForMaskedLM):
-    base_model_class = PerformerModel
+class PerformerForMaskedLM(PerformerPreTrainedModel):
+    _tied_weights_keys = tied_weights(
+        {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight", "lm_head.decoder.bias": "lm_head.bias"}
+    )
+
+    def __init__(self, config: PerformerConfig):
+        super().__init__(config)
+        self.roberta = PerformerModel(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        logits_for_labels_only: bool = False,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Token ids to predict at masked positions, -100 elsewhere. The loss is the mean over labelled tokens, or
+            their sum divided by `num_items_in_batch` when given (as `Trainer` does under gradient accumulation).
+        logits_for_labels_only (`bool`, defaults to `False`):
+            A pretraining speed-up: run the LM head only where `labels != -100` (about 15% of positions under MLM)
+            and return logits of shape `(num_labelled, vocab_size)` in that order. The loss is unchanged. By default
+            logits cover every position, as RoBERTa's.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        sequence_output = outputs.last_hidden_state  # (batch, L, d)
+        if logits_for_labels_only:
+            if labels is None:
+                raise ValueError("`logits_for_labels_only=True` needs `labels` to say which positions to score.")
+            labelled = labels != -100
+            sequence_output, labels = sequence_output[labelled], labels[labelled]  # (num_labelled, d), (num_labelled,)
+        logits = self.lm_head(sequence_output)  # (batch, L, vocab) or (num_labelled, vocab)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
 @auto_docstring(
     custom_intro="""
-    Next-token prediction with causal FAVOR+ (needs `is_decoder=True`).
+    Next-token prediction with causal FAVOR+ and RoBERTa's LM head (needs `is_decoder=True`).
+
+    There is no key/value cache: `generate` re-reads the whole prefix at every step (`use_cache=False`).
     """
 )
-class PerformerForCausalLM(PerformerPreTrainedModel, RobertaWithAttentionForCausalLM):
-    base_model_class = PerformerModel
+class PerformerForCausalLM(PerformerPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = tied_weights(
+        {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight", "lm_head.decoder.bias": "lm_head.bias"}
+    )
+
+    def __init__(self, config: PerformerConfig):
+        if not config.is_decoder:
+            raise ValueError(
+                f"{type(self).__name__} needs `is_decoder=True` in its config: a bidirectional encoder sees the "
+                "tokens it is asked to predict, so next-token training would learn to copy them."
+            )
+        super().__init__(config)
+        self.roberta = PerformerModel(config, add_pooling_layer=False)
+        self.lm_head = RobertaLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        # No cache: every step reads the whole prefix. No position_ids either: generate counts from 0, while RoBERTa's
+        # embeddings number positions themselves from padding_idx + 1 (skipping padding).
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> CausalLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The input ids (-100 where no loss is wanted); the loss shifts them so position i predicts token i + 1.
+        """
+        kwargs.pop("use_cache", None)  # no cache to use: every call reads the whole prefix
+        kwargs.pop("past_key_values", None)
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (batch, L, vocab)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return CausalLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
+# Copied from linformer_hf.models.modeling_linformer.LinformerForSequenceClassification with Linformer->Performer
 @auto_docstring(
     custom_intro="""
     The Performer model with RoBERTa's sequence classification/regression head on top (a linear layer over the first
     token's output), e.g. for GLUE tasks.
     """
 )
-class PerformerForSequenceClassification(PerformerPreTrainedModel, RobertaWithAttentionForSequenceClassification):
-    base_model_class = PerformerModel
+class PerformerForSequenceClassification(PerformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: PerformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roberta = PerformerModel(config, add_pooling_layer=False)
+        self.classifier = RobertaClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices (`num_labels > 1`), or targets of a regression (`num_labels == 1`) or of a multi-label
+            classification (float, `(batch_size, num_labels)`), as `config.problem_type` says or infers.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.last_hidden_state)  # (batch, num_labels), from the first token
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels, logits, self.config)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
+# Copied from linformer_hf.models.modeling_linformer.LinformerForMultipleChoice with Linformer->Performer
 @auto_docstring(
     custom_intro="""
     The Performer model with RoBERTa's multiple choice head on top (a linear layer over the pooled output and a
     softmax), e.g. for RocStories/SWAG tasks.
     """
 )
-class PerformerForMultipleChoice(PerformerPreTrainedModel, RobertaWithAttentionForMultipleChoice):
-    base_model_class = PerformerModel
+class PerformerForMultipleChoice(PerformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: PerformerConfig):
+        super().__init__(config)
+        self.roberta = PerformerModel(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`):
+            Indices of input sequence tokens in the vocabulary, one sequence per choice.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+            Segment token indices, one sequence per choice.
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The index of the right choice, in `[0, num_choices - 1]`.
+        position_ids (`torch.LongTensor` of shape `(batch_size, num_choices, sequence_length)`, *optional*):
+            Indices of positions of each input sequence token in the position embeddings.
+        inputs_embeds (`torch.Tensor` of shape `(batch_size, num_choices, sequence_length, hidden_size)`, *optional*):
+            An embedded representation instead of `input_ids`, one sequence per choice.
+        """
+        num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
+        # (batch, num_choices, L) -> (batch * num_choices, L): every choice runs as a sequence of its own
+        flat_input_ids = input_ids.view(-1, input_ids.size(-1)) if input_ids is not None else None
+        flat_position_ids = position_ids.view(-1, position_ids.size(-1)) if position_ids is not None else None
+        flat_token_type_ids = token_type_ids.view(-1, token_type_ids.size(-1)) if token_type_ids is not None else None
+        flat_attention_mask = attention_mask.view(-1, attention_mask.size(-1)) if attention_mask is not None else None
+        flat_inputs_embeds = (
+            inputs_embeds.view(-1, inputs_embeds.size(-2), inputs_embeds.size(-1))
+            if inputs_embeds is not None
+            else None
+        )
+        outputs = self.roberta(
+            flat_input_ids,
+            position_ids=flat_position_ids,
+            token_type_ids=flat_token_type_ids,
+            attention_mask=flat_attention_mask,
+            inputs_embeds=flat_inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        pooled_output = self.dropout(outputs.pooler_output)  # (batch * num_choices, d)
+        reshaped_logits = self.classifier(pooled_output).view(-1, num_choices)  # (batch, num_choices)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(reshaped_logits, labels.to(reshaped_logits.device))
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=reshaped_logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
+# Copied from linformer_hf.models.modeling_linformer.LinformerForTokenClassification with Linformer->Performer
 @auto_docstring(
     custom_intro="""
     The Performer model with RoBERTa's token classification head on top (a linear layer over every token's output), e.g.
     for named-entity recognition.
     """
 )
-class PerformerForTokenClassification(PerformerPreTrainedModel, RobertaWithAttentionForTokenClassification):
-    base_model_class = PerformerModel
+class PerformerForTokenClassification(PerformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: PerformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roberta = PerformerModel(config, add_pooling_layer=False)
+        classifier_dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The class of every token, in `[0, num_labels - 1]`; -100 where no loss is wanted (padding).
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, L, num_labels)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.to(logits.device).view(-1))
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
+# Copied from linformer_hf.models.modeling_linformer.LinformerForQuestionAnswering with Linformer->Performer
 @auto_docstring(
     custom_intro="""
     The Performer model with RoBERTa's extractive question answering head on top (a linear layer over every token's
     output computing span start and end logits), e.g. for SQuAD.
     """
 )
-class PerformerForQuestionAnswering(PerformerPreTrainedModel, RobertaWithAttentionForQuestionAnswering):
-    base_model_class = PerformerModel
+class PerformerForQuestionAnswering(PerformerPreTrainedModel):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: PerformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.roberta = PerformerModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    @auto_docstring
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        start_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The position of the first token of the answer span; positions outside the input are not in the loss.
+        end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The position of the last token of the answer span; positions outside the input are not in the loss.
+        """
+        outputs = self.roberta(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (batch, L, 2)
+        start_logits, end_logits = logits.split(1, dim=-1)
+        start_logits = start_logits.squeeze(-1).contiguous()  # (batch, L)
+        end_logits = end_logits.squeeze(-1).contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = self.loss_function(start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
 
 
 # The one table of heads: Auto class name -> Performer class. Registration and the saved `auto_map` derive from it.
@@ -541,9 +1056,14 @@ PERFORMER_HEADS = {
 }
 
 
+# Copied from linformer_hf.models.modeling_linformer.auto_map with Linformer->Performer
 def auto_map() -> dict[str, str]:
-    """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there)."""
-    return auto_map_for(PerformerConfig, PERFORMER_HEADS)
+    """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there):
+    transformers records only the saved class in `auto_map`, and a family's folder must load as any of its heads."""
+    module = __name__.rsplit(".", 1)[-1]
+    entries = {"AutoConfig": f"{PerformerConfig.__module__.rsplit('.', 1)[-1]}.{PerformerConfig.__name__}"}
+    entries.update({auto: f"{module}.{cls.__name__}" for auto, cls in PERFORMER_HEADS.items()})
+    return entries
 
 
 __all__ = [
