@@ -11,7 +11,8 @@ Commands (each runs from an installed package; ``scripts/`` holds thin wrappers)
 Modules: `config` (YAML recipes as dataclasses, ``--section.key`` overrides), `data` (corpus, packing, seeded
 masking), `model_setup` (Linformer or the RoBERTa baseline from a recipe), `loop` (optimizer, update step and
 teardown shared by the loops), `checkpointing` (the run directory of all three loops: output-directory policy and
-lock, atomic checkpoints with their completion marker, resume, pruning; the recipe checked on resume, the update log), `validation` (data and device checks before the first update), `compiling`
-(`training.torch_compile`: what is compiled, its checks, the count of compiled graphs), `errors` (the
-commands' one-line `error:` report), `corpus`, `tokenizer`, `metrics`.
+lock, atomic checkpoints with their completion marker, resume, pruning; the recipe checked on resume, the update
+log), `validation` (data and device checks before the first update), `compiling` (`training.torch_compile`: what is
+compiled, its checks, the count of compiled graphs), `errors` (the commands' one-line `error:` report), `corpus`,
+`tokenizer`, `metrics`.
 """
