@@ -13,8 +13,8 @@ and how many are kept.
   completion marker (each file's size and sha256) written last, then renamed into place (`save_checkpoint`). A
   directory named ``step_N`` is therefore complete; one that fails its marker (torn or corrupted later) is skipped by
   ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`). Fine-tuning's
-  checkpoints are the Trainer's ``checkpoint-N``: the Trainer writes them, `mark_complete` adds the same marker, and
-  the same resolution takes them.
+  checkpoints are the Trainer's ``checkpoint-N``: the Trainer writes them, fine-tuning adds the same marker
+  (`write_completion_marker`), and the same resolution takes them.
 - **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit.
 - **Recipe on resume** (pretraining). Each checkpoint records the recipe it was made with (model config, tokenizer,
   data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a
@@ -26,7 +26,7 @@ Why own code and not a library's (measured against the versions installed, filel
 
 - The lock is ``fcntl.flock`` as `filelock` takes it on Unix, but its file also holds the holder's record, which the
   refusal names and the take-over warning reads. `filelock` has a hook to write into the held file only from 3.30
-  (``on_acquired``), while the dependencies accept any filelock >= 3.10, so the lock stays these 60 lines.
+  (``on_acquired``), while the dependencies accept any filelock >= 3.10, so `RunLock` stays own code.
 - ``Accelerator.save_state`` with ``automatic_checkpoint_naming`` and ``total_limit`` writes straight into
   ``checkpoints/checkpoint_<i>`` (a kill leaves a torn checkpoint under the name a resume takes), deletes the oldest
   before the new one is written (a kill then leaves fewer checkpoints than the limit), counts torn ones as kept, and

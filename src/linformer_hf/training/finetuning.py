@@ -260,6 +260,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
 
 
 def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSignal) -> dict:
+    from accelerate import PartialState
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
@@ -280,9 +281,10 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     distilling, record = recipe.distillation.teacher is not None, None
     if distilling:
         distillation.check_teacher(recipe.distillation, mcfg, task.num_labels)
-    # The Trainer's settings, and with them accelerate's process state (which process is the main one).
+    # The Trainer's settings; making them sets up accelerate's process state as the Trainer uses it (its backend and
+    # timeout), which says which process is the main one.
     args = training_arguments(recipe, show_progress)
-    processes = args.distributed_state
+    processes = PartialState()
     # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
     # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
     resuming = tcfg.resume_from_checkpoint is not None
