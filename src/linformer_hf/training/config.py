@@ -744,6 +744,9 @@ class FinetuneDistillationSection:
                 "distillation.teacher is set but both kd_weight and hidden_weight are 0: the teacher would not be "
                 "used. Set kd_weight > 0 and/or hidden_weight > 0, or drop distillation.teacher."
             )
+        from .validation import check_model_source
+
+        check_model_source(self.teacher, "distillation.teacher")
         # Whether the student can learn from this teacher (its labels, vocabulary, depth) is read from the teacher's
         # folder: checked when the run starts, before any work (distillation.check_teacher), not here.
 

@@ -76,29 +76,6 @@ from .transfer_models import check_layer_loss, check_pair, load_teacher
 from .transfer_schedule import default_projection_learning_rate, learning_rates, parameter_groups, trained_groups
 from .validation import check_model_source
 
-
-def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dict:
-    """The fidelity figures on held-out windows and on whole held-out documents."""
-    return {
-        "windows": evaluate_fidelity(teacher, student, batches, batch_size),
-        "documents": evaluate_documents(teacher, student, tokenizer, documents, batch_size),
-    }
-
-
-class Progress:
-    """The step counter, saved and restored with the checkpoint (accelerate's register_for_checkpointing)."""
-
-    def __init__(self):
-        self.step = 0
-        self.seconds = 0.0
-
-    def state_dict(self):
-        return {"step": self.step, "seconds": self.seconds}
-
-    def load_state_dict(self, state):
-        self.step, self.seconds = int(state["step"]), float(state["seconds"])
-
-
 # What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
 # the model's weights and config, so that nothing of the earlier run is taken as this one's.
 TRANSFER_OUTPUTS = (
@@ -224,6 +201,28 @@ def transfer_guard(args: TransferArguments, resume_from: str | None) -> Divergen
         resume_hint=resume_hint("--resume", "start over after changing one of these (--checkpoint_every keeps one)"),
         last_good_checkpoint=resume_from,
     )
+
+
+def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dict:
+    """The fidelity figures on held-out windows and on whole held-out documents."""
+    return {
+        "windows": evaluate_fidelity(teacher, student, batches, batch_size),
+        "documents": evaluate_documents(teacher, student, tokenizer, documents, batch_size),
+    }
+
+
+class Progress:
+    """The step counter, saved and restored with the checkpoint (accelerate's register_for_checkpointing)."""
+
+    def __init__(self):
+        self.step = 0
+        self.seconds = 0.0
+
+    def state_dict(self):
+        return {"step": self.step, "seconds": self.seconds}
+
+    def load_state_dict(self, state):
+        self.step, self.seconds = int(state["step"]), float(state["seconds"])
 
 
 def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSignal) -> dict:
