@@ -12,9 +12,10 @@ the best, the test metrics with the inference time per example, the training los
 ``warnings`` when the model kept predicts one class for every example: metrics.collapsed_classifier). The output
 directory is claimed before any work as pretraining's is (training/checkpointing.py: refused when it holds an
 earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a
-whole checkpoint (weights,
-optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
-continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and SIGTERM / SIGINT stop it
+whole checkpoint (weights, optimizer, schedule, RNG states; the Trainer's ``checkpoint-N`` with checkpointing.py's
+completion marker) that ``training.resume_from_checkpoint`` (``latest``: the newest complete one, or a
+``checkpoint-N`` dir) continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and
+SIGTERM / SIGINT stop it
 after the current update with one (`errors.Preempted`: the command exits 75), as pretraining does. With
 ``distillation.teacher`` the student also learns from a frozen teacher classifier (training/distillation.py).
 
