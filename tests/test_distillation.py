@@ -172,7 +172,6 @@ def test_resume_refuses_another_teacher(teacher, tmp_path):
         ({"distillation.kd_weight": 1.5}, r"kd_weight must be in \[0, 1\]"),
         ({"distillation.temperature": 0}, "temperature must be > 0"),
         ({"distillation.kd_weight": 0}, "would not be used"),
-        ({"distillation.hidden_weight": 1, "distillation.hidden_layers": [3]}, r"hidden_layers \[3\] out of range"),
         ({"distillation.hidden_layers": [1, 2]}, r"hidden_layers=\[1, 2\] is set but distillation.hidden_weight is 0"),
         ({"distillation.hidden_weight": 1, "distillation.hidden_layers": []}, "hidden_layers is empty"),
         ({"data.task": "qnli"}, None),  # same labels: accepted at validation (2 labels)
@@ -191,17 +190,23 @@ def test_distillation_options_are_checked(teacher, tmp_path, change, message):
 
 
 def test_a_teacher_the_student_cannot_learn_from_is_refused(teacher, tmp_path):
+    """Refused when the run starts, before any work (the output directory is not even created); validating the recipe
+    reads no model."""
     base = student_overrides(teacher, tmp_path / "out")
     # Another label count than the task's.
     three = tmp_path / "three_labels"
     transformers.BertForSequenceClassification(tiny_bert_config(num_labels=3)).save_pretrained(three)
+    load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(three)})
     with pytest.raises(ConfigError, match="teacher has 3 labels but the task's student has 2"):
-        load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(three)})
+        run({**base, "distillation.teacher": str(three)})
     # Not a classifier.
     encoder = tmp_path / "encoder"
     transformers.BertModel(tiny_bert_config()).save_pretrained(encoder)
     with pytest.raises(ConfigError, match="not a sequence classifier"):
-        load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(encoder)})
+        run({**base, "distillation.teacher": str(encoder)})
+    # A hidden state the student does not have.
+    with pytest.raises(ConfigError, match=r"hidden_layers \[3\] out of range"):
+        run({**base, "distillation.hidden_weight": 1, "distillation.hidden_layers": [3]})
     # Another vocabulary: the same size, other tokens.
     other = tmp_path / "other_vocabulary"
     tokenizer = build_wordpiece_tokenizer(str(other))
@@ -210,13 +215,12 @@ def test_a_teacher_the_student_cannot_learn_from_is_refused(teacher, tmp_path):
     transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2)).save_pretrained(other)
     transformers.BertTokenizer(vocab_file=str(other / "vocab.txt")).save_pretrained(other)
     with pytest.raises(ConfigError, match="tokenizer .* differs from the student's"):
-        load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(other)})
+        run({**base, "distillation.teacher": str(other)})
     # Another depth, with the hidden-state loss on.
     deep = tmp_path / "deep"
     transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2, num_hidden_layers=3)).save_pretrained(
         deep
     )
     with pytest.raises(ConfigError, match="differ in num_hidden_layers: teacher 3, student 2"):
-        load_recipe(
-            FinetuneRecipe, None, extra={**base, "distillation.teacher": str(deep), "distillation.hidden_weight": 1}
-        )
+        run({**base, "distillation.teacher": str(deep), "distillation.hidden_weight": 1})
+    assert not (tmp_path / "out").exists()

@@ -465,6 +465,7 @@ def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(
     resumed = run_transfer(arguments(transfer_pair, out, resume="latest", **settings))
     assert resumed["after"] == straight["after"]
     assert not any(name.startswith(".tmp-") for name in os.listdir(out / "checkpoints"))
+    assert all((out / "checkpoints" / name / COMPLETE_MARKER).is_file() for name in os.listdir(out / "checkpoints"))
 
     # Starting over is explicit, and cannot be combined with a resume.
     again = run_transfer(arguments(transfer_pair, out, overwrite_output_dir=True, **settings))

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from test_reliability_runs import subprocess_env
 from training_utils import REPO, sst2_head, tiny_finetune_overrides
 
-from linformer_hf.training.checkpointing import LOCK_FILE
+from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE
 from linformer_hf.training.config import FinetuneRecipe, apply_overrides, load_recipe
 from linformer_hf.training.errors import RESUMABLE_EXIT_CODE
 
@@ -143,6 +143,7 @@ def test_a_signal_stops_finetuning_with_a_checkpoint_and_latest_resumes_exactly(
     checkpoint = out / f"checkpoint-{step}"
     assert f"with checkpoint {checkpoint}" in message and "--resume_from_checkpoint latest" in message
     assert (checkpoint / "trainer_state.json").is_file() and (checkpoint / "optimizer.pt").is_file()
+    assert (checkpoint / COMPLETE_MARKER).is_file()  # the run directory's marker: `latest` may take it
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert not (out / "results.json").exists() and not (out / "best").exists()

@@ -260,13 +260,12 @@ def test_at_k_equal_n_the_variants_reach_their_floor(pair):
     """Identity E = F: the slot weights mapped back through E are the teacher's P (KL 0), and each whole layer
     reproduces the teacher's layer output."""
     from linformer_hf.loading import load_model
-    from linformer_hf.training.transfer import (
+    from linformer_hf.training.transfer_losses import (
         attention_weights_loss,
         layer_local_loss,
-        load_teacher,
-        teacher_attention_layers,
         teacher_attention_weights,
     )
+    from linformer_hf.training.transfer_models import load_teacher, teacher_attention_layers
 
     teacher, student = load_teacher(str(pair / "teacher")), load_model(str(pair / "student_k16")).eval()
     ids = torch.randint(5, 300, (2, 12), generator=torch.Generator().manual_seed(0))

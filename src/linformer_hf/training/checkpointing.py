@@ -1,22 +1,37 @@
-"""The output directory of a training run and the checkpoints in it: who may write there, what a checkpoint records,
-how it is written so that a kill at any moment leaves the previous one usable, and which one a resume takes.
+"""The run directory: the one mechanism pretraining, fine-tuning and attention transfer use for who may write there,
+how a checkpoint is written so that a kill at any moment leaves the previous one usable, which one a resume takes,
+and how many are kept.
 
 - **One writer.** A run holds ``<output_dir>/.run.lock`` (an ``flock`` plus the holder's pid, host and command) from
   before its first write to its end. The kernel drops the lock when the holder dies, however it dies, so a killed
   run's lock is taken over (with a warning), while a live one (including the training process that a SIGKILLed
   ``accelerate launch`` leaves running) stops a second run with its pid.
 - **Whose directory.** A non-empty output directory belongs to an earlier run: it is refused unless the run resumes
-  (``resume_from_checkpoint``) or says ``training.overwrite_output_dir: true``, which deletes the earlier run's
-  checkpoints, final model and logs first.
+  or says it overwrites, which deletes the earlier run's checkpoints, final model and logs first (`claim_output_dir`;
+  `RunOptions` says how each command spells those options and what it writes).
 - **Atomic checkpoints.** ``checkpoints/step_N`` is written as ``checkpoints/.tmp-step_N``, every file fsynced, a
-  completion marker (each file's size and sha256) written last, then renamed into place. A directory named
-  ``step_N`` is therefore complete; one that fails its marker (torn or corrupted later) is skipped by ``latest`` with a
-  warning, which falls back to the newest complete checkpoint.
-- **Recipe on resume.** Each checkpoint records the recipe it was made with (model config, tokenizer, data, seed,
-  batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a changed
-  optimisation schedule only warns.
+  completion marker (each file's size and sha256) written last, then renamed into place (`save_checkpoint`). A
+  directory named ``step_N`` is therefore complete; one that fails its marker (torn or corrupted later) is skipped by
+  ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`). Fine-tuning's
+  checkpoints are the Trainer's ``checkpoint-N``: the Trainer writes them, fine-tuning adds the same marker
+  (`write_completion_marker`), and the same resolution takes them.
+- **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit.
+- **Recipe on resume** (pretraining). Each checkpoint records the recipe it was made with (model config, tokenizer,
+  data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a
+  changed optimisation schedule only warns.
 - **Update log.** ``train_log.jsonl`` gets one line per update (step, loss, learning rate), flushed at once, so the
   losses of a killed segment survive it.
+
+Why own code and not a library's (measured against the versions installed, filelock 4.3 and accelerate 1.15):
+
+- The lock is ``fcntl.flock`` as `filelock` takes it on Unix, but its file also holds the holder's record, which the
+  refusal names and the take-over warning reads. `filelock` has a hook to write into the held file only from 3.30
+  (``on_acquired``), while the dependencies accept any filelock >= 3.10, so `RunLock` stays own code.
+- ``Accelerator.save_state`` with ``automatic_checkpoint_naming`` and ``total_limit`` writes straight into
+  ``checkpoints/checkpoint_<i>`` (a kill leaves a torn checkpoint under the name a resume takes), deletes the oldest
+  before the new one is written (a kill then leaves fewer checkpoints than the limit), counts torn ones as kept, and
+  numbers checkpoints by save, not by update. So ``save_state`` writes into a temporary folder here, and the naming,
+  marker, rename and pruning are ours.
 """
 
 from __future__ import annotations
@@ -35,7 +50,7 @@ import sys
 import time
 
 from ..outputs import finite_or_null, fsync_path, write_json_atomic
-from .config import ConfigError
+from .errors import ConfigError, OutputDirInUse
 
 logger = logging.getLogger(__name__)
 
@@ -109,22 +124,70 @@ def temporary_name(path: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# What each command calls its options and writes
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a command names its run-directory options in its messages, what an overwrite deletes of an earlier run,
+    and where its checkpoints are and how they are named. The defaults are the training recipes' (pretraining)."""
+
+    output_dir: str = "training.output_dir"  # the option, as the messages name it
+    assign: str = "="  # between option and value in the messages: training.output_dir=X, --output_dir X
+    resume: str = "--resume_from_checkpoint"
+    overwrite: str = "training.overwrite_output_dir"
+    refusal_advice: str = (  # the last sentence of the refusal of a non-empty output directory
+        "Resume that run with --resume_from_checkpoint latest, start over there with --training.overwrite_output_dir "
+        "true (deletes its checkpoints, final model and logs), or use another training.output_dir."
+    )
+    no_checkpoint_advice: str = "Run with training.checkpointing_steps set first, or give a checkpoint dir."
+    outputs: tuple[str, ...] = RUN_OUTPUTS  # names an overwrite deletes
+    output_patterns: tuple[str, ...] = RUN_OUTPUT_PATTERNS  # and names matching these
+    checkpoint_folder: str = "checkpoints"  # under the output directory; "": in it
+    checkpoint_prefix: str = CHECKPOINT_PREFIX  # a checkpoint is <prefix><step>
+    checkpoint_digits: int = 0  # the step zero-padded to this many digits
+    state_file: str | None = STATE_FILE  # a file every checkpoint holds: a folder without it is not one
+
+    def named(self, output_dir: str) -> str:
+        return f"{self.output_dir}{self.assign}{output_dir}"
+
+    def checkpoint_root(self, output_dir: str) -> str:
+        return os.path.join(output_dir, self.checkpoint_folder) if self.checkpoint_folder else output_dir
+
+    def checkpoint_path(self, output_dir: str, step: int) -> str:
+        return os.path.join(
+            self.checkpoint_root(output_dir), f"{self.checkpoint_prefix}{step:0{self.checkpoint_digits}d}"
+        )
+
+
+PRETRAINING = RunOptions()
+# The Trainer's checkpoint-N folders, in the output directory itself (transformers' PREFIX_CHECKPOINT_DIR).
+FINETUNING = dataclasses.replace(
+    PRETRAINING,
+    no_checkpoint_advice="Checkpoints are written at each evaluation; start the run without resume_from_checkpoint.",
+    checkpoint_folder="",
+    checkpoint_prefix="checkpoint-",
+)
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Checkpoints
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def checkpoint_root(output_dir: str) -> str:
-    return os.path.join(output_dir, "checkpoints")
+def checkpoint_root(output_dir: str, options: RunOptions = PRETRAINING) -> str:
+    return options.checkpoint_root(output_dir)
 
 
-def list_checkpoints(output_dir: str) -> list[str]:
-    """Every ``step_N`` directory under the output dir, oldest first (complete or not: see `checkpoint_problem`)."""
-    root = checkpoint_root(output_dir)
+def list_checkpoints(output_dir: str, options: RunOptions = PRETRAINING) -> list[str]:
+    """Every checkpoint directory under the output dir, oldest first (complete or not: see `checkpoint_problem`)."""
+    root = options.checkpoint_root(output_dir)
     if not os.path.isdir(root):
         return []
     found = []
     for name in os.listdir(root):
-        m = re.fullmatch(CHECKPOINT_PREFIX + r"(\d+)", name)
+        m = re.fullmatch(re.escape(options.checkpoint_prefix) + r"(\d+)", name)
         if m and os.path.isdir(os.path.join(root, name)):
             found.append((int(m.group(1)), os.path.join(root, name)))
     return [path for _, path in sorted(found)]
@@ -155,20 +218,19 @@ def checkpoint_problem(path: str) -> str | None:
     return None
 
 
-def resolve_checkpoint(spec: str | None, output_dir: str) -> str | None:
-    """Turn ``--resume_from_checkpoint`` (a dir or ``latest``) into a complete checkpoint dir, or fail clearly.
+def resolve_checkpoint(spec: str | None, output_dir: str, options: RunOptions = PRETRAINING) -> str | None:
+    """Turn the resume option (a dir or ``latest``) into a complete checkpoint dir, or fail clearly.
 
     ``latest`` takes the newest complete checkpoint: a torn or corrupt newer one is skipped with a warning.
     """
     if not spec:
         return None
+    root = options.checkpoint_root(output_dir)
+    example = f"<output_dir>/{os.path.join(options.checkpoint_folder, options.checkpoint_prefix)}N"
     if spec == "latest":
-        found = list_checkpoints(output_dir)
+        found = list_checkpoints(output_dir, options)
         if not found:
-            raise ConfigError(
-                f"--resume_from_checkpoint latest: no checkpoint under {checkpoint_root(output_dir)}. "
-                f"Run with training.checkpointing_steps set first, or give a checkpoint dir."
-            )
+            raise ConfigError(f"{options.resume} latest: no checkpoint under {root}. {options.no_checkpoint_advice}")
         skipped = []
         for path in reversed(found):
             problem = checkpoint_problem(path)
@@ -180,18 +242,17 @@ def resolve_checkpoint(spec: str | None, output_dir: str) -> str | None:
                 return path
             skipped.append((path, problem))
         raise ConfigError(
-            f"--resume_from_checkpoint latest: no complete checkpoint under {checkpoint_root(output_dir)}: "
+            f"{options.resume} latest: no complete checkpoint under {root}: "
             + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in skipped)
         )
     if not os.path.isdir(spec):
         raise ConfigError(
-            f"Checkpoint dir not found: {spec}. Give a dir written by this script "
-            f"(<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N) or 'latest'."
+            f"Checkpoint dir not found: {spec}. Give a dir written by this script ({example}) or 'latest'."
         )
-    if not os.path.isfile(os.path.join(spec, STATE_FILE)):
+    if options.state_file and not os.path.isfile(os.path.join(spec, options.state_file)):
         raise ConfigError(
-            f"{spec} is not a checkpoint of this script: it has no {STATE_FILE}. Give a dir like "
-            f"<output_dir>/checkpoints/{CHECKPOINT_PREFIX}N or 'latest'."
+            f"{spec} is not a checkpoint of this script: it has no {options.state_file}. Give a dir like "
+            f"{example} or 'latest'."
         )
     problem = checkpoint_problem(spec)
     if problem is not None:
@@ -207,11 +268,12 @@ def read_checkpoint_state(path: str) -> dict:
         return json.load(fh)
 
 
-def _prune_checkpoints(output_dir: str, limit: int | None):
-    """Keep the newest ``limit`` complete checkpoints; delete the older ones (renamed aside first, then removed)."""
+def prune_checkpoints(output_dir: str, limit: int | None, options: RunOptions = PRETRAINING) -> None:
+    """Keep the newest ``limit`` complete checkpoints (None or 0: all); delete the older ones (renamed aside first,
+    then removed)."""
     if not limit:
         return
-    found = list_checkpoints(output_dir)
+    found = list_checkpoints(output_dir, options)
     complete = [path for path in found if os.path.isfile(os.path.join(path, COMPLETE_MARKER))]
     if len(complete) <= limit:
         return
@@ -221,11 +283,17 @@ def _prune_checkpoints(output_dir: str, limit: int | None):
 
 
 def save_checkpoint(
-    accelerator, output_dir: str, step: int, state: dict, fingerprint: dict, limit: int | None = None
+    accelerator,
+    output_dir: str,
+    step: int,
+    records: dict[str, dict] | None = None,
+    limit: int | None = None,
+    options: RunOptions = PRETRAINING,
 ) -> str:
-    """``accelerator.save_state`` into ``checkpoints/.tmp-step_N``, plus the step state and the recipe fingerprint;
-    every file fsynced, the completion marker last, then renamed to ``checkpoints/step_N``. Call on every process."""
-    path = os.path.join(checkpoint_root(output_dir), f"{CHECKPOINT_PREFIX}{step}")
+    """``accelerator.save_state`` into ``checkpoints/.tmp-step_N``, plus ``records`` (file name -> JSON: the step
+    state, the recipe fingerprint); every file fsynced, the completion marker last, then renamed to
+    ``checkpoints/step_N`` and the older ones pruned to ``limit``. Call on every process."""
+    path = options.checkpoint_path(output_dir, step)
     tmp = temporary_name(path)
     if accelerator.is_main_process and os.path.exists(tmp):
         shutil.rmtree(tmp)  # left by a run killed while saving
@@ -233,16 +301,17 @@ def save_checkpoint(
     accelerator.save_state(tmp)
     accelerator.wait_for_everyone()  # every process' files (its RNG state) are in tmp
     if accelerator.is_main_process:
-        write_json_atomic(os.path.join(tmp, STATE_FILE), state)
-        write_json_atomic(os.path.join(tmp, RECIPE_FILE), fingerprint)
+        for name, record in (records or {}).items():
+            write_json_atomic(os.path.join(tmp, name), record)
         write_completion_marker(tmp)
         publish_dir(tmp, path)
-        _prune_checkpoints(output_dir, limit)
+        prune_checkpoints(output_dir, limit, options)
     accelerator.wait_for_everyone()
     return path
 
 
 def write_completion_marker(path: str) -> None:
+    """``checkpoint_complete.json``: the size and sha256 of every other file in ``path``; written last."""
     files = {
         rel: {"size": os.path.getsize(os.path.join(path, rel)), "sha256": _sha256(os.path.join(path, rel))}
         for rel in _files_under(path)
@@ -445,7 +514,21 @@ def _is_within(path: str, folder: str) -> bool:
 
 
 def _earlier_outputs(output_dir: str) -> list[str]:
-    return sorted(name for name in os.listdir(output_dir) if name != LOCK_FILE)
+    return sorted(name for name in os.listdir(output_dir) if name != LOCK_FILE) if os.path.isdir(output_dir) else []
+
+
+def check_output_dir_unused(
+    output_dir: str, resuming: bool, overwrite: bool, options: RunOptions = PRETRAINING
+) -> None:
+    """Refuse a non-empty ``output_dir`` unless the run resumes or overwrites it; creates and locks nothing (a check
+    before any work; `claim_output_dir` repeats it under the lock)."""
+    earlier = _earlier_outputs(output_dir)
+    if earlier and not resuming and not overwrite:
+        shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
+        raise OutputDirInUse(
+            f"{options.named(output_dir)} is not empty (it holds {shown}): it belongs to an earlier run. "
+            f"{options.refusal_advice}"
+        )
 
 
 def claim_output_dir(
@@ -454,6 +537,7 @@ def claim_output_dir(
     overwrite: bool,
     is_main_process: bool = True,
     inputs: dict[str, str | list[str] | None] | None = None,
+    options: RunOptions = PRETRAINING,
 ) -> RunLock | None:
     """Before the first write: make sure ``output_dir`` can be written, is this run's to write, and stays so.
 
@@ -469,23 +553,20 @@ def claim_output_dir(
         raise
     except OSError as err:
         raise ConfigError(
-            f"training.output_dir={output_dir} cannot be written: {err.strerror or err} "
+            f"{options.named(output_dir)} cannot be written: {err.strerror or err} "
             f"({err.filename or output_dir}). Give a directory this user can create and write."
         ) from None
-    earlier = _earlier_outputs(output_dir)
-    if earlier and not resuming and not overwrite:
+    try:
+        check_output_dir_unused(output_dir, resuming, overwrite, options)
+    except OutputDirInUse:
         lock.release()
-        shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
-        raise ConfigError(
-            f"training.output_dir={output_dir} is not empty (it holds {shown}): it belongs to an earlier run. Resume "
-            f"that run with --resume_from_checkpoint latest, start over there with --training.overwrite_output_dir "
-            f"true (deletes its checkpoints, final model and logs), or use another training.output_dir."
-        )
+        raise
     if overwrite:
+        earlier = _earlier_outputs(output_dir)
         doomed = [
             os.path.join(output_dir, name)
             for name in earlier
-            if name in RUN_OUTPUTS or any(re.fullmatch(p, name) for p in RUN_OUTPUT_PATTERNS)
+            if name in options.outputs or any(re.fullmatch(p, name) for p in options.output_patterns)
         ]
         for key, paths in (inputs or {}).items():
             for path in [paths] if isinstance(paths, str) else paths or []:
@@ -493,8 +574,8 @@ def claim_output_dir(
                 if inside:  # e.g. model.pretrained=<output_dir>/final: deleted before it is read
                     lock.release()
                     raise ConfigError(
-                        f"{key}={path} is inside {inside[0]}, which training.overwrite_output_dir deletes (the "
-                        f"earlier run's outputs in {output_dir}): use another training.output_dir, or copy "
+                        f"{key}={path} is inside {inside[0]}, which {options.overwrite} deletes (the "
+                        f"earlier run's outputs in {output_dir}): use another {options.output_dir}, or copy "
                         f"{inside[0]} out of it first."
                     )
         for full in doomed:
@@ -502,7 +583,7 @@ def claim_output_dir(
                 _remove_dir(full)
             else:
                 os.remove(full)
-    for parent in (output_dir, checkpoint_root(output_dir)):  # a kill while saving or pruning leaves these
+    for parent in (output_dir, options.checkpoint_root(output_dir)):  # a kill while saving or pruning leaves these
         for name in os.listdir(parent) if os.path.isdir(parent) else []:
             if name.startswith((TMP_PREFIX, TRASH_PREFIX)):
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)

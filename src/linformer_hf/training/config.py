@@ -710,7 +710,7 @@ class FinetuneDistillationSection:
     # Which hidden states to match: 0 is the embeddings' output, l the output of layer l; null: every layer 1..N.
     hidden_layers: list[int] | None = None
 
-    def validate(self, model: FinetuneModelSection, task_labels: int | None):
+    def validate(self):
         if self.teacher is None:
             changed = [
                 name
@@ -744,9 +744,11 @@ class FinetuneDistillationSection:
                 "distillation.teacher is set but both kd_weight and hidden_weight are 0: the teacher would not be "
                 "used. Set kd_weight > 0 and/or hidden_weight > 0, or drop distillation.teacher."
             )
-        from .distillation import check_teacher
+        from .validation import check_model_source
 
-        check_teacher(self, model, task_labels)
+        check_model_source(self.teacher, "distillation.teacher")
+        # Whether the student can learn from this teacher (its labels, vocabulary, depth) is read from the teacher's
+        # folder: checked when the run starts, before any work (distillation.check_teacher), not here.
 
 
 @dataclasses.dataclass
@@ -757,9 +759,7 @@ class FinetuneRecipe:
     distillation: FinetuneDistillationSection = dataclasses.field(default_factory=FinetuneDistillationSection)
 
     def validate(self):
-        from .finetuning import TASKS
-
         self.data.validate()
         self.model.validate()
         self.training.validate()
-        self.distillation.validate(self.model, TASKS[self.data.task].num_labels)
+        self.distillation.validate()

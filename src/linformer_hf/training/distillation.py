@@ -25,7 +25,7 @@ from collections import defaultdict
 import torch
 from transformers import AutoConfig, Trainer
 
-from .config import ConfigError
+from .errors import ConfigError
 
 RECORD_FILE = "distillation.json"
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -167,7 +167,7 @@ def load_teacher(path: str):
 
 def hidden_state_loss(student_states, teacher_states, mask, layers: list[int] | None) -> torch.Tensor:
     """Mean over the chosen layers of ||S - T||^2 / ||T||^2 over real tokens (the transfer's relative error)."""
-    from .transfer import matching_loss
+    from .transfer_losses import matching_loss
 
     chosen = layers if layers is not None else range(1, len(teacher_states))
     losses = [matching_loss(student_states[l], teacher_states[l], mask, "relative") for l in chosen]  # noqa: E741

@@ -16,6 +16,11 @@ class ConfigError(ValueError):
     """A recipe or an override is invalid (unknown key, wrong type, inconsistent values)."""
 
 
+class OutputDirInUse(ConfigError, FileExistsError):
+    """The output directory holds an earlier run's outputs, and the run neither resumes nor overwrites it. A
+    ConfigError for the training commands, a FileExistsError for the ones that take flat flags (attention transfer)."""
+
+
 # The exit status of a run stopped by SIGTERM / SIGINT after writing a checkpoint: "resume me" (EX_TEMPFAIL of
 # sysexits.h, "temporary failure, try again later"), for job scripts that requeue.
 RESUMABLE_EXIT_CODE = 75

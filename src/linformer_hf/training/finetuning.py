@@ -12,9 +12,10 @@ the best, the test metrics with the inference time per example, the training los
 ``warnings`` when the model kept predicts one class for every example: metrics.collapsed_classifier). The output
 directory is claimed before any work as pretraining's is (training/checkpointing.py: refused when it holds an
 earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a
-whole checkpoint (weights,
-optimizer, schedule, RNG states) that ``training.resume_from_checkpoint`` (``latest`` or a ``checkpoint-N`` dir)
-continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and SIGTERM / SIGINT stop it
+whole checkpoint (weights, optimizer, schedule, RNG states; the Trainer's ``checkpoint-N`` with checkpointing.py's
+completion marker) that ``training.resume_from_checkpoint`` (``latest``: the newest complete one, or a
+``checkpoint-N`` dir) continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and
+SIGTERM / SIGINT stop it
 after the current update with one (`errors.Preempted`: the command exits 75), as pretraining does. With
 ``distillation.teacher`` the student also learns from a frozen teacher classifier (training/distillation.py).
 
@@ -34,7 +35,7 @@ import time
 from ..loading import pad_as_the_model_takes
 from ..outputs import write_json_atomic
 from . import compiling
-from .checkpointing import claim_output_dir
+from .checkpointing import FINETUNING, claim_output_dir, resolve_checkpoint, write_completion_marker
 from .config import ConfigError, FinetuneRecipe
 from .errors import LOCAL_MODEL, Preempted, TrainingDiverged, hub_unreachable, hub_unreachable_error
 from .guards import StopSignal, check_weights_finite, divergence_callback, resume_hint
@@ -153,9 +154,10 @@ def label_names(ds, task: Task) -> list[str]:
     return [str(name) for name in names]
 
 
-def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc=None) -> dict:
+def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc=None, say: bool = True) -> dict:
     """Each split tokenised to at most `max_length` tokens. Examples that are longer are cut (for pairs, the longer
-    text first, as the tokenizer's `longest_first`), and how many were cut is reported, split by split."""
+    text first, as the tokenizer's `longest_first`), and how many were cut is reported, split by split (where
+    ``say``: by the main process)."""
 
     def encode(batch):
         texts = [[("" if t is None else str(t)) for t in batch[c]] for c in task.text_columns]
@@ -179,7 +181,7 @@ def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc
         if truncated:
             cut.append(f"{truncated:,} of {len(encoded):,} {name} examples ({100 * truncated / len(encoded):.0f}%)")
         out[name] = encoded.remove_columns("truncated")
-    if cut and int(os.environ.get("RANK", "0")) == 0:
+    if cut and say:
         print(
             f"Truncated to data.max_seq_length={max_length} tokens: {'; '.join(cut)}. The model reads only their "
             "first tokens; raise data.max_seq_length (up to the model's n) or convert at a larger n to read them whole."
@@ -259,6 +261,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
 
 
 def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSignal) -> dict:
+    from accelerate import PartialState
     from transformers import (
         AutoConfig,
         AutoModelForSequenceClassification,
@@ -270,11 +273,19 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
     from ..models import max_input_length
+    from . import distillation
 
     tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
-    # Checks on inputs first (files, columns, config fields), before any model or training.
+    # Checks on inputs first (files, columns, the teacher, config fields), before any model or training.
     splits = load_task_data(recipe)
     task = with_classes_of(TASKS[dcfg.task], splits["train"])
+    distilling, record = recipe.distillation.teacher is not None, None
+    if distilling:
+        distillation.check_teacher(recipe.distillation, mcfg, task.num_labels)
+    # The Trainer's settings; making them sets up accelerate's process state as the Trainer uses it (its backend and
+    # timeout), which says which process is the main one.
+    args = training_arguments(recipe, show_progress)
+    processes = PartialState()
     # The output directory: writable, this run's (or overwritten), locked until the end. The Trainer's own
     # checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them too.
     resuming = tcfg.resume_from_checkpoint is not None
@@ -282,7 +293,8 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
         tcfg.output_dir,
         resuming=resuming,
         overwrite=tcfg.overwrite_output_dir,
-        is_main_process=int(os.environ.get("RANK", "0")) == 0,
+        is_main_process=processes.is_main_process,
+        options=FINETUNING,
         inputs={
             "model.pretrained": mcfg.pretrained,
             "model.tokenizer": mcfg.tokenizer,
@@ -292,7 +304,7 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
             "distillation.teacher": recipe.distillation.teacher,
         },
     )
-    checkpoint = resume_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir) if resuming else None
+    checkpoint = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
     if mcfg.convert_from_roberta is not None:
         mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir, reuse=resuming)
     tok_dir = mcfg.tokenizer or mcfg.pretrained
@@ -322,22 +334,20 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
             f"data.max_seq_length={max_length} is larger than the model's longest input n={n}: set "
             f"--data.max_seq_length {n} or less (null: the model's n), or fine-tune a model with a larger n."
         )
-    from . import distillation
-
-    distilling, record = recipe.distillation.teacher is not None, None
     if distilling:
         distillation.check_teacher_length(recipe.distillation.teacher, max_length)
         record = distillation.teacher_record(recipe.distillation)
     if resuming:
         distillation.check_resumed_teacher(tcfg.output_dir, record)
-    elif distilling and int(os.environ.get("RANK", "0")) == 0:  # which teacher this run learns from
+    elif distilling and processes.is_main_process:  # which teacher this run learns from
         write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
 
-    args = training_arguments(recipe, show_progress)
     compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     with args.main_process_first():
-        encoded = tokenize_task(splits, tokenizer, task, max_length, dcfg.preprocessing_num_workers)
+        encoded = tokenize_task(
+            splits, tokenizer, task, max_length, dcfg.preprocessing_num_workers, say=processes.is_main_process
+        )
     set_seed(tcfg.seed)  # the classification head's initialisation
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
     if tcfg.torch_compile == "layers":
@@ -347,7 +357,7 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
     def compute_metrics(prediction):
         predictions = prediction.predictions.argmax(-1)
         warning = collapsed_classifier(predictions, prediction.label_ids)
-        if warning and int(os.environ.get("RANK", "0")) == 0:  # said at every evaluation where it happens
+        if warning and processes.is_main_process:  # said at every evaluation where it happens
             print(f"Warning: {warning}")
         return classification_metrics(predictions, prediction.label_ids, with_f1=task.with_f1)
 
@@ -368,7 +378,7 @@ def _run_finetuning(recipe: FinetuneRecipe, show_progress: bool, stop: StopSigna
         ),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[stopping, divergence_callback(guard)]
+        callbacks=[stopping, divergence_callback(guard), completion_marker_callback(processes)]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])
         + ([compile_record] if compile_record else []),
         **extra,
@@ -496,25 +506,22 @@ def finetune_guard(tcfg):
     )
 
 
-def resume_checkpoint(spec: str, output_dir: str) -> str:
-    """The checkpoint-N dir that ``training.resume_from_checkpoint`` names: ``latest`` (the newest in output_dir), or
-    a dir."""
-    from transformers.trainer_utils import get_last_checkpoint
+def completion_marker_callback(processes):
+    """A `TrainerCallback` that writes the run directory's completion marker (training/checkpointing.py) into each
+    ``checkpoint-N`` once every process has saved its files there: ``latest`` then never takes a checkpoint a kill
+    cut short, and a corrupt one is refused, as for pretraining and transfer."""
+    from transformers import TrainerCallback
 
-    if spec == "latest":
-        found = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
-        if found is None:
-            raise ConfigError(
-                f"training.resume_from_checkpoint=latest: no checkpoint-N in {output_dir} (checkpoints are written at "
-                "each evaluation); start the run without resume_from_checkpoint."
-            )
-        return found
-    if not os.path.isfile(os.path.join(spec, "trainer_state.json")):
-        raise ConfigError(
-            f"training.resume_from_checkpoint={spec} is not a Trainer checkpoint (no trainer_state.json): give "
-            "'latest' or a checkpoint-N dir of the run."
-        )
-    return spec
+    class MarkComplete(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            processes.wait_for_everyone()  # every process' files (its RNG state) are in the checkpoint
+            path = FINETUNING.checkpoint_path(args.output_dir, state.global_step)
+            if processes.is_main_process and os.path.isdir(path):
+                write_completion_marker(path)
+            processes.wait_for_everyone()
+            return control
+
+    return MarkComplete()
 
 
 def stop_after_steps_callback(steps: int):

@@ -256,7 +256,8 @@ class PretrainingRun:
 def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     """Check the inputs and claim the output directory, then build the Accelerator, data, model, optimizer and
     schedule, and restore a checkpoint."""
-    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
+    from accelerate import PartialState
+    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
     from transformers import get_scheduler
 
     tcfg, dcfg = recipe.training, recipe.data
@@ -281,15 +282,17 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
         tokenizer, model_config, recipe.tokenizer.name_or_path, recipe.model.pretrained or "built"
     )
     # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked). The
-    # Accelerator does not exist yet: the launcher's environment says how many processes there are and which is main.
-    fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, int(os.environ.get("WORLD_SIZE", "1")))
+    # Accelerator is built after these checks; accelerate's process state says how many processes there are and
+    # which is main (the Accelerator takes the same state over).
+    processes = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # as the Accelerator will ask for it
+    fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, processes.num_processes)
     if resume_dir:
         check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
     lock = claim_output_dir(
         tcfg.output_dir,
         resuming=resume_dir is not None,
         overwrite=tcfg.overwrite_output_dir,
-        is_main_process=int(os.environ.get("RANK", "0")) == 0,
+        is_main_process=processes.is_main_process,
         inputs={
             "model.pretrained": recipe.model.pretrained,
             "tokenizer.name_or_path": recipe.tokenizer.name_or_path,
@@ -483,8 +486,10 @@ def save_checkpoint(run: PretrainingRun) -> str:
         run.accelerator,
         tcfg.output_dir,
         run.completed_steps,
-        {"completed_steps": run.completed_steps, "epoch": run.epoch},
-        run.fingerprint,
+        {
+            checkpointing.STATE_FILE: {"completed_steps": run.completed_steps, "epoch": run.epoch},
+            checkpointing.RECIPE_FILE: run.fingerprint,
+        },
         tcfg.checkpoints_total_limit,
     )
     run.update_log.write(event="checkpoint", step=run.completed_steps, path=path)
