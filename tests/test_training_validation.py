@@ -1,6 +1,6 @@
-"""Bad settings and bad data are refused before the first update, with a message that names the problem (issue 11,
-items 2-4): schedule and step counts, held-out percentages, fp16 on a CPU, fine-tuning labels, and the scripts'
-`error:` line instead of a traceback."""
+"""training/config.py and training/validation.py: bad settings and bad data are refused before the first update, with a
+message that names the problem: schedule and step counts, held-out percentages, fp16 on a CPU, fine-tuning labels,
+and the scripts' `error:` line instead of a traceback."""
 
 import os
 
@@ -40,7 +40,7 @@ def finetune(model_dir, **extra):
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Item 2: settings checked before the work, not after it
+# settings checked before the work, not after it
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -121,7 +121,7 @@ def test_fp16_on_cpu_says_it_runs_fp32(tmp_path, caplog):
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Item 3: fine-tuning labels are checked against num_labels when the data is loaded
+# fine-tuning labels are checked against num_labels when the data is loaded
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -208,7 +208,7 @@ def test_split_seed_holds_out_the_same_rows_whatever_the_training_seed(model_dir
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Item 4: the scripts print one `error:` line, never a traceback, for input the user can fix
+# the scripts print one `error:` line, never a traceback, for input the user can fix
 # ------------------------------------------------------------------------------------------------------------------
 
 

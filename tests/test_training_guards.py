@@ -1,6 +1,6 @@
-"""Runs that survive divergence and preemption (issue 23): the divergence guard never saves a broken model and keeps
-the last good checkpoint; SIGTERM / SIGINT finish the update, write a checkpoint, release the lock and exit with the
-resumable status, alone and under `accelerate launch` with two processes; logs stay valid JSON."""
+"""training/guards.py: runs that survive divergence and preemption. The divergence guard never saves a broken model and
+keeps the last good checkpoint; SIGTERM / SIGINT finish the update, write a checkpoint, release the lock and exit
+with the resumable status, alone and under `accelerate launch` with two processes; logs stay valid JSON."""
 
 import json
 import os
@@ -10,10 +10,10 @@ import sys
 import time
 
 import pytest
-import test_reliability_runs as reliability
+import test_training_checkpointing as checkpointing_tests
 import torch
 from safetensors.torch import load_file
-from test_reliability_runs import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
+from test_training_checkpointing import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
 from training_utils import REPO, free_port, script_env, sst2_head, tiny_finetune_overrides
 
 from linformer_hf.training import pretraining
@@ -21,8 +21,8 @@ from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE, UPDA
 from linformer_hf.training.errors import RESUMABLE_EXIT_CODE, TrainingDiverged
 from linformer_hf.training.guards import DivergenceGuard, resume_hint
 
-# The module-scoped tokenizer and corpus of the first reliability round's tests.
-tokenizer_dir, small_corpus = reliability.tokenizer_dir, reliability.small_corpus
+# The module-scoped tokenizer and corpus of the checkpointing tests.
+tokenizer_dir, small_corpus = checkpointing_tests.tokenizer_dir, checkpointing_tests.small_corpus
 
 
 def strict_json_lines(path):

@@ -1,4 +1,4 @@
-"""No run loses its work or takes another's (issue 11, items 1, 2 and 5): the output-directory policy and lock, the
+"""training/checkpointing.py: no run loses its work or takes another's. The output-directory policy and lock, the
 recipe a checkpoint records, atomic checkpoints with fallback past a torn or corrupt one, the update log, and kills at
 random points (and during a save) that resume to the losses of an uninterrupted run."""
 
@@ -103,7 +103,7 @@ def test_a_checkpoint_made_before_a_data_field_existed_resumes_while_the_field_i
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Item 1: whose output directory
+# whose output directory
 # ------------------------------------------------------------------------------------------------------------------
 
 
@@ -230,7 +230,7 @@ def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Item 5: atomic checkpoints; a torn or corrupt newest one is skipped
+# atomic checkpoints; a torn or corrupt newest one is skipped
 # ------------------------------------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """Every loop stops the same way: SIGTERM / SIGINT sent to a real fine-tuning or attention-transfer process finish the
 update, write a checkpoint, release the lock and exit with the resumable status (75), and `latest` resumes to what an
-uninterrupted run gives. (Pretraining's own tests are in test_reliability_guards.py.)"""
+uninterrupted run gives. (Pretraining's own tests are in test_training_guards.py.)"""
 
 import json
 import os
@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 from safetensors.torch import load_file
-from test_reliability_runs import subprocess_env
+from test_training_checkpointing import subprocess_env
 from training_utils import REPO, sst2_head, tiny_finetune_overrides
 
 from linformer_hf.training.checkpointing import COMPLETE_MARKER, LOCK_FILE

@@ -1,12 +1,12 @@
-"""The hostile inputs of issue 23: a tokenizer larger than the model, token ids the embeddings have no row for, a
-tampered saved folder, and data files that are not UTF-8, empty, only a header, blank, missing a column, or one
-very long line. Each is a clear error before any work (or handled correctly)."""
+"""training/validation.py on hostile inputs: a tokenizer larger than the model, token ids the embeddings have no row
+for, a tampered saved folder, and data files that are not UTF-8, empty, only a header, blank, missing a column, or
+one very long line. Each is a clear error before any work (or handled correctly)."""
 
 import json
 import os
 
 import pytest
-import test_reliability_runs as reliability
+import test_training_checkpointing as checkpointing_tests
 import torch
 import transformers
 from conftest import tiny_config
@@ -18,7 +18,7 @@ from linformer_hf.training.config import ConfigError, FinetuneRecipe, PretrainRe
 from linformer_hf.training.finetuning import TASKS, load_task_data, tokenize_task
 from linformer_hf.training.pretraining import run_pretraining
 
-tokenizer_dir = reliability.tokenizer_dir  # a 1,000-token BPE tokenizer trained on WikiText-2
+tokenizer_dir = checkpointing_tests.tokenizer_dir  # a 1,000-token BPE tokenizer trained on WikiText-2
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def sst2_rows(count):
         (lambda rows: b"  \n\n \t\n", r"has no text \(it is empty or only blank lines\)"),
         # Before: `ValueError: Instruction "validation" corresponds to no data!`
         (lambda rows: rows[0].encode(), r"has only a header"),
-        # Already refused (issue 11), kept with the other cases.
+        # Already refused by the recipe checks, kept with the other cases.
         (lambda rows: "".join(r.split("\t")[0] + "\n" for r in rows).encode(), r"lacks column\(s\) \['label'\]"),
     ],
     ids=["non-utf8", "empty", "whitespace-only", "header-only", "no-label-column"],
