@@ -10,6 +10,10 @@
 #
 #   run(command="bash experiments/gpu_session.sh", timeout_s=580)
 #
+# The tool sends the checkout the session started in: this script must be committed there. With a machine start of
+# 1-2 minutes the call takes 10-11 of the session's 15 device minutes, too few left for a second one: call give_back
+# at once after it.
+#
 # Files it returns (read-only, under the reply's files_at):
 #   report.md    the compiled-against-eager table, then each gpu_checks report (environment, profile, grids)
 #   results.csv  every point, the benchmark's columns with the run's name first (benchmarks.read_csv reads it)
@@ -35,7 +39,7 @@
 #   OUT=/tmp/out GPU_SESSION_TINY=1 bash experiments/gpu_session.sh
 set -u
 : "${OUT:?set OUT to the folder the files go to}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -147,3 +147,17 @@ def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
     assert "== linformer (" in profiles and "== linformer_compiled (" in profiles
     log = (out / "log.txt").read_text()
     assert "stage 1 exit" in log and "stage 2 exit" in log and "gpu session done" in log
+
+
+def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_path):
+    """With no time left every stage is stopped by `timeout` at once; the script still exits 0 with the report."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_TOTAL_S="1",
+               GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=sys.executable)  # fmt: skip
+    done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["log.txt", "report.md"]
+    assert "No compiled point was measured." in (out / "report.md").read_text()
+    log = (out / "log.txt").read_text()
+    assert "stage 1 exit 124" in log and "stage 2 exit 124" in log
