@@ -34,6 +34,7 @@
 #   ~420-495  bf16 compiled layer by layer, then fp16 compiled (the whole model): what is left; none past 495 s
 #   505-520   the last gathering of the files; `timeout` stops a stage that overruns
 #
+# GPU_SESSION_NS="16384 512" (say) measures other n, in that order, the same way.
 # CPU dry run (what tests/test_gpu_session.py runs; tiny models, fp32, the `eager` compile backend; 1-2 minutes on 2
 # busy cores):
 #   OUT=/tmp/out GPU_SESSION_TINY=1 bash experiments/gpu_session.sh
@@ -57,7 +58,8 @@ if [ "${GPU_SESSION_TINY:-0}" = 1 ]; then
     MODELS=(linformer)
     PROFILED=(linformer)
 else
-    COMMON=(--device cuda --realistic_ns 4096 512 16384 --realistic_ks 256)
+    read -r -a NS <<< "${GPU_SESSION_NS:-4096 512 16384}"  # a later session: the n an earlier one left out
+    COMMON=(--device cuda --realistic_ns "${NS[@]}" --realistic_ks 256)
     MODELS=(roberta-sdpa linformer performer)
     PROFILED=(linformer roberta-sdpa performer)
 fi
