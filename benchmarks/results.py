@@ -65,6 +65,13 @@ class BenchmarkRow:
     kernels: str | None = None  # the fused attention ops that ran (SDPA's backend, flash_attn), `workers.attention_ops`
     compile: str | None = None  # what torch.compile compiled: no, model or layers (`--compile`)
     compile_s: float | None = None  # compiled: the first call's seconds (compiling and one step)
+    graphs_first_call: int | None = None  # compiled: graphs dynamo compiled in the model's first call (1: no break)
+    # compiled: graphs compiled by the model's second step, run alone right after its first (what a run of this
+    # model alone recompiles after its first step; the "nothing recompiles" is 0 here)
+    graphs_second_step: int | None = None
+    # compiled: graphs compiled by the model's later calls (warm-ups after the other models of its process were built,
+    # the memory step, the timed repetitions); > 0 from the timed ones puts compile time in the figures
+    graphs_later: int | None = None
 
     @property
     def label(self) -> str:
@@ -105,7 +112,7 @@ def write_csv(rows: list[BenchmarkRow], path: str) -> None:
 # Columns added after runs were published: absent from an older CSV, they read as not measured (None).
 LATER_COLUMNS = (
     "flop_source", "attention", "real_tokens_per_s", "padding_fraction", "peak_mb", "autocast", "kernels",
-    "compile", "compile_s",
+    "compile", "compile_s", "graphs_first_call", "graphs_second_step", "graphs_later",
 )  # fmt: skip
 
 

@@ -82,13 +82,22 @@ def _measures_memory(cfg: BenchmarkConfig, mode: Mode) -> bool:
     return cfg.measure_memory if mode == Mode.INFERENCE else mode == Mode.TRAIN and cfg.train_memory
 
 
-def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow], log) -> None:
+def _timeout(cfg: BenchmarkConfig, deadline: float | None) -> float:
+    """A worker's timeout: `timeout_s`, cut to what is left before `deadline` (a Unix time), if given."""
+    if deadline is None:
+        return cfg.timeout_s
+    return max(1.0, min(cfg.timeout_s, deadline - time.time()))
+
+
+def _time_points(
+    cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow], log, deadline: float | None = None
+) -> None:
     """Time the rows (by label) in one process and fill in their times (and, on CUDA, their memory), or mark them
     failed."""
     points = [(label, row.model, row.n, row.k) for label, row in rows.items()]
     memory = _measures_memory(cfg, mode) and cfg.device.startswith("cuda")
     try:
-        timing = run_in_fresh_process(TimingTask(cfg, mode, points, memory=memory), cfg.timeout_s)
+        timing = run_in_fresh_process(TimingTask(cfg, mode, points, memory=memory), _timeout(cfg, deadline))
     except WorkerFailed as error:
         log(f"  timing failed: {error}")
         for row in rows.values():
@@ -108,6 +117,10 @@ def _time_points(cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow]
         row.attention, row.kernels = timing["attention"][label], timing["kernels"][label]
         if label in timing["compile_s"]:
             row.compile_s = round(timing["compile_s"][label], 2)
+        graphs = timing.get("graphs", {}).get(label)
+        if graphs is not None:
+            row.graphs_first_call, row.graphs_second_step = graphs["first_call"], graphs["second_step"]
+            row.graphs_later = graphs["later"]
         # Six significant digits, not a fixed number of decimals: a GPU step of a tiny model takes well under a
         # millisecond, and tokens/s (from the unrounded median) must agree with time_s.
         row.time_s, row.time_s_min, row.reps = float(f"{median:.6g}"), float(f"{min(times):.6g}"), len(times)
@@ -133,9 +146,9 @@ def _fill_memory(row: BenchmarkRow, memory: dict, method: str) -> None:
     row.memory_method = method
 
 
-def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
+def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow, deadline: float | None = None) -> None:
     try:
-        memory = run_in_fresh_process(MemoryTask(cfg, row.mode, row.model, row.n, row.k), cfg.timeout_s)
+        memory = run_in_fresh_process(MemoryTask(cfg, row.mode, row.model, row.n, row.k), _timeout(cfg, deadline))
     except WorkerFailed as error:
         row.memory_error = str(error)
         return
@@ -145,13 +158,14 @@ def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow) -> None:
 
 
 def run_benchmark(
-    cfg: BenchmarkConfig, log=print, on_measured=None, peak_info: dict | None = None
+    cfg: BenchmarkConfig, log=print, on_measured=None, peak_info: dict | None = None, deadline: float | None = None
 ) -> tuple[list[BenchmarkRow], RunInfo]:
     """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer).
 
     `on_measured(rows)`, if given, is called with the rows so far after each length is measured (so that a long run
     can save what it has). `peak_info`: the `MatmulPeakTask` result of an earlier run on the same device and dtype
-    (`RunInfo.peak_info`), so that a grid run one n at a time measures it once."""
+    (`RunInfo.peak_info`), so that a grid run one n at a time measures it once. `deadline`: a Unix time that no
+    worker process outlives (its timeout is cut to what is left; a point still running then is `failed`)."""
     cfg.validate()
     started = time.time()
 
@@ -160,7 +174,7 @@ def run_benchmark(
 
     if peak_info is None:
         try:
-            peak_info = run_in_fresh_process(MatmulPeakTask(cfg), cfg.timeout_s)
+            peak_info = run_in_fresh_process(MatmulPeakTask(cfg), _timeout(cfg, deadline))
         except WorkerFailed as error:
             raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
     peak = peak_info["gflops"]
@@ -187,10 +201,10 @@ def run_benchmark(
             if not measured:
                 continue
             stamp(f"{mode.value} n={n}: timing {', '.join(measured)}")
-            _time_points(cfg, mode, measured, log)
+            _time_points(cfg, mode, measured, log, deadline)
             if _measures_memory(cfg, mode) and not cfg.device.startswith("cuda"):  # CUDA: in the timing process
                 for row in measured.values():
-                    _measure_memory(cfg, row)
+                    _measure_memory(cfg, row, deadline)
                 stamp(f"{mode.value} n={n}: memory done")
             if on_measured is not None:
                 on_measured(rows)
@@ -205,14 +219,14 @@ def run_benchmark(
                 scaling[f"{row.label} n={n}"] = row
     if scaling:
         stamp(f"linear-cost check: {', '.join(scaling)}")
-        _time_points(cfg, Mode.INFERENCE, scaling, log)
+        _time_points(cfg, Mode.INFERENCE, scaling, log, deadline)
 
     if cfg.peer:
         for n in cfg.peer_ns:
             stamp(f"peer comparison n={n} k={cfg.peer_k}")
             result = PeerResult(n=n, k=cfg.peer_k)
             try:
-                times = run_in_fresh_process(PeerTask(cfg, n, cfg.peer_k), cfg.timeout_s)["times"]
+                times = run_in_fresh_process(PeerTask(cfg, n, cfg.peer_k), _timeout(cfg, deadline))["times"]
                 result.median_s = {name: statistics.median(t) for name, t in times.items()}
             except WorkerFailed as error:
                 result.error = str(error)

@@ -232,14 +232,16 @@ def _drop_failed(label: str, error: Exception, runs: dict, errors: dict, cfg: Be
 
 
 def _interleaved_times(
-    runs: dict, cfg: BenchmarkConfig, reps: int, errors: dict | None = None
+    runs: dict, cfg: BenchmarkConfig, reps: int, errors: dict | None = None, graphs: dict | None = None
 ) -> dict[str, list[float]]:
     """Time every run `reps` times, one round at a time, rotating which goes first in each round. With `errors`, a
-    run that raises is dropped (`_drop_failed`) instead of ending the timing of all."""
+    run that raises is dropped (`_drop_failed`) instead of ending the timing of all. With `graphs` (compiled runs),
+    the graphs dynamo compiled during each call are added to `graphs[label]`, counted outside the timed interval."""
     times = {label: [] for label in runs}
     for rep in range(reps):
         labels = list(runs)
         for label in labels[rep % len(labels) :] + labels[: rep % len(labels)]:
+            before = _compiled_graphs() if graphs is not None else 0
             _synchronize(cfg.device)
             start = time.perf_counter()
             try:
@@ -252,6 +254,8 @@ def _interleaved_times(
                 continue
             _synchronize(cfg.device)
             times[label].append(time.perf_counter() - start)
+            if graphs is not None and label in graphs:
+                graphs[label] += _compiled_graphs() - before
     return times
 
 
@@ -297,7 +301,11 @@ class TimingTask:
     allocator's peak is exact per step; no process isolation needed, unlike the resident set on CPU).
     Returns {"times": {label: [seconds]}, "matmul_gflops": that matmul's GFLOP/s (median), "flops": {label: counted
     FLOPs}, "attention": {label: `realised_attention` after the timed runs}, "kernels": {label: `attention_ops`},
-    "errors": {label: error}, "memory": {label: {"activation_bytes", "peak_bytes", "weights_bytes"}}}.
+    "errors": {label: error}, "memory": {label: {"activation_bytes", "peak_bytes", "weights_bytes"}}, "compile_s":
+    {label: the first call's seconds}, "graphs_while_timed": graphs compiled by the timed calls of all models,
+    "graphs": {label: {"first_call", "second_step", "later"}}}. Compiled (`--compile`), every model's first call is
+    timed apart and followed at once by an untimed second step, before the next model is built: the graphs compiled
+    by each are counted per model, and so are those of its later calls.
     """
 
     config: BenchmarkConfig
@@ -311,16 +319,26 @@ class TimingTask:
         tokens = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
         autocast = _autocast(cfg)
         steps, runs, errors, counted, kernels, compile_s = {}, {}, {}, {}, {}, {}
+        compiled = cfg.compile != "no"
+        # Compiled: graphs dynamo compiled in each model's first call, in its second step (run alone, right after the
+        # first: what a run of that model alone recompiles), and in its later calls (`later`).
+        first_graphs, second_graphs, later = {}, {}, {}
         for label, model_name, n, k in self.points:
             try:
                 steps[label] = step = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
                 runs[label] = step.run
-                if cfg.compile != "no":  # the first call compiles: timed on its own, before the warm-ups
+                if compiled:  # the first call compiles: timed on its own, before the warm-ups
+                    graphs = _compiled_graphs()
                     _synchronize(cfg.device)
                     started = time.perf_counter()
                     step.run()
                     _synchronize(cfg.device)
                     compile_s[label] = time.perf_counter() - started
+                    first_graphs[label] = _compiled_graphs() - graphs
+                    graphs = _compiled_graphs()
+                    step.run()  # the second step, untimed
+                    second_graphs[label] = _compiled_graphs() - graphs
+                    later[label] = 0
                 # The first warm-up (an extra untimed run with --warmup 0).
                 first = step.run
                 if MODELS[model_name].counted_flops:
@@ -345,8 +363,11 @@ class TimingTask:
                 # Compiled: one more call after every model's first, as a model's first call can change what the
                 # graphs of those before it guard on (transformers registers each model class it runs): they
                 # recompile here, not while timed.
-                for _ in range(cfg.warmup - 1 + (cfg.compile != "no")):
+                graphs = _compiled_graphs()
+                for _ in range(cfg.warmup - 1 + compiled):
                     runs[label]()
+                if compiled:
+                    later[label] += _compiled_graphs() - graphs
             except Exception as error:
                 _drop_failed(label, error, runs, errors, cfg)
                 del steps[label]
@@ -354,7 +375,10 @@ class TimingTask:
         if self.memory and cfg.device.startswith("cuda"):
             for label, step in list(steps.items()):
                 try:
+                    graphs = _compiled_graphs()
                     activation, _ = _cuda_step_memory(step.run)
+                    if compiled:
+                        later[label] += _compiled_graphs() - graphs
                 except Exception as error:
                     _drop_failed(label, error, runs, errors, cfg)
                     del steps[label]
@@ -370,7 +394,7 @@ class TimingTask:
         for _ in range(cfg.warmup):
             runs[REFERENCE_MATMUL]()
         graphs = _compiled_graphs()
-        times = _interleaved_times(runs, cfg, cfg.reps, errors)
+        times = _interleaved_times(runs, cfg, cfg.reps, errors, graphs=later if compiled else None)
         graphs_while_timed = _compiled_graphs() - graphs  # > 0: something recompiled, its time is in the figures
         for label in errors:
             steps.pop(label, None)
@@ -385,6 +409,11 @@ class TimingTask:
             "memory": memory,
             "compile_s": compile_s,
             "graphs_while_timed": graphs_while_timed,
+            "graphs": {
+                label: {"first_call": first_graphs[label], "second_step": second_graphs[label], "later": later[label]}
+                for label in compile_s
+                if label in later
+            },
         }
 
 

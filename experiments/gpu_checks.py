@@ -14,9 +14,12 @@ parts still run):
    `gpu-realistic` presets, 12 base layers, 32,768 positions a batch, inference and training (AdamW) tokens/s and
    memory of every model (RoBERTa SDPA and eager, Linformer k = 128 and 256, Performer, ModernBERT as released and at
    equal depth with SDPA and FlashAttention-2, Longformer, BigBird), one run per `--realistic_runs` entry (bf16,
-   bf16-padded, fp16, fp16-padded), within `--realistic_time_budget_s`, each CSV written as it goes.
+   bf16-padded, fp16, fp16-padded; compiled by torch.compile, issue 37: bf16-compiled, bf16-compiled-layers,
+   fp16-compiled, bf16-padded-compiled), within `--realistic_time_budget_s` (or `--realistic_run_budgets_s`, and a
+   hard end `--realistic_stop_at`), each CSV written as it goes.
 6. `profile`: torch.profiler's table of one training step of one base layer, Linformer k = 256 and Performer against
-   RoBERTa-SDPA at n = `--profile_n`, the top kernels by device time, as text and CSV.
+   RoBERTa-SDPA at n = `--profile_n`, the top kernels by device time, as text and CSV; with `--profile_compile`,
+   the same step compiled too (`profile_<model>_compiled.*`).
 
 The parts run in the order 1, 3, 4, 6, 2, 5: the grids are the longest and each is bounded by its time budget, so
 a run cut short keeps the short checks. Without CUDA, parts 2-6 are skipped ("no CUDA device"); `--device cpu --tiny`
@@ -25,7 +28,8 @@ runs parts 3-6 on CPU with tiny models, which is how the tests exercise them. Im
 Output: a run folder (default `outputs/gpu_checks/<timestamp>`; an existing non-empty folder is refused) with
 `report.json` (rewritten after every part, so a killed run keeps the parts done), `report.md` (a table per part), the
 benchmark's own `results.csv` / `results.md` per grid run under `grid_<run>/` (`grid_fp16/`, `grid_bf16/`,
-`grid_bf16-padded/`, ...) and `profile_<model>.txt` / `.csv`.
+`grid_bf16-padded/`, ...) and `profile_<model>.txt` / `.csv`. Issue 37's whole GPU session in one device call:
+`experiments/gpu_session.sh`.
 """
 
 from __future__ import annotations
@@ -80,7 +84,10 @@ class GpuChecksConfig:
     long_ns: list[int] = field(default_factory=lambda: [16384, 65536], metadata={"help": "n of the long forward"})
     realistic_runs: list[str] = field(
         default_factory=lambda: ["bf16", "bf16-padded"],
-        metadata={"help": "the realistic grid's runs, a subset of bf16, bf16-padded, fp16, fp16-padded (V100: fp16)"},
+        metadata={
+            "help": "the realistic grid's runs, a subset of bf16, bf16-padded, fp16, fp16-padded (V100: fp16), "
+            "bf16-compiled, bf16-compiled-layers, fp16-compiled, bf16-padded-compiled"
+        },
     )
     realistic_ns: list[int] = field(
         default_factory=list, metadata={"help": "n of the realistic grid (default: the preset's, 512 ... 16384)"}
@@ -90,10 +97,34 @@ class GpuChecksConfig:
         metadata={"help": "models of the realistic grid (default: the preset's; fewer on a 16-32 GB GPU: every model "
                   "of an n is built in one process)"},
     )  # fmt: skip
+    realistic_ks: list[int] = field(
+        default_factory=list, metadata={"help": "Linformer k of the realistic grid (default: the preset's, 128 256)"}
+    )
     realistic_time_budget_s: float = field(
         default=480.0, metadata={"help": "seconds for the realistic grid, shared equally by its runs"}
     )
+    realistic_run_budgets_s: list[float] = field(
+        default_factory=list,
+        metadata={"help": "seconds of each realistic run, in the order of --realistic_runs (instead of equal shares "
+                  "of --realistic_time_budget_s); what one leaves, the next gets"},
+    )  # fmt: skip
+    realistic_stop_at: float | None = field(
+        default=None,
+        metadata={"help": "Unix time by which the realistic grid ends: no worker outlives it, and no n starts with "
+                  "less than 20 s, or half the time its run's previous n took, left (a session's hard limit)"},
+    )  # fmt: skip
+    realistic_compile_backend: str | None = field(
+        default=None, metadata={"help": "torch.compile backend of the compiled realistic runs (default inductor)"}
+    )
     profile_n: int = field(default=4096, metadata={"help": "n of the profiled training step"})
+    profile_models: list[str] = field(
+        default_factory=lambda: ["linformer", "performer", "roberta-sdpa"],
+        metadata={"help": "models of the profile: linformer (k = 256), performer, roberta-sdpa"},
+    )
+    profile_compile: str = field(
+        default="no",
+        metadata={"help": "no, model or layers: also profile the step compiled so (profile_<model>_compiled.txt/.csv)"},
+    )
 
     def validate(self):
         unknown = set(self.parts) - set(PARTS)
@@ -106,6 +137,18 @@ class GpuChecksConfig:
         unknown_runs = set(self.realistic_runs) - set(REALISTIC_RUNS)
         if unknown_runs or not self.realistic_runs:
             raise ValueError(f"realistic_runs must be a subset of {tuple(REALISTIC_RUNS)}, got {self.realistic_runs}")
+        if self.realistic_run_budgets_s and len(self.realistic_run_budgets_s) != len(self.realistic_runs):
+            raise ValueError(
+                f"realistic_run_budgets_s has {len(self.realistic_run_budgets_s)} values for "
+                f"{len(self.realistic_runs)} realistic_runs {self.realistic_runs}: give one a run"
+            )
+        unknown_profiled = set(self.profile_models) - {"linformer", "performer", "roberta-sdpa"}
+        if unknown_profiled:
+            raise ValueError(
+                f"profile_models must be linformer, performer or roberta-sdpa, got {sorted(unknown_profiled)}"
+            )
+        if self.profile_compile not in ("no", "model", "layers"):
+            raise ValueError(f"profile_compile must be no, model or layers, got {self.profile_compile!r}")
         if 32768 % self.profile_n:
             raise ValueError(f"profile_n must divide the realistic batch of 32768 positions, got {self.profile_n}")
 
@@ -311,11 +354,13 @@ def _run_grid(
     row_of,
     max_timeout_s: float = 180.0,
     run_key: str = "run",
+    stop_at: float | None = None,
 ) -> None:
     """Run each benchmark config of `runs` ((name, config, deadline)) one n at a time into `grid_<name>/`, so that
     its results.csv and results.md grow as the grid goes and no n starts after its deadline. `row_of(name, row)`: the
     part's table row of a benchmark row, whose `run_key` names the run. A failed n is recorded and the next n still
-    runs."""
+    runs. `stop_at` (a Unix time): the hard end of the whole grid; no worker outlives it (a point still running then
+    is `failed`), and no n starts with less than 20 s, or half the time its run's previous n took, left."""
     from benchmarks import ratio_tables, report_markdown, run_benchmark, write_csv
 
     markdown, not_run = [], []
@@ -323,18 +368,24 @@ def _run_grid(
     for name, full, deadline in runs:
         out_dir = os.path.join(report.run_dir, f"grid_{name}")
         os.makedirs(out_dir, exist_ok=True)
-        rows, done, info = [], [], None
+        rows, done, info, previous_s = [], [], None, None
         for n in full.ns:
-            if time.time() > deadline:
+            now = time.time()
+            left = None if stop_at is None else stop_at - now
+            hard_stop = left is not None and (left < 20.0 or (previous_s and left < 0.5 * previous_s))
+            if now > deadline or hard_stop:
                 not_run.append(f"{name} n={n}")
                 continue
             report.log(f"grid {name} n={n}")
-            # A hung worker must not eat the whole command's time: no worker outlives the budget by much.
-            timeout_s = min(max_timeout_s, max(60.0, deadline - time.time()))
+            # A hung worker must not eat the whole command's time: no worker outlives the budget by much (with
+            # `stop_at`, its timeout is cut to the hard end instead, so a compile begun near the deadline can finish).
+            timeout_s = max_timeout_s if stop_at is not None else min(max_timeout_s, max(60.0, deadline - now))
             train_ns = [n] if n in full.train_ns else []
             one = dataclasses.replace(full, ns=[n], train_ns=train_ns, timeout_s=timeout_s)
             peak_key = (full.device, full.dtype, full.hidden_size, full.intermediate_size)
             extra = {"peak_info": peaks[peak_key]} if peak_key in peaks else {}
+            if stop_at is not None:
+                extra["deadline"] = stop_at
             try:
                 n_rows, n_info = run_benchmark(one, log=lambda message: report.log(f"  {message}"), **extra)
             except Exception as error:  # e.g. the matmul-peak process died: this n fails, the next n still runs
@@ -350,6 +401,7 @@ def _run_grid(
                 )
                 report.add(result)
                 continue
+            previous_s = time.time() - now
             rows += n_rows
             done.append(n)
             peaks[peak_key] = n_info.peak_info
@@ -357,7 +409,7 @@ def _run_grid(
                 info = n_info
             else:
                 info = dataclasses.replace(info, runtime_s=info.runtime_s + n_info.runtime_s)
-            shown = dataclasses.replace(full, ns=done, train_ns=[m for m in full.train_ns if m in done])
+            shown = dataclasses.replace(full, ns=sorted(done), train_ns=sorted(m for m in full.train_ns if m in done))
             write_csv(rows, os.path.join(out_dir, "results.csv"))
             write_text_atomic(
                 os.path.join(out_dir, "results.md"), report_markdown(rows, info, shown, report.command, report.device)
@@ -365,7 +417,7 @@ def _run_grid(
             result.rows += [row_of(name, row) for row in n_rows]
             report.add(result)  # the rows so far survive a killed run
         if done:
-            shown = dataclasses.replace(full, ns=done, train_ns=[m for m in full.train_ns if m in done])
+            shown = dataclasses.replace(full, ns=sorted(done), train_ns=sorted(m for m in full.train_ns if m in done))
             markdown.append(f"### {name} (every point in `grid_{name}/results.md`)\n")
             markdown.append(ratio_tables(rows, shown))
             result.summary[f"{name} dense matmul peak GFLOP/s"] = info.matmul_peak_gflops
@@ -410,12 +462,17 @@ def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
 # Part 5: the realistic-load grid (issue 20)
 # ---------------------------------------------------------------------------------------------------------------
 
-# What each realistic run is: the benchmark's preset and dtype. fp16 is what a V100 runs (loss scaling, no bf16).
+# What each realistic run is: the benchmark's preset, dtype and `--compile`. fp16 is what a V100 runs (loss scaling,
+# no bf16). The compiled runs (issue 37) are the same points through torch.compile: the whole model, or each layer.
 REALISTIC_RUNS = {
-    "bf16": ("gpu-realistic", "bf16"),
-    "bf16-padded": ("gpu-realistic-padded", "bf16"),
-    "fp16": ("gpu-realistic", "fp16"),
-    "fp16-padded": ("gpu-realistic-padded", "fp16"),
+    "bf16": ("gpu-realistic", "bf16", "no"),
+    "bf16-padded": ("gpu-realistic-padded", "bf16", "no"),
+    "fp16": ("gpu-realistic", "fp16", "no"),
+    "fp16-padded": ("gpu-realistic-padded", "fp16", "no"),
+    "bf16-compiled": ("gpu-realistic", "bf16", "model"),
+    "bf16-compiled-layers": ("gpu-realistic", "bf16", "layers"),
+    "fp16-compiled": ("gpu-realistic", "fp16", "model"),
+    "bf16-padded-compiled": ("gpu-realistic-padded", "bf16", "model"),
 }
 
 
@@ -426,18 +483,23 @@ def realistic_configs(cfg: GpuChecksConfig, device: str) -> list[tuple[str, obje
 
     configs = []
     for name in cfg.realistic_runs:
-        preset, dtype = REALISTIC_RUNS[name]
+        preset, dtype, compiled = REALISTIC_RUNS[name]
         settings = dict(PRESETS[preset], device=device, dtype=dtype)
+        if compiled != "no":
+            settings |= dict(compile=compiled, compile_backend=cfg.realistic_compile_backend)
         if cfg.realistic_ns:
             settings["ns"] = settings["train_ns"] = list(cfg.realistic_ns)
         if cfg.realistic_models:
             settings["models"] = list(cfg.realistic_models)
+        if cfg.realistic_ks:
+            settings["ks"] = list(cfg.realistic_ks)
         if cfg.tiny:
             settings |= dict(
                 hidden_size=32, heads=4, intermediate_size=48, layers=3, vocab_size=99, tokens_per_batch=512,
-                ks=[16], num_random_features=16, longformer_window=16, bigbird_block_size=8, reps=1, warmup=1,
-                ns=cfg.realistic_ns or [128, 256], train_ns=cfg.realistic_ns or [128, 256], timeout_s=120.0,
-                models=["roberta-sdpa", "linformer", "modernbert-sdpa", "modernbert-fa2"],
+                ks=cfg.realistic_ks or [16], num_random_features=16, longformer_window=16, bigbird_block_size=8,
+                reps=1, warmup=1, ns=cfg.realistic_ns or [128, 256], train_ns=cfg.realistic_ns or [128, 256],
+                timeout_s=120.0,
+                models=cfg.realistic_models or ["roberta-sdpa", "linformer", "modernbert-sdpa", "modernbert-fa2"],
                 measure_memory=False, train_memory=False,  # a process a point on CPU: the benchmark's tests cover it
             )  # fmt: skip
         if device == "cpu":
@@ -452,10 +514,11 @@ def part_realistic_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
     result = PartResult("realistic_grid")
     configs = realistic_configs(cfg, device)
     started = time.time()
+    budgets = cfg.realistic_run_budgets_s or [cfg.realistic_time_budget_s / len(configs)] * len(configs)
     runs = []
     for index, (name, full) in enumerate(configs):
         full.validate()
-        runs.append((name, full, started + (index + 1) * cfg.realistic_time_budget_s / len(configs)))
+        runs.append((name, full, started + sum(budgets[: index + 1])))
     result.summary["shape"] = (
         f"{configs[0][1].layers} layers, width {configs[0][1].hidden_size}, {configs[0][1].tokens_per_batch} "
         "positions a batch (batch = that / n), inference and training step (AdamW), memory of both"
@@ -465,10 +528,14 @@ def part_realistic_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
         return {"run": name, "mode": row.mode.value, "model": row.label, "n": row.n, "batch": row.batch,
                 "status": row.status.value,
                 "time_ms": None if row.time_s is None else round(1000 * row.time_s, 3),
-                "real_tokens_per_s": row.real_tokens_per_s, "peak_mb": row.peak_mb, "kernels": row.kernels,
+                "real_tokens_per_s": row.real_tokens_per_s, "fraction_of_peak": row.fraction_of_peak,
+                "peak_mb": row.peak_mb, "kernels": row.kernels,
+                **({"compile_s": row.compile_s, "graphs_first_call": row.graphs_first_call,
+                    "graphs_second_step": row.graphs_second_step, "graphs_later": row.graphs_later}
+                   if row.compile not in (None, "no") else {}),
                 "reason": row.reason or row.memory_error}  # fmt: skip
 
-    _run_grid(result, runs, report, row_of, max_timeout_s=600.0)
+    _run_grid(result, runs, report, row_of, max_timeout_s=600.0, stop_at=cfg.realistic_stop_at)
     for name, _ in configs:
         markdown = os.path.join(report.run_dir, f"grid_{name}", "results.md")
         if os.path.exists(markdown):
@@ -508,41 +575,56 @@ def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResul
         f"1 layer, width {bench.hidden_size}, n {n}, batch {bench.batch_at(n)}, {bench.dtype}"
         f"{' autocast' if bench.autocast else ''}, one training step after 2 warm-up steps; sorted by {sort_key}"
     )
-    for model, model_k in (("linformer", k), ("performer", None), ("roberta-sdpa", None)):
-        label = f"linformer k={k}" if model_k else model
-        report.log(f"profile: {label}")
-        torch.manual_seed(0)
-        step = prepare_step(bench, model, n, model_k, Mode.TRAIN)
-        for _ in range(2):
-            step.run()
-        _synchronize(device)
-        with torch.profiler.profile(activities=activities) as profiler:
+    variants = [("", bench)]
+    if cfg.profile_compile != "no":  # the same step compiled: what inductor fuses, and what remains
+        compiled = dataclasses.replace(
+            bench, compile=cfg.profile_compile, compile_backend=cfg.realistic_compile_backend
+        )
+        compiled.validate()
+        variants.append(("_compiled", compiled))
+    files = []
+    for model in cfg.profile_models:
+        model_k = k if model == "linformer" else None
+        for suffix, run_cfg in variants:
+            label = (f"linformer k={k}" if model_k else model) + (f" compiled ({run_cfg.compile})" if suffix else "")
+            report.log(f"profile: {label}")
+            torch.manual_seed(0)
+            step = prepare_step(run_cfg, model, n, model_k, Mode.TRAIN)
+            started = time.perf_counter()
+            step.run()  # compiled: the first call compiles
+            _synchronize(device)
+            if suffix:
+                result.summary[f"{label} first call s"] = round(time.perf_counter() - started, 2)
             step.run()
             _synchronize(device)
-        averages = profiler.key_averages()
-        stem = os.path.join(report.run_dir, f"profile_{model}")
-        write_text_atomic(stem + ".txt", averages.table(sort_by=sort_key, row_limit=30, max_name_column_width=80))
-        events = sorted(averages, key=lambda e: getattr(e, sort_key), reverse=True)
-        total = sum(getattr(e, sort_key) for e in events) or 1.0
-        text = io.StringIO(newline="")
-        writer = csv.writer(text)
-        writer.writerow(["name", "calls", "self_time_us", "share_of_self_time", "cpu_time_total_us"])
-        for event in events:
-            self_us = getattr(event, sort_key)
-            writer.writerow(
-                [event.key, event.count, f"{self_us:.1f}", f"{self_us / total:.4f}", f"{event.cpu_time_total:.1f}"]
-            )
-        write_text_atomic(stem + ".csv", text.getvalue())
-        for event in events[:8]:
-            result.rows.append({"model": label, "kernel": event.key[:90], "calls": event.count,
-                                "self_ms": round(getattr(event, sort_key) / 1000, 3),
-                                "share": round(getattr(event, sort_key) / total, 3)})  # fmt: skip
-        result.summary[f"{label} step self time ms"] = round(total / 1000, 2)
-        step = None
-        _free(device)
-    result.summary["files"] = ", ".join(
-        f"profile_{name}.txt/.csv" for name in ("linformer", "performer", "roberta-sdpa")
-    )
+            with torch.profiler.profile(activities=activities) as profiler:
+                step.run()
+                _synchronize(device)
+            averages = profiler.key_averages()
+            stem = os.path.join(report.run_dir, f"profile_{model}{suffix}")
+            table = averages.table(sort_by=sort_key, row_limit=30, max_name_column_width=80)
+            write_text_atomic(stem + ".txt", table)
+            events = sorted(averages, key=lambda e: getattr(e, sort_key), reverse=True)
+            total = sum(getattr(e, sort_key) for e in events) or 1.0
+            text = io.StringIO(newline="")
+            writer = csv.writer(text)
+            writer.writerow(["name", "calls", "self_time_us", "share_of_self_time", "cpu_time_total_us"])
+            for event in events:
+                self_us = getattr(event, sort_key)
+                writer.writerow(
+                    [event.key, event.count, f"{self_us:.1f}", f"{self_us / total:.4f}", f"{event.cpu_time_total:.1f}"]
+                )
+            write_text_atomic(stem + ".csv", text.getvalue())
+            files.append(f"profile_{model}{suffix}.txt/.csv")
+            for event in events[:8]:
+                result.rows.append({"model": label, "kernel": event.key[:90], "calls": event.count,
+                                    "self_ms": round(getattr(event, sort_key) / 1000, 3),
+                                    "share": round(getattr(event, sort_key) / total, 3)})  # fmt: skip
+            result.summary[f"{label} step self time ms"] = round(total / 1000, 2)
+            step = None
+            _free(device)
+            report.add(result)  # the profiles so far survive a killed run
+    result.summary["files"] = ", ".join(files)
     return result
 
 

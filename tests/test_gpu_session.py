@@ -1,0 +1,163 @@
+"""Issue 37's GPU session (`experiments/gpu_session.sh`): its compiled runs, its time limits, the files it gathers, and
+its CPU dry run end to end. No timing assertions."""
+
+import csv
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments import gpu_checks, gpu_session
+from experiments.gpu_checks import GpuChecksConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SESSION = dict(
+    realistic_ns=[4096, 512, 16384], realistic_ks=[256], realistic_models=["roberta-sdpa", "linformer", "performer"]
+)
+
+
+def test_compiled_runs_are_the_realistic_presets_compiled():
+    cfg = GpuChecksConfig(realistic_runs=["bf16", "bf16-compiled", "bf16-compiled-layers", "fp16-compiled"], **SESSION)
+    cfg.validate()
+    planned = gpu_checks.realistic_configs(cfg, "cuda")
+    assert [(name, bench.dtype, bench.compile) for name, bench in planned] == [
+        ("bf16", "bf16", "no"), ("bf16-compiled", "bf16", "model"), ("bf16-compiled-layers", "bf16", "layers"),
+        ("fp16-compiled", "fp16", "model"),
+    ]  # fmt: skip
+    eager = planned[0][1]
+    for _, bench in planned:
+        bench.validate()  # every point's model config builds
+        assert (bench.layers, bench.tokens_per_batch, bench.hidden_size, bench.autocast) == (12, 32768, 768, True)
+        assert (bench.ns, bench.train_ns, bench.ks, bench.models) == (
+            [4096, 512, 16384], [4096, 512, 16384], [256], ["roberta-sdpa", "linformer", "performer"],
+        )  # fmt: skip
+        # the same points as the eager run, compiled: only dtype and compile differ
+        differ = {f.name for f in dataclasses.fields(bench) if getattr(bench, f.name) != getattr(eager, f.name)}
+        assert differ <= {"dtype", "compile"}, differ
+    with pytest.raises(ValueError, match="2 values for 1 realistic_runs"):
+        GpuChecksConfig(realistic_runs=["bf16"], realistic_run_budgets_s=[1, 2]).validate()
+    with pytest.raises(ValueError, match="profile_compile must be"):
+        GpuChecksConfig(profile_compile="yes").validate()
+
+
+def test_the_hard_stop_cuts_worker_timeouts_and_skips_an_n_that_cannot_finish(tmp_path, monkeypatch):
+    import benchmarks
+    from benchmarks import BenchmarkRow, Mode, RunInfo
+
+    clock = [1000.0]
+    monkeypatch.setattr(gpu_checks.time, "time", lambda: clock[0])
+    calls = []
+
+    def fake_run_benchmark(cfg, log, peak_info=None, deadline=None):
+        calls.append((cfg.ns, cfg.timeout_s, deadline))
+        clock[0] += 40.0  # each n takes 40 s
+        row = BenchmarkRow(mode=Mode.TRAIN, model="linformer", n=cfg.ns[0], k=256, time_s=0.1)
+        return [row], RunInfo(matmul_peak_gflops=1.0, memory_budget_gib=1.0, runtime_s=40.0)
+
+    monkeypatch.setattr(benchmarks, "run_benchmark", fake_run_benchmark)
+    cfg = GpuChecksConfig(realistic_runs=["bf16-compiled"], **SESSION)
+    ((name, bench),) = gpu_checks.realistic_configs(cfg, "cuda")
+    part = gpu_checks.PartResult("realistic_grid")
+    report = gpu_checks.Report(str(tmp_path), "test", "a stand-in GPU")
+    # the run's own deadline is far; the hard stop leaves 70 s: the first n takes 40 s, then 30 s are left, more than
+    # half of 40, so the second starts; then none is left
+    gpu_checks._run_grid(part, [(name, bench, 1e9)], report, lambda n, r: {"run": n, "n": r.n, "status": "ok"},
+                         max_timeout_s=600.0, stop_at=1070.0)  # fmt: skip
+    assert [(ns, timeout, deadline) for ns, timeout, deadline in calls] == [
+        ([4096], 600.0, 1070.0), ([512], 600.0, 1070.0),
+    ]  # fmt: skip
+    assert part.summary["not run (time budget)"] == "bf16-compiled n=16384"
+
+
+def _write_grid(run_dir, run, rows):
+    from benchmarks import BenchmarkRow, Mode, write_csv
+
+    os.makedirs(os.path.join(run_dir, f"grid_{run}"))
+    write_csv([BenchmarkRow(mode=Mode.TRAIN, device="cuda", **row) for row in rows],
+              os.path.join(run_dir, f"grid_{run}", "results.csv"))  # fmt: skip
+
+
+def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
+    from benchmarks import read_csv
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    common = dict(n=4096, dtype="bf16", padding_fraction=0.0)
+    _write_grid(a, "bf16", [
+        dict(model="roberta-sdpa", k=None, compile="no", real_tokens_per_s=300.0, fraction_of_peak=0.4, **common),
+        dict(model="linformer", k=256, compile="no", real_tokens_per_s=400.0, fraction_of_peak=0.3, **common),
+    ])  # fmt: skip
+    compiled = dict(compile="model", compile_s=50.0, graphs_first_call=1, graphs_second_step=0, graphs_later=0)
+    _write_grid(a, "bf16-compiled", [
+        dict(model="roberta-sdpa", k=None, real_tokens_per_s=330.0, fraction_of_peak=0.45, **compiled, **common),
+        dict(model="linformer", k=256, real_tokens_per_s=600.0, fraction_of_peak=0.45, **compiled, **common),
+    ])  # fmt: skip
+    _write_grid(b, "fp16-compiled", [
+        dict(model="linformer", k=256, real_tokens_per_s=540.0, **compiled, **dict(common, dtype="fp16")),
+    ])  # fmt: skip
+    with open(os.path.join(b, "profile_linformer_compiled.txt"), "w") as f:
+        f.write("a table")
+    with open(os.path.join(b, "profile_linformer_compiled.csv"), "w") as f:
+        f.write("name,calls\ntriton_poi_fused_0,12\n")
+    out = str(tmp_path / "out")
+    assert gpu_session.main([out, a, b, str(tmp_path / "not-run")]) == 0
+    assert sorted(os.listdir(out)) == ["profile.csv", "profile.txt", "report.md", "results.csv"]
+    rows = read_csv(os.path.join(out, "results.csv"))  # the benchmark's own reader
+    assert [(r.model, r.compile, r.dtype) for r in rows] == [
+        ("roberta-sdpa", "no", "bf16"), ("linformer", "no", "bf16"), ("roberta-sdpa", "model", "bf16"),
+        ("linformer", "model", "bf16"), ("linformer", "model", "fp16"),
+    ]  # fmt: skip
+    with open(os.path.join(out, "results.csv"), newline="") as f:
+        assert [r["run"] for r in csv.DictReader(f)][-1] == "fp16-compiled"
+    report = open(os.path.join(out, "report.md")).read()
+    # linformer compiled: 600 / 400 eager = 1.50x; against RoBERTa-SDPA eager 1.33x, compiled 1.82x; fp16 0.90x bf16
+    row = "| bf16-compiled | train | 4096 | linformer k=256 | 400 | 600 | 1.50x | 0.3 -> 0.45 | 1.33x | 1.82x |"
+    assert row in report
+    assert "| 50 | 1 / 0 / 0 | - |" in report and "| 0.90x |" in report
+    assert "== linformer_compiled" in open(os.path.join(out, "profile.txt")).read()
+
+
+def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
+    """The exact script on CPU with tiny models (GPU_SESSION_TINY=1): both stages run, and the files come back."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_WORK=str(tmp_path / "work"),
+               PYTHON=sys.executable)  # fmt: skip
+    started = time.time()
+    done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
+                          capture_output=True, text=True, timeout=500)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert time.time() - started < 500
+    assert sorted(os.listdir(out)) == ["log.txt", "profile.csv", "profile.txt", "report.md", "results.csv"]
+    with open(out / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["run"], r["mode"], r["status"]) for r in rows} == {
+        (run, mode, "ok") for run in ("bf16", "bf16-compiled", "bf16-compiled-layers", "fp16-compiled")
+        for mode in ("inference", "train")
+    }  # fmt: skip
+    for row in rows:
+        assert float(row["real_tokens_per_s"]) > 0 and float(row["fraction_of_peak"]) > 0
+        if row["run"] != "bf16":
+            assert float(row["compile_s"]) > 0 and row["graphs_first_call"] == "1"
+            assert row["graphs_second_step"] == "0"
+    report = (out / "report.md").read_text()
+    assert "compiled / eager" in report and "| bf16-compiled | train | 128 | linformer k=16 |" in report
+    profiles = (out / "profile.txt").read_text()
+    assert "== linformer (" in profiles and "== linformer_compiled (" in profiles
+    log = (out / "log.txt").read_text()
+    assert "stage 1 exit" in log and "stage 2 exit" in log and "gpu session done" in log
+
+
+def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_path):
+    """With no time left every stage is stopped by `timeout` at once; the script still exits 0 with the report."""
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_TOTAL_S="1",
+               GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=sys.executable)  # fmt: skip
+    done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["log.txt", "report.md"]
+    assert "No compiled point was measured." in (out / "report.md").read_text()
+    log = (out / "log.txt").read_text()
+    assert "stage 1 exit 124" in log and "stage 2 exit 124" in log
