@@ -85,14 +85,21 @@ def one_line(err: BaseException) -> str:
 
 def report(err: BaseException) -> int:
     """Print ``error: <message>`` to stderr; the exit status for the scripts."""
-    print(f"error: {one_line(err)}", file=sys.stderr)
+    _write_line(f"error: {one_line(err)}")
     return 2
 
 
 def report_preempted(err: Preempted) -> int:
     """Print the stop message and return `RESUMABLE_EXIT_CODE`."""
-    print(f"stopped: {one_line(err)}", file=sys.stderr)
+    _write_line(f"stopped: {one_line(err)}")
     return RESUMABLE_EXIT_CODE
+
+
+def _write_line(text: str) -> None:
+    """One write of the line and its newline: processes of one launch share stderr, and `print`'s two writes (text,
+    then newline) let another process's line land between them."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def positive_int(text: str) -> int:
