@@ -70,7 +70,7 @@ def run_loop(tokenizer_dir, out, **training):
 
 
 def run_trainer(tokenizer_dir, out, normalisation, fresh=True, **training):
-    from linformer_hf.training.mlm_trainer import build_trainer
+    from experiments.mlm_trainer import build_trainer
 
     if fresh:
         shutil.rmtree(out, ignore_errors=True)

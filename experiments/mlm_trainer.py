@@ -1,4 +1,4 @@
-"""A prototype of masked-LM pretraining on transformers' `Trainer` (issue 36, item 2): not the default path.
+"""A prototype of masked-LM pretraining on transformers' `Trainer` : not the default path.
 
 ``run_pretraining`` (pretraining.py) stays the command's loop; this module is what a switch would build on, and what
 experiments/mlm_trainer_vs_loop.py measures against the loop (docs/training.md, "Why the loop and not Trainer").
@@ -27,7 +27,7 @@ import time
 import torch
 from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
-from .data import _example_seed
+from linformer_hf.training.data import _example_seed
 
 
 class MaskedLMTrainer(Trainer):
@@ -153,15 +153,15 @@ def build_trainer(recipe, normalisation: str = "update", stop=None) -> MaskedLMT
     resume_from_checkpoint=trainer.resume_dir)`` runs it (``trainer.lock.release()`` after)."""
     from transformers import get_scheduler, set_seed
 
-    from ..loading import pad_as_the_model_takes
-    from .checkpointing import FINETUNING, UpdateLog, claim_output_dir, resolve_checkpoint
-    from .data import build_mlm_collator, prepare_pretraining_data
-    from .finetuning import completion_marker_callback, stop_after_steps_callback, stop_signal_callback
-    from .guards import divergence_callback, resume_hint
-    from .loop import build_optimizer, recipe_guard
-    from .model_setup import build_mlm_model, build_model_config
-    from .pretraining import check_block_size
-    from .tokenizer import load_tokenizer
+    from linformer_hf.loading import pad_as_the_model_takes
+    from linformer_hf.training.checkpointing import FINETUNING, UpdateLog, claim_output_dir, resolve_checkpoint
+    from linformer_hf.training.data import build_mlm_collator, prepare_pretraining_data
+    from linformer_hf.training.finetuning import completion_marker_callback, stop_after_steps_callback, stop_signal_callback
+    from linformer_hf.training.guards import divergence_callback, resume_hint
+    from linformer_hf.training.loop import build_optimizer, recipe_guard
+    from linformer_hf.training.model_setup import build_mlm_model, build_model_config
+    from linformer_hf.training.pretraining import check_block_size
+    from linformer_hf.training.tokenizer import load_tokenizer
 
     tcfg, dcfg = recipe.training, recipe.data
     args = pretraining_arguments(tcfg)
