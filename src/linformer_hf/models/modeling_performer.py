@@ -120,8 +120,10 @@ def favor_attention(
     epsilon: float = 1e-6,
     causal: bool = False,
     chunk_size: int = 128,
+    feature_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """FAVOR+: D^-1 phi(Q) (phi(K)^T V) with D = diag(phi(Q) phi(K)^T 1), in fp32 whatever the autocast dtype.
+    """FAVOR+: D^-1 phi(Q) (phi(K)^T V) with D = diag(phi(Q) phi(K)^T 1), in fp32 whatever the autocast dtype
+    (or, with `feature_dtype`, its matmuls in a half type and everything else in fp32).
 
     Args:
         query, key: (batch, heads, L, d); value: (batch, heads, L, d_v).
@@ -130,6 +132,11 @@ def favor_attention(
         kernel: `"softmax"`: phi(x) = (exp(w^T x' - ||x'||^2 / 2 - s) + epsilon) / sqrt(m) with x' = x / d^(1/4),
             so phi(q)^T phi(k) estimates exp(q^T k / sqrt(d)); `"relu"`: phi(x) = (ReLU(w^T x') + epsilon) / sqrt(m).
         causal: query i attends to keys j <= i only (prefix sums over chunks of `chunk_size` positions).
+        feature_dtype: None or torch.float32 (all fp32), or torch.bfloat16 / torch.float16: the projections x' W^T
+            and, bidirectional, the contractions phi(K)^T V and phi(Q) (phi(K)^T V) take their inputs in that dtype
+            (tensor cores; the matmuls accumulate in fp32); the exp, the stabilisers and the normaliser
+            phi(Q) (phi(K)^T 1) stay fp32. fp16: V is divided by its largest |v| per (batch, head) before the
+            contraction and the output multiplied back, so that phi(K)^T V <= L / sqrt(m) stays within fp16's range.
     Returns:
         (batch, heads, L, d_v) in fp32.
 
@@ -140,15 +147,17 @@ def favor_attention(
     phi(K)^T V nor to the normaliser, and padded positions never set the key stabiliser.
     """
     # Under fp16 the key sums phi(K)^T V and the normaliser overflow (65504) long before L is large, and bf16 keeps
-    # 8 bits of mantissa: everything here runs in fp32.
+    # 8 bits of mantissa: the sums, the exp and its stabilisers run in fp32 under autocast; only the matmuls of
+    # `feature_dtype` take half-type inputs (docs/results/favor-approximation.md measures what that costs).
+    half = None if feature_dtype in (None, torch.float32) else feature_dtype
     with torch.autocast(device_type=query.device.type, enabled=False):
         q, k, v, w = query.float(), key.float(), value.float(), features.float()
         m, d = w.shape
         real = mask[:, None, :, None] > 0  # (batch, 1, L, 1)
         keep = real.float()
         data_scale = d**-0.25  # q'^T k' = q^T k / sqrt(d)
-        query_proj = torch.matmul(q * data_scale, w.T)  # (batch, heads, L, m)
-        key_proj = torch.matmul(k * data_scale, w.T)
+        query_proj = _matmul(q * data_scale, w.T, half)  # (batch, heads, L, m)
+        key_proj = _matmul(k * data_scale, w.T, half)
         feature_scale = m**-0.5
 
         if kernel == "softmax":
@@ -173,11 +182,29 @@ def favor_attention(
             else:
                 phi_k = F.relu(key_proj) + epsilon
             phi_k = phi_k * feature_scale * keep  # (batch, heads, L, m): padded keys contribute nothing
-            key_value = torch.matmul(phi_k.transpose(-1, -2), v)  # phi(K)^T V (batch, heads, m, d_v)
+            if half is torch.float16:  # a scalar that cancels: phi(K)^T V <= L / sqrt(m) within fp16's range
+                value_scale = v.abs().amax(dim=(-1, -2), keepdim=True).clamp_min(TINY)
+                v = v / value_scale
+            key_value = _matmul(phi_k.transpose(-1, -2), v, half, fp32=False)  # phi(K)^T V (batch, heads, m, d_v)
             key_sum = phi_k.sum(dim=-2)[..., None]  # phi(K)^T 1 (batch, heads, m, 1)
-            numerator = torch.matmul(phi_q, key_value)  # (batch, heads, L, d_v)
+            numerator = _matmul(phi_q, key_value, half)  # (batch, heads, L, d_v)
+            if half is torch.float16:
+                numerator = numerator * value_scale
             normaliser = torch.matmul(phi_q, key_sum)  # (batch, heads, L, 1)
+            if half is not None:
+                # A query with no real key has numerator and normaliser 0: divide by 1, not by TINY, whose
+                # gradient 1 / TINY overflows the half type on its way back into the numerator's matmul (NaN).
+                return numerator / torch.where(normaliser > TINY, normaliser, 1.0)
         return numerator / normaliser.clamp_min(TINY)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None, fp32: bool = True) -> torch.Tensor:
+    """a @ b, with inputs in `dtype` when given (tensor cores; accumulated in fp32 by the matmul) and the result back
+    in fp32 unless `fp32=False`."""
+    if dtype is None:
+        return torch.matmul(a, b)
+    product = torch.matmul(a.to(dtype), b.to(dtype))
+    return product.float() if fp32 else product
 
 
 def _causal_sums(phi_q, log_k, key_proj, v, real, key_epsilon, chunk_size):
@@ -314,6 +341,7 @@ class PerformerSelfAttention(nn.Module):
             epsilon=self.config.kernel_epsilon,
             causal=self.is_causal,
             chunk_size=self.config.causal_chunk_size,
+            feature_dtype=getattr(torch, self.config.feature_map_dtype),
         )  # (batch, heads, L, d_h), fp32
         output = output.to(value.dtype).transpose(1, 2).reshape(batch, seq_len, -1)  # (batch, L, d)
         return output, None
