@@ -14,6 +14,7 @@ Reported per setting and variant: ||A - E||_F / ||E||_F against exact softmax at
 against fp32 FAVOR+ F with the same random features, mean over seeded draws of W.
 
     python -m experiments.favor_precision random OUT.json
+    python -m experiments.favor_precision ops  # the aten ops of one FAVOR+ forward
     python -m experiments.favor_precision encoder OUT.json --model outputs/all-MiniLM-L6-v2 \\
         --text ../shared/data/wikitext-2/valid.txt
 """
@@ -57,8 +58,9 @@ def favor_variant(q, k, v, mask, w, dtype=None, parts=(), epsilon=1e-6):
     qs, ks = q * scale, k * scale
     # proj: the matmul in dtype; exp: its output stays there, and so does all elementwise work up to phi.
     work = half["exp"] if half["exp"] is not None else torch.float32
-    q_proj = torch.matmul(cast(qs, half["proj"]), cast(w, half["proj"]).T).to(work)
-    k_proj = torch.matmul(cast(ks, half["proj"]), cast(w, half["proj"]).T).to(work)
+    # x'^T w = x^T (d^-1/4 w): the half type rounds x and d^-1/4 W, as the model does.
+    q_proj = torch.matmul(cast(q, half["proj"]), cast(w * scale, half["proj"]).T).to(work)
+    k_proj = torch.matmul(cast(k, half["proj"]), cast(w * scale, half["proj"]).T).to(work)
     log_q = q_proj - qs.to(work).pow(2).sum(-1, keepdim=True) / 2
     log_k = k_proj - ks.to(work).pow(2).sum(-1, keepdim=True) / 2
     phi_q = (torch.exp(log_q - log_q.amax(-1, keepdim=True)) + epsilon) * m**-0.5
@@ -87,19 +89,28 @@ def rel(a, b, rows):
     return float(((a - b) * rows).norm() / (b * rows).norm())
 
 
-def measure(q, k, v, mask, ms, seeds, dtypes, epsilon=1e-6):
-    """Rows {m, variant, dtype, vs_exact, vs_fp32} (means over seeds) for one set of Q, K, V."""
-    exact = exact_attention(q, k, v, mask)
+def measure(q, k, v, mask, ms, seeds, dtypes, epsilon=1e-6, causal=False):
+    """Rows {m, variant, dtype, vs_exact, vs_fp32} (means over seeds) for one set of Q, K, V. Causal: the model's
+    own `favor_attention(causal=True, feature_dtype=...)` (its projections in the half type) against causal
+    attention."""
+    exact = exact_attention(q, k, v, mask, causal=causal)
     rows_mask = (mask > 0)[:, None, :, None].float()
     out = []
     for m in ms:
         acc = {}
         for seed in range(seeds):
             w = draw_random_features(m, q.shape[-1], True, "chi", torch.Generator().manual_seed(seed))
-            reference = favor_attention(q, k, v, mask, w, epsilon=epsilon)
+            reference = favor_attention(q, k, v, mask, w, epsilon=epsilon, causal=causal)
+            acc.setdefault(("fp32", "-"), []).append((rel(reference, exact, rows_mask), 0.0))
+            if causal:
+                for dtype in dtypes:
+                    got = favor_attention(q, k, v, mask, w, epsilon=epsilon, causal=True, feature_dtype=dtype)
+                    acc.setdefault(("proj (causal)", str(dtype).split(".")[-1]), []).append(
+                        (rel(got, exact, rows_mask), rel(got, reference, rows_mask))
+                    )
+                continue
             mine = favor_variant(q, k, v, mask, w, epsilon=epsilon)
             assert rel(mine, reference, rows_mask) < 1e-5, "favor_variant's fp32 path is not favor_attention"
-            acc.setdefault(("fp32", "-"), []).append((rel(reference, exact, rows_mask), 0.0))
             for dtype in dtypes:
                 for name, parts in VARIANTS.items():
                     got = favor_variant(q, k, v, mask, w, dtype, parts, epsilon=epsilon)
@@ -140,33 +151,103 @@ def markdown(rows, dtype):
         }
         keys = []
     name = str(dtype).split(".")[-1]
-    header = [*keys, "m", "fp32 vs exact", *VARIANTS]
+    variants = [v for v in ("proj (causal)", *VARIANTS) if any((v, name) in cells for cells in settings.values())]
+    header = [*keys, "m", "fp32 vs exact", *variants]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for setting, cells in settings.items():
         base = cells[("fp32", "-")]["vs_exact"]
         row = [f"{x:g}" for x in setting] + [f"{base:.3f}"]
-        for variant in VARIANTS:
+        for variant in variants:
             cell = cells[(variant, name)]
             row.append(f"{cell['vs_fp32']:.4f} ({cell['vs_exact'] / base:.3f})")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
+def count_ops(seq_len=64, m=64, d=32, causal=False, **kwargs) -> dict[str, int]:
+    """The aten ops one `favor_attention` forward dispatches (batch 2, 4 heads, a padded batch item), by name."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            self.ops[name] = self.ops.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(0)
+    dtype = kwargs.pop("input_dtype", torch.float32)
+    q, k, v = (torch.randn(2, 4, seq_len, d, generator=g).to(dtype) for _ in range(3))
+    mask = torch.ones(2, seq_len)
+    mask[1, seq_len * 2 // 3 :] = 0
+    w = draw_random_features(m, d, generator=g)
+    with Counter() as counter:
+        favor_attention(q, k, v, mask, w, causal=causal, chunk_size=16, **kwargs)
+    return counter.ops
+
+
+# Ops that only re-describe memory (no kernel of their own).
+VIEW_OPS = {
+    "view",
+    "_unsafe_view",
+    "transpose",
+    "permute",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "t",
+    "alias",
+    "detach",
+    "as_strided",
+}
+
+
+def print_op_counts():
+    cases = {
+        "softmax, fp32": {},
+        "softmax, bf16 features": {"feature_dtype": torch.bfloat16},
+        "softmax, bf16 features, bf16 inputs (autocast)": {
+            "feature_dtype": torch.bfloat16,
+            "input_dtype": torch.bfloat16,
+        },
+        "softmax, fp16 features": {"feature_dtype": torch.float16},
+        "relu, fp32": {"kernel": "relu", "epsilon": 1e-3},
+    }
+    print("| case | bidirectional: ops (not views) | causal, L = 64, 4 chunks: ops (not views) |")
+    print("| --- | --- | --- |")
+    for name, kwargs in cases.items():
+        cells = []
+        for causal in (False, True):
+            ops = count_ops(causal=causal, **dict(kwargs))
+            total = sum(ops.values())
+            cells.append(f"{total} ({total - sum(n for op, n in ops.items() if op in VIEW_OPS)})")
+        print(f"| {name} | {cells[0]} | {cells[1]} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", choices=["random", "encoder"])
-    parser.add_argument("output")
+    parser.add_argument("source", choices=["random", "encoder", "ops"])
+    parser.add_argument("output", nargs="?", help="the JSON file to write (random, encoder)")
     parser.add_argument("--ms", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096], help="random: values of L")
     parser.add_argument("--logit_stds", type=float, nargs="+", default=[0.5, 1.0], help="random")
     parser.add_argument("--head_size", type=int, default=64, help="random: d")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--causal", action="store_true", help="random: causal FAVOR+ (the model's projections only)")
     parser.add_argument("--model", help="encoder: a local BERT-style model directory")
     parser.add_argument("--text", help="encoder: a .txt file")
     parser.add_argument("--seq_len", type=int, default=128)
     parser.add_argument("--max_inputs", type=int, default=4)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.source == "ops":
+        print_op_counts()
+        return 0
     dtypes = (torch.bfloat16, torch.float16)
     start = time.time()
     results = []
@@ -174,7 +255,7 @@ def main(argv=None):
         for logit_std in args.logit_stds:
             for seq_len in args.lengths:
                 q, k, v, mask = random_case(seq_len, args.head_size, logit_std)
-                for row in measure(q, k, v, mask, args.ms, args.seeds, dtypes):
+                for row in measure(q, k, v, mask, args.ms, args.seeds, dtypes, causal=args.causal):
                     results.append({"logit_std": logit_std, "L": seq_len, **row})
                 print(f"logit std {logit_std} L {seq_len} done, {time.time() - start:.0f}s", file=sys.stderr)
     else:

@@ -136,7 +136,7 @@ def favor_attention(
             and, bidirectional, the contractions phi(K)^T V and phi(Q) (phi(K)^T V) take their inputs in that dtype
             (tensor cores; the matmuls accumulate in fp32); the exp, the stabilisers and the normaliser
             phi(Q) (phi(K)^T 1) stay fp32. fp16: V is divided by its largest |v| per (batch, head) before the
-            contraction and the output multiplied back, so that phi(K)^T V <= L / sqrt(m) stays within fp16's range.
+            contraction and the normaliser likewise, so that phi(K)^T V <= L / sqrt(m) stays within fp16's range.
     Returns:
         (batch, heads, L, d_v) in fp32.
 
@@ -149,62 +149,69 @@ def favor_attention(
     # Under fp16 the key sums phi(K)^T V and the normaliser overflow (65504) long before L is large, and bf16 keeps
     # 8 bits of mantissa: the sums, the exp and its stabilisers run in fp32 under autocast; only the matmuls of
     # `feature_dtype` take half-type inputs (docs/results/favor-approximation.md measures what that costs).
+    # Few kernels: the scales go on W (m x d) and on per-token or per-head tensors, never on an (L x m) one.
     half = None if feature_dtype in (None, torch.float32) else feature_dtype
+    matmul_dtype = half or torch.float32
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q, k, v, w = query.float(), key.float(), value.float(), features.float()
-        m, d = w.shape
+        m, d = features.shape
         real = mask[:, None, :, None] > 0  # (batch, 1, L, 1)
-        keep = real.float()
-        data_scale = d**-0.25  # q'^T k' = q^T k / sqrt(d)
-        query_proj = _matmul(q * data_scale, w.T, half)  # (batch, heads, L, m)
-        key_proj = _matmul(k * data_scale, w.T, half)
         feature_scale = m**-0.5
+        # w^T x' = (d^-1/4 w)^T x; relu features also take 1/sqrt(m) there (ReLU(c x) = c ReLU(x) for c > 0).
+        w_scale = d**-0.25 if kernel == "softmax" else d**-0.25 * feature_scale
+        w_t = (features.float() * w_scale).to(matmul_dtype).T
+        query_proj = torch.matmul(query.to(matmul_dtype), w_t).float()  # (batch, heads, L, m)
+        key_proj = torch.matmul(key.to(matmul_dtype), w_t).float()
+        key_epsilon = (real * (epsilon * feature_scale)).float()  # (batch, 1, L, 1): 0 at padded keys
 
         if kernel == "softmax":
-            log_q = query_proj - (q * data_scale).pow(2).sum(-1, keepdim=True) / 2
-            phi_q = torch.exp(log_q - log_q.amax(dim=-1, keepdim=True).detach()) + epsilon
-            log_k = key_proj - (k * data_scale).pow(2).sum(-1, keepdim=True) / 2  # (batch, heads, L, m)
+            # log phi(q) = w^T q' - ||q'||^2 / 2 - s_q with s_q its maximum over features: ||q'||^2 / 2 is the same
+            # for every feature of a query, so it cancels in w^T q' - s_q and is never computed; and
+            # 1 / sqrt(m) = exp(-log(m) / 2) joins the stabiliser.
+            query_shift = query_proj.amax(dim=-1, keepdim=True).detach() + math.log(m) / 2  # (batch, heads, L, 1)
+            phi_q = torch.exp(query_proj - query_shift) + epsilon * feature_scale
+            # ||k'||^2 / 2 = ||k||^2 / (2 sqrt(d)), per key (batch, heads, L, 1)
+            key_half_norm = torch.linalg.vector_norm(key, dim=-1, keepdim=True, dtype=torch.float32).square()
+            key_half_norm = key_half_norm * (d**-0.5 / 2)
         elif kernel == "relu":
-            phi_q = F.relu(query_proj) + epsilon
-            log_k = None
+            phi_q = F.relu(query_proj) + epsilon * feature_scale
         else:
             raise ValueError(f"kernel must be 'softmax' or 'relu', got {kernel!r}.")
-        phi_q = phi_q * feature_scale
 
         if causal:
-            numerator, normaliser = _causal_sums(phi_q, log_k, key_proj, v, real, epsilon * feature_scale, chunk_size)
+            log_k = key_proj - key_half_norm if kernel == "softmax" else None  # (batch, heads, L, m)
+            numerator, normaliser = _causal_sums(
+                phi_q, log_k, key_proj, value.float(), real, epsilon * feature_scale, chunk_size
+            )
+            return numerator / normaliser.clamp_min(TINY)
+
+        if kernel == "softmax":
+            # +inf half norms at padded keys: their log-features are -inf, so phi(k) = 0 there (with no epsilon,
+            # see key_epsilon) and they never set the stabiliser.
+            log_k = key_proj - key_half_norm.masked_fill(~real, float("inf"))
+            stabiliser = log_k.amax(dim=(-1, -2), keepdim=True).detach()  # (batch, heads, 1, 1)
+            stabiliser = torch.nan_to_num(stabiliser, neginf=0.0) + math.log(m) / 2  # -inf: no real key at all
+            phi_k = torch.exp(log_k - stabiliser) + key_epsilon  # (batch, heads, L, m)
         else:
-            if log_k is not None:
-                log_k = log_k.masked_fill(~real, float("-inf"))
-                stabiliser = log_k.amax(dim=(-1, -2), keepdim=True).detach()  # (batch, heads, 1, 1)
-                stabiliser = torch.where(torch.isfinite(stabiliser), stabiliser, 0.0)  # no real key at all
-                phi_k = torch.exp(log_k - stabiliser) + epsilon
-            else:
-                phi_k = F.relu(key_proj) + epsilon
-            phi_k = phi_k * feature_scale * keep  # (batch, heads, L, m): padded keys contribute nothing
-            if half is torch.float16:  # a scalar that cancels: phi(K)^T V <= L / sqrt(m) within fp16's range
-                value_scale = v.abs().amax(dim=(-1, -2), keepdim=True).clamp_min(TINY)
-                v = v / value_scale
-            key_value = _matmul(phi_k.transpose(-1, -2), v, half, fp32=False)  # phi(K)^T V (batch, heads, m, d_v)
-            key_sum = phi_k.sum(dim=-2)[..., None]  # phi(K)^T 1 (batch, heads, m, 1)
-            numerator = _matmul(phi_q, key_value, half)  # (batch, heads, L, d_v)
-            if half is torch.float16:
-                numerator = numerator * value_scale
-            normaliser = torch.matmul(phi_q, key_sum)  # (batch, heads, L, 1)
-            if half is not None:
-                # A query with no real key has numerator and normaliser 0: divide by 1, not by TINY, whose
-                # gradient 1 / TINY overflows the half type on its way back into the numerator's matmul (NaN).
-                return numerator / torch.where(normaliser > TINY, normaliser, 1.0)
-        return numerator / normaliser.clamp_min(TINY)
-
-
-def _matmul(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None, fp32: bool = True) -> torch.Tensor:
-    """a @ b, with inputs in `dtype` when given (tensor cores; accumulated in fp32 by the matmul) and the result back
-    in fp32 unless `fp32=False`."""
-    if dtype is None:
-        return torch.matmul(a, b)
-    product = torch.matmul(a.to(dtype), b.to(dtype))
-    return product.float() if fp32 else product
+            phi_k = torch.addcmul(key_epsilon, F.relu(key_proj), real)  # padded keys contribute nothing
+        value_scale = None
+        if half is torch.float16:  # a scalar that cancels: phi(K)^T V <= L / sqrt(m) within fp16's range
+            value_scale = torch.linalg.vector_norm(value, float("inf"), dim=(-1, -2), keepdim=True, dtype=torch.float32)
+            value_scale = value_scale.clamp_min(TINY)
+            v = (value / value_scale).to(matmul_dtype)
+        else:
+            v = value.to(matmul_dtype)
+        # phi(K)^T V (batch, heads, m, d_v) and phi(Q) (phi(K)^T V) (batch, heads, L, d_v), in matmul_dtype
+        key_value = torch.matmul(phi_k.to(matmul_dtype).transpose(-1, -2), v)
+        numerator = torch.matmul(phi_q.to(matmul_dtype), key_value)
+        normaliser = torch.matmul(phi_q, phi_k.sum(dim=-2)[..., None])  # phi(Q) (phi(K)^T 1) (batch, heads, L, 1)
+        if half is None:
+            return numerator / normaliser.clamp_min(TINY)
+        if value_scale is not None:
+            normaliser = normaliser / value_scale
+        # A query with no real key has numerator and normaliser 0: divide by 1, not by TINY, whose gradient 1 / TINY
+        # overflows the half type on its way back into the numerator's matmul (NaN). The fp32 quotient of a
+        # half-type numerator is one kernel.
+        return numerator / normaliser.masked_fill(normaliser <= TINY, 1.0)
 
 
 def _causal_sums(phi_q, log_k, key_proj, v, real, key_epsilon, chunk_size):
@@ -232,8 +239,8 @@ def _causal_sums(phi_q, log_k, key_proj, v, real, key_epsilon, chunk_size):
         first = running.masked_fill(torch.isinf(running), float("inf")).amin(dim=-2, keepdim=True)
         first = torch.where(torch.isfinite(first), first, 0.0)
         running = torch.where(torch.isinf(running), first, running)
-    else:  # relu: features need no stabiliser
-        psi = F.relu(key_proj) * (m**-0.5) * keep
+    else:  # relu: features need no stabiliser; key_proj carries the 1 / sqrt(m) of W's scale
+        psi = F.relu(key_proj) * keep
         t = torch.zeros_like(keep).expand(batch, heads, seq_len, 1)
         running = t
 
