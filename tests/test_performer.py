@@ -743,3 +743,32 @@ def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
     settings = {(r["kernel"], r["orthogonal"], r["num_random_features"]) for r in result["mean_over_layers"]}
     assert settings == {(k, o, m) for k in ("softmax", "relu") for o in (True, False) for m in (8, 64)}
     assert all(0 <= r["mean"] < 10 for r in result["mean_over_layers"])
+
+
+def test_favor_precision_script_measures_every_variant_and_counts_ops(tmp_path, capsys):
+    from experiments import favor_precision
+
+    out = tmp_path / "precision.json"
+    argv = [
+        "random",
+        str(out),
+        "--lengths",
+        "32",
+        "--ms",
+        "16",
+        "--logit_stds",
+        "0.5",
+        "--seeds",
+        "1",
+        "--head_size",
+        "8",
+    ]
+    assert favor_precision.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["variant"], r["dtype"]) for r in rows} == {("fp32", "-")} | {
+        (variant, dtype) for variant in favor_precision.VARIANTS for dtype in ("bfloat16", "float16")
+    }
+    assert all(0 < r["vs_fp32"] < 0.1 for r in rows if r["variant"] != "fp32")
+    assert "| 0.5 | 32 | 16 |" in capsys.readouterr().out
+    ops = favor_precision.count_ops()
+    assert ops["bmm"] == 3 and ops["exp"] == 2  # phi(K)^T V, phi(Q) (.), the normaliser; one exp per side
