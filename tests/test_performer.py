@@ -90,6 +90,8 @@ def features_of(model):
         (dict(feature_redraw_interval=0), "feature_redraw_interval"),
         (dict(kernel_epsilon=-1e-3), "kernel_epsilon"),
         (dict(causal_chunk_size=0), "causal_chunk_size"),
+        (dict(feature_map_dtype="bf16"), "feature_map_dtype"),
+        (dict(feature_map_dtype="float64"), "feature_map_dtype"),
         (dict(add_cross_attention=True), "add_cross_attention"),
     ],
 )
@@ -244,6 +246,125 @@ def test_fp16_autocast_key_sums_do_not_overflow(causal):
         assert got.dtype == torch.float32 and torch.isfinite(got).all()
         # Inputs rounded to the half type: the output moves by that rounding only.
         torch.testing.assert_close(got, expected, rtol=0.02, atol=0.0)
+
+
+# --- half-type feature maps (feature_map_dtype) -------------------------------------------------------------------
+
+HALF_TYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+# Error against fp32 FAVOR+ (same W), measured on random Q, K of logit std 0.5 and 1 (docs/results/
+# favor-approximation.md, 2026-11-26): at most 0.020 (bf16) and 0.0024 (fp16); these bounds leave a margin.
+HALF_ERROR_BOUND = {"bfloat16": 0.03, "float16": 0.005}
+
+
+def relative_error(got, expected, rows):
+    return float(((got - expected) * rows).norm() / (expected * rows).norm())
+
+
+def seeded_half_case(seq_len=256, d=32, logit_std=0.5, m=64):
+    generator = torch.Generator().manual_seed(7)
+    q, k = (torch.randn(2, 2, seq_len, d, generator=generator) * logit_std**0.5 for _ in range(2))
+    v = torch.randn(2, 2, seq_len, d, generator=generator)
+    mask = torch.ones(2, seq_len)
+    mask[1, seq_len * 2 // 3 :] = 0
+    w = draw_random_features(m, d, generator=generator)
+    return q, k, v, mask, w
+
+
+def test_float32_feature_maps_are_the_default_and_an_old_config_without_the_field_loads_them(tmp_path):
+    assert tiny_performer().feature_map_dtype == "float32"
+    q, k, v, mask, w = seeded_half_case(seq_len=40)
+    for causal in (False, True):
+        default = favor_attention(q, k, v, mask, w, causal=causal, chunk_size=16)
+        assert torch.equal(
+            favor_attention(q, k, v, mask, w, causal=causal, chunk_size=16, feature_dtype=torch.float32), default
+        )
+    tiny_performer().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["feature_map_dtype"]  # a folder saved before the option existed
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert PerformerConfig.from_pretrained(tmp_path).feature_map_dtype == "float32"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", list(HALF_TYPES))
+def test_half_feature_maps_stay_within_the_measured_error_of_fp32_favor(name, causal):
+    """Error against fp32 FAVOR+ within the measured bound, and the error against exact softmax attention at most
+    10% above fp32 FAVOR+'s; and the half type is really used (the output is not fp32 FAVOR+'s)."""
+    q, k, v, mask, w = seeded_half_case()
+    rows = mask[:, None, :, None]
+    exact = exact_attention(q, k, v, mask, causal=causal)
+    fp32 = favor_attention(q, k, v, mask, w, causal=causal, chunk_size=64)
+    half = favor_attention(q, k, v, mask, w, causal=causal, chunk_size=64, feature_dtype=HALF_TYPES[name])
+    assert half.dtype == torch.float32 and torch.isfinite(half).all()
+    assert 1e-5 < relative_error(half, fp32, rows) < HALF_ERROR_BOUND[name]
+    assert relative_error(half, exact, rows) <= 1.1 * relative_error(fp32, exact, rows)
+    assert float(half[1, :, 200:].abs().max()) < float("inf")  # padded query rows stay finite
+
+
+def test_half_feature_maps_match_the_measured_variant():
+    """The model's bf16 path is the variant the record measured: projections and contractions in bf16, exp,
+    stabilisers and the normaliser in fp32."""
+    from experiments.favor_precision import favor_variant
+
+    q, k, v, mask, w = seeded_half_case()
+    for dtype in HALF_TYPES.values():
+        got = favor_attention(q, k, v, mask, w, feature_dtype=dtype)
+        measured = favor_variant(q, k, v, mask, w, dtype, ("proj", "contract"))
+        torch.testing.assert_close(got, measured, rtol=0, atol=2e-3 * float(measured.abs().max()))
+
+
+def test_fp16_contractions_do_not_overflow_with_large_values():
+    """phi(K)^T V over 2048 keys of |v| = 20000 is far above fp16's 65504: V is scaled into range first."""
+    generator = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(1, 2, 2048, 8, generator=generator) for _ in range(2))
+    v = torch.full((1, 2, 2048, 8), 20000.0)
+    v[:, 1] = torch.randn(2048, 8, generator=generator) * 20000.0
+    mask = torch.ones(1, 2048)
+    w = draw_random_features(16, 8, generator=generator)
+    expected = favor_attention(q, k, v, mask, w)
+    got = favor_attention(q, k, v, mask, w, feature_dtype=torch.float16)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, expected, rtol=0.01, atol=0.01 * 20000)
+
+
+@pytest.mark.parametrize("name", list(HALF_TYPES))
+def test_half_feature_maps_give_finite_gradients_close_to_fp32s(name):
+    q, k, v, mask, w = seeded_half_case(seq_len=64)
+    mask[0] = 0  # a batch item with no real key at all
+    weights = torch.linspace(-1, 1, 2 * 2 * 64 * 32).view(2, 2, 64, 32)
+    grads = {}
+    for dtype in (None, HALF_TYPES[name]):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        (favor_attention(*inputs, mask, w, feature_dtype=dtype) * weights).sum().backward()
+        grads[dtype] = [t.grad for t in inputs]
+    for got, expected in zip(grads[HALF_TYPES[name]], grads[None]):
+        assert torch.isfinite(got).all()
+        assert relative_error(got, expected, 1.0) < 5 * HALF_ERROR_BOUND[name]
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_bf16_feature_maps_survive_save_load_and_run_under_bf16_autocast(is_decoder, tmp_path):
+    torch.manual_seed(0)
+    model = PerformerModel(tiny_performer(is_decoder=is_decoder, feature_map_dtype="bfloat16")).eval()
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    expected = model(ids, attention_mask=mask).last_hidden_state
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["feature_map_dtype"] == "bfloat16"
+    loaded = AutoModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.feature_map_dtype == "bfloat16"
+    torch.testing.assert_close(loaded(ids, attention_mask=mask).last_hidden_state, expected, rtol=0, atol=0)
+    # The option is wired to the attention: the same weights in fp32 give other outputs.
+    fp32 = PerformerModel(tiny_performer(is_decoder=is_decoder)).eval()
+    fp32.load_state_dict(model.state_dict())
+    reference = fp32(ids, attention_mask=mask).last_hidden_state
+    assert not torch.equal(reference, expected)
+    torch.testing.assert_close(expected, reference, rtol=0.05, atol=0.05)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(ids, attention_mask=mask).last_hidden_state
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), reference, rtol=0.05, atol=0.05)
 
 
 # --- the model ----------------------------------------------------------------------------------------------------
@@ -622,3 +743,32 @@ def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
     settings = {(r["kernel"], r["orthogonal"], r["num_random_features"]) for r in result["mean_over_layers"]}
     assert settings == {(k, o, m) for k in ("softmax", "relu") for o in (True, False) for m in (8, 64)}
     assert all(0 <= r["mean"] < 10 for r in result["mean_over_layers"])
+
+
+def test_favor_precision_script_measures_every_variant_and_counts_ops(tmp_path, capsys):
+    from experiments import favor_precision
+
+    out = tmp_path / "precision.json"
+    argv = [
+        "random",
+        str(out),
+        "--lengths",
+        "32",
+        "--ms",
+        "16",
+        "--logit_stds",
+        "0.5",
+        "--seeds",
+        "1",
+        "--head_size",
+        "8",
+    ]
+    assert favor_precision.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["variant"], r["dtype"]) for r in rows} == {("fp32", "-")} | {
+        (variant, dtype) for variant in favor_precision.VARIANTS for dtype in ("bfloat16", "float16")
+    }
+    assert all(0 < r["vs_fp32"] < 0.1 for r in rows if r["variant"] != "fp32")
+    assert "| 0.5 | 32 | 16 |" in capsys.readouterr().out
+    ops = favor_precision.count_ops()
+    assert ops["bmm"] == 3 and ops["exp"] == 2  # phi(K)^T V, phi(Q) (.), the normaliser; one exp per side

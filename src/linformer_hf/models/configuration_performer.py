@@ -21,9 +21,11 @@ from .compat import RobertaConfig, auto_docstring, config_class
 # naming the field and the allowed values; the tuples below are derived from them for argparse choices and tests.
 Kernel = Literal["softmax", "relu"]
 RowNorms = Literal["chi", "sqrt_d"]
+FeatureMapDtype = Literal["float32", "bfloat16", "float16"]
 
 KERNELS: tuple[str, ...] = get_args(Kernel)
 ROW_NORMS: tuple[str, ...] = get_args(RowNorms)
+FEATURE_MAP_DTYPES: tuple[str, ...] = get_args(FeatureMapDtype)
 
 # The reference implementations' stabiliser for each kernel (google-research FAVOR+: 1e-6 for positive softmax
 # features; the paper's generalised attention: ReLU(x W^T) + 1e-3).
@@ -64,6 +66,11 @@ class PerformerConfig(RobertaConfig):
     causal_chunk_size (`int`, defaults to 128):
         With `is_decoder=True`, the block length of the causal prefix sums: memory per layer is
         O(L m d_h / chunk + chunk^2 + m d_h) per head instead of O(L^2).
+    feature_map_dtype (`str`, defaults to `"float32"`):
+        The dtype of FAVOR+'s matmuls: the projections x' W^T (x' = x / d_h^(1/4)) and, bidirectional, the
+        contractions phi(K)^T V and phi(Q) (phi(K)^T V). `"bfloat16"` or `"float16"` run them on tensor cores
+        (fp32 accumulation); the exp, its stabilisers and the normaliser phi(Q) (phi(K)^T 1) stay fp32, whatever
+        the autocast dtype. `"float32"`: everything in fp32. Causal attention uses it for the projections only.
 
     Example:
 
@@ -84,6 +91,7 @@ class PerformerConfig(RobertaConfig):
     # None means "the kernel's default", derived in __post_init__.
     kernel_epsilon: float | int | None = None
     causal_chunk_size: int = 128
+    feature_map_dtype: FeatureMapDtype = "float32"
 
     def __post_init__(self, **kwargs):
         if self.kernel_epsilon is None and self.kernel in DEFAULT_KERNEL_EPSILON:
@@ -122,4 +130,13 @@ class PerformerConfig(RobertaConfig):
             )
 
 
-__all__ = ["DEFAULT_KERNEL_EPSILON", "KERNELS", "ROW_NORMS", "Kernel", "PerformerConfig", "RowNorms"]
+__all__ = [
+    "DEFAULT_KERNEL_EPSILON",
+    "FEATURE_MAP_DTYPES",
+    "KERNELS",
+    "ROW_NORMS",
+    "FeatureMapDtype",
+    "Kernel",
+    "PerformerConfig",
+    "RowNorms",
+]

@@ -120,8 +120,10 @@ def favor_attention(
     epsilon: float = 1e-6,
     causal: bool = False,
     chunk_size: int = 128,
+    feature_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """FAVOR+: D^-1 phi(Q) (phi(K)^T V) with D = diag(phi(Q) phi(K)^T 1), in fp32 whatever the autocast dtype.
+    """FAVOR+: D^-1 phi(Q) (phi(K)^T V) with D = diag(phi(Q) phi(K)^T 1), in fp32 whatever the autocast dtype
+    (or, with `feature_dtype`, its matmuls in a half type and everything else in fp32).
 
     Args:
         query, key: (batch, heads, L, d); value: (batch, heads, L, d_v).
@@ -130,6 +132,11 @@ def favor_attention(
         kernel: `"softmax"`: phi(x) = (exp(w^T x' - ||x'||^2 / 2 - s) + epsilon) / sqrt(m) with x' = x / d^(1/4),
             so phi(q)^T phi(k) estimates exp(q^T k / sqrt(d)); `"relu"`: phi(x) = (ReLU(w^T x') + epsilon) / sqrt(m).
         causal: query i attends to keys j <= i only (prefix sums over chunks of `chunk_size` positions).
+        feature_dtype: None or torch.float32 (all fp32), or torch.bfloat16 / torch.float16: the projections x' W^T
+            and, bidirectional, the contractions phi(K)^T V and phi(Q) (phi(K)^T V) take their inputs in that dtype
+            (tensor cores; the matmuls accumulate in fp32); the exp, the stabilisers and the normaliser
+            phi(Q) (phi(K)^T 1) stay fp32. fp16: V is divided by its largest |v| per (batch, head) before the
+            contraction and the normaliser likewise, so that phi(K)^T V <= L / sqrt(m) stays within fp16's range.
     Returns:
         (batch, heads, L, d_v) in fp32.
 
@@ -140,44 +147,71 @@ def favor_attention(
     phi(K)^T V nor to the normaliser, and padded positions never set the key stabiliser.
     """
     # Under fp16 the key sums phi(K)^T V and the normaliser overflow (65504) long before L is large, and bf16 keeps
-    # 8 bits of mantissa: everything here runs in fp32.
+    # 8 bits of mantissa: the sums, the exp and its stabilisers run in fp32 under autocast; only the matmuls of
+    # `feature_dtype` take half-type inputs (docs/results/favor-approximation.md measures what that costs).
+    # Few kernels: the scales go on W (m x d) and on per-token or per-head tensors, never on an (L x m) one.
+    half = None if feature_dtype in (None, torch.float32) else feature_dtype
+    matmul_dtype = half or torch.float32
     with torch.autocast(device_type=query.device.type, enabled=False):
-        q, k, v, w = query.float(), key.float(), value.float(), features.float()
-        m, d = w.shape
+        m, d = features.shape
         real = mask[:, None, :, None] > 0  # (batch, 1, L, 1)
-        keep = real.float()
-        data_scale = d**-0.25  # q'^T k' = q^T k / sqrt(d)
-        query_proj = torch.matmul(q * data_scale, w.T)  # (batch, heads, L, m)
-        key_proj = torch.matmul(k * data_scale, w.T)
         feature_scale = m**-0.5
+        # w^T x' = (d^-1/4 w)^T x; relu features also take 1/sqrt(m) there (ReLU(c x) = c ReLU(x) for c > 0).
+        w_scale = d**-0.25 if kernel == "softmax" else d**-0.25 * feature_scale
+        w_t = (features.float() * w_scale).to(matmul_dtype).T
+        query_proj = torch.matmul(query.to(matmul_dtype), w_t).float()  # (batch, heads, L, m)
+        key_proj = torch.matmul(key.to(matmul_dtype), w_t).float()
+        key_epsilon = (real * (epsilon * feature_scale)).float()  # (batch, 1, L, 1): 0 at padded keys
 
         if kernel == "softmax":
-            log_q = query_proj - (q * data_scale).pow(2).sum(-1, keepdim=True) / 2
-            phi_q = torch.exp(log_q - log_q.amax(dim=-1, keepdim=True).detach()) + epsilon
-            log_k = key_proj - (k * data_scale).pow(2).sum(-1, keepdim=True) / 2  # (batch, heads, L, m)
+            # log phi(q) = w^T q' - ||q'||^2 / 2 - s_q with s_q its maximum over features: ||q'||^2 / 2 is the same
+            # for every feature of a query, so it cancels in w^T q' - s_q and is never computed; and
+            # 1 / sqrt(m) = exp(-log(m) / 2) joins the stabiliser.
+            query_shift = query_proj.amax(dim=-1, keepdim=True).detach() + math.log(m) / 2  # (batch, heads, L, 1)
+            phi_q = torch.exp(query_proj - query_shift) + epsilon * feature_scale
+            # ||k'||^2 / 2 = ||k||^2 / (2 sqrt(d)), per key (batch, heads, L, 1)
+            key_half_norm = torch.linalg.vector_norm(key, dim=-1, keepdim=True, dtype=torch.float32).square()
+            key_half_norm = key_half_norm * (d**-0.5 / 2)
         elif kernel == "relu":
-            phi_q = F.relu(query_proj) + epsilon
-            log_k = None
+            phi_q = F.relu(query_proj) + epsilon * feature_scale
         else:
             raise ValueError(f"kernel must be 'softmax' or 'relu', got {kernel!r}.")
-        phi_q = phi_q * feature_scale
 
         if causal:
-            numerator, normaliser = _causal_sums(phi_q, log_k, key_proj, v, real, epsilon * feature_scale, chunk_size)
+            log_k = key_proj - key_half_norm if kernel == "softmax" else None  # (batch, heads, L, m)
+            numerator, normaliser = _causal_sums(
+                phi_q, log_k, key_proj, value.float(), real, epsilon * feature_scale, chunk_size
+            )
+            return numerator / normaliser.clamp_min(TINY)
+
+        if kernel == "softmax":
+            # +inf half norms at padded keys: their log-features are -inf, so phi(k) = 0 there (with no epsilon,
+            # see key_epsilon) and they never set the stabiliser.
+            log_k = key_proj - key_half_norm.masked_fill(~real, float("inf"))
+            stabiliser = log_k.amax(dim=(-1, -2), keepdim=True).detach()  # (batch, heads, 1, 1)
+            stabiliser = torch.nan_to_num(stabiliser, neginf=0.0) + math.log(m) / 2  # -inf: no real key at all
+            phi_k = torch.exp(log_k - stabiliser) + key_epsilon  # (batch, heads, L, m)
         else:
-            if log_k is not None:
-                log_k = log_k.masked_fill(~real, float("-inf"))
-                stabiliser = log_k.amax(dim=(-1, -2), keepdim=True).detach()  # (batch, heads, 1, 1)
-                stabiliser = torch.where(torch.isfinite(stabiliser), stabiliser, 0.0)  # no real key at all
-                phi_k = torch.exp(log_k - stabiliser) + epsilon
-            else:
-                phi_k = F.relu(key_proj) + epsilon
-            phi_k = phi_k * feature_scale * keep  # (batch, heads, L, m): padded keys contribute nothing
-            key_value = torch.matmul(phi_k.transpose(-1, -2), v)  # phi(K)^T V (batch, heads, m, d_v)
-            key_sum = phi_k.sum(dim=-2)[..., None]  # phi(K)^T 1 (batch, heads, m, 1)
-            numerator = torch.matmul(phi_q, key_value)  # (batch, heads, L, d_v)
-            normaliser = torch.matmul(phi_q, key_sum)  # (batch, heads, L, 1)
-        return numerator / normaliser.clamp_min(TINY)
+            phi_k = torch.addcmul(key_epsilon, F.relu(key_proj), real)  # padded keys contribute nothing
+        value_scale = None
+        if half is torch.float16:  # a scalar that cancels: phi(K)^T V <= L / sqrt(m) within fp16's range
+            value_scale = torch.linalg.vector_norm(value, float("inf"), dim=(-1, -2), keepdim=True, dtype=torch.float32)
+            value_scale = value_scale.clamp_min(TINY)
+            v = (value / value_scale).to(matmul_dtype)
+        else:
+            v = value.to(matmul_dtype)
+        # phi(K)^T V (batch, heads, m, d_v) and phi(Q) (phi(K)^T V) (batch, heads, L, d_v), in matmul_dtype
+        key_value = torch.matmul(phi_k.to(matmul_dtype).transpose(-1, -2), v)
+        numerator = torch.matmul(phi_q.to(matmul_dtype), key_value)
+        normaliser = torch.matmul(phi_q, phi_k.sum(dim=-2)[..., None])  # phi(Q) (phi(K)^T 1) (batch, heads, L, 1)
+        if half is None:
+            return numerator / normaliser.clamp_min(TINY)
+        if value_scale is not None:
+            normaliser = normaliser / value_scale
+        # A query with no real key has numerator and normaliser 0: divide by 1, not by TINY, whose gradient 1 / TINY
+        # overflows the half type on its way back into the numerator's matmul (NaN). The fp32 quotient of a
+        # half-type numerator is one kernel.
+        return numerator / normaliser.masked_fill(normaliser <= TINY, 1.0)
 
 
 def _causal_sums(phi_q, log_k, key_proj, v, real, key_epsilon, chunk_size):
@@ -205,8 +239,8 @@ def _causal_sums(phi_q, log_k, key_proj, v, real, key_epsilon, chunk_size):
         first = running.masked_fill(torch.isinf(running), float("inf")).amin(dim=-2, keepdim=True)
         first = torch.where(torch.isfinite(first), first, 0.0)
         running = torch.where(torch.isinf(running), first, running)
-    else:  # relu: features need no stabiliser
-        psi = F.relu(key_proj) * (m**-0.5) * keep
+    else:  # relu: features need no stabiliser; key_proj carries the 1 / sqrt(m) of W's scale
+        psi = F.relu(key_proj) * keep
         t = torch.zeros_like(keep).expand(batch, heads, seq_len, 1)
         running = t
 
@@ -314,6 +348,7 @@ class PerformerSelfAttention(nn.Module):
             epsilon=self.config.kernel_epsilon,
             causal=self.is_causal,
             chunk_size=self.config.causal_chunk_size,
+            feature_dtype=getattr(torch, self.config.feature_map_dtype),
         )  # (batch, heads, L, d_h), fp32
         output = output.to(value.dtype).transpose(1, 2).reshape(batch, seq_len, -1)  # (batch, L, d)
         return output, None
