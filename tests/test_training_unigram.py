@@ -1,4 +1,5 @@
-"""The unigram baseline of masked-LM perplexity (training/metrics.py), as pretraining reports it beside its own."""
+"""The unigram baseline of masked-LM perplexity (training/metrics.py), as pretraining reports it beside its own, and
+the output bias that starts a fresh model there (model.output_bias_init)."""
 
 import math
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from training_utils import WIKITEXT, tiny_pretrain_overrides
 
-from linformer_hf.training.config import PretrainRecipe, load_recipe
+from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
 from linformer_hf.training.metrics import token_counts, unigram_log_probs, unigram_nll, unigram_perplexity
 
 
@@ -92,3 +93,51 @@ def test_pretraining_reports_the_unigram_perplexity_an_mlm_of_the_frequencies_re
     # The same on the scored tokens whose input is <mask> (the ones a model must predict from context alone).
     assert run.unigram["unigram_mask_input_perplexity"] == pytest.approx(metrics["mask_input_perplexity"], rel=1e-4)
     assert run.unigram["unigram_perplexity"] < 500 / 2  # far below uniform over the vocabulary
+
+
+def test_a_fresh_model_with_the_unigram_output_bias_starts_at_the_unigram_baseline(tmp_path):
+    """model.output_bias_init: unigram. Before any update, the model's perplexity is near the unigram baseline's on the
+    same masked tokens (its initial logits are small beside the log frequencies), where a zero bias starts near the
+    vocabulary size; the bias set is the one the output layer uses (tied), for RoBERTa and the Linformer."""
+    from linformer_hf.training.pretraining import close_run, evaluate_mlm, setup_pretraining
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    tokenizer_dir = tmp_path / "tokenizer"
+    train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(tokenizer_dir), vocab_size=500, model_max_length=64)
+    start = {}
+    for model_type, bias_init in (("linformer", "unigram"), ("roberta", "unigram"), ("linformer", "zeros")):
+        overrides = {
+            **tiny_pretrain_overrides(tokenizer_dir, tmp_path / f"{model_type}-{bias_init}", max_steps=10),
+            "data.max_train_blocks": 300,
+            "data.max_eval_blocks": 24,
+            "model.model_type": model_type,
+            "model.output_bias_init": bias_init,
+        }
+        if model_type == "roberta":
+            overrides["model.config_file"] = None
+            overrides["model.config"] = {
+                "hidden_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "intermediate_size": 64,
+                "max_position_embeddings": 66,
+            }
+        run = setup_pretraining(load_recipe(PretrainRecipe, None, extra=overrides))
+        try:
+            metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator, mask_token_id=run.tokenizer.mask_token_id)
+        finally:
+            close_run(run)
+        start[model_type, bias_init] = metrics["mask_input_perplexity"] / run.unigram["unigram_mask_input_perplexity"]
+    assert start["linformer", "unigram"] == pytest.approx(1.0, abs=0.1), start
+    assert start["roberta", "unigram"] == pytest.approx(1.0, abs=0.1), start
+    assert start["linformer", "zeros"] > 2.0, start  # near uniform over 500 tokens, the baseline far below
+
+
+def test_the_unigram_output_bias_is_refused_where_it_cannot_apply(tmp_path):
+    base = tiny_pretrain_overrides(tmp_path / "tokenizer", tmp_path / "run", max_steps=10)
+    with pytest.raises(ConfigError, match="model.output_bias_init must be one of"):
+        load_recipe(PretrainRecipe, None, extra={**base, "model.output_bias_init": "frequencies"})
+    with pytest.raises(ConfigError, match="model.pretrained is set"):
+        load_recipe(PretrainRecipe, None, extra={**base, "model.output_bias_init": "unigram", "model.pretrained": str(tmp_path)})
+    with pytest.raises(ConfigError, match="streamed data set"):
+        load_recipe(PretrainRecipe, None, extra={**base, "model.output_bias_init": "unigram", "data.streaming": True})

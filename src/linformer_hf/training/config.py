@@ -256,6 +256,7 @@ def load_recipe(cls, path: str | None, argv: list[str] | None = None, extra: dic
 
 MODEL_TYPES = ("linformer", "performer", "roberta", "bert")
 TRAINABLE = ("all", "lm_head")
+OUTPUT_BIAS_INITS = ("zeros", "unigram")
 
 
 @dataclasses.dataclass
@@ -274,12 +275,26 @@ class ModelSection:
     # shares the frozen word embeddings), to fit a head on an encoder released without one (all-MiniLM-L6-v2) before
     # it is uptrained or scored by masked LM.
     trainable: str = "all"
+    # A fresh model's masked-LM output bias: "zeros" (transformers' init) or "unigram", the log frequencies of the
+    # training blocks' tokens (add-one smoothed). With "unigram" a model starts at the unigram baseline instead of
+    # spending its first hundreds of updates getting there (Adam moves each bias by about the learning rate an update,
+    # and the log frequencies span more than 10).
+    output_bias_init: str = "zeros"
 
     def validate(self):
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
         if self.trainable not in TRAINABLE:
             raise ConfigError(f"model.trainable must be one of {TRAINABLE}, got {self.trainable!r}.")
+        if self.output_bias_init not in OUTPUT_BIAS_INITS:
+            raise ConfigError(
+                f"model.output_bias_init must be one of {OUTPUT_BIAS_INITS}, got {self.output_bias_init!r}."
+            )
+        if self.output_bias_init != "zeros" and self.pretrained is not None:
+            raise ConfigError(
+                f"model.output_bias_init={self.output_bias_init} initialises a fresh model, and model.pretrained is "
+                f"set (its trained head keeps its bias): drop one of them."
+            )
         if self.trainable == "lm_head" and self.pretrained is None:
             raise ConfigError(
                 "model.trainable=lm_head fits a head on a pretrained encoder, and model.pretrained is not set: give "
@@ -577,6 +592,11 @@ class PretrainRecipe:
             self.tokenizer.name_or_path = self.model.pretrained
         self.data.validate()
         self.training.validate()
+        if self.model.output_bias_init == "unigram" and self.data.streaming:
+            raise ConfigError(
+                "model.output_bias_init=unigram counts the training tokens before the first update, which a streamed "
+                "data set (data.streaming: true) cannot give: use data.streaming: false, or output_bias_init: zeros."
+            )
 
 
 @dataclasses.dataclass

@@ -6,6 +6,8 @@ import json
 import os
 from typing import Any
 
+import torch
+
 from huggingface_hub.errors import StrictDataclassError
 from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 from transformers.modeling_outputs import MaskedLMOutput
@@ -88,6 +90,26 @@ def head_parameter_names(model) -> list[str]:
     head = "cls." if isinstance(model, BertForMaskedLM) else "lm_head."
     shared = {id(model.get_input_embeddings().weight)}
     return [name for name, p in model.named_parameters() if name.startswith(head) and id(p) not in shared]
+
+
+def output_bias(model) -> torch.nn.Parameter:
+    """The masked-LM head's output bias (RoBERTa's and this package's ``lm_head.bias``, BERT's
+    ``cls.predictions.bias``), which the output layer's bias shares."""
+    head = model.cls.predictions if isinstance(model, BertForMaskedLM) else model.lm_head
+    return head.bias
+
+
+@torch.no_grad()
+def init_output_bias(model, log_probs) -> None:
+    """Start ``model`` at the unigram model: its output bias set to ``log_probs`` (log token frequencies, one per
+    vocabulary entry of the tokenizer), so that with the small initial logits of a fresh model it predicts the token
+    frequencies. Rows past the tokenizer's (a vocabulary padded to a multiple) get the rarest token's value."""
+    bias = output_bias(model)
+    log_probs = torch.as_tensor(log_probs, dtype=bias.dtype)
+    if bias.shape[0] < len(log_probs):
+        raise ValueError(f"{len(log_probs)} log frequencies for an output bias of only {bias.shape[0]} tokens")
+    bias.fill_(log_probs.min())
+    bias[: len(log_probs)] = log_probs
 
 
 def _classes(model_type: str):

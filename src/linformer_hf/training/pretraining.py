@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
@@ -52,7 +53,7 @@ from .errors import Preempted, TrainingDiverged
 from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint
 from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
-from .model_setup import build_mlm_model, build_model_config, convert_masked_lm
+from .model_setup import build_mlm_model, build_model_config, convert_masked_lm, init_output_bias
 from .tokenizer import load_tokenizer
 from .validation import check_model_files, check_tokenizer_fits_model, warn_if_mixed_precision_ignored
 
@@ -135,27 +136,31 @@ def evaluate_mlm(model, dataloader, accelerator, mask_token_id: int | None = Non
     return out
 
 
-def unigram_baseline(train_data, tokenizer, eval_dataloader, accelerator) -> dict[str, float] | None:
-    """The perplexity that predicting the training set's token frequencies, whatever the context, reaches on the very
-    masked tokens `evaluate_mlm` scores (the validation masking is seeded, the same at every evaluation): on all of
-    them (``unigram_perplexity``) and on those whose input is ``<mask>`` (``unigram_mask_input_perplexity``).
-
-    The bar a masked LM must clear to show it uses context. Counted over the training blocks' tokens without the
-    special ones (never masked, so never predicted). None for streamed training data, which cannot be counted up
-    front.
-    """
+def training_unigram_log_probs(train_data, tokenizer) -> np.ndarray | None:
+    """log p(token) of the training blocks' token frequencies (add-one smoothed), counted without the special tokens
+    (never masked, so never predicted); None for streamed training data, which cannot be counted up front."""
     if not hasattr(train_data, "__len__"):
         return None
-    vocab_size = len(tokenizer)
     counts = token_counts(
         (ids for batch in train_data.iter(batch_size=1024) for ids in batch["input_ids"]),
-        vocab_size,
+        len(tokenizer),
         exclude_ids=tokenizer.all_special_ids,
     )
-    log_probs = unigram_log_probs(counts)
+    return unigram_log_probs(counts)
+
+
+def unigram_baseline(log_probs: np.ndarray | None, mask_token_id: int, eval_dataloader, accelerator) -> dict | None:
+    """The perplexity that predicting the training set's token frequencies (``log_probs``), whatever the context,
+    reaches on the very masked tokens `evaluate_mlm` scores (the validation masking is seeded, the same at every
+    evaluation): on all of them (``unigram_perplexity``) and on those whose input is ``<mask>``
+    (``unigram_mask_input_perplexity``). The bar a masked LM must clear to show it uses context; None without
+    ``log_probs`` (streamed training data).
+    """
+    if log_probs is None:
+        return None
     sums = [0.0, 0, 0.0, 0]  # [nll, scored] over all scored tokens, then over those whose input is <mask>
     for batch in eval_dataloader:
-        for i, labels in ((0, batch["labels"]), (2, labels_at_mask_inputs(batch, tokenizer.mask_token_id))):
+        for i, labels in ((0, batch["labels"]), (2, labels_at_mask_inputs(batch, mask_token_id))):
             batch_nll, batch_scored = unigram_nll(log_probs, labels.numpy())
             sums[i] += batch_nll
             sums[i + 1] += batch_scored
@@ -328,8 +333,12 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed, accelerator.process_index)
     eval_collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed + 1, accelerator.process_index)
 
+    log_probs = training_unigram_log_probs(data["train"], tokenizer)
+
     set_seed(tcfg.seed)  # the model init does not depend on how much RNG the data preparation used
     model = converted if converted is not None else build_mlm_model(recipe.model, tokenizer)
+    if recipe.model.output_bias_init == "unigram":  # a fresh model (validated), non-streamed data (validated)
+        init_output_bias(model, log_probs)
     if tcfg.torch_compile == "layers":  # in place, before DDP wraps the model (the whole model: at prepare)
         compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
     optimizer = build_optimizer(model, tcfg)
@@ -395,7 +404,7 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
             ),
             last_good_checkpoint=resume_dir,
         ),
-        unigram=unigram_baseline(data["train"], tokenizer, eval_dl, accelerator),
+        unigram=unigram_baseline(log_probs, tokenizer.mask_token_id, eval_dl, accelerator),
     )
     if run.unigram:
         run.summary["unigram"] = run.unigram
