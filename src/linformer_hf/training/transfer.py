@@ -38,13 +38,15 @@ parameters of its own (its random features are a fixed buffer), so stage 1 train
 `--train_attention_weights`; with the softmax kernel a converted Performer already estimates the teacher's attention,
 and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
 
-This module is the run: the loop, its checkpoints and outputs, and the command line. What it runs is split by
-concern: the options (`transfer_arguments`), the teacher and student and their attention (`transfer_models`), the
-text and its windows (`transfer_data`), the losses (`transfer_losses`), what trains when (`transfer_schedule`) and
-the fidelity figures (`transfer_evaluation`). The output directory, its lock and the checkpoints are the training
-loops' (training/checkpointing.py). It lives in `training/` beside the pretraining and fine-tuning loops: it is a
-training loop run under `accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and is not part of
-the model API.
+This module is the run: the loop, its checkpoints and outputs, and the command line. The run reads top-down in
+`_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`, or `set_up_training`,
+`start_or_resume`, `train` (one `train_step` per step, checkpoints, the stop) and `evaluate_and_save`; the steps share
+one `TransferRun`. What it runs is split by concern: the options (`transfer_arguments`), the teacher and student and
+their attention (`transfer_models`), the text and its windows (`transfer_data`), the losses (`transfer_losses`), what
+trains when (`transfer_schedule`) and the fidelity figures (`transfer_evaluation`). The output directory, its lock and
+the checkpoints are the training loops' (training/checkpointing.py). It lives in `training/` beside the pretraining
+and fine-tuning loops: it is a training loop run under `accelerate launch`, needs the `train` extra (accelerate,
+datasets, tqdm), and is not part of the model API.
 
 Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAME --student CONVERTED_DIR ...`
 (or `python -m linformer_hf.training.transfer`).
