@@ -3,7 +3,8 @@
 Commands (each runs from an installed package; ``scripts/`` holds thin wrappers):
 
 - ``python -m linformer_hf.training.pretrain``: masked-LM pretraining (`pretraining.run_pretraining`);
-- ``python -m linformer_hf.training.finetune``: sequence classification on `Trainer` (`finetuning.run_finetuning`);
+- ``python -m linformer_hf.training.finetune``: sequence classification on `Trainer` (`finetuning.run_finetuning`;
+  its steps are the `finetuning_*` modules);
 - ``python -m linformer_hf.training.train_tokenizer``: a byte-level BPE tokenizer (`tokenizer.train_bpe_tokenizer`);
 - ``python -m linformer_hf.training.transfer``: attention transfer from a teacher into a converted student
   (`transfer.run_transfer`; its parts are the `transfer_*` modules).

@@ -1,5 +1,5 @@
 """The fine-tuning tasks: their text and label columns, Hub names, splits and metric. One table, read by the recipe's
-checks (config.py) and by the fine-tuning run (finetuning.py)."""
+checks (config.py) and by the fine-tuning run (finetuning_data.py and the steps after it)."""
 
 from __future__ import annotations
 

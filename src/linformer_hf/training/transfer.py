@@ -38,13 +38,15 @@ parameters of its own (its random features are a fixed buffer), so stage 1 train
 `--train_attention_weights`; with the softmax kernel a converted Performer already estimates the teacher's attention,
 and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
 
-This module is the run: the loop, its checkpoints and outputs, and the command line. What it runs is split by
-concern: the options (`transfer_arguments`), the teacher and student and their attention (`transfer_models`), the
-text and its windows (`transfer_data`), the losses (`transfer_losses`), what trains when (`transfer_schedule`) and
-the fidelity figures (`transfer_evaluation`). The output directory, its lock and the checkpoints are the training
-loops' (training/checkpointing.py). It lives in `training/` beside the pretraining and fine-tuning loops: it is a
-training loop run under `accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and is not part of
-the model API.
+This module is the run: the loop, its checkpoints and outputs, and the command line. The run reads top-down in
+`_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`, or `set_up_training`,
+`start_or_resume`, `train` (one `train_step` per step, checkpoints, the stop) and `evaluate_and_save`; the steps share
+one `TransferRun`. What it runs is split by concern: the options (`transfer_arguments`), the teacher and student and
+their attention (`transfer_models`), the text and its windows (`transfer_data`), the losses (`transfer_losses`), what
+trains when (`transfer_schedule`) and the fidelity figures (`transfer_evaluation`). The output directory, its lock and
+the checkpoints are the training loops' (training/checkpointing.py). It lives in `training/` beside the pretraining
+and fine-tuning loops: it is a training loop run under `accelerate launch`, needs the `train` extra (accelerate,
+datasets, tqdm), and is not part of the model API.
 
 Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAME --student CONVERTED_DIR ...`
 (or `python -m linformer_hf.training.transfer`).
@@ -57,6 +59,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer, HfArgumentParser
@@ -225,13 +228,55 @@ class Progress:
         self.step, self.seconds = int(state["step"]), float(state["seconds"])
 
 
+@dataclasses.dataclass
+class TransferRun:
+    """What the steps of one transfer share: its options, the two models, the text and, once training is set up, the
+    optimizer, the step counter, the divergence guard and the report being written."""
+
+    args: TransferArguments
+    accelerator: Any
+    resume_from: str | None
+    student: Any
+    teacher: Any
+    tokenizer: Any
+    lengths: list[int]
+    streams: Any = None
+    documents: list = dataclasses.field(default_factory=list)
+    eval_batches: Any = None
+    optimizer: torch.optim.Optimizer | None = None
+    progress: Progress = dataclasses.field(default_factory=Progress)
+    guard: DivergenceGuard | None = None
+    report: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self.args.output_dir, "transfer_log.jsonl")
+
+
 def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSignal) -> dict:
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     # a missing or torn checkpoint: said before any work
     resume_from = checkpointing.resolve_checkpoint(args.resume, args.output_dir, TRANSFER)
     set_seed(args.seed)
+    run = load_models(args, accelerator, resume_from)
+    if accelerator.is_main_process:  # the pair is sound: the folder is taken before the first write
+        locks += [lock for lock in [claim_output_dir(run.args)] if lock is not None]
+    load_text(run)
+    if run.args.evaluate_only:
+        return evaluate_only(run)
+    set_up_training(run)
+    start_or_resume(run)
+    train(run, stop)
+    if run.progress.step < run.args.total_steps:  # --stop_after_steps: a checkpoint to resume from is written
+        accelerator.print(f"Stopped at step {run.progress.step} of {run.args.total_steps}; resume with --resume latest")
+        accelerator.end_training()
+        return {"stopped_at": run.progress.step, **run.report}
+    return evaluate_and_save(run)
+
+
+def load_models(args: TransferArguments, accelerator, resume_from: str | None) -> TransferRun:
+    """The student, its tokenizer and the teacher, checked as a pair, and the window lengths to train at."""
     # Linformer or Performer, as the head its config names; a folder of another model type is refused before its
     # weights are read
     student = load_model(args.student)
@@ -247,158 +292,156 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
     too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
-    if accelerator.is_main_process:
-        locks += [lock for lock in [claim_output_dir(args)] if lock is not None]
+    return TransferRun(args, accelerator, resume_from, student, teacher, tokenizer, lengths)
 
-    streams = tokenize_streams(
-        load_texts(args), tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed
+
+def load_text(run: TransferRun) -> None:
+    """The text, tokenised into a training stream and held-out documents (all held out with --evaluate_only)."""
+    args = run.args
+    run.streams = tokenize_streams(
+        load_texts(args), run.tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed
     )
-    documents = streams.held_out_documents[: args.eval_documents]
-    longest = max(lengths)
-    if args.evaluate_only:
-        started = time.perf_counter()
-        teacher.to(accelerator.device)
-        report = {
-            "teacher": args.teacher,
-            "student": args.student,
-            "lengths": lengths,
-            "fidelity": evaluate(
-                teacher,
-                student.to(accelerator.device).eval(),
-                tokenizer,
-                held_out_batches(streams, tokenizer, lengths, args.eval_windows),
-                documents,
-                args.batch_size,
-            ),
-        }
-        report["eval_seconds"] = round(time.perf_counter() - started, 1)
-        if accelerator.is_main_process:
-            os.makedirs(args.output_dir, exist_ok=True)
-            write_json_atomic(os.path.join(args.output_dir, "fidelity.json"), report)
-            print(json.dumps(report["fidelity"], indent=1))
-        return report
-    if len(streams.train) < longest:
-        raise ValueError(f"The training text has {len(streams.train)} tokens, fewer than one window of {longest}.")
-    eval_batches = held_out_batches(streams, tokenizer, lengths, args.eval_windows)
+    run.documents = run.streams.held_out_documents[: args.eval_documents]
 
-    device = accelerator.device
-    teacher.to(device)
-    student.to(device).eval()  # dropout off: match the teacher's deterministic output
-    if args.torch_compile == "layers":
-        compile_student_layers(student, args, device)
-    groups = parameter_groups(student, args)
-    optimizer = torch.optim.AdamW(
-        [{"params": params, "name": name} for name, params in groups.items() if params], lr=0.0, weight_decay=0.0
-    )
-    progress = Progress()
-    # Neither model goes through accelerator.prepare: stage 1 calls the student's layers one by one, which a DDP
-    # wrapper would not see; gradients are averaged across processes by hand below.
-    accelerator.register_for_checkpointing(student, optimizer, progress)
 
-    os.makedirs(args.output_dir, exist_ok=True)
-    log_path = os.path.join(args.output_dir, "transfer_log.jsonl")
+def evaluate_only(run: TransferRun) -> dict:
+    """--evaluate_only: the student's fidelity to the teacher as it is, in fidelity.json; nothing trains."""
+    args, accelerator = run.args, run.accelerator
+    started = time.perf_counter()
+    run.teacher.to(accelerator.device)
     report = {
         "teacher": args.teacher,
         "student": args.student,
-        "lengths": lengths,
+        "lengths": run.lengths,
+        "fidelity": evaluate(
+            run.teacher,
+            run.student.to(accelerator.device).eval(),
+            run.tokenizer,
+            held_out_batches(run.streams, run.tokenizer, run.lengths, args.eval_windows),
+            run.documents,
+            args.batch_size,
+        ),
+    }
+    report["eval_seconds"] = round(time.perf_counter() - started, 1)
+    if accelerator.is_main_process:
+        os.makedirs(args.output_dir, exist_ok=True)
+        write_json_atomic(os.path.join(args.output_dir, "fidelity.json"), report)
+        print(json.dumps(report["fidelity"], indent=1))
+    return report
+
+
+def set_up_training(run: TransferRun) -> None:
+    """The held-out windows, both models on the device, the optimizer over the groups that train, and what the
+    checkpoints hold."""
+    args, accelerator = run.args, run.accelerator
+    longest = max(run.lengths)
+    if len(run.streams.train) < longest:
+        raise ValueError(f"The training text has {len(run.streams.train)} tokens, fewer than one window of {longest}.")
+    run.eval_batches = held_out_batches(run.streams, run.tokenizer, run.lengths, args.eval_windows)
+
+    device = accelerator.device
+    run.teacher.to(device)
+    run.student.to(device).eval()  # dropout off: match the teacher's deterministic output
+    if args.torch_compile == "layers":
+        compile_student_layers(run.student, args, device)
+    groups = parameter_groups(run.student, args)
+    run.optimizer = torch.optim.AdamW(
+        [{"params": params, "name": name} for name, params in groups.items() if params], lr=0.0, weight_decay=0.0
+    )
+    # Neither model goes through accelerator.prepare: stage 1 calls the student's layers one by one, which a DDP
+    # wrapper would not see; gradients are averaged across processes by hand (train_step).
+    accelerator.register_for_checkpointing(run.student, run.optimizer, run.progress)
+    run.guard = transfer_guard(args, run.resume_from)
+
+
+def start_or_resume(run: TransferRun) -> None:
+    """A resumed run takes its checkpoint's state and drops the log past it; a new one measures the student before
+    training (fidelity_before.json) and starts its log afresh."""
+    args, accelerator = run.args, run.accelerator
+    os.makedirs(args.output_dir, exist_ok=True)
+    run.report = {
+        "teacher": args.teacher,
+        "student": args.student,
+        "lengths": run.lengths,
         "arguments": dataclasses.asdict(args),
     }
-    if resume_from:
-        accelerator.load_state(resume_from)
+    if run.resume_from:
+        accelerator.load_state(run.resume_from)
         if accelerator.is_main_process:
-            _truncate_log(log_path, progress.step)
-        accelerator.print(f"Resumed from {resume_from} at step {progress.step}")
+            _truncate_log(run.log_path, run.progress.step)
+        accelerator.print(f"Resumed from {run.resume_from} at step {run.progress.step}")
     else:
-        report["before"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
+        run.report["before"] = evaluate(
+            run.teacher, run.student, run.tokenizer, run.eval_batches, run.documents, args.batch_size
+        )
         if accelerator.is_main_process:
-            _truncate_log(log_path, -1)
-            write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), report["before"])
+            _truncate_log(run.log_path, -1)
+            write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), run.report["before"])
 
+
+def save_checkpoint(run: TransferRun) -> str:
+    # Written atomically with its completion marker (training/checkpointing.py): a kill during the save leaves no
+    # checkpoint that --resume latest would take. Never from non-finite weights.
+    check_weights_finite(run.student, f"the checkpoint of step {run.progress.step}", run.guard)
+    path = checkpointing.save_checkpoint(
+        run.accelerator, run.args.output_dir, run.progress.step, limit=run.args.checkpoints_to_keep, options=TRANSFER
+    )
+    run.guard.last_good_checkpoint = path
+    return path
+
+
+def train(run: TransferRun, stop: StopSignal) -> None:
+    """Steps until --total_steps (or --stop_after_steps), logging, checkpointing and watching for divergence; a
+    SIGTERM / SIGINT ends it after the current step with a checkpoint (`Preempted`)."""
+    from tqdm.auto import tqdm
+
+    args, accelerator, progress, guard = run.args, run.accelerator, run.progress, run.guard
     bar = tqdm(
         total=args.total_steps,
         initial=progress.step,
         disable=not (args.show_progress and accelerator.is_local_main_process),
     )
     stop_at = args.total_steps if args.stop_after_steps is None else min(args.stop_after_steps, args.total_steps)
-    guard = transfer_guard(args, resume_from)
-
-    def save_checkpoint() -> str:
-        # Written atomically with its completion marker (training/checkpointing.py): a kill during the save leaves
-        # no checkpoint that --resume latest would take. Never from non-finite weights.
-        check_weights_finite(student, f"the checkpoint of step {progress.step}", guard)
-        path = checkpointing.save_checkpoint(
-            accelerator, args.output_dir, progress.step, limit=args.checkpoints_to_keep, options=TRANSFER
-        )
-        guard.last_good_checkpoint = path
-        return path
-
     # Compiled: this process' first step's seconds (the compile time with it), and the graphs compiled by each step
     # that compiled any: the first of each stage, and the first at each other length; any other is a recompilation.
     compiled = args.torch_compile != "no"
     if compiled:
         from .compiling import compiled_graphs
 
-        report["compile"] = {"graphs_by_step": {}}
+        run.report["compile"] = {"graphs_by_step": {}}
     while progress.step < stop_at:
         started = time.perf_counter()
         graphs = compiled_graphs() if compiled else 0
-        step, stage = progress.step, args.stage_of(progress.step)
-        rates, trained = learning_rates(args, step), trained_groups(args, step)
-        for group in optimizer.param_groups:
-            group["lr"] = rates[group["name"]]
-            for parameter in group["params"]:
-                parameter.requires_grad_(group["name"] in trained)
-        ids = training_batch(
-            streams, tokenizer, args, lengths, step, accelerator.process_index, accelerator.num_processes
-        ).to(device)
-        mask = torch.ones(ids.shape, dtype=torch.float32, device=device)
-        if stage == "layer":
-            loss, per_layer = layer_local_loss(teacher, student, ids, mask, args.loss, args.layer_loss)
-        else:
-            loss, per_layer = end_to_end_loss(teacher, student, ids, mask, args)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if accelerator.num_processes > 1:
-            for parameter in student.parameters():
-                if parameter.grad is not None:
-                    parameter.grad = accelerator.reduce(parameter.grad, reduction="mean")
-        # Non-finite gradients (the same on every process, once averaged): the step is skipped, weights and Adam's
-        # moments unchanged; `nonfinite_patience` in a row stop the run.
-        finite = gradients_finite(student.parameters())
-        if finite:
-            optimizer.step()
+        stage = args.stage_of(progress.step)
+        loss, finite, record = train_step(run, stage)
         progress.step += 1
         progress.seconds += time.perf_counter() - started
         if compiled:
-            if "first_step_seconds" not in report["compile"]:
-                report["compile"]["first_step_seconds"] = seconds = time.perf_counter() - started
+            if "first_step_seconds" not in run.report["compile"]:
+                run.report["compile"]["first_step_seconds"] = seconds = time.perf_counter() - started
                 accelerator.print(f"compiled: the first step took {seconds:.1f} s")
             if compiled_graphs() > graphs:
-                report["compile"]["graphs_by_step"][progress.step] = compiled_graphs() - graphs
+                run.report["compile"]["graphs_by_step"][progress.step] = compiled_graphs() - graphs
         bar.update(1)
         bar.set_postfix(stage=stage, loss=f"{loss.item():.4f}")
 
         if accelerator.is_main_process and (progress.step % args.log_every == 0 or progress.step == args.total_steps):
             record = {
                 "step": progress.step,
-                "stage": stage,
-                "length": int(ids.shape[1]),
-                "loss": loss.item(),
-                layer_log_key(args, stage): per_layer,
-                "learning_rates": rates,
+                **record,
                 "train_seconds": round(progress.seconds, 2),
                 **({} if finite else {"skipped": True}),
             }
-            with open(log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
+            with open(run.log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
                 handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")
         guard.after_update(progress.step, loss.item(), finite)
         saved = progress.step < args.total_steps and (
             progress.step % args.checkpoint_every == 0 or progress.step == stop_at
         )
         if saved and not guard.streak:  # while updates are non-finite, the last good checkpoint stays the newest
-            save_checkpoint()
+            save_checkpoint(run)
         if stop.requested(accelerator):  # agreed by every process: all stop after this step
-            path = guard.last_good_checkpoint if saved and not guard.streak else save_checkpoint()
+            path = guard.last_good_checkpoint if saved and not guard.streak else save_checkpoint(run)
             bar.close()
             accelerator.end_training()
             raise Preempted(
@@ -406,20 +449,64 @@ def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSigna
                 f"{path}. Resume with --resume latest."
             )
     bar.close()
-    if progress.step < args.total_steps:
-        accelerator.print(f"Stopped at step {progress.step} of {args.total_steps}; resume with --resume latest")
-        accelerator.end_training()
-        return {"stopped_at": progress.step, **report}
 
-    for parameter in student.parameters():
+
+def train_step(run: TransferRun, stage: str) -> tuple[torch.Tensor, bool, dict]:
+    """One update at the current step: the stage's learning rates and trained groups, the step's batch, its loss and
+    gradients (averaged over processes). Returns the loss, whether the update was taken (finite gradients) and the
+    step's log fields."""
+    args, accelerator, student, optimizer = run.args, run.accelerator, run.student, run.optimizer
+    step, device = run.progress.step, accelerator.device
+    rates, trained = learning_rates(args, step), trained_groups(args, step)
+    for group in optimizer.param_groups:
+        group["lr"] = rates[group["name"]]
+        for parameter in group["params"]:
+            parameter.requires_grad_(group["name"] in trained)
+    ids = training_batch(
+        run.streams, run.tokenizer, args, run.lengths, step, accelerator.process_index, accelerator.num_processes
+    ).to(device)
+    mask = torch.ones(ids.shape, dtype=torch.float32, device=device)
+    if stage == "layer":
+        loss, per_layer = layer_local_loss(run.teacher, student, ids, mask, args.loss, args.layer_loss)
+    else:
+        loss, per_layer = end_to_end_loss(run.teacher, student, ids, mask, args)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if accelerator.num_processes > 1:
+        for parameter in student.parameters():
+            if parameter.grad is not None:
+                parameter.grad = accelerator.reduce(parameter.grad, reduction="mean")
+    # Non-finite gradients (the same on every process, once averaged): the step is skipped, weights and Adam's
+    # moments unchanged; `nonfinite_patience` in a row stop the run.
+    finite = gradients_finite(student.parameters())
+    if finite:
+        optimizer.step()
+    record = {
+        "stage": stage,
+        "length": int(ids.shape[1]),
+        "loss": loss.item(),
+        layer_log_key(args, stage): per_layer,
+        "learning_rates": rates,
+    }
+    return loss, finite, record
+
+
+def evaluate_and_save(run: TransferRun) -> dict:
+    """The fidelity after training; the transferred model saved unless the run ended diverging."""
+    args, accelerator, report = run.args, run.accelerator, run.report
+    for parameter in run.student.parameters():
         parameter.requires_grad_(True)
-    report["after"] = evaluate(teacher, student, tokenizer, eval_batches, documents, args.batch_size)
-    report["train_seconds"] = round(progress.seconds, 1)
+    report["after"] = evaluate(
+        run.teacher, run.student, run.tokenizer, run.eval_batches, run.documents, args.batch_size
+    )
+    report["train_seconds"] = round(run.progress.seconds, 1)
     # A run that ended diverging (inside a streak of skipped steps, or evaluating to NaN / inf) publishes nothing.
-    guard.check_finished(progress.step, f"the transferred model in {args.output_dir}", fidelity_values(report["after"]))
-    check_weights_finite(student, f"the transferred model in {args.output_dir}", guard)
+    run.guard.check_finished(
+        run.progress.step, f"the transferred model in {args.output_dir}", fidelity_values(report["after"])
+    )
+    check_weights_finite(run.student, f"the transferred model in {args.output_dir}", run.guard)
     if accelerator.is_main_process:
-        _save_result(student, tokenizer, args, report)
+        _save_result(run.student, run.tokenizer, args, report)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return report

@@ -1,0 +1,130 @@
+"""The fine-tuning task's data, read and checked before any output or model: local files (.tsv, .csv, .json(l)) or
+the task's Hub data set, their columns and labels checked, and the names of the classes the model is saved with."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+
+from .config import ConfigError, FinetuneRecipe
+from .errors import hub_unreachable_error
+from .tasks import TASKS, Task, with_classes_of
+from .validation import check_has_rows, check_labels, unreadable_file_error
+
+
+@dataclass
+class TaskData:
+    """The recipe's task (with the data's classes, for a task that takes them from its data), its splits and the
+    names of its classes."""
+
+    task: Task
+    splits: dict
+    class_names: list[str]
+
+
+def load_task(recipe: FinetuneRecipe) -> TaskData:
+    """The task's splits read and checked (`load_task_data`), with the task's classes and their names."""
+    splits = load_task_data(recipe)
+    task = with_classes_of(TASKS[recipe.data.task], splits["train"])
+    return TaskData(task, splits, label_names(splits["train"], task))
+
+
+def load_task_data(recipe: FinetuneRecipe) -> dict:
+    """{"train", "validation", optionally "test"} datasets, columns checked. "test" is data.test_file, or the task's
+    `Task.test_split` of data.dataset when the data set has that split."""
+    dcfg, task = recipe.data, TASKS[recipe.data.task]
+    seed = recipe.training.seed if dcfg.split_seed is None else dcfg.split_seed
+    splits = {}
+    if dcfg.train_file:
+        splits["train"] = _load_file(dcfg.train_file, "train")
+        task = with_classes_of(task, splits["train"], dcfg.train_file)
+        check_columns(splits["train"], task, dcfg.train_file)
+        if dcfg.validation_file:
+            splits["validation"] = _load_file(dcfg.validation_file, "validation")
+            check_columns(splits["validation"], task, dcfg.validation_file)
+        else:
+            parts = splits["train"].train_test_split(test_size=dcfg.validation_split_percentage / 100, seed=seed)
+            splits["train"], splits["validation"] = parts["train"], parts["test"]
+        if dcfg.test_file:
+            splits["test"] = _load_file(dcfg.test_file, "test")
+            check_columns(splits["test"], task, dcfg.test_file, need_labels=False)
+    else:
+        from datasets import load_dataset
+
+        hub = dict(dcfg.dataset or task.hub)
+        try:
+            splits["train"] = load_dataset(**hub, split=task.train_split)
+            splits["validation"] = load_dataset(**hub, split=task.eval_split)
+            if task.test_split and task.test_split in _split_names(hub):
+                splits["test"] = load_dataset(**hub, split=task.test_split)
+        except ConnectionError as err:  # offline, or no network, and not cached: say so, with the local way
+            columns = ", ".join([*task.text_columns, task.label_column])
+            raise hub_unreachable_error(
+                "data.dataset",
+                hub.get("path"),
+                err,
+                "give local files instead, --data.train_file F --data.validation_file F "
+                f"(.tsv, .csv or .json(l) with columns {columns})",
+            ) from None
+        # A task whose classes are the data's: the training split's ClassLabel, which `datasets` gives every split.
+        task = with_classes_of(task, splits["train"], f"{hub} split train")
+        for name, ds in splits.items():
+            check_columns(ds, task, f"{hub} split {name}")
+    if dcfg.max_train_samples is not None:
+        splits["train"] = (
+            splits["train"].shuffle(seed=seed).select(range(min(dcfg.max_train_samples, len(splits["train"]))))
+        )
+    if dcfg.max_eval_samples is not None:
+        splits["validation"] = splits["validation"].select(range(min(dcfg.max_eval_samples, len(splits["validation"]))))
+    return splits
+
+
+def _load_file(path: str, split: str):
+    from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
+
+    lower = path.lower()
+    if lower.endswith(".tsv"):
+        builder, options = "csv", {"delimiter": "\t", "quoting": csv.QUOTE_NONE}
+    elif lower.endswith(".csv"):
+        builder, options = "csv", {}
+    elif lower.endswith((".json", ".jsonl")):
+        builder, options = "json", {}
+    else:
+        raise ConfigError(f"Unsupported file type for {path}: use .tsv, .csv, .json or .jsonl.")
+    check_has_rows(path, header_rows=1 if builder == "csv" else 0)
+    try:
+        return load_dataset(builder, data_files={split: path}, **options)[split]
+    except DatasetGenerationError as err:  # e.g. bytes that are not UTF-8: said with the file and the line
+        raise unreadable_file_error([path], err) from None
+
+
+def check_columns(ds, task: Task, source: str, need_labels: bool = True):
+    needed = list(task.text_columns) + ([task.label_column] if need_labels else [])
+    missing = [c for c in needed if c not in ds.column_names]
+    if missing:
+        raise ConfigError(
+            f"{source} lacks column(s) {missing} needed by this task; it has {ds.column_names}. "
+            f"The task expects columns {needed}."
+        )
+    if task.label_column in ds.column_names:
+        header_rows = (
+            1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
+        )
+        check_labels(ds, task.label_column, task.num_labels, source, header_rows)
+
+
+def _split_names(hub: dict) -> list[str]:
+    from datasets import get_dataset_split_names
+
+    return get_dataset_split_names(hub["path"], hub.get("name"))
+
+
+def label_names(ds, task: Task) -> list[str]:
+    """The names of classes 0..num_labels-1 that the model is saved with (`id2label`), so that a pipeline says
+    "positive", not "LABEL_1": the data set's own (a ClassLabel column, as the Hub's GLUE and IMDB have), else the
+    task's (`Task.label_names`: a local file holds its classes by index), else the indices themselves ("0", "1")."""
+    names = getattr(ds.features.get(task.label_column), "names", None)
+    if names is None or len(names) != task.num_labels:
+        names = task.label_names or [str(i) for i in range(task.num_labels)]
+    return [str(name) for name in names]

@@ -1,0 +1,172 @@
+"""The classifier to fine-tune and the inputs it reads: the pretrained model (or a RoBERTa checkpoint converted to
+Linformer or Performer in ``<output_dir>/converted``), its tokenizer, its config (the task's classes and their names,
+``model.config``), the longest input it takes, the distillation teacher checked against that length and recorded, and
+the task's splits tokenised to it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..loading import pad_as_the_model_takes
+from ..outputs import write_json_atomic
+from . import compiling
+from .config import ConfigError, FinetuneRecipe
+from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
+from .tasks import Task
+from .validation import check_model_files, check_tokenizer_fits_model
+
+if TYPE_CHECKING:
+    from .finetuning_data import TaskData
+    from .finetuning_setup import RunSetup
+
+
+@dataclass
+class Classifier:
+    model: Any  # an AutoModelForSequenceClassification
+    tokenizer: Any
+    encoded: dict  # the task's splits tokenised to at most max_length tokens
+    max_length: int
+    teacher_record: dict | None  # which teacher the run learns from (distillation.teacher_record), None without one
+
+
+def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Classifier:
+    """The model, its tokenizer and config, the teacher's record and the tokenised splits; every check on them
+    (files, tokenizer, ``model.config`` fields, lengths, the device for ``training.torch_compile``) before the model's
+    weights are read."""
+    from transformers import AutoModelForSequenceClassification, set_seed
+
+    from ..models import max_input_length
+    from . import distillation
+
+    tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
+    if mcfg.convert_from_roberta is not None:
+        mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir, reuse=run.resuming)
+    tokenizer, config = load_tokenizer_and_config(mcfg, data.task, data.class_names)
+    n = max_input_length(config)
+    max_length = dcfg.max_seq_length or n
+    if max_length > n:
+        raise ConfigError(
+            f"data.max_seq_length={max_length} is larger than the model's longest input n={n}: set "
+            f"--data.max_seq_length {n} or less (null: the model's n), or fine-tune a model with a larger n."
+        )
+    distilling, record = recipe.distillation.teacher is not None, None
+    if distilling:
+        distillation.check_teacher_length(recipe.distillation.teacher, max_length)
+        record = distillation.teacher_record(recipe.distillation)
+    if run.resuming:
+        distillation.check_resumed_teacher(tcfg.output_dir, record)
+    elif distilling and run.processes.is_main_process:  # which teacher this run learns from
+        write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
+
+    compiling.check_compile_device(
+        tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, run.args.device
+    )
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    with run.args.main_process_first():
+        encoded = tokenize_task(
+            data.splits,
+            tokenizer,
+            data.task,
+            max_length,
+            dcfg.preprocessing_num_workers,
+            say=run.processes.is_main_process,
+        )
+    set_seed(tcfg.seed)  # the classification head's initialisation
+    model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
+    if tcfg.torch_compile == "layers":
+        compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
+    return Classifier(model, tokenizer, encoded, max_length, record)
+
+
+def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
+    """The tokenizer and the model's config for the task, checked against each other and against ``model.config``;
+    the tokenizer pads as the model takes its padding."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    tok_dir = mcfg.tokenizer or mcfg.pretrained
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
+    config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
+    check_model_files(mcfg.pretrained, "model.pretrained")
+    unknown = sorted(set(mcfg.config) - set(config.to_dict()))
+    if unknown:
+        raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
+    config.id2label, config.label2id = dict(enumerate(class_names)), {name: i for i, name in enumerate(class_names)}
+    for k, v in mcfg.config.items():  # after the names: model.config.id2label / label2id in the recipe win
+        setattr(config, k, v)
+    if config.problem_type is None and task.num_labels > 1:
+        # What transformers' classification heads set at their first call (integer labels): set here, a compiled
+        # model does not recompile at the second update when the config changes under it.
+        config.problem_type = "single_label_classification"
+    check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
+    pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
+    return tokenizer, config
+
+
+def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
+    """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to the ``target`` family of ``mcfg.convert_from_roberta``
+    (Linformer by default, or Performer) in ``<output_dir>/converted`` (once; ``reuse``: a resumed run takes the
+    conversion its first part wrote)."""
+    import dataclasses
+
+    from accelerate import PartialState
+    from huggingface_hub.errors import StrictDataclassError
+
+    from ..conversion import convert_checkpoint
+
+    target = os.path.join(output_dir, "converted")
+    state = PartialState()
+    with state.main_process_first():
+        if state.is_main_process and not (reuse and os.path.isfile(os.path.join(target, "config.json"))):
+            try:
+                convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
+            except (OSError, ValueError, StrictDataclassError) as err:
+                if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+                    raise hub_unreachable_error("model.pretrained", mcfg.pretrained, err, LOCAL_MODEL) from None
+                raise ConfigError(
+                    f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {' '.join(str(err).split())}"
+                ) from err
+    tokenizer = mcfg.tokenizer
+    if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
+        tokenizer = mcfg.pretrained
+    return dataclasses.replace(mcfg, pretrained=target, tokenizer=tokenizer, convert_from_roberta=None)
+
+
+def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc=None, say: bool = True) -> dict:
+    """Each split tokenised to at most `max_length` tokens. Examples that are longer are cut (for pairs, the longer
+    text first, as the tokenizer's `longest_first`), and how many were cut is reported, split by split (where
+    ``say``: by the main process)."""
+
+    def encode(batch):
+        texts = [[("" if t is None else str(t)) for t in batch[c]] for c in task.text_columns]
+        enc = tokenizer(*texts, truncation=True, max_length=max_length)
+        full = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) == max_length]  # only these can be cut
+        enc["truncated"] = [False] * len(enc["input_ids"])
+        if full:
+            whole = tokenizer(*[[column[i] for i in full] for column in texts], truncation=False, verbose=False)
+            for i, ids in zip(full, whole["input_ids"]):
+                enc["truncated"][i] = len(ids) > max_length
+        if task.label_column in batch:
+            enc["labels"] = [int(x) for x in batch[task.label_column]]
+        return enc
+
+    out, cut = {}, []
+    for name, ds in splits.items():
+        encoded = ds.map(
+            encode, batched=True, remove_columns=ds.column_names, num_proc=num_proc, desc=f"Tokenising {name}"
+        )
+        truncated = sum(encoded["truncated"])
+        if truncated:
+            cut.append(f"{truncated:,} of {len(encoded):,} {name} examples ({100 * truncated / len(encoded):.0f}%)")
+        out[name] = encoded.remove_columns("truncated")
+    if cut and say:
+        print(
+            f"Truncated to data.max_seq_length={max_length} tokens: {'; '.join(cut)}. The model reads only their "
+            "first tokens; raise data.max_seq_length (up to the model's n) or convert at a larger n to read them whole."
+        )
+    return out

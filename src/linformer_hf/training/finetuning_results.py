@@ -1,0 +1,113 @@
+"""What a fine-tuning run leaves: the model kept (the best by the task's metric, or the last without
+``training.save_best``) in ``<output_dir>/best``, its predictions (``predictions_validation.tsv``,
+``predictions_test.tsv``) and ``results.json`` (every evaluation, the best, the test metrics with the inference time
+per example, the training loss per logged update, ``warnings`` when the model predicts one class for every example:
+metrics.collapsed_classifier). A run that ended diverging publishes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING
+
+from ..outputs import write_json_atomic
+from .config import FinetuneRecipe
+from .guards import DivergenceGuard, check_weights_finite
+from .metrics import classification_metrics, collapsed_classifier
+from .tasks import Task
+
+if TYPE_CHECKING:
+    from .finetuning_model import Classifier
+
+
+def write_results(
+    recipe: FinetuneRecipe, task: Task, trainer, guard: DivergenceGuard, classifier: Classifier, compile_record
+) -> dict:
+    """Evaluate the model kept, save it and its predictions, write results.json; returns the results."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    tcfg, dcfg, encoded = recipe.training, recipe.data, classifier.encoded
+    # The validation predictions of the model kept (the best one, or the last without save_best), before anything is
+    # written: a run that ended diverging (inside a streak of skipped updates, or with a non-finite validation loss)
+    # publishes nothing.
+    validation = trainer.predict(encoded["validation"])
+    best_dir = os.path.join(tcfg.output_dir, "best")
+    guard.check_finished(
+        trainer.state.global_step,
+        f"{best_dir} or results.json" if tcfg.save_best else "results.json",
+        {"validation loss": validation.metrics["test_loss"]},
+    )
+    # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
+    if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
+        trainer.evaluate()
+    history = evaluations(trainer.state.log_history, task)
+    train_losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+    best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
+    if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
+        check_weights_finite(trainer.model, best_dir)
+        trainer.save_model(best_dir)
+    if trainer.is_world_process_zero():
+        _write_predictions(
+            os.path.join(tcfg.output_dir, "predictions_validation.tsv"),
+            validation.predictions.argmax(-1),
+            validation.label_ids,
+        )
+    result = {
+        "task": dcfg.task,
+        "best": best,
+        "history": history,
+        "steps": trainer.state.global_step,
+        "train_losses": train_losses,
+        "best_dir": best_dir if tcfg.save_best else None,
+    }
+    collapsed = collapsed_classifier(validation.predictions.argmax(-1), validation.label_ids)
+    if collapsed:  # the model kept predicts one class: say so where the score is read
+        result["warnings"] = [collapsed]
+    if compile_record:
+        result["compile"] = compile_record.record
+    if recipe.distillation.teacher is not None:
+        result["distillation"] = classifier.teacher_record
+        result["train_terms"] = {  # the loss's terms per logged update (DistillationTrainer.log)
+            entry["step"]: {name: entry[name] for name in ("task_loss", "kd_kl", "hidden_loss") if name in entry}
+            for entry in trainer.state.log_history
+            if "task_loss" in entry
+        }
+    if "test" in encoded:
+        test = trainer.predict(encoded["test"])
+        preds, labels = test.predictions.argmax(-1), test.label_ids
+        if trainer.is_world_process_zero():
+            _write_predictions(os.path.join(tcfg.output_dir, "predictions_test.tsv"), preds, labels)
+        if labels is not None:
+            result["test"] = classification_metrics(preds, labels, with_f1=task.with_f1)
+            # Inference time of the kept model on the test split (padded batches of per_device_eval_batch_size, on
+            # this process's device), per example: what reading an input of this length costs.
+            result["test"]["examples"] = len(encoded["test"])
+            result["test"]["seconds_per_example"] = test.metrics["test_runtime"] / max(1, len(encoded["test"]))
+            collapsed = collapsed_classifier(preds, labels, split="test")
+            if collapsed:
+                result.setdefault("warnings", []).append(collapsed)
+    if trainer.is_world_process_zero():
+        for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
+            if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):
+                shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
+        write_json_atomic(os.path.join(tcfg.output_dir, "results.json"), result)
+        print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
+    return result
+
+
+def evaluations(log_history: list[dict], task: Task) -> list[dict]:
+    """The evaluations in a Trainer's log, as {metric: value, "step", "epoch"} (the Trainer prefixes eval_)."""
+    names = ("accuracy", "f1") if task.with_f1 else ("accuracy",)
+    return [
+        {**{name: entry[f"eval_{name}"] for name in names}, "step": entry["step"], "epoch": entry["epoch"]}
+        for entry in log_history
+        if f"eval_{task.main_metric}" in entry
+    ]
+
+
+def _write_predictions(path: str, preds, labels):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("index\tprediction" + ("\tlabel" if labels is not None else "") + "\n")
+        for i, p in enumerate(preds):
+            fh.write(f"{i}\t{int(p)}" + (f"\t{int(labels[i])}" if labels is not None else "") + "\n")

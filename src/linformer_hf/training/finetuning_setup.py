@@ -1,0 +1,117 @@
+"""The fine-tuning run's settings and directory: the recipe's ``training`` section as transformers'
+`TrainingArguments`, the output directory claimed as pretraining's is (training/checkpointing.py: refused when it
+holds an earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end), the checkpoint a
+resumed run continues from, and the run's end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .checkpointing import FINETUNING, RunLock, claim_output_dir, resolve_checkpoint
+from .config import FinetuneRecipe
+from .tasks import TASKS
+
+
+@dataclass
+class RunSetup:
+    args: Any  # transformers' TrainingArguments
+    processes: Any  # accelerate's PartialState: which process is the main one
+    lock: RunLock | None  # the output directory's (the main process holds it)
+    checkpoint: str | None  # the checkpoint-N dir to resume from
+    resuming: bool
+
+
+def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
+    """The Trainer's settings, and the output directory: writable, this run's (or overwritten), locked until the end.
+    The Trainer's own checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them
+    too."""
+    from accelerate import PartialState
+
+    tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
+    # Making the settings sets up accelerate's process state as the Trainer uses it (its backend and timeout), which
+    # says which process is the main one.
+    args = training_arguments(recipe, show_progress)
+    processes = PartialState()
+    resuming = tcfg.resume_from_checkpoint is not None
+    lock = claim_output_dir(
+        tcfg.output_dir,
+        resuming=resuming,
+        overwrite=tcfg.overwrite_output_dir,
+        is_main_process=processes.is_main_process,
+        options=FINETUNING,
+        inputs={
+            "model.pretrained": mcfg.pretrained,
+            "model.tokenizer": mcfg.tokenizer,
+            "data.train_file": dcfg.train_file,
+            "data.validation_file": dcfg.validation_file,
+            "data.test_file": dcfg.test_file,
+            "distillation.teacher": recipe.distillation.teacher,
+        },
+    )
+    checkpoint = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
+    return RunSetup(args, processes, lock, checkpoint, resuming)
+
+
+def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
+    """The recipe's ``training`` section as `TrainingArguments` (most fields carry the same names)."""
+    from transformers import TrainingArguments
+
+    tcfg, task = recipe.training, TASKS[recipe.data.task]
+    # Evaluate every eval_steps updates, or at the end of every epoch; keep the best model by the task's metric.
+    strategy = "steps" if tcfg.eval_steps else "epoch"
+    # The whole model: Trainer's own option (Accelerate compiles the prepared model). Layers are compiled in place
+    # by run_finetuning; null and no leave it to Trainer's default (the Accelerate config's dynamo settings).
+    whole_model = tcfg.torch_compile == "model"
+    return TrainingArguments(
+        output_dir=tcfg.output_dir,  # checkpoint-N dirs while training (removed at the end), TensorBoard in runs/
+        seed=tcfg.seed,
+        per_device_train_batch_size=tcfg.per_device_train_batch_size,
+        per_device_eval_batch_size=tcfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+        num_train_epochs=tcfg.num_train_epochs,
+        max_steps=tcfg.max_steps or -1,
+        learning_rate=tcfg.learning_rate,
+        adam_beta1=tcfg.adam_beta1,
+        adam_beta2=tcfg.adam_beta2,
+        adam_epsilon=tcfg.adam_epsilon,
+        weight_decay=tcfg.weight_decay,
+        lr_scheduler_type=tcfg.lr_scheduler_type,
+        warmup_steps=tcfg.warmup_ratio,  # a float in [0, 1): a share of the updates
+        max_grad_norm=tcfg.max_grad_norm or 0.0,  # 0: no clipping
+        fp16=tcfg.mixed_precision == "fp16",
+        bf16=tcfg.mixed_precision == "bf16",
+        eval_strategy=strategy,
+        eval_steps=tcfg.eval_steps,
+        eval_on_start=tcfg.eval_on_start,
+        save_strategy=strategy if tcfg.save_best else "no",
+        save_steps=tcfg.eval_steps,
+        save_total_limit=1,
+        save_only_model=False,  # optimizer, schedule and RNG states too: a run resumes exactly
+        load_best_model_at_end=tcfg.save_best,
+        metric_for_best_model=task.main_metric,
+        logging_steps=tcfg.logging_steps,
+        logging_first_step=False,
+        report_to=tcfg.report_to or "none",
+        disable_tqdm=not show_progress,
+        dataloader_drop_last=False,
+        torch_compile=whole_model,
+        torch_compile_mode=tcfg.torch_compile_mode if whole_model else None,
+        torch_compile_backend=tcfg.torch_compile_backend if whole_model else None,
+    )
+
+
+def end_run(run: RunSetup, trainer) -> None:
+    """Tear the run down (`finish_trainer`) on every process together, then give the output directory back."""
+    finish_trainer(trainer)
+    if run.lock is not None:
+        run.lock.release()
+
+
+def finish_trainer(trainer) -> None:
+    """Tear the run down (loop.finish) once the Trainer no longer holds the DistributedDataParallel wrapper, so that
+    the wrapper is freed while the process group still exists."""
+    from .loop import finish
+
+    trainer.model_wrapped = trainer.model
+    finish(trainer.accelerator)
