@@ -156,7 +156,11 @@ def build_trainer(recipe, normalisation: str = "update", stop=None) -> MaskedLMT
     from linformer_hf.loading import pad_as_the_model_takes
     from linformer_hf.training.checkpointing import FINETUNING, UpdateLog, claim_output_dir, resolve_checkpoint
     from linformer_hf.training.data import build_mlm_collator, prepare_pretraining_data
-    from linformer_hf.training.finetuning import completion_marker_callback, stop_after_steps_callback, stop_signal_callback
+    from linformer_hf.training.finetuning_trainer import (
+        completion_marker_callback,
+        stop_after_steps_callback,
+        stop_signal_callback,
+    )
     from linformer_hf.training.guards import divergence_callback, resume_hint
     from linformer_hf.training.loop import build_optimizer, recipe_guard
     from linformer_hf.training.model_setup import build_mlm_model, build_model_config

@@ -1,13 +1,13 @@
-"""experiments/mlm_trainer.py: the `Trainer` prototype of masked-LM pretraining makes the loop's updates (same data order,
-masks, dropout and loss), resumes exactly, and with the Trainer's own ``num_items_in_batch`` normalises over the whole
-update (docs/training.md, "Why the loop and not Trainer")."""
+"""experiments/mlm_trainer.py: the `Trainer` prototype of masked-LM pretraining makes the loop's updates (same data
+order, masks, dropout and loss), resumes exactly, and with the Trainer's own ``num_items_in_batch`` normalises over
+the whole update (docs/training.md, "Why the loop and not Trainer")."""
 
 import pytest
 from training_utils import WIKITEXT, tiny_pretrain_overrides
 
+from experiments.mlm_trainer import build_trainer
 from linformer_hf.training.checkpointing import read_update_log
 from linformer_hf.training.config import PretrainRecipe, load_recipe
-from experiments.mlm_trainer import build_trainer
 from linformer_hf.training.pretraining import run_pretraining
 from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 

@@ -138,6 +138,8 @@ def test_the_unigram_output_bias_is_refused_where_it_cannot_apply(tmp_path):
     with pytest.raises(ConfigError, match="model.output_bias_init must be one of"):
         load_recipe(PretrainRecipe, None, extra={**base, "model.output_bias_init": "frequencies"})
     with pytest.raises(ConfigError, match="model.pretrained is set"):
-        load_recipe(PretrainRecipe, None, extra={**base, "model.output_bias_init": "unigram", "model.pretrained": str(tmp_path)})
+        load_recipe(
+            PretrainRecipe, None, extra={**base, "model.output_bias_init": "unigram", "model.pretrained": str(tmp_path)}
+        )
     with pytest.raises(ConfigError, match="streamed data set"):
         load_recipe(PretrainRecipe, None, extra={**base, "model.output_bias_init": "unigram", "data.streaming": True})

@@ -7,7 +7,6 @@ import os
 from typing import Any
 
 import torch
-
 from huggingface_hub.errors import StrictDataclassError
 from transformers import BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
 from transformers.modeling_outputs import MaskedLMOutput
