@@ -90,12 +90,17 @@ def _bigbird(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
     )
 
 
-def _performer(causal: bool):
+def _performer(causal: bool, feature_map_dtype: str = "float32"):
     def make(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
         from linformer_hf.models.configuration_performer import PerformerConfig
 
         # is_decoder: causal FAVOR+ by prefix sums (the bare PerformerModel, as for the bidirectional one)
-        return PerformerConfig(**_shape(cfg, n), num_random_features=cfg.num_random_features, is_decoder=causal)
+        return PerformerConfig(
+            **_shape(cfg, n),
+            num_random_features=cfg.num_random_features,
+            is_decoder=causal,
+            feature_map_dtype=feature_map_dtype,
+        )
 
     return make
 
@@ -169,6 +174,10 @@ MODELS: dict[str, BenchmarkModel] = {
     "linformer": BenchmarkModel(_linformer, takes_k=True, linear=True),
     "performer": BenchmarkModel(_performer(causal=False), linear=True),
     "performer-causal": BenchmarkModel(_performer(causal=True), linear=True),
+    # FAVOR+'s projections and products in bf16 (exp and sums in fp32): its tensor-core variant, opt-in
+    "performer-bf16": BenchmarkModel(
+        _performer(causal=False, feature_map_dtype="bfloat16"), linear=True, default=False
+    ),
     "longformer": BenchmarkModel(_longformer, default=False, counted_flops=True),
     "longformer-global": BenchmarkModel(_longformer, default=False, global_tokens=1, counted_flops=True),
     "bigbird": BenchmarkModel(_bigbird, default=False, counted_flops=True),

@@ -119,7 +119,7 @@ class GpuChecksConfig:
     profile_n: int = field(default=4096, metadata={"help": "n of the profiled training step"})
     profile_models: list[str] = field(
         default_factory=lambda: ["linformer", "performer", "roberta-sdpa"],
-        metadata={"help": "models of the profile: linformer (k = 256), performer, roberta-sdpa"},
+        metadata={"help": "models of the profile: linformer (k = 256), performer, performer-bf16, roberta-sdpa"},
     )
     profile_compile: str = field(
         default="no",
@@ -142,10 +142,11 @@ class GpuChecksConfig:
                 f"realistic_run_budgets_s has {len(self.realistic_run_budgets_s)} values for "
                 f"{len(self.realistic_runs)} realistic_runs {self.realistic_runs}: give one a run"
             )
-        unknown_profiled = set(self.profile_models) - {"linformer", "performer", "roberta-sdpa"}
+        unknown_profiled = set(self.profile_models) - {"linformer", "performer", "performer-bf16", "roberta-sdpa"}
         if unknown_profiled:
             raise ValueError(
-                f"profile_models must be linformer, performer or roberta-sdpa, got {sorted(unknown_profiled)}"
+                f"profile_models must be linformer, performer, performer-bf16 or roberta-sdpa, got "
+                f"{sorted(unknown_profiled)}"
             )
         if self.profile_compile not in ("no", "model", "layers"):
             raise ValueError(f"profile_compile must be no, model or layers, got {self.profile_compile!r}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 37 on a GPU in one device call: eager and torch.compile'd training and inference of RoBERTa-SDPA, Linformer
-# (k = 256) and Performer (m = 256) at realistic load (12 base layers, 32,768 tokens a batch) at n = 4096, 512 and
+# (k = 256) and Performer (m = 256; fp32 FAVOR+, and with bf16 feature maps: feature_map_dtype) at realistic load (12 base layers, 32,768 tokens a batch) at n = 4096, 512 and
 # 16384, bf16, with tokens/s, peak memory, the fraction of the measured matmul peak, the compile time and the graphs
 # compiled after the first step; then a kernel profile of one layer eager and compiled, per-layer compilation, and
 # fp16 compiled, as far as the time goes. Ends by itself within GPU_SESSION_TOTAL_S (default 520 s).
@@ -60,8 +60,8 @@ if [ "${GPU_SESSION_TINY:-0}" = 1 ]; then
 else
     read -r -a NS <<< "${GPU_SESSION_NS:-4096 512 16384}"  # a later session: the n an earlier one left out
     COMMON=(--device cuda --realistic_ns "${NS[@]}" --realistic_ks 256)
-    MODELS=(roberta-sdpa linformer performer)
-    PROFILED=(linformer roberta-sdpa performer)
+    MODELS=(roberta-sdpa linformer performer performer-bf16)
+    PROFILED=(linformer roberta-sdpa performer performer-bf16)
 fi
 at() { echo $((START + TOTAL * $1 / 1000)); }  # the Unix time at $1 thousandths of TOTAL
 left() { local s=$(($1 - $(date +%s))); echo $((s > 1 ? s : 1)); }  # seconds until the Unix time $1

@@ -110,7 +110,7 @@ def test_linformer_flop_count_matches_torch_flop_counter(sharing, projection, se
     assert counted_flops(config, seq_len) == forward_flops(config, seq_len)
 
 
-@pytest.mark.parametrize("model", ["performer", "performer-causal"])
+@pytest.mark.parametrize("model", ["performer", "performer-causal", "performer-bf16"])
 @pytest.mark.parametrize("seq_len,chunk_size", [(16, 128), (16, 8), (13, 4)])  # one chunk, several, a partial last
 def test_performer_flop_count_matches_torch_flop_counter(model, seq_len, chunk_size):
     config = model_config(model, 16, None, BenchmarkConfig(**TINY))
@@ -127,7 +127,14 @@ def test_linformer_flop_count_with_a_k_per_layer():
 
 
 @pytest.mark.parametrize(
-    "model,k", [("roberta-sdpa", None), ("linformer", 8), ("performer", None), ("performer-causal", None)]
+    "model,k",
+    [
+        ("roberta-sdpa", None),
+        ("linformer", 8),
+        ("performer", None),
+        ("performer-causal", None),
+        ("performer-bf16", None),
+    ],
 )
 def test_training_step_costs_three_forwards(model, k):
     config = model_config(model, 16, k, BenchmarkConfig(**TINY))

@@ -15,7 +15,9 @@ from experiments.gpu_checks import GpuChecksConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SESSION = dict(
-    realistic_ns=[4096, 512, 16384], realistic_ks=[256], realistic_models=["roberta-sdpa", "linformer", "performer"]
+    realistic_ns=[4096, 512, 16384],
+    realistic_ks=[256],
+    realistic_models=["roberta-sdpa", "linformer", "performer", "performer-bf16"],
 )
 
 
@@ -32,7 +34,7 @@ def test_compiled_runs_are_the_realistic_presets_compiled():
         bench.validate()  # every point's model config builds
         assert (bench.layers, bench.tokens_per_batch, bench.hidden_size, bench.autocast) == (12, 32768, 768, True)
         assert (bench.ns, bench.train_ns, bench.ks, bench.models) == (
-            [4096, 512, 16384], [4096, 512, 16384], [256], ["roberta-sdpa", "linformer", "performer"],
+            [4096, 512, 16384], [4096, 512, 16384], [256], ["roberta-sdpa", "linformer", "performer", "performer-bf16"],
         )  # fmt: skip
         # the same points as the eager run, compiled: only dtype and compile differ
         differ = {f.name for f in dataclasses.fields(bench) if getattr(bench, f.name) != getattr(eager, f.name)}
