@@ -649,3 +649,134 @@ def test_a_run_ended_by_an_error_is_not_reported_as_killed(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         RunLock.acquire(str(out)).release()
     assert not any("Taking over the lock" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fine-tuning: the Trainer's checkpoint-N, pruned only once the newest one is complete
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained_dir(tmp_path_factory):
+    from test_training_finetune import pretrained_dir as build
+
+    return build.__wrapped__(tmp_path_factory)
+
+
+def finetune_recipe(pretrained_dir, tmp_path, out, **training):
+    from training_utils import sst2_head, tiny_finetune_overrides
+
+    from linformer_hf.training.config import FinetuneRecipe
+
+    settings = {"training.max_steps": 6, "training.eval_steps": 2, "training.per_device_train_batch_size": 8}
+    settings.update({f"training.{key}": value for key, value in training.items()})
+    train_file = sst2_head(tmp_path / "train.tsv", 64)
+    return load_recipe(FinetuneRecipe, None, extra=tiny_finetune_overrides(pretrained_dir, train_file, out, settings))
+
+
+def scripted_metrics(accuracies):
+    """A `metrics_function` whose evaluations score these accuracies in turn (then the last again): which checkpoint
+    is the best is then chosen by the test."""
+
+    def metrics_function(task, is_main_process):
+        left = iter(accuracies)
+        return lambda prediction: {"accuracy": next(left, accuracies[-1])}
+
+    return metrics_function
+
+
+def finetuning_checkpoints(out):
+    return {
+        int(name.split("-")[1]): (out / name / COMPLETE_MARKER).is_file()
+        for name in os.listdir(out)
+        if name.startswith("checkpoint-")
+    }
+
+
+def test_prune_keeps_the_newest_complete_checkpoints_and_the_best(tmp_path):
+    from linformer_hf.training.checkpointing import FINETUNING, prune_checkpoints
+
+    def make(*steps, torn=()):
+        for step in steps:
+            path = tmp_path / f"checkpoint-{step}"
+            path.mkdir()
+            if step not in torn:
+                (path / COMPLETE_MARKER).write_text("{}")
+
+    def left():
+        return sorted(int(name.split("-")[1]) for name in os.listdir(tmp_path) if name.startswith("checkpoint-"))
+
+    make(2, 4, 6, 8, torn=(4,))
+    prune_checkpoints(str(tmp_path), 1, FINETUNING, keep=str(tmp_path / "checkpoint-2"))
+    assert left() == [2, 8]  # the best besides the newest: the limit counts it, as the Trainer's rotation does
+    prune_checkpoints(str(tmp_path), 1, FINETUNING, keep=str(tmp_path / "checkpoint-8"))
+    assert left() == [8]
+    make(10, 12, 14)
+    prune_checkpoints(str(tmp_path), 3, FINETUNING, keep=str(tmp_path / "checkpoint-8"))
+    assert left() == [8, 12, 14]
+    prune_checkpoints(str(tmp_path), 2, FINETUNING, keep=None)
+    assert left() == [12, 14]
+    make(16, torn=(16,))  # a torn newest one counts for nothing and is left to be written over
+    prune_checkpoints(str(tmp_path), 1, FINETUNING, keep=str(tmp_path / "checkpoint-4"))  # a best no longer there
+    assert left() == [14, 16]
+
+
+@pytest.mark.parametrize(
+    "accuracies, killed_at",
+    [([0.1, 0.2, 0.3], 4), ([0.9, 0.8, 0.7], 6)],
+    ids=["the-new-checkpoint-is-the-best", "an-older-checkpoint-is-the-best"],
+)
+def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one(
+    pretrained_dir, tmp_path, monkeypatch, accuracies, killed_at
+):
+    """Before: the Trainer's rotation (``save_total_limit``) deleted the older checkpoints inside `_save_checkpoint`,
+    before `on_save` wrote the new one's completion marker. A kill between them left no complete checkpoint when the
+    new one was also the best (the rotation keeps it), and only the best one, older than the one deleted, otherwise.
+    After: the older ones are pruned once the new one is marked complete, and `latest` resumes from the previous."""
+    from linformer_hf.training import finetuning, finetuning_trainer
+    from linformer_hf.training.checkpointing import FINETUNING, resolve_checkpoint
+
+    monkeypatch.setattr(finetuning_trainer, "metrics_function", scripted_metrics(accuracies))
+    write_marker = finetuning_trainer.write_completion_marker
+
+    class Killed(Exception):
+        pass
+
+    def killed_before_the_marker(path):  # the checkpoint's files are written, its marker is not
+        if path.endswith(f"checkpoint-{killed_at}"):
+            raise Killed
+        write_marker(path)
+
+    monkeypatch.setattr(finetuning_trainer, "write_completion_marker", killed_before_the_marker)
+    out = tmp_path / "run"
+    with pytest.raises(Killed):
+        finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out), show_progress=False)
+    previous = killed_at - 2
+    found = finetuning_checkpoints(out)
+    assert found.get(previous) is True and found[killed_at] is False, found
+    assert resolve_checkpoint("latest", str(out), FINETUNING) == str(out / f"checkpoint-{previous}")
+
+    monkeypatch.setattr(finetuning_trainer, "write_completion_marker", write_marker)
+    start_run, started = finetuning.start_run, []
+    monkeypatch.setattr(finetuning, "start_run", lambda *a, **k: started.append(start_run(*a, **k)) or started[-1])
+    resumed = finetuning.run_finetuning(
+        finetune_recipe(pretrained_dir, tmp_path, out, resume_from_checkpoint="latest"), show_progress=False
+    )
+    assert started[0].checkpoint == str(out / f"checkpoint-{previous}")
+    assert [e["step"] for e in resumed["history"]] == [2, 4, 6]
+    assert (out / "results.json").is_file() and not finetuning_checkpoints(out)
+
+
+def test_a_stopped_finetuning_run_keeps_its_newest_checkpoint_and_the_best(pretrained_dir, tmp_path, monkeypatch):
+    """One checkpoint is kept, and the best one besides it when it is older (the Trainer's rule for
+    ``save_total_limit: 1``), each only once the newest is complete. Before, the Trainer also deleted every checkpoint
+    but the best at the end of `train`, so a stop after an evaluation lost the checkpoint it had just written."""
+    from linformer_hf.training import finetuning, finetuning_trainer
+    from linformer_hf.training.checkpointing import FINETUNING, resolve_checkpoint
+
+    monkeypatch.setattr(finetuning_trainer, "metrics_function", scripted_metrics([0.9, 0.8]))
+    out = tmp_path / "run"
+    stopped = finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out, stop_after_steps=5), False)
+    assert stopped == {"stopped_at": 5}
+    assert finetuning_checkpoints(out) == {2: True, 5: True}  # the best (step 2) and the newest; step 4 pruned
+    assert resolve_checkpoint("latest", str(out), FINETUNING) == str(out / "checkpoint-5")

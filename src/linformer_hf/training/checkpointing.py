@@ -14,8 +14,10 @@ and how many are kept.
   directory named ``step_N`` is therefore complete; one that fails its marker (torn or corrupted later) is skipped by
   ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`). Fine-tuning's
   checkpoints are the Trainer's ``checkpoint-N``: the Trainer writes them, fine-tuning adds the same marker
-  (`write_completion_marker`), and the same resolution takes them.
-- **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit.
+  (`write_completion_marker`) and prunes them after it (not the Trainer's rotation, which deletes the older ones
+  before the marker), and the same resolution takes them.
+- **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit (and the best one, for
+  fine-tuning), called only once the newest is complete.
 - **Recipe on resume** (pretraining). Each checkpoint records the recipe it was made with (model config, tokenizer,
   data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a
   changed optimisation schedule only warns.
@@ -268,18 +270,25 @@ def read_checkpoint_state(path: str) -> dict:
         return json.load(fh)
 
 
-def prune_checkpoints(output_dir: str, limit: int | None, options: RunOptions = PRETRAINING) -> None:
+def prune_checkpoints(
+    output_dir: str, limit: int | None, options: RunOptions = PRETRAINING, keep: str | None = None
+) -> None:
     """Keep the newest ``limit`` complete checkpoints (None or 0: all); delete the older ones (renamed aside first,
-    then removed)."""
+    then removed). ``keep`` (the best checkpoint, for the Trainer's ``load_best_model_at_end``) is kept too, counted
+    in the limit as the Trainer's rotation counts it: the newest ``max(limit - 1, 1)`` and it."""
     if not limit:
         return
     found = list_checkpoints(output_dir, options)
     complete = [path for path in found if os.path.isfile(os.path.join(path, COMPLETE_MARKER))]
     if len(complete) <= limit:
         return
-    oldest_kept = complete[-limit]
-    for path in found[: found.index(oldest_kept)]:
-        _remove_dir(path)
+    best = next((p for p in complete if keep and os.path.realpath(p) == os.path.realpath(keep)), None)
+    newest = complete[-limit:]
+    if best is not None and best not in newest:
+        newest = complete[-max(limit - 1, 1) :]
+    for path in found[: found.index(newest[0])]:
+        if path != best:
+            _remove_dir(path)
 
 
 def save_checkpoint(

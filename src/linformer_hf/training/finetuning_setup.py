@@ -86,7 +86,8 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
         eval_on_start=tcfg.eval_on_start,
         save_strategy=strategy if tcfg.save_best else "no",
         save_steps=tcfg.eval_steps,
-        save_total_limit=1,
+        # No save_total_limit: the Trainer's rotation deletes the older checkpoints before the new one is marked
+        # complete. The completion-marker callback prunes them after its marker (finetuning_trainer.CHECKPOINTS_KEPT).
         save_only_model=False,  # optimizer, schedule and RNG states too: a run resumes exactly
         load_best_model_at_end=tcfg.save_best,
         metric_for_best_model=task.main_metric,

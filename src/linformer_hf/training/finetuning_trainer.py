@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import compiling
-from .checkpointing import FINETUNING, write_completion_marker
+from .checkpointing import FINETUNING, prune_checkpoints, write_completion_marker
 from .config import FinetuneRecipe
 from .errors import Preempted
 from .guards import StopSignal, divergence_callback, resume_hint
@@ -20,6 +20,10 @@ from .validation import warn_if_mixed_precision_ignored
 if TYPE_CHECKING:
     from .finetuning_model import Classifier
     from .finetuning_setup import RunSetup
+
+# The checkpoint-N kept while training: the newest, and the best besides it when that is older (the Trainer's rule for
+# save_total_limit=1, applied once the newest is complete: `completion_marker_callback`).
+CHECKPOINTS_KEPT = 1
 
 
 def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier: Classifier, stopping):
@@ -47,7 +51,7 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
         processing_class=classifier.tokenizer,
         compute_metrics=metrics_function(task, run.processes.is_main_process),
         # The stop first: a checkpoint it asks for is checked for non-finite weights as any other.
-        callbacks=[stopping, divergence_callback(guard), completion_marker_callback(run.processes)]
+        callbacks=[stopping, divergence_callback(guard), completion_marker_callback(run.processes, CHECKPOINTS_KEPT)]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])
         + ([compile_record] if compile_record else []),
         **extra,
@@ -111,10 +115,12 @@ def finetune_guard(tcfg):
     )
 
 
-def completion_marker_callback(processes):
+def completion_marker_callback(processes, limit: int | None = None):
     """A `TrainerCallback` that writes the run directory's completion marker (training/checkpointing.py) into each
     ``checkpoint-N`` once every process has saved its files there: ``latest`` then never takes a checkpoint a kill
-    cut short, and a corrupt one is refused, as for pretraining and transfer."""
+    cut short, and a corrupt one is refused, as for pretraining and transfer. Then it keeps the newest ``limit``
+    complete checkpoints and the best one (`prune_checkpoints`; None: all), in place of the Trainer's
+    ``save_total_limit``, whose rotation deletes the older ones before the marker: a kill there left none complete."""
     from transformers import TrainerCallback
 
     class MarkComplete(TrainerCallback):
@@ -123,6 +129,7 @@ def completion_marker_callback(processes):
             path = FINETUNING.checkpoint_path(args.output_dir, state.global_step)
             if processes.is_main_process and os.path.isdir(path):
                 write_completion_marker(path)
+                prune_checkpoints(args.output_dir, limit, FINETUNING, keep=state.best_model_checkpoint)
             processes.wait_for_everyone()
             return control
 
