@@ -5,8 +5,10 @@ Blocks of ``--block_size`` tokens (default: the longest n among the models) are 
 pretraining recipe (its data.validation_datasets or validation_files, packed as pretraining packs them) and masked
 once, with pretraining's seeded evaluation masking. Each model reads every block in consecutive windows of its own
 n: a RoBERTa with n = 512 predicts each masked token from its 512-token window, a Linformer with n = 4,096 from the
-whole block. Every model scores exactly the same masked tokens. Written: perplexity over all of them and by position
-in the block (buckets of ``--bucket`` tokens), per model, as CSV and JSON, with the time each model took.
+whole block. Every model scores exactly the same masked tokens. Written: perplexity over all of them and over those
+whose input is ``<mask>`` (the ones only the other tokens can tell), overall and by position in the block (buckets of
+``--bucket`` tokens), per model, as CSV and JSON, with the time each model took. ``--windows 16 128`` also scores
+each model reading shorter windows: how much it uses its context at all.
 
     python -m experiments.context_gain --recipe configs/pretrain/books.yaml \\
         --models outputs/pretrain/books-roberta/final outputs/pretrain/books-n4096/final \\
@@ -43,15 +45,21 @@ def masked_lm_head(model):
 
 
 @torch.no_grad()
-def score_blocks(model, batches, window: int, bucket: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def score_blocks(
+    model, batches, window: int, bucket: int, block_size: int, mask_token_id: int | None = None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Summed cross-entropy and count of the masked tokens of ``batches`` (input_ids, attention_mask, labels of
     blocks), by position bucket in the block, with ``model`` reading each block in consecutive windows of
-    ``window`` tokens. Returns (sums, counts), each (number of buckets,)."""
+    ``window`` tokens. Returns {"all": (sums, counts)}, each (number of buckets,), and with ``mask_token_id`` also
+    "mask_input": the same over the scored tokens whose input is ``<mask>`` (those a model can predict only from the
+    other tokens)."""
     model.eval()
     head, encoder = masked_lm_head(model), model.base_model
     buckets = math.ceil(block_size / bucket)
-    sums = torch.zeros(buckets, dtype=torch.float64)
-    counts = torch.zeros(buckets, dtype=torch.long)
+    kinds = ["all"] + (["mask_input"] if mask_token_id is not None else [])
+    totals = {
+        kind: (torch.zeros(buckets, dtype=torch.float64), torch.zeros(buckets, dtype=torch.long)) for kind in kinds
+    }
     for batch in batches:
         length = batch["input_ids"].shape[1]
         for start in range(0, length, window):
@@ -62,10 +70,15 @@ def score_blocks(model, batches, window: int, bucket: int, block_size: int) -> t
                 continue
             hidden = encoder(**piece).last_hidden_state[scored]  # (scored tokens, hidden)
             losses = F.cross_entropy(head(hidden).float(), labels[scored], reduction="none")
-            positions = (start + torch.arange(labels.shape[1])).expand_as(labels)[scored]
-            sums.index_add_(0, positions // bucket, losses.double())
-            counts.index_add_(0, positions // bucket, torch.ones_like(positions))
-    return sums, counts
+            buckets_of = ((start + torch.arange(labels.shape[1])).expand_as(labels)[scored]) // bucket
+            for kind in kinds:
+                keep = torch.ones_like(losses, dtype=torch.bool)
+                if kind == "mask_input":
+                    keep = piece["input_ids"][scored].eq(mask_token_id)
+                sums, counts = totals[kind]
+                sums.index_add_(0, buckets_of[keep], losses[keep].double())
+                counts.index_add_(0, buckets_of[keep], torch.ones_like(buckets_of[keep]))
+    return totals
 
 
 def check_same_tokenizer(tokenizer, model_dirs: list[str]) -> None:
@@ -103,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block_size", type=int, help="default: the longest n among the models")
     parser.add_argument("--max_blocks", type=int, default=16, help="held-out blocks scored (the first ones)")
     parser.add_argument("--bucket", type=int, default=512, help="positions in the block per reported bucket")
+    parser.add_argument(
+        "--windows",
+        type=int,
+        nargs="+",
+        help="also score each model reading windows of these sizes (up to its n): how much a model uses context "
+        "(a model whose perplexity does not fall as its window grows reads its context no better than none)",
+    )
     parser.add_argument("--batch_size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="the recipe's training.seed: masked as its evaluation")
     parser.add_argument("--output_dir", required=True)
@@ -135,36 +155,48 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, summary = [], {"block_size": block_size, "blocks": len(blocks), "bucket": args.bucket, "models": []}
     for folder, model, n in zip(args.models, models, lengths):
-        started = time.perf_counter()
-        sums, counts = score_blocks(model, batches, min(n, block_size), args.bucket, block_size)
-        seconds = time.perf_counter() - started
-        loss = (sums.sum() / counts.sum().clamp(min=1)).item()
-        summary["models"].append(
-            {
-                "model": folder,
-                "n": n,
-                "window": min(n, block_size),
-                "masked_tokens": int(counts.sum()),
-                "loss": loss,
-                "perplexity": math.exp(loss),
-                "seconds": seconds,
-                "tokens_per_second": len(blocks) * block_size / seconds,
-            }
-        )
-        for index, (total, count) in enumerate(zip(sums.tolist(), counts.tolist())):
-            bucket_loss = total / max(count, 1)
-            rows.append(
+        windows = sorted({min(n, block_size), *(w for w in args.windows or [] if w < min(n, block_size))})
+        for window in windows:
+            started = time.perf_counter()
+            scores = score_blocks(model, batches, window, args.bucket, block_size, tokenizer.mask_token_id)
+            seconds = time.perf_counter() - started
+            (sums, counts), (mask_sums, mask_counts) = scores["all"], scores["mask_input"]
+            loss = (sums.sum() / counts.sum().clamp(min=1)).item()
+            mask_loss = (mask_sums.sum() / mask_counts.sum().clamp(min=1)).item()
+            summary["models"].append(
                 {
                     "model": folder,
-                    "window": min(n, block_size),
-                    "bucket_start": index * args.bucket,
-                    "bucket_end": min((index + 1) * args.bucket, block_size),
-                    "masked_tokens": count,
-                    "loss": bucket_loss,
-                    "perplexity": math.exp(bucket_loss),
+                    "n": n,
+                    "window": window,
+                    "masked_tokens": int(counts.sum()),
+                    "loss": loss,
+                    "perplexity": math.exp(loss),
+                    "mask_input_tokens": int(mask_counts.sum()),
+                    "mask_input_perplexity": math.exp(mask_loss),
+                    "seconds": seconds,
+                    "tokens_per_second": len(blocks) * block_size / seconds,
                 }
             )
-        print(f"{folder}: window {min(n, block_size)}, perplexity {math.exp(loss):.3f} ({seconds:.1f} s)")
+            for index in range(len(sums)):
+                bucket_loss = sums[index].item() / max(counts[index].item(), 1)
+                mask_bucket_loss = mask_sums[index].item() / max(mask_counts[index].item(), 1)
+                rows.append(
+                    {
+                        "model": folder,
+                        "window": window,
+                        "bucket_start": index * args.bucket,
+                        "bucket_end": min((index + 1) * args.bucket, block_size),
+                        "masked_tokens": counts[index].item(),
+                        "loss": bucket_loss,
+                        "perplexity": math.exp(bucket_loss),
+                        "mask_input_tokens": mask_counts[index].item(),
+                        "mask_input_perplexity": math.exp(mask_bucket_loss),
+                    }
+                )
+            print(
+                f"{folder}: window {window}, perplexity {math.exp(loss):.3f}, at <mask> inputs "
+                f"{math.exp(mask_loss):.3f} ({seconds:.1f} s)"
+            )
     with open(os.path.join(args.output_dir, "scores_by_position.csv"), "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()

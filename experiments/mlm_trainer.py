@@ -134,7 +134,6 @@ def pretraining_arguments(tcfg, **overrides) -> TrainingArguments:
         eval_strategy="no",
         save_strategy="steps" if tcfg.checkpointing_steps else "no",
         save_steps=tcfg.checkpointing_steps or 500,
-        save_total_limit=tcfg.checkpoints_total_limit,
         remove_unused_columns=False,  # the collator reads each block's index
         dataloader_drop_last=True,
         report_to=tcfg.report_to or "none",
@@ -193,7 +192,8 @@ def build_trainer(recipe, normalisation: str = "update", stop=None) -> MaskedLMT
     guard = recipe_guard(tcfg, resume_hint("--resume_from_checkpoint", "start over"), last_good_checkpoint=resume_dir)
     stopping = stop_signal_callback(stop) if stop is not None else None
     callbacks = [c for c in (stopping, divergence_callback(guard)) if c is not None]
-    callbacks.append(completion_marker_callback(args.distributed_state))
+    # prunes after the new checkpoint is marked complete (not the Trainer's rotation, which deletes before)
+    callbacks.append(completion_marker_callback(args.distributed_state, tcfg.checkpoints_total_limit))
     if tcfg.stop_after_steps:
         callbacks.append(stop_after_steps_callback(tcfg.stop_after_steps))
     trainer = MaskedLMTrainer(

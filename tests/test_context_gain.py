@@ -95,7 +95,7 @@ def test_a_whole_block_reader_scores_as_pretraining_evaluates(books, linformer_a
     model = AutoModelForMaskedLM.from_pretrained(linformer_at_128)
     collator = build_mlm_collator(tokenizer, recipe.data, seed=2)
     batches = [collator([blocks[i]]) for i in range(len(blocks))]
-    sums, counts = score_blocks(model, batches, window=128, bucket=32, block_size=128)
+    sums, counts = score_blocks(model, batches, window=128, bucket=32, block_size=128)["all"]
     loader = DataLoader(blocks, batch_size=1, collate_fn=build_mlm_collator(tokenizer, recipe.data, seed=2))
     expected = evaluate_mlm(model, loader, Accelerator(cpu=True))
     assert (sums.sum() / counts.sum()).item() == pytest.approx(expected["eval_loss"], rel=1e-5)
@@ -119,3 +119,30 @@ def test_models_with_other_tokenizers_are_refused(books, roberta_source, tmp_pat
             os.link(os.path.join(roberta_source, name), other / name)
     assert run(books, [roberta_source, str(other)], tmp_path / "out") == 2
     assert "another tokenizer" in capsys.readouterr().err
+
+
+def test_windows_score_the_same_tokens_and_a_context_free_model_alike(books, roberta_source, tmp_path):  # noqa: F811
+    """--windows: every window size scores the same masked tokens. A model whose outputs cannot depend on other tokens
+    or on positions (attention and position embeddings zeroed) gets the same perplexity at every window, so any
+    difference left is context; the trained-at-random source model, whose attention is live, does not."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    context_free = tmp_path / "context-free"
+    model = AutoModelForMaskedLM.from_pretrained(roberta_source)
+    with torch.no_grad():
+        model.roberta.embeddings.position_embeddings.weight.zero_()
+        for layer in model.roberta.encoder.layer:
+            layer.attention.output.dense.weight.zero_()
+            layer.attention.output.dense.bias.zero_()
+    model.save_pretrained(context_free)
+    AutoTokenizer.from_pretrained(roberta_source).save_pretrained(context_free)
+    assert run(books, [str(context_free), roberta_source], tmp_path / "out", "--windows", "8", "32") == 0
+    with open(tmp_path / "out" / "summary.json") as fh:
+        scored = {(os.path.basename(m["model"]), m["window"]): m for m in json.load(fh)["models"]}
+    assert sorted(window for name, window in scored if name == "context-free") == [8, 32, 64]
+    assert len({(m["masked_tokens"], m["mask_input_tokens"]) for m in scored.values()}) == 1
+    assert 0 < next(iter(scored.values()))["mask_input_tokens"] < next(iter(scored.values()))["masked_tokens"]
+    free = [scored["context-free", w]["mask_input_perplexity"] for w in (8, 32, 64)]
+    assert free == pytest.approx([free[0]] * 3, rel=1e-5)
+    live = [scored[os.path.basename(roberta_source), w]["mask_input_perplexity"] for w in (8, 32, 64)]
+    assert max(live) / min(live) > 1 + 1e-4  # a barely trained model: small, but 10x the context-free spread
