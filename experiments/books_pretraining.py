@@ -34,7 +34,7 @@ from linformer_hf.training.config import ConfigError, PretrainRecipe, build_sect
 from linformer_hf.training.errors import USER_ERRORS, report
 from linformer_hf.training.pretraining import read_final_summary
 
-CURVE_COLUMNS = ["run", "step", "tokens", "perplexity", "mask_input_perplexity", "eval_loss"]
+CURVE_COLUMNS = ["run", "step", "tokens", "perplexity", "mask_input_perplexity", "mask_input_over_unigram", "eval_loss"]
 
 
 @dataclasses.dataclass
@@ -140,6 +140,8 @@ def collate(plan: BooksPlan) -> tuple[list[dict], list[dict]]:
                     "tokens": row["step"] * per_update,
                     "perplexity": round(row["perplexity"], 3),
                     "mask_input_perplexity": round(row.get("mask_input_perplexity", float("nan")), 3),
+                    # below 1: the model predicts the <mask> inputs better than the token frequencies (reads context)
+                    "mask_input_over_unigram": round(row.get("perplexity_over_unigram", float("nan")), 4),
                     "eval_loss": round(row["eval_loss"], 5),
                 }
             )
@@ -155,6 +157,8 @@ def collate(plan: BooksPlan) -> tuple[list[dict], list[dict]]:
                 "steps": evals[-1]["step"] if evals else 0,
                 "tokens": (evals[-1]["step"] if evals else 0) * per_update,
                 "perplexity": evals[-1]["perplexity"] if evals else None,
+                "mask_input_perplexity": evals[-1].get("mask_input_perplexity") if evals else None,
+                "mask_input_over_unigram": evals[-1].get("perplexity_over_unigram") if evals else None,
                 "tokens_per_s": per_update / statistics.median(gaps) if gaps else None,
             }
         )
@@ -169,23 +173,32 @@ def write_report(plan: BooksPlan) -> str:
         writer.writeheader()
         writer.writerows(curves)
     os.replace(os.path.join(plan.output_dir, "curves.csv.tmp"), os.path.join(plan.output_dir, "curves.csv"))
-    base = next((s["perplexity"] for s in summaries if s["run"] == plan.baseline and s["perplexity"]), None)
+    base = next(
+        (s["mask_input_perplexity"] for s in summaries if s["run"] == plan.baseline and s["mask_input_perplexity"]),
+        None,
+    )
     lines = [
         f"# {os.path.basename(plan.output_dir)}: validation perplexity on the held-out books",
         "",
         f"Recipe {plan.recipe}, shared overrides {json.dumps(plan.shared)}. Load average when written: "
         f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}. Tokens/s: median over updates, under that machine's load.",
+        "Perplexity over all scored tokens, and at those whose input is <mask> (predictable from the context only; "
+        "x unigram below 1: better than the training tokens' frequencies), the last against the baseline's.",
         "",
-        f"| run | finished | updates | tokens | perplexity | vs {plan.baseline} | training tokens/s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| run | finished | updates | tokens | perplexity | at <mask> | x unigram | at <mask> vs {plan.baseline} "
+        "| training tokens/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+
+    def number(value, form):
+        return format(value, form) if value else "-"
+
     for s in summaries:
-        ratio = f"{s['perplexity'] / base:.3f}" if base and s["perplexity"] else "-"
-        ppl = f"{s['perplexity']:.1f}" if s["perplexity"] else "-"
-        speed = f"{s['tokens_per_s']:,.0f}" if s["tokens_per_s"] else "-"
+        ratio = number(s["mask_input_perplexity"] / base if base and s["mask_input_perplexity"] else None, ".3f")
         lines.append(
-            f"| {s['run']} | {'yes' if s['finished'] else 'no'} | {s['steps']} | {s['tokens']:,} | {ppl} | {ratio} "
-            f"| {speed} |"
+            f"| {s['run']} | {'yes' if s['finished'] else 'no'} | {s['steps']} | {s['tokens']:,} "
+            f"| {number(s['perplexity'], '.1f')} | {number(s['mask_input_perplexity'], '.1f')} "
+            f"| {number(s['mask_input_over_unigram'], '.3f')} | {ratio} | {number(s['tokens_per_s'], ',.0f')} |"
         )
     text = "\n".join(lines) + "\n"
     write_text_atomic(os.path.join(plan.output_dir, "results.md"), text)
