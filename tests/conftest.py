@@ -16,6 +16,11 @@ import transformers  # noqa: E402
 import linformer_hf  # noqa: E402,F401  (registers the Auto classes)
 from linformer_hf import LinformerConfig  # noqa: E402
 
+# Under pytest-xdist (`-n 2`, one worker a core) each worker computes on one thread: two workers of two threads each
+# on 2 cores would oversubscribe them. Subprocesses a test starts keep their own defaults.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 

@@ -16,10 +16,37 @@ QUICK = os.path.join(REPO, "configs", "replication", "quick.yaml")
 FULL = os.path.join(REPO, "configs", "replication", "full.yaml")
 
 
-def tiny_overrides(tmp_path, **extra):
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """The first rows of each file of ../shared/data the plan reads, in its layout: the plan runs its subprocesses on
+    this as on the whole files, without tokenising 3,000 paragraphs for each 6-update pretraining run (most of the
+    tiny plan's time) or reading all 67k SST-2 rows for each 64-example fine-tuning run."""
+    root = tmp_path_factory.mktemp("small_data")
+    heads = {
+        os.path.join("wikitext-2", "valid.txt"): 400,
+        os.path.join("imdb", "train.csv"): None,  # rows, not lines: reviews are quoted CSV fields
+        os.path.join("sst2", "train.tsv"): 2001,
+        os.path.join("sst2", "dev.tsv"): 201,
+    }
+    for name, lines in heads.items():
+        os.makedirs(root / os.path.dirname(name), exist_ok=True)
+        with open(os.path.join(SHARED_DATA, name), encoding="utf-8", newline="") as src:
+            with open(root / name, "w", encoding="utf-8", newline="") as dst:
+                if lines is None:
+                    rows = list(csv.DictReader(src))[:400]
+                    writer = csv.DictWriter(dst, fieldnames=["text", "label"])
+                    writer.writeheader()
+                    writer.writerows(rows)
+                else:
+                    dst.writelines(line for _, line in zip(range(lines), src))
+    return str(root)
+
+
+def tiny_overrides(tmp_path, data_dir=SHARED_DATA, **extra):
     overrides = dict(
         output_dir=str(tmp_path / "run"),
-        data_dir=SHARED_DATA,
+        data_dir=data_dir,
+        imdb_heldout=100 if data_dir != SHARED_DATA else 500,  # small_data has 400 reviews
         vocab_size=512,
         block_size=64,
         max_eval_blocks=8,
@@ -148,8 +175,8 @@ class Stop(Exception):
     pass
 
 
-def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
-    plan = load_plan(QUICK, tiny_overrides(tmp_path))
+def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path, small_data):
+    plan = load_plan(QUICK, tiny_overrides(tmp_path, small_data))
 
     # Stopped at the start of the second fine-tuning run: what finished is saved, marked incomplete.
     started = []
@@ -211,7 +238,7 @@ def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path):
 
     # A variant added to the finished plan, run alone: a Performer, pretrained and fine-tuned under the same recipe,
     # reported beside the earlier runs, which are not repeated.
-    added = load_plan(QUICK, tiny_overrides(tmp_path, only_variants=["performer_m16"]))
+    added = load_plan(QUICK, tiny_overrides(tmp_path, small_data, only_variants=["performer_m16"]))
     messages = []
     results = run_plan(added, log=messages.append)
     assert [m for m in messages if "accuracy" not in m and "perplexity" not in m] == [
@@ -306,12 +333,13 @@ def test_variant_n_is_the_models_longest_input():
         assert variant_n(plan, v) == max_input_length(config)
 
 
-def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_path):
+def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_path, small_data):
     """No pretrain.max_steps (the recipe default applies) and a time budget that ends the run after one update."""
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
     overrides = tiny_overrides(
         tmp_path,
+        small_data,
         pretrain=dict(seed=3, per_device_train_batch_size=4, max_train_minutes=0.0, warmup_steps=1),
         rms_lengths=[16],
     )
