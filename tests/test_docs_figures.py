@@ -18,6 +18,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     written = make_figures["main"](["--output_dir", str(tmp_path)])
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
+        "compiled_gpu_h100.png",
         "distillation_recovery.png",
         "distillation_recovery_h200.png",
         "quality_vs_k.png",
@@ -90,3 +91,21 @@ def test_the_realistic_load_page_quotes_its_csv(run):
         tokens = float(row["real_tokens_per_s"])
         quoted = f"{tokens / 1e3:.0f}k ({tokens / baseline[row['mode'], row['n']]:.2f}x)"
         assert quoted in page, (row["mode"], row["model"], row["k"], row["n"], quoted)
+
+
+def test_the_compiled_gpu_page_states_the_recorded_tokens_per_second():
+    """Every measured point of the H100 compiled runs appears in docs/results/compiled-gpu-h100.md as the page rounds
+    it (thousands of tokens/s, then the fraction of the peak), so a figure copied wrong or a CSV swapped shows here."""
+    with open(os.path.join(REPO, "docs", "results", "compiled-gpu-h100.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    checked = 0
+    for name in ("h100_compiled_bf16.csv", "h100_compiled_bf16_n16384.csv"):
+        with open(os.path.join(DATA, name), newline="") as fh:
+            for row in csv.DictReader(fh):
+                if row["status"] != "ok":
+                    continue
+                tokens = f"{float(row['real_tokens_per_s']) / 1e3:.0f}k ("
+                peak = f", {float(row['fraction_of_peak']):.2f}, {float(row['peak_mb']) / 1e3:.1f} GB)"
+                assert tokens in page and peak in page, row
+                checked += 1
+    assert checked == 40  # 28 points of the first call (4 more failed), 12 of the second

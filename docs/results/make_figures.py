@@ -5,7 +5,8 @@
 Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid),
 speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,768 tokens a batch), quality_vs_k.png
 (all-MiniLM-L6-v2 conversion and the small-scale replication), distillation_recovery.png (converted classifiers
-against their teacher, per update, on the CPU) and distillation_recovery_h200.png (the same on one H200). Needs
+against their teacher, per update, on the CPU), distillation_recovery_h200.png (the same on one H200) and
+compiled_gpu_h100.png (the H100's compiled-per-layer steps against eager, bf16, 12 layers). Needs
 matplotlib (the `tools` extra).
 """
 
@@ -29,6 +30,7 @@ REALISTIC_BEFORE = "h100_realistic_bf16_before_fix.csv"  # the Linformer before 
 QUALITY = "quality_vs_k.csv"
 RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
 RECOVERY_H200 = "distillation_recovery_h200.csv"  # the same, from experiments/gpu_evidence.sh on one H200
+COMPILED_RUNS = ("h100_compiled_bf16.csv", "h100_compiled_bf16_n16384.csv")  # experiments/gpu_session.sh's, two calls
 
 
 def read_rows(path: str) -> list[dict]:
@@ -164,6 +166,35 @@ def quality_figure(data_dir: str, out_dir: str) -> str:
     return save(fig, out_dir, "quality_vs_k.png")
 
 
+def compiled_figure(data_dir: str, out_dir: str) -> str:
+    """Per mode: each model's tokens/s as a multiple of RoBERTa-SDPA's, eager and compiled per layer, at each n where
+    both were measured (docs/results/compiled-gpu-h100.md); the ratio is taken within one run, as the page does."""
+    rows = [r for name in COMPILED_RUNS for r in read_rows(os.path.join(data_dir, name)) if r["status"] == "ok"]
+    runs = {"bf16": "eager", "bf16-compiled-layers": "compiled per layer"}
+    tokens = {(r["run"], r["mode"], r["model"], int(r["n"])): float(r["real_tokens_per_s"]) for r in rows}
+    ns = sorted({n for run, _, _, n in tokens if run == "bf16-compiled-layers"})
+    models = ["linformer", "performer", "performer-bf16"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90)
+    for ax, mode in zip(axes, ("train", "inference")):
+        width = 0.8 / (len(models) * len(runs))
+        for i, (model, (run, how)) in enumerate((m, r) for m in models for r in runs.items()):
+            xs, ys = [], []
+            for j, n in enumerate(ns):
+                if (run, mode, model, n) in tokens:
+                    xs.append(j - 0.4 + (i + 0.5) * width)
+                    ys.append(tokens[(run, mode, model, n)] / tokens[(run, mode, "roberta-sdpa", n)])
+            ax.bar(xs, ys, width, color=f"C{models.index(model)}", alpha=0.45 if how == "eager" else 1.0,
+                   label=f"{model}, {how}")  # fmt: skip
+        ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="RoBERTa-SDPA (the same run)")
+        ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
+        ax.set(ylabel="tokens/s, multiple of RoBERTa-SDPA's", title="training step" if mode == "train" else mode)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("NVIDIA H100, bf16 autocast, 12 layers, width 768, 32,768 tokens a batch (2026-11-26)")
+    fig.tight_layout()
+    return save(fig, out_dir, "compiled_gpu_h100.png")
+
+
 def recovery_figure(data_dir: str, out_dir: str, data_file: str, title: str, filename: str) -> str:
     """Per task: each converted student's held-out accuracy against updates (the mean over its seeds, their range
     shaded), and the teacher's line (the better of the teacher and its control, as the ratios in
@@ -217,6 +248,7 @@ def main(argv=None) -> list[str]:
     os.makedirs(args.output_dir, exist_ok=True)
     written = speed_figures(args.data_dir, args.output_dir) + [
         quality_figure(args.data_dir, args.output_dir),
+        compiled_figure(args.data_dir, args.output_dir),
         recovery_figure(
             args.data_dir,
             args.output_dir,
