@@ -91,6 +91,15 @@ class BenchmarkConfig:
     compile_backend: str | None = field(
         default=None, metadata={"help": "the torch.compile backend with --compile (default: inductor)"}
     )
+    compile_timeout_s: float | None = field(
+        default=None,
+        metadata={
+            "help": "with --compile: seconds one model's compile (its first call and second step) may take in the "
+            "timing process; a model over it fails alone and the others of its n are timed (default: no limit "
+            "but timeout_s; a compile is also stopped where it would leave the models compiled before it no time "
+            "to be timed before timeout_s)"
+        },
+    )
     reps: int = field(default=3, metadata={"help": "timed repetitions per point (the median is reported)"})
     warmup: int = field(default=1, metadata={"help": "untimed repetitions per model before timing"})
     threads: int | None = field(default=None, metadata={"help": "torch intra-op threads (default: torch's)"})
@@ -181,6 +190,14 @@ class BenchmarkConfig:
             check_compile_device(self.compile, self.compile_mode, self.compile_backend, device, flag="compile")
         except ConfigError as error:
             raise ValueError(str(error)) from None
+        if self.compile_timeout_s is not None:
+            if self.compile == "no":
+                raise ValueError(
+                    f"compile_timeout_s={self.compile_timeout_s} is set but compile is no: set compile to model or "
+                    "layers, or drop compile_timeout_s"
+                )
+            if self.compile_timeout_s <= 0:
+                raise ValueError(f"compile_timeout_s must be positive, got {self.compile_timeout_s}")
         if self.hidden_size % self.heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
         if self.peer and self.peer_k > min(self.peer_ns):

@@ -15,9 +15,11 @@ from .workers import (
     MatmulPeakTask,
     MemoryTask,
     PeerTask,
+    TimingProgress,
     TimingTask,
     WorkerFailed,
     padded_lengths,
+    point_reason,
     run_in_fresh_process,
 )
 
@@ -93,34 +95,49 @@ def _time_points(
     cfg: BenchmarkConfig, mode: Mode, rows: dict[str, BenchmarkRow], log, deadline: float | None = None
 ) -> None:
     """Time the rows (by label) in one process and fill in their times (and, on CUDA, their memory), or mark them
-    failed."""
+    failed. Compiled, each model's compile time is kept even where its timing fails or the process is killed (it is
+    logged as the process reports it), and a killed process's reasons say which model was compiling, for how long."""
     points = [(label, row.model, row.n, row.k) for label, row in rows.items()]
     memory = _measures_memory(cfg, mode) and cfg.device.startswith("cuda")
+    progress = TimingProgress()
+
+    def heard(event: dict) -> None:
+        progress.add(event)
+        if event["event"] == "compiled":
+            log(f"    {event['label']} compiled in {event['compile_s']:.1f} s")
+
+    timeout_s = _timeout(cfg, deadline)
+    task = TimingTask(cfg, mode, points, memory=memory, ends_at=time.time() + timeout_s)
     try:
-        timing = run_in_fresh_process(TimingTask(cfg, mode, points, memory=memory), _timeout(cfg, deadline))
+        timing = run_in_fresh_process(task, timeout_s, on_progress=heard)
     except WorkerFailed as error:
-        log(f"  timing failed: {error}")
-        for row in rows.values():
-            row.status, row.reason = Status.FAILED, f"timing: {error}"
+        where = progress.where()
+        log(f"  timing failed: {error}{' ' + where if where else ''}")
+        for label, row in rows.items():
+            row.status, row.reason = Status.FAILED, progress.reason(label, error)
+            if label in progress.compiled:
+                event = progress.compiled[label]
+                row.compile_s = round(event["compile_s"], 2)
+                row.graphs_first_call, row.graphs_second_step = event["first_call"], event["second_step"]
         return
     if timing["graphs_while_timed"]:
         log(f"  {timing['graphs_while_timed']} graph(s) compiled while timing: their compile time is in the figures")
     for label, row in rows.items():
+        if label in timing["compile_s"]:  # failed or not: a model whose compile ended has its time
+            row.compile_s = round(timing["compile_s"][label], 2)
+        graphs = timing.get("graphs", {}).get(label)
+        if graphs is not None:
+            row.graphs_first_call, row.graphs_second_step = graphs["first_call"], graphs["second_step"]
+            row.graphs_later = graphs["later"]
         if label in timing["errors"]:
             log(f"  {label} failed: {timing['errors'][label]}")
-            row.status, row.reason = Status.FAILED, f"timing: {timing['errors'][label]}"
+            row.status, row.reason = Status.FAILED, point_reason(timing["errors"][label])
             continue
         times = timing["times"][label]
         median = statistics.median(times)
         if label in timing["flops"]:
             row.gflop = _significant(timing["flops"][label] / 1e9)
         row.attention, row.kernels = timing["attention"][label], timing["kernels"][label]
-        if label in timing["compile_s"]:
-            row.compile_s = round(timing["compile_s"][label], 2)
-        graphs = timing.get("graphs", {}).get(label)
-        if graphs is not None:
-            row.graphs_first_call, row.graphs_second_step = graphs["first_call"], graphs["second_step"]
-            row.graphs_later = graphs["later"]
         # Six significant digits, not a fixed number of decimals: a GPU step of a tiny model takes well under a
         # millisecond, and tokens/s (from the unrounded median) must agree with time_s.
         row.time_s, row.time_s_min, row.reps = float(f"{median:.6g}"), float(f"{min(times):.6g}"), len(times)

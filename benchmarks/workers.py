@@ -5,6 +5,12 @@ runs one process per n in which all models of that n alternate repetition by rep
 elsewhere on the machine hits every model alike). Processes come from a `forkserver` that has imported torch and
 transformers once, so a fresh process costs a fork rather than an import.
 
+Compiled (`--compile`), the timing process first compiles the models one by one, each within its own time limit
+(`compile_timeout_s`, and never so late that the models compiled before it could not be timed before the process's
+timeout): a model over it fails alone and the others are timed. It reports each compile to the parent as it goes
+(`TimingProgress`), so that a process killed at its timeout still tells each model's compile time and which model
+was compiling, and for how long.
+
 CPU memory: the process's peak resident set (VmHWM in /proc/self/status) is reset to the current resident set
 (writing "5" to /proc/self/clear_refs) once the model, its input and a short warm-up exist; activation memory is
 VmHWM after the measured step minus that resident set. glibc's malloc is told to serve every block of 64 KiB or
@@ -22,10 +28,12 @@ import gc
 import multiprocessing
 import random
 import resource
+import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .config import DTYPES, BenchmarkConfig
 from .models import MODELS, build_model, model_config, model_inputs, realised_attention
@@ -36,6 +44,15 @@ REFERENCE_MATMUL = "dense matmul"
 
 class WorkerFailed(RuntimeError):
     """A worker process raised, timed out or was killed; the message says which."""
+
+
+class CompileTimedOut(BaseException):
+    """Raised by `_time_limit`'s alarm in the middle of a compile. A BaseException, as KeyboardInterrupt is: dynamo and
+    inductor catch Exceptions in places (to wrap them, or to fall back to another kernel), not this."""
+
+
+class PointFailed(RuntimeError):
+    """One point of a timing process failed for a reason of its own (its message), not from an error of torch's."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -117,6 +134,42 @@ def _compiled_graphs() -> int:
     from linformer_hf.training.compiling import compiled_graphs
 
     return compiled_graphs()
+
+
+@dataclass
+class _Alarm:
+    fired: bool = False
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Raise `CompileTimedOut` in this thread once `seconds` have passed (SIGALRM; None, or a thread other than the
+    main one, where no signal arrives: no limit). Yields an `_Alarm` whose `fired` says whether it went off, should
+    what it interrupted turn its exception into another."""
+    alarm = _Alarm()
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield alarm
+        return
+
+    def ring(signum, frame):
+        alarm.fired = True
+        raise CompileTimedOut
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))  # 0 would disarm it
+    try:
+        yield alarm
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def timing_reserve_s(cfg: BenchmarkConfig, step_s: list[float]) -> float:
+    """Seconds a compiled timing process keeps, before its end, to warm up and time the models it compiled: each
+    one's calls after its second step (the warm-ups, the profiled and the memory step, the timed repetitions) at twice
+    its second step's time, the model about to compile counted as the slowest so far, and 10 s more."""
+    calls = cfg.warmup + cfg.reps + 3
+    return 10.0 + 2 * calls * (sum(step_s) + max(step_s, default=0.0))
 
 
 def _autocast(cfg: BenchmarkConfig):
@@ -303,42 +356,92 @@ class TimingTask:
     FLOPs}, "attention": {label: `realised_attention` after the timed runs}, "kernels": {label: `attention_ops`},
     "errors": {label: error}, "memory": {label: {"activation_bytes", "peak_bytes", "weights_bytes"}}, "compile_s":
     {label: the first call's seconds}, "graphs_while_timed": graphs compiled by the timed calls of all models,
-    "graphs": {label: {"first_call", "second_step", "later"}}}. Compiled (`--compile`), every model's first call is
-    timed apart and followed at once by an untimed second step, before the next model is built: the graphs compiled
-    by each are counted per model, and so are those of its later calls.
+    "graphs": {label: {"first_call", "second_step", "later"}}}.
+
+    Compiled (`--compile`), every model's first call is timed apart and followed at once by a second step, before the
+    next model is built: the graphs compiled by each are counted per model, and so are those of its later calls. The
+    two calls run within the model's compile limit (`compile_limit`): past it the model fails alone ("compile timed
+    out after ... s"), and a model whose limit is spent before it starts is not compiled; the others are timed.
+    `progress(event)`, where given (in a fresh process: to the parent's `TimingProgress`), hears each compile as it
+    goes: {"event": "compiling", "label"}, {"event": "compiled", "label", "compile_s", "first_call", "second_step"},
+    {"event": "failed", "label", "error"} (a point failed before the timing), then {"event": "timing"} once every
+    model is built and the warm-ups begin.
     """
 
     config: BenchmarkConfig
     mode: Mode
     points: list[tuple[str, str, int, int | None]]
     memory: bool = False
+    ends_at: float | None = None  # the Unix time at which the parent kills this process (its timeout), if known
 
-    def run(self) -> dict:
+    def compile_limit(self, step_s: list[float]) -> tuple[float | None, str]:
+        """Seconds the next model's compile may take (None: no limit) and what set them: `compile_timeout_s`, or the
+        time left before `ends_at` less what warming up and timing the models needs (`timing_reserve_s`, from
+        `step_s`: the second steps' seconds of the models compiled so far), whichever is shorter."""
+        cfg = self.config
+        limit = cfg.compile_timeout_s
+        why = None if limit is None else f"compile_timeout_s = {limit:g} s"
+        if self.ends_at is not None:
+            left, reserve = self.ends_at - time.time(), timing_reserve_s(cfg, step_s)
+            if limit is None or left - reserve < limit:
+                limit = left - reserve
+                why = f"the timing process's end was {left:.0f} s away, {reserve:.0f} s of them kept to time the models"
+        return limit, why
+
+    def _first_calls(
+        self, label: str, step: PreparedStep, limit_s: float | None, why: str | None
+    ) -> tuple[float, int, int, float]:
+        """A compiled model's (`label`) first call (which compiles), timed, then its second step, both within `limit_s`.
+        Returns the first call's seconds, the graphs compiled by each of the two calls and the second step's seconds
+        (what the model's timing will take); raises `PointFailed` past the limit."""
+        device = self.config.device
+        alarm = None
+        graphs = _compiled_graphs()
+        _synchronize(device)
+        started = time.perf_counter()
+        try:
+            with _time_limit(limit_s) as alarm:
+                step.run()
+                _synchronize(device)
+                compile_s = time.perf_counter() - started
+                first_graphs = _compiled_graphs() - graphs
+                graphs = _compiled_graphs()
+                step.run()  # the second step: what a run of this model alone recompiles after its first
+                _synchronize(device)
+                second_s = time.perf_counter() - started - compile_s
+        except (Exception, CompileTimedOut) as error:
+            if alarm is not None and alarm.fired:  # whatever the alarm's exception became on its way up
+                raise PointFailed(f"compile timed out after {time.perf_counter() - started:.0f} s ({why})") from error
+            raise
+        return compile_s, first_graphs, _compiled_graphs() - graphs, second_s
+
+    def run(self, progress: Callable[[dict], None] | None = None) -> dict:
         cfg = self.config
         torch = _setup(cfg)
+        report = progress or (lambda event: None)
         tokens = {n: _make_inputs(cfg, n) for n in sorted({n for _, _, n, _ in self.points})}
         autocast = _autocast(cfg)
         steps, runs, errors, counted, kernels, compile_s = {}, {}, {}, {}, {}, {}
         compiled = cfg.compile != "no"
         # Compiled: graphs dynamo compiled in each model's first call, in its second step (run alone, right after the
-        # first: what a run of that model alone recompiles), and in its later calls (`later`).
-        first_graphs, second_graphs, later = {}, {}, {}
+        # first: what a run of that model alone recompiles), and in its later calls (`later`); the second step's
+        # seconds, what the time kept for the timing is reckoned from.
+        first_graphs, second_graphs, later, step_s = {}, {}, {}, {}
         for label, model_name, n, k in self.points:
             try:
                 steps[label] = step = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
                 runs[label] = step.run
                 if compiled:  # the first call compiles: timed on its own, before the warm-ups
-                    graphs = _compiled_graphs()
-                    _synchronize(cfg.device)
-                    started = time.perf_counter()
-                    step.run()
-                    _synchronize(cfg.device)
-                    compile_s[label] = time.perf_counter() - started
-                    first_graphs[label] = _compiled_graphs() - graphs
-                    graphs = _compiled_graphs()
-                    step.run()  # the second step, untimed
-                    second_graphs[label] = _compiled_graphs() - graphs
+                    limit, why = self.compile_limit(list(step_s.values()))
+                    if limit is not None and limit <= 0:
+                        raise PointFailed(f"compile not started: {why}")
+                    report({"event": "compiling", "label": label})
+                    compile_s[label], first_graphs[label], second_graphs[label], step_s[label] = self._first_calls(
+                        label, step, limit, why
+                    )
                     later[label] = 0
+                    report({"event": "compiled", "label": label, "compile_s": compile_s[label],
+                            "first_call": first_graphs[label], "second_step": second_graphs[label]})  # fmt: skip
                 # The first warm-up (an extra untimed run with --warmup 0).
                 first = step.run
                 if MODELS[model_name].counted_flops:
@@ -348,13 +451,15 @@ class TimingTask:
 
                 kernels[label] = attention_ops(first)
             except Exception as error:  # this point fails; the others still run
-                errors[label] = f"{type(error).__name__}: {error}"
+                errors[label] = str(error) if isinstance(error, PointFailed) else f"{type(error).__name__}: {error}"
+                report({"event": "failed", "label": label, "error": errors[label]})
                 steps.pop(label, None)
                 runs.pop(label, None)
                 step = None
                 gc.collect()
                 if cfg.device.startswith("cuda"):
                     torch.cuda.empty_cache()
+        report({"event": "timing"})
         dtype = getattr(torch, DTYPES[cfg.dtype])
         a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
         b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
@@ -415,6 +520,61 @@ class TimingTask:
                 if label in later
             },
         }
+
+
+@dataclass
+class TimingProgress:
+    """What a timing process told its parent as it went (`TimingTask`'s events), kept in the parent: should the
+    process be killed at its timeout, or die, each model's compile time and graphs (`compiled`) and where the process
+    was (`reason`) survive it."""
+
+    compiled: dict[str, dict] = field(default_factory=dict)  # label -> its "compiled" event
+    failed: dict[str, str] = field(default_factory=dict)  # label -> the error it failed with, before the timing
+    compiling: str | None = None  # the model whose compile began and has not ended
+    compiling_since: float = 0.0  # time.monotonic() when the parent heard that it began
+    timing: bool = False  # every model built: the warm-ups and the timing began
+
+    def add(self, event: dict) -> None:
+        kind, label = event["event"], event.get("label")
+        if kind == "compiling":
+            self.compiling, self.compiling_since = label, time.monotonic()
+            return
+        if label is not None and label == self.compiling:
+            self.compiling = None
+        if kind == "compiled":
+            self.compiled[label] = event
+        elif kind == "failed":
+            self.failed[label] = event["error"]
+        elif kind == "timing":
+            self.timing = True
+
+    def where(self) -> str:
+        """Where the process was when it ended ("" where it said nothing: an eager point)."""
+        if self.compiling is not None:
+            return f"while {self.compiling} was compiling ({time.monotonic() - self.compiling_since:.0f} s in)"
+        if not self.timing:
+            return ""
+        return "in the warm-ups or the timing" + (", after every compile" if self.compiled else "")
+
+    def reason(self, label: str, error) -> str:
+        """The reason of the point `label` when its timing process failed with `error` (`WorkerFailed`); a point that
+        had failed on its own before keeps its own reason (`failed`)."""
+        if label in self.failed:
+            return point_reason(self.failed[label])
+        if label == self.compiling:
+            return f"timing: {error} while compiling this model ({time.monotonic() - self.compiling_since:.0f} s in)"
+        where = self.where()
+        if label not in self.compiled and self.compiling is not None:
+            return f"timing: {error} before this model's compile began, {where}"
+        reason = f"timing: {error} {where}".rstrip()
+        if label in self.compiled:
+            reason += f"; this model compiled in {self.compiled[label]['compile_s']:.1f} s"
+        return reason
+
+
+def point_reason(error: str) -> str:
+    """A point's reason from its timing process's error: a compile's own failure as it is, else "timing: ..."."""
+    return error if error.startswith("compile ") else f"timing: {error}"
 
 
 def read_status_kb(field_name: str) -> int:
@@ -589,8 +749,11 @@ class PeerTask:
 
 
 def _worker_entry(task, connection) -> None:
+    def progress(event: dict) -> None:  # heard by the parent as it happens (`run_in_fresh_process`'s on_progress)
+        connection.send({"progress": event})
+
     try:
-        result = {"result": task.run()}
+        result = {"result": task.run(progress) if isinstance(task, TimingTask) else task.run()}
     except Exception as error:  # reported to the parent, which records it on the point
         result = {"error": f"{type(error).__name__}: {error}"}
     connection.send(result)
@@ -609,22 +772,29 @@ def _context():
     return _CONTEXT
 
 
-def run_in_fresh_process(task, timeout_s: float) -> dict:
+def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], None] | None = None) -> dict:
     """Run `task.run()` in a new process and return its result; raise `WorkerFailed` on an error, an
-    out-of-memory kill or a timeout."""
+    out-of-memory kill or a timeout. `on_progress(event)`: called with each event a `TimingTask` reports, as it
+    arrives (so that what it heard survives a timeout)."""
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_worker_entry, args=(task, sender))
+    ends = time.monotonic() + timeout_s
     process.start()
     sender.close()
-    if not receiver.poll(timeout_s):
-        process.kill()
-        process.join()
-        raise WorkerFailed(f"timed out after {timeout_s:.0f} s")
-    try:
-        message = receiver.recv()
-    except EOFError:  # the process died before sending
-        message = None
+    while True:
+        if not receiver.poll(max(0.0, ends - time.monotonic())):
+            process.kill()
+            process.join()
+            raise WorkerFailed(f"timed out after {timeout_s:.0f} s")
+        try:
+            message = receiver.recv()
+        except EOFError:  # the process died before sending its result
+            message = None
+        if message is None or "progress" not in message:
+            break
+        if on_progress is not None:
+            on_progress(message["progress"])
     process.join(timeout=10)
     if process.is_alive():
         process.kill()

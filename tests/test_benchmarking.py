@@ -2,9 +2,13 @@
 their CSV, settings checked before any work, the command line derived from the config. No timing assertions."""
 
 import dataclasses
+import functools
 import glob
 import os
+import re
 import sys
+import time
+import types
 
 import pytest
 import torch
@@ -291,7 +295,7 @@ def test_every_config_field_is_a_flag_spelled_with_underscores():
         num_random_features=32, longformer_window=8, bigbird_block_size=4, bigbird_random_blocks=1,
         projection="mean", reps=4, warmup=0, threads=1, memory_budget_gb=1.5, measure_memory=False, peer=True,
         peer_ns=[64], peer_k=8, timeout_s=60.0, padding_fraction=0.25, autocast=True, train_memory=True,
-        compile="layers", compile_mode="max-autotune", compile_backend="inductor",
+        compile="layers", compile_mode="max-autotune", compile_backend="inductor", compile_timeout_s=30.0,
     )  # fmt: skip
     argv = ["--output_dir", "somewhere"]
     exclusive = {"tokens_per_batch"}  # not with batch: parsed on its own below
@@ -422,3 +426,172 @@ def test_compile_settings_that_cannot_work_are_refused_before_the_run():
         tiny_benchmark(compile="model", compile_mode="reduce-overhead").validate()
     with pytest.raises(ValueError, match="compile_mode='max-autotune' is set but compile is no"):
         tiny_benchmark(compile_mode="max-autotune").validate()
+    with pytest.raises(ValueError, match="compile_timeout_s=60 is set but compile is no"):
+        tiny_benchmark(compile_timeout_s=60).validate()
+    with pytest.raises(ValueError, match="compile_timeout_s must be positive, got 0"):
+        tiny_benchmark(compile="model", compile_timeout_s=0).validate()
+
+
+SLOW_BACKEND = "slow_first_graph"
+_held_graphs = []
+
+
+def _slow_first_graph(graph, example_inputs):
+    """A torch.compile backend that compiles as `eager` does, but holds the first graph it gets for two minutes, as a
+    long inductor compile would (`_held_graphs` says whether it has had it)."""
+    if not _held_graphs:
+        _held_graphs.append(graph)
+        time.sleep(120)
+    return graph.forward
+
+
+def test_a_compile_past_its_limit_fails_that_model_alone_and_the_others_are_timed():
+    """On an H100 the whole-model compiled training of four models at one n ran past the timing process's timeout
+    together, and every model's result was lost, the compile times of those that had compiled included. Each model's
+    compile now has a limit of its own: the first model's, held in the compile backend past `compile_timeout_s`, is
+    interrupted there and that model fails alone, its reason naming the compile and its time; the next model
+    compiles in the same process and is timed; each compile is reported as it goes."""
+    import torch._dynamo
+
+    from benchmarks.workers import TimingTask
+
+    if SLOW_BACKEND not in torch._dynamo.list_backends(exclude_tags=()):
+        torch._dynamo.register_backend(_slow_first_graph, name=SLOW_BACKEND)
+    torch._dynamo.reset()
+    _held_graphs.clear()
+    cfg = tiny_benchmark(models=["linformer", "performer"], compile="model", compile_backend=SLOW_BACKEND,
+                         compile_timeout_s=10, reps=2)  # fmt: skip
+    cfg.validate()
+    points = [("linformer k=8", "linformer", 16, 8), ("performer", "performer", 16, None)]
+    events = []
+    started = time.perf_counter()
+    timing = TimingTask(cfg, Mode.TRAIN, points).run(events.append)
+    assert time.perf_counter() - started < 100  # the held compile did not run its two minutes
+    assert _held_graphs  # the first graph was held: the interruption came from inside the compile
+    assert list(timing["errors"]) == ["linformer k=8"], timing["errors"]
+    held_s = re.fullmatch(
+        r"compile timed out after (\d+) s \(compile_timeout_s = 10 s\)", timing["errors"]["linformer k=8"]
+    )
+    assert held_s and int(held_s.group(1)) >= 10, timing["errors"]
+    assert list(timing["times"]) == ["performer"] and len(timing["times"]["performer"]) == 2
+    assert list(timing["compile_s"]) == ["performer"] and timing["graphs"]["performer"]["second_step"] == 0
+    assert [(event["event"], event.get("label")) for event in events] == [
+        ("compiling", "linformer k=8"), ("failed", "linformer k=8"), ("compiling", "performer"),
+        ("compiled", "performer"), ("timing", None),
+    ]  # fmt: skip
+
+
+def test_no_compile_runs_into_the_time_kept_to_time_the_models():
+    """A compile's limit is also cut to the timing process's end, less what the timing of its models needs, so that
+    a slow compile cannot take the timing of those compiled before it along; a model left no time is not compiled."""
+    from benchmarks.workers import TimingTask
+
+    cfg = tiny_benchmark(models=["linformer"], compile="model", compile_backend="eager", compile_timeout_s=100, reps=3)
+    far = TimingTask(cfg, Mode.TRAIN, [], ends_at=time.time() + 1000)
+    assert far.compile_limit([0.5]) == (100, "compile_timeout_s = 100 s")
+    # kept: 10 s and twice the (1 warm-up + 3 reps + 3) calls at the second steps' seconds, the next model's counted
+    # as the slowest's: 10 + 2 * 7 * (0.5 + 0.5) = 24 s of the 60 left
+    limit, why = TimingTask(cfg, Mode.TRAIN, [], ends_at=time.time() + 60.4).compile_limit([0.5])
+    assert 35 < limit <= 36.4 and why == "the timing process's end was 60 s away, 24 s of them kept to time the models"
+    points = [("linformer k=8", "linformer", 16, 8)]
+    timing = TimingTask(cfg, Mode.INFERENCE, points, ends_at=time.time() + 5.4).run()
+    assert timing["errors"] == {
+        "linformer k=8": "compile not started: the timing process's end was 5 s away, 10 s of them kept to time the "
+        "models"
+    }
+    assert timing["times"] == {} and timing["compile_s"] == {}
+
+
+def test_a_timing_process_killed_mid_compile_keeps_each_compile_time_and_says_where_it_was(monkeypatch):
+    """The H100 case: the timing process of a compiled n ran past its timeout. The rows keep the compile time of each
+    model that had compiled, and their reasons say which model was compiling, and for how long; a model whose compile
+    had not begun says so. Once every model had compiled, the reasons say the process ended in the timing."""
+    from benchmarks import run as bench_run
+    from benchmarks import workers
+
+    clock = [100.0]
+    monkeypatch.setattr(workers, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    all_compiled = False
+
+    def killed(task, timeout_s, on_progress=None):
+        assert task.ends_at is not None and [label for label, *_ in task.points] == list(rows)
+        on_progress({"event": "compiling", "label": "roberta-sdpa"})
+        clock[0] += 48.2
+        on_progress({"event": "compiled", "label": "roberta-sdpa", "compile_s": 48.2, "first_call": 1,
+                     "second_step": 0})  # fmt: skip
+        on_progress({"event": "compiling", "label": "linformer k=256"})
+        clock[0] += 61.0
+        if all_compiled:
+            on_progress({"event": "compiled", "label": "linformer k=256", "compile_s": 61.0, "first_call": 1,
+                         "second_step": 0})  # fmt: skip
+            on_progress({"event": "failed", "label": "performer", "error": "compile not started: no time"})
+            on_progress({"event": "timing"})
+        raise WorkerFailed("timed out after 155 s")
+
+    monkeypatch.setattr(bench_run, "run_in_fresh_process", killed)
+    cfg = tiny_benchmark(models=["roberta-sdpa", "linformer", "performer"], ks=[256], compile="model")
+    labels = [("roberta-sdpa", None), ("linformer", 256), ("performer", None)]
+    rows = {row.label: row for row in (BenchmarkRow(mode=Mode.TRAIN, model=m, n=512, k=k) for m, k in labels)}
+    log = []
+    bench_run._time_points(cfg, Mode.TRAIN, rows, log.append)
+    assert {label: (row.status, row.compile_s, row.graphs_first_call) for label, row in rows.items()} == {
+        "roberta-sdpa": (Status.FAILED, 48.2, 1), "linformer k=256": (Status.FAILED, None, None),
+        "performer": (Status.FAILED, None, None),
+    }  # fmt: skip
+    assert [row.reason for row in rows.values()] == [
+        "timing: timed out after 155 s while linformer k=256 was compiling (61 s in); this model compiled in 48.2 s",
+        "timing: timed out after 155 s while compiling this model (61 s in)",
+        "timing: timed out after 155 s before this model's compile began, while linformer k=256 was compiling "
+        "(61 s in)",
+    ]
+    assert "    roberta-sdpa compiled in 48.2 s" in log
+    assert "  timing failed: timed out after 155 s while linformer k=256 was compiling (61 s in)" in log
+
+    all_compiled = True
+    rows = {row.label: row for row in (BenchmarkRow(mode=Mode.TRAIN, model=m, n=512, k=k) for m, k in labels)}
+    bench_run._time_points(cfg, Mode.TRAIN, rows, log.append)
+    assert [(row.compile_s, row.reason) for row in rows.values()] == [
+        (48.2, "timing: timed out after 155 s in the warm-ups or the timing, after every compile; this model compiled "
+         "in 48.2 s"),
+        (61.0, "timing: timed out after 155 s in the warm-ups or the timing, after every compile; this model compiled "
+         "in 61.0 s"),
+        (None, "compile not started: no time"),
+    ]  # fmt: skip
+
+
+def test_a_timing_process_that_dies_mid_compile_has_told_what_it_compiled():
+    """A real fresh process reports each compile as it goes: what it said before it died (or, the same to the pipe,
+    was killed at its timeout) reaches the parent."""
+    from timing_stand_ins import DiesCompiling
+
+    from benchmarks.workers import TimingProgress
+
+    progress = TimingProgress()
+    task = DiesCompiling(tiny_benchmark(), Mode.TRAIN, [("a", "linformer", 16, 8), ("b", "performer", 16, None)])
+    with pytest.raises(WorkerFailed, match="process exited with code 3"):
+        run_in_fresh_process(task, timeout_s=120, on_progress=progress.add)
+    assert list(progress.compiled) == ["a"] and progress.compiled["a"]["compile_s"] == 1.5
+    assert progress.compiling == "b"
+
+
+def test_a_slow_compile_cut_by_the_timing_process_end_fails_alone_end_to_end(monkeypatch):
+    """End to end as on the H100: no compile_timeout_s, and a timing process whose timeout is short (there: cut to
+    the session's hard end). The second model's compile, held past what the process has left, is stopped while the
+    first model, compiled, can still be timed; the first keeps its compile time, the second says why it failed."""
+    from timing_stand_ins import SlowFirstCall
+
+    from benchmarks import run as bench_run
+
+    monkeypatch.setattr(bench_run, "TimingTask", functools.partial(SlowFirstCall, slow="performer"))
+    cfg = tiny_benchmark(models=["linformer", "performer"], ns=[16], train_ns=[], compile="model",
+                         compile_backend="eager", measure_memory=False, timeout_s=30, reps=2)  # fmt: skip
+    log = []
+    started = time.time()
+    rows, _ = run_benchmark(cfg, log=log.append)
+    assert time.time() - started < 120
+    linformer, performer = rows
+    assert (linformer.status, linformer.reps, linformer.graphs_second_step) == (Status.OK, 2, 0)
+    assert linformer.compile_s > 0 and any(line.startswith("    linformer k=8 compiled in") for line in log)
+    assert performer.status == Status.FAILED and performer.compile_s is None
+    assert re.fullmatch(r"compile timed out after \d+ s \(the timing process's end was \d+ s away, \d+ s of them "
+                        r"kept to time the models\)", performer.reason), performer.reason  # fmt: skip

@@ -1,0 +1,42 @@
+"""Timing tasks that stand in for a slow compile, for tests/test_benchmarking.py. In a module of their own: a fresh
+process (`benchmarks.workers.run_in_fresh_process`) imports the class of the task it is sent, and must not have to
+import a test module for it."""
+
+import dataclasses
+import os
+import time
+
+from benchmarks.workers import TimingTask
+
+
+@dataclasses.dataclass
+class SlowFirstCall(TimingTask):
+    """The model `slow` (a label) compiles for `hold_s` seconds more: its first call sleeps first, inside the
+    compile's time limit, as a long inductor compile would."""
+
+    slow: str = ""
+    hold_s: float = 600.0
+
+    def _first_calls(self, label, step, limit_s, why):
+        if label == self.slow:
+            run = step.run
+
+            def held():
+                time.sleep(self.hold_s)
+                return run()
+
+            step = dataclasses.replace(step, run=held)
+        return super()._first_calls(label, step, limit_s, why)
+
+
+@dataclasses.dataclass
+class DiesCompiling(TimingTask):
+    """No torch at all: reports that `points[0]` compiled in 1.5 s and that `points[1]` began compiling, then dies
+    (exit code 3), as a process killed in the middle of a compile would."""
+
+    def run(self, progress=None):
+        first, second = self.points[0][0], self.points[1][0]
+        progress({"event": "compiling", "label": first})
+        progress({"event": "compiled", "label": first, "compile_s": 1.5, "first_call": 1, "second_step": 0})
+        progress({"event": "compiling", "label": second})
+        os._exit(3)
