@@ -427,47 +427,59 @@ class TimingTask:
         # first: what a run of that model alone recompiles), and in its later calls (`later`); the second step's
         # seconds, what the time kept for the timing is reckoned from.
         first_graphs, second_graphs, later, step_s = {}, {}, {}, {}
+
+        def fail(label: str, error: Exception) -> None:  # this point fails; the others still run
+            errors[label] = str(error) if isinstance(error, PointFailed) else f"{type(error).__name__}: {error}"
+            report({"event": "failed", "label": label, "error": errors[label]})
+            steps.pop(label, None)
+            runs.pop(label, None)
+            gc.collect()
+            if cfg.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+
+        # Every model is built before any compiles: building one registers its class with transformers (its
+        # `_CAN_RECORD_REGISTRY`), which the graphs compiled before guard on; built one by one, a model built after
+        # another's compile made that one recompile in its warm-up (`later`: a whole compile over again).
         for label, model_name, n, k in self.points:
             try:
-                steps[label] = step = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
-                runs[label] = step.run
+                steps[label] = prepare_step(cfg, model_name, n, k, self.mode, tokens[n], autocast)
+                runs[label] = steps[label].run
+            except Exception as error:
+                fail(label, error)
+        for label, model_name, _, _ in self.points:
+            if label not in steps:
+                continue
+            try:
                 if compiled:  # the first call compiles: timed on its own, before the warm-ups
                     limit, why = self.compile_limit(list(step_s.values()))
                     if limit is not None and limit <= 0:
                         raise PointFailed(f"compile not started: {why}")
                     report({"event": "compiling", "label": label})
                     compile_s[label], first_graphs[label], second_graphs[label], step_s[label] = self._first_calls(
-                        label, step, limit, why
+                        label, steps[label], limit, why
                     )
                     later[label] = 0
                     report({"event": "compiled", "label": label, "compile_s": compile_s[label],
                             "first_call": first_graphs[label], "second_step": second_graphs[label]})  # fmt: skip
                 # The first warm-up (an extra untimed run with --warmup 0).
-                first = step.run
+                first = runs[label]
                 if MODELS[model_name].counted_flops:
 
-                    def first(run=step.run, label=label):
+                    def first(run=runs[label], label=label):
                         counted[label] = _counted_flops(run)
 
                 kernels[label] = attention_ops(first)
-            except Exception as error:  # this point fails; the others still run
-                errors[label] = str(error) if isinstance(error, PointFailed) else f"{type(error).__name__}: {error}"
-                report({"event": "failed", "label": label, "error": errors[label]})
-                steps.pop(label, None)
-                runs.pop(label, None)
-                step = None
-                gc.collect()
-                if cfg.device.startswith("cuda"):
-                    torch.cuda.empty_cache()
+            except Exception as error:
+                first = None  # no reference left to the failed model
+                fail(label, error)
         report({"event": "timing"})
         dtype = getattr(torch, DTYPES[cfg.dtype])
         a = torch.randn(4096, cfg.hidden_size, device=cfg.device, dtype=dtype)
         b = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=cfg.device, dtype=dtype)
         for label in list(runs):
             try:
-                # Compiled: one more call after every model's first, as a model's first call can change what the
-                # graphs of those before it guard on (transformers registers each model class it runs): they
-                # recompile here, not while timed.
+                # Compiled: one more call after every model's first, should a model's first call change what the
+                # graphs of those before it guard on: they recompile here, not while timed.
                 graphs = _compiled_graphs()
                 for _ in range(cfg.warmup - 1 + compiled):
                     runs[label]()

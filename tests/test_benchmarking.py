@@ -407,13 +407,12 @@ def test_compiled_steps_are_timed_after_their_compile_and_do_not_recompile(compi
     assert set(timing["compile_s"]) == {"linformer k=8", "performer"} and min(timing["compile_s"].values()) > 0
     assert counters["stats"]["unique_graphs"] >= 2  # both models ran compiled
     assert timing["graphs_while_timed"] == 0
-    # Per model: its first call compiled, its second step (run alone right after) nothing. A model built later in
-    # the same process can make an earlier one's graph recompile once (`later`, before the timed calls); the last
-    # built has nothing after it.
+    # Per model: its first call compiled, its second step (run alone right after) nothing, and nothing later either:
+    # every model is built before any compiles, so a model built after another's compile cannot make that one's
+    # graph recompile (building registers the model's class with transformers, which the graphs guard on).
     assert set(timing["graphs"]) == {"linformer k=8", "performer"}
     for graphs in timing["graphs"].values():
-        assert graphs["first_call"] >= 1 and graphs["second_step"] == 0 and graphs["later"] <= 1, graphs
-    assert timing["graphs"]["performer"]["later"] == 0
+        assert graphs["first_call"] >= 1 and graphs["second_step"] == 0 and graphs["later"] == 0, graphs
     assert all(len(times) == 3 for times in timing["times"].values())
     memory = MemoryTask(cfg, mode, "linformer", 16, 8).run()
     assert memory["activation_bytes"] >= 0
