@@ -15,8 +15,10 @@ parts still run):
    memory of every model (RoBERTa SDPA and eager, Linformer k = 128 and 256, Performer, ModernBERT as released and at
    equal depth with SDPA and FlashAttention-2, Longformer, BigBird), one run per `--realistic_runs` entry (bf16,
    bf16-padded, fp16, fp16-padded; compiled by torch.compile, issue 37: bf16-compiled, bf16-compiled-layers,
-   fp16-compiled, bf16-padded-compiled), within `--realistic_time_budget_s` (or `--realistic_run_budgets_s`, and a
-   hard end `--realistic_stop_at`), each CSV written as it goes.
+   fp16-compiled, fp16-compiled-layers, bf16-padded-compiled), inference, training or both (`--realistic_modes`),
+   other models at some n (`--realistic_models_by_n`), within `--realistic_time_budget_s` (or
+   `--realistic_run_budgets_s`, and a hard end `--realistic_stop_at`), each CSV written as it goes; the compiled
+   runs' compiles each within `--realistic_compile_timeout_s`.
 6. `profile`: torch.profiler's table of one training step of one base layer, Linformer k = 256 and Performer against
    RoBERTa-SDPA at n = `--profile_n`, the top kernels by device time, as text and CSV; with `--profile_compile`,
    the same step compiled too (`profile_<model>_compiled.*`).
@@ -86,7 +88,7 @@ class GpuChecksConfig:
         default_factory=lambda: ["bf16", "bf16-padded"],
         metadata={
             "help": "the realistic grid's runs, a subset of bf16, bf16-padded, fp16, fp16-padded (V100: fp16), "
-            "bf16-compiled, bf16-compiled-layers, fp16-compiled, bf16-padded-compiled"
+            "bf16-compiled, bf16-compiled-layers, fp16-compiled, fp16-compiled-layers, bf16-padded-compiled"
         },
     )
     realistic_ns: list[int] = field(
@@ -97,8 +99,17 @@ class GpuChecksConfig:
         metadata={"help": "models of the realistic grid (default: the preset's; fewer on a 16-32 GB GPU: every model "
                   "of an n is built in one process)"},
     )  # fmt: skip
+    realistic_models_by_n: list[str] = field(
+        default_factory=list,
+        metadata={"help": "the models of one n of the realistic grid, as N=MODEL,MODEL (16384=roberta-sdpa,performer): "
+                  "at that n only these (default: --realistic_models at every n)"},
+    )  # fmt: skip
     realistic_ks: list[int] = field(
         default_factory=list, metadata={"help": "Linformer k of the realistic grid (default: the preset's, 128 256)"}
+    )
+    realistic_modes: list[str] = field(
+        default_factory=lambda: ["inference", "train"],
+        metadata={"help": "what the realistic grid measures at each n: inference, train (the training step) or both"},
     )
     realistic_time_budget_s: float = field(
         default=480.0, metadata={"help": "seconds for the realistic grid, shared equally by its runs"}
@@ -116,6 +127,12 @@ class GpuChecksConfig:
     realistic_compile_backend: str | None = field(
         default=None, metadata={"help": "torch.compile backend of the compiled realistic runs (default inductor)"}
     )
+    realistic_compile_timeout_s: float | None = field(
+        default=None,
+        metadata={"help": "seconds one model's compile may take in the compiled realistic runs: a model over it fails "
+                  "alone, the others of its n are timed (the benchmark's compile_timeout_s; default: no limit but "
+                  "the time the timing process has)"},
+    )  # fmt: skip
     profile_n: int = field(default=4096, metadata={"help": "n of the profiled training step"})
     profile_models: list[str] = field(
         default_factory=lambda: ["linformer", "performer", "roberta-sdpa"],
@@ -125,6 +142,21 @@ class GpuChecksConfig:
         default="no",
         metadata={"help": "no, model or layers: also profile the step compiled so (profile_<model>_compiled.txt/.csv)"},
     )
+
+    def models_at(self) -> dict[int, list[str]]:
+        """`realistic_models_by_n` as {n: models}."""
+        from benchmarks import MODELS
+
+        models_at = {}
+        for entry in self.realistic_models_by_n:
+            n, _, models = entry.partition("=")
+            names = [name for name in models.split(",") if name]
+            if not n.isdigit() or not names or set(names) - set(MODELS):
+                raise ValueError(
+                    f"realistic_models_by_n takes N=MODEL,MODEL with models of {tuple(MODELS)}, got {entry!r}"
+                )
+            models_at[int(n)] = names
+        return models_at
 
     def validate(self):
         unknown = set(self.parts) - set(PARTS)
@@ -137,6 +169,9 @@ class GpuChecksConfig:
         unknown_runs = set(self.realistic_runs) - set(REALISTIC_RUNS)
         if unknown_runs or not self.realistic_runs:
             raise ValueError(f"realistic_runs must be a subset of {tuple(REALISTIC_RUNS)}, got {self.realistic_runs}")
+        self.models_at()  # refuses a malformed --realistic_models_by_n
+        if not self.realistic_modes or set(self.realistic_modes) - {"inference", "train"}:
+            raise ValueError(f"realistic_modes must be inference, train or both, got {self.realistic_modes}")
         if self.realistic_run_budgets_s and len(self.realistic_run_budgets_s) != len(self.realistic_runs):
             raise ValueError(
                 f"realistic_run_budgets_s has {len(self.realistic_run_budgets_s)} values for "
@@ -356,12 +391,15 @@ def _run_grid(
     max_timeout_s: float = 180.0,
     run_key: str = "run",
     stop_at: float | None = None,
+    models_at: dict[int, list[str]] | None = None,
 ) -> None:
     """Run each benchmark config of `runs` ((name, config, deadline)) one n at a time into `grid_<name>/`, so that
     its results.csv and results.md grow as the grid goes and no n starts after its deadline. `row_of(name, row)`: the
     part's table row of a benchmark row, whose `run_key` names the run. A failed n is recorded and the next n still
     runs. `stop_at` (a Unix time): the hard end of the whole grid; no worker outlives it (a point still running then
-    is `failed`), and no n starts with less than 20 s, or half the time its run's previous n took, left."""
+    is `failed`), and no n starts with less than 20 s, or half the time its run's previous n took, left.
+    `models_at` ({n: models}): the models of those n, instead of the config's."""
+    models_at = models_at or {}
     from benchmarks import ratio_tables, report_markdown, run_benchmark, write_csv
 
     markdown, not_run = [], []
@@ -370,7 +408,7 @@ def _run_grid(
         out_dir = os.path.join(report.run_dir, f"grid_{name}")
         os.makedirs(out_dir, exist_ok=True)
         rows, done, info, previous_s = [], [], None, None
-        for n in full.ns:
+        for n in dict.fromkeys([*full.ns, *full.train_ns]):  # inference's n, then training's alone, in their order
             now = time.time()
             left = None if stop_at is None else stop_at - now
             hard_stop = left is not None and (left < 20.0 or (previous_s and left < 0.5 * previous_s))
@@ -381,8 +419,9 @@ def _run_grid(
             # A hung worker must not eat the whole command's time: no worker outlives the budget by much (with
             # `stop_at`, its timeout is cut to the hard end instead, so a compile begun near the deadline can finish).
             timeout_s = max_timeout_s if stop_at is not None else min(max_timeout_s, max(60.0, deadline - now))
-            train_ns = [n] if n in full.train_ns else []
-            one = dataclasses.replace(full, ns=[n], train_ns=train_ns, timeout_s=timeout_s)
+            ns, train_ns = [n] if n in full.ns else [], [n] if n in full.train_ns else []
+            one = dataclasses.replace(full, ns=ns, train_ns=train_ns, timeout_s=timeout_s,
+                                      models=models_at.get(n, full.models))  # fmt: skip
             peak_key = (full.device, full.dtype, full.hidden_size, full.intermediate_size)
             extra = {"peak_info": peaks[peak_key]} if peak_key in peaks else {}
             if stop_at is not None:
@@ -410,7 +449,7 @@ def _run_grid(
                 info = n_info
             else:
                 info = dataclasses.replace(info, runtime_s=info.runtime_s + n_info.runtime_s)
-            shown = dataclasses.replace(full, ns=sorted(done), train_ns=sorted(m for m in full.train_ns if m in done))
+            shown = _done(full, done)
             write_csv(rows, os.path.join(out_dir, "results.csv"))
             write_text_atomic(
                 os.path.join(out_dir, "results.md"), report_markdown(rows, info, shown, report.command, report.device)
@@ -418,7 +457,7 @@ def _run_grid(
             result.rows += [row_of(name, row) for row in n_rows]
             report.add(result)  # the rows so far survive a killed run
         if done:
-            shown = dataclasses.replace(full, ns=sorted(done), train_ns=sorted(m for m in full.train_ns if m in done))
+            shown = _done(full, done)
             markdown.append(f"### {name} (every point in `grid_{name}/results.md`)\n")
             markdown.append(ratio_tables(rows, shown))
             result.summary[f"{name} dense matmul peak GFLOP/s"] = info.matmul_peak_gflops
@@ -431,6 +470,13 @@ def _run_grid(
         result.reason = (
             f"{len(failed)} points failed, e.g. {failed[0]['model']} n={failed[0]['n']}: {failed[0]['reason']}"
         )
+
+
+def _done(full, done: list[int]):
+    """The benchmark config `full` cut to the lengths `done` (what its report shows)."""
+    return dataclasses.replace(
+        full, ns=sorted(n for n in full.ns if n in done), train_ns=sorted(n for n in full.train_ns if n in done)
+    )
 
 
 def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
@@ -473,6 +519,7 @@ REALISTIC_RUNS = {
     "bf16-compiled": ("gpu-realistic", "bf16", "model"),
     "bf16-compiled-layers": ("gpu-realistic", "bf16", "layers"),
     "fp16-compiled": ("gpu-realistic", "fp16", "model"),
+    "fp16-compiled-layers": ("gpu-realistic", "fp16", "layers"),
     "bf16-padded-compiled": ("gpu-realistic-padded", "bf16", "model"),
 }
 
@@ -487,7 +534,11 @@ def realistic_configs(cfg: GpuChecksConfig, device: str) -> list[tuple[str, obje
         preset, dtype, compiled = REALISTIC_RUNS[name]
         settings = dict(PRESETS[preset], device=device, dtype=dtype)
         if compiled != "no":
-            settings |= dict(compile=compiled, compile_backend=cfg.realistic_compile_backend)
+            settings |= dict(
+                compile=compiled,
+                compile_backend=cfg.realistic_compile_backend,
+                compile_timeout_s=cfg.realistic_compile_timeout_s,
+            )
         if cfg.realistic_ns:
             settings["ns"] = settings["train_ns"] = list(cfg.realistic_ns)
         if cfg.realistic_models:
@@ -505,6 +556,10 @@ def realistic_configs(cfg: GpuChecksConfig, device: str) -> list[tuple[str, obje
             )  # fmt: skip
         if device == "cpu":
             settings |= dict(dtype="fp32", autocast=False)  # the benchmark runs fp32 only on CPU
+        if "inference" not in cfg.realistic_modes:
+            settings["ns"] = []
+        if "train" not in cfg.realistic_modes:
+            settings["train_ns"] = []
         configs.append((name, BenchmarkConfig(**settings)))
     return configs
 
@@ -536,7 +591,8 @@ def part_realistic_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
                    if row.compile not in (None, "no") else {}),
                 "reason": row.reason or row.memory_error}  # fmt: skip
 
-    _run_grid(result, runs, report, row_of, max_timeout_s=600.0, stop_at=cfg.realistic_stop_at)
+    _run_grid(result, runs, report, row_of, max_timeout_s=600.0, stop_at=cfg.realistic_stop_at,
+              models_at=cfg.models_at())  # fmt: skip
     for name, _ in configs:
         markdown = os.path.join(report.run_dir, f"grid_{name}", "results.md")
         if os.path.exists(markdown):

@@ -12,7 +12,8 @@ command killed at its limit keeps what was measured):
 The table: for each point of a compiled run, the eager point of the same mode, n, model, dtype and padding (from any
 run), tokens/s of both and their ratio, the fraction of the measured matmul peak of both, both against RoBERTa-SDPA
 run the same way, peak memory, the first call's time (`compile_s`) and the graphs compiled by the first call, the
-second step and the later calls. Imports neither torch nor the benchmark: it runs in a second.
+second step and the later calls; a failed point, its reason and, where its compile ended, its compile time. Imports
+neither torch nor the benchmark: it runs in a second.
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ def compiled_table(rows: list[dict]) -> str:
         eager = by_key.get(key(row, "no"), {})
         base_c = by_key.get(key(dict(row, model=BASELINE, k=""), row["compile"]), {})
         base_e = by_key.get(key(dict(row, model=BASELINE, k=""), "no"), {})
-        if row["status"] != "ok":
-            reason = (row.get("reason") or "").replace("|", "/")[:120]
+        if row["status"] != "ok":  # the reason in the first figure's place; a compile that ended keeps its time
+            reason = (row.get("reason") or "").replace("|", "/")[:200]
             lines.append(f"| {row['run']} | {row['mode']} | {row['n']} | {_label(row)} | {row['status']}: {reason} |"
-                         + " |" * 11)  # fmt: skip
+                         + " |" * 7 + f" {_fmt(row.get('compile_s'))} |" + " |" * 2)  # fmt: skip
             continue
         speed = "real_tokens_per_s"
         # fp16 rows: their speed against the bf16 row of the same compile target (what a V100's recipe costs)

@@ -22,12 +22,14 @@ SESSION = dict(
 
 
 def test_compiled_runs_are_the_realistic_presets_compiled():
-    cfg = GpuChecksConfig(realistic_runs=["bf16", "bf16-compiled", "bf16-compiled-layers", "fp16-compiled"], **SESSION)
+    runs = ["bf16", "bf16-compiled", "bf16-compiled-layers", "fp16-compiled", "fp16-compiled-layers"]
+    cfg = GpuChecksConfig(realistic_runs=runs, realistic_compile_timeout_s=125, **SESSION)
     cfg.validate()
     planned = gpu_checks.realistic_configs(cfg, "cuda")
-    assert [(name, bench.dtype, bench.compile) for name, bench in planned] == [
-        ("bf16", "bf16", "no"), ("bf16-compiled", "bf16", "model"), ("bf16-compiled-layers", "bf16", "layers"),
-        ("fp16-compiled", "fp16", "model"),
+    assert [(name, bench.dtype, bench.compile, bench.compile_timeout_s) for name, bench in planned] == [
+        ("bf16", "bf16", "no", None), ("bf16-compiled", "bf16", "model", 125),
+        ("bf16-compiled-layers", "bf16", "layers", 125), ("fp16-compiled", "fp16", "model", 125),
+        ("fp16-compiled-layers", "fp16", "layers", 125),
     ]  # fmt: skip
     eager = planned[0][1]
     for _, bench in planned:
@@ -36,13 +38,55 @@ def test_compiled_runs_are_the_realistic_presets_compiled():
         assert (bench.ns, bench.train_ns, bench.ks, bench.models) == (
             [4096, 512, 16384], [4096, 512, 16384], [256], ["roberta-sdpa", "linformer", "performer", "performer-bf16"],
         )  # fmt: skip
-        # the same points as the eager run, compiled: only dtype and compile differ
+        # the same points as the eager run, compiled: only dtype and compile (and the compile's limit) differ
         differ = {f.name for f in dataclasses.fields(bench) if getattr(bench, f.name) != getattr(eager, f.name)}
-        assert differ <= {"dtype", "compile"}, differ
+        assert differ <= {"dtype", "compile", "compile_timeout_s"}, differ
+    # training alone: no inference n
+    train = GpuChecksConfig(realistic_runs=["bf16-compiled"], realistic_modes=["train"], **SESSION)
+    train.validate()
+    ((_, bench),) = gpu_checks.realistic_configs(train, "cuda")
+    assert (bench.ns, bench.train_ns) == ([], [4096, 512, 16384])
     with pytest.raises(ValueError, match="2 values for 1 realistic_runs"):
         GpuChecksConfig(realistic_runs=["bf16"], realistic_run_budgets_s=[1, 2]).validate()
     with pytest.raises(ValueError, match="profile_compile must be"):
         GpuChecksConfig(profile_compile="yes").validate()
+    with pytest.raises(ValueError, match="realistic_modes must be inference, train or both"):
+        GpuChecksConfig(realistic_modes=["training"]).validate()
+    for malformed in ("16384", "16384=", "n=performer", "16384=performer,bert"):
+        with pytest.raises(ValueError, match="realistic_models_by_n takes N=MODEL,MODEL"):
+            GpuChecksConfig(realistic_models_by_n=[malformed]).validate()
+    by_n = GpuChecksConfig(realistic_models_by_n=["16384=roberta-sdpa,performer", "512=linformer"])
+    assert by_n.models_at() == {16384: ["roberta-sdpa", "performer"], 512: ["linformer"]}
+
+
+def test_a_grid_measures_other_models_at_some_n_and_training_alone(tmp_path, monkeypatch):
+    """The session's plan: Performer alone beside RoBERTa-SDPA at n = 16384 (`--realistic_models_by_n`), and a run
+    of training steps only (`--realistic_modes train`), each n one benchmark run as before."""
+    import benchmarks
+    from benchmarks import BenchmarkRow, Mode, RunInfo
+
+    calls = []
+
+    def fake_run_benchmark(cfg, log, peak_info=None, deadline=None):
+        calls.append((cfg.ns, cfg.train_ns, cfg.models))
+        rows = [BenchmarkRow(mode=Mode.TRAIN, model=model, n=(cfg.ns + cfg.train_ns)[0], time_s=0.1)
+                for model in cfg.models]  # fmt: skip
+        return rows, RunInfo(matmul_peak_gflops=1.0, memory_budget_gib=1.0, runtime_s=1.0)
+
+    monkeypatch.setattr(benchmarks, "run_benchmark", fake_run_benchmark)
+    report = gpu_checks.Report(str(tmp_path), "test", "a stand-in GPU")
+    for modes in (["inference", "train"], ["train"]):
+        cfg = GpuChecksConfig(realistic_runs=["bf16-compiled-layers"], realistic_modes=modes,
+                              realistic_models_by_n=["16384=roberta-sdpa,performer"], **SESSION)  # fmt: skip
+        cfg.validate()
+        calls.clear()
+        gpu_checks.part_realistic_grid(cfg, "cuda", report)
+        inference = "inference" in modes
+        four = ["roberta-sdpa", "linformer", "performer", "performer-bf16"]
+        assert calls == [
+            ([4096] if inference else [], [4096], four), ([512] if inference else [], [512], four),
+            ([16384] if inference else [], [16384], ["roberta-sdpa", "performer"]),
+        ]  # fmt: skip
 
 
 def test_the_hard_stop_cuts_worker_timeouts_and_skips_an_n_that_cannot_finish(tmp_path, monkeypatch):
@@ -83,7 +127,7 @@ def _write_grid(run_dir, run, rows):
 
 
 def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
-    from benchmarks import read_csv
+    from benchmarks import Status, read_csv
 
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     common = dict(n=4096, dtype="bf16", padding_fraction=0.0)
@@ -96,8 +140,13 @@ def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
         dict(model="roberta-sdpa", k=None, real_tokens_per_s=330.0, fraction_of_peak=0.45, **compiled, **common),
         dict(model="linformer", k=256, real_tokens_per_s=600.0, fraction_of_peak=0.45, **compiled, **common),
     ])  # fmt: skip
+    killed = (
+        "timing: timed out after 155 s in the warm-ups or the timing, after every compile; this model compiled in 61 s"
+    )
     _write_grid(b, "fp16-compiled", [
         dict(model="linformer", k=256, real_tokens_per_s=540.0, **compiled, **dict(common, dtype="fp16")),
+        dict(model="roberta-sdpa", k=None, status=Status.FAILED, reason=killed, compile="model", compile_s=61.0,
+             **dict(common, dtype="fp16")),
     ])  # fmt: skip
     with open(os.path.join(b, "profile_linformer_compiled.txt"), "w") as f:
         f.write("a table")
@@ -109,7 +158,7 @@ def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
     rows = read_csv(os.path.join(out, "results.csv"))  # the benchmark's own reader
     assert [(r.model, r.compile, r.dtype) for r in rows] == [
         ("roberta-sdpa", "no", "bf16"), ("linformer", "no", "bf16"), ("roberta-sdpa", "model", "bf16"),
-        ("linformer", "model", "bf16"), ("linformer", "model", "fp16"),
+        ("linformer", "model", "bf16"), ("linformer", "model", "fp16"), ("roberta-sdpa", "model", "fp16"),
     ]  # fmt: skip
     with open(os.path.join(out, "results.csv"), newline="") as f:
         assert [r["run"] for r in csv.DictReader(f)][-1] == "fp16-compiled"
@@ -118,6 +167,8 @@ def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
     row = "| bf16-compiled | train | 4096 | linformer k=256 | 400 | 600 | 1.50x | 0.3 -> 0.45 | 1.33x | 1.82x |"
     assert row in report
     assert "| 50 | 1 / 0 / 0 | - |" in report and "| 0.90x |" in report
+    # a failed point: its reason, and the compile time it had (column 13 of 15)
+    assert f"| fp16-compiled | train | 4096 | roberta-sdpa | failed: {killed} | | | | | | | | 61 | | |" in report
     assert "== linformer_compiled" in open(os.path.join(out, "profile.txt")).read()
 
 
