@@ -791,8 +791,8 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_worker_entry, args=(task, sender))
-    ends = time.monotonic() + timeout_s
     process.start()
+    ends = time.monotonic() + timeout_s  # counted from the process start, not through the forkserver's own start
     sender.close()
     while True:
         if not receiver.poll(max(0.0, ends - time.monotonic())):
