@@ -358,14 +358,15 @@ class TimingTask:
     {label: the first call's seconds}, "graphs_while_timed": graphs compiled by the timed calls of all models,
     "graphs": {label: {"first_call", "second_step", "later"}}}.
 
-    Compiled (`--compile`), every model's first call is timed apart and followed at once by a second step, before the
-    next model is built: the graphs compiled by each are counted per model, and so are those of its later calls. The
-    two calls run within the model's compile limit (`compile_limit`): past it the model fails alone ("compile timed
-    out after ... s"), and a model whose limit is spent before it starts is not compiled; the others are timed.
+    Compiled (`--compile`), every model is built first; then each one's first call is timed apart and followed at once
+    by a second step, before the next model's: the graphs compiled by each are counted per model, and so are those of
+    its later calls. The two calls run within the model's compile limit (`compile_limit`): past it the model fails
+    alone ("compile timed out after ... s"), and a model whose limit is spent before it starts is not compiled; the
+    others are timed.
     `progress(event)`, where given (in a fresh process: to the parent's `TimingProgress`), hears each compile as it
     goes: {"event": "compiling", "label"}, {"event": "compiled", "label", "compile_s", "first_call", "second_step"},
     {"event": "failed", "label", "error"} (a point failed before the timing), then {"event": "timing"} once every
-    model is built and the warm-ups begin.
+    model has compiled (or failed) and the warm-ups begin.
     """
 
     config: BenchmarkConfig
