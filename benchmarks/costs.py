@@ -234,9 +234,22 @@ def _performer_backward_savings(config: PretrainedConfig, seq_len: int, layer_id
 BACKWARD_SAVINGS = {"performer": _performer_backward_savings}
 
 
+def _performer_recomputed_multiply_adds(config: PretrainedConfig, seq_len: int, layer_idx: int) -> int:
+    """With `recompute_feature_maps`, backward runs FAVOR+'s forward again: its products without the four maps
+    (`_performer_attention_multiply_adds` less 4 L d^2); none otherwise."""
+    if not config.recompute_feature_maps:
+        return 0
+    d = config.hidden_size
+    return _performer_attention_multiply_adds(config, seq_len, layer_idx) - 4 * seq_len * d * d
+
+
+# Products of the forward pass that backward runs again (recomputation instead of saved activations), by model_type.
+RECOMPUTED = {"performer": _performer_recomputed_multiply_adds}
+
+
 def step_flops(config: PretrainedConfig, seq_len: int, batch: int, training: bool = False) -> int:
     """FLOPs of one measured step: a forward pass, or forward + backward (the backward of a product is two products,
-    except those of `BACKWARD_SAVINGS`)."""
+    except those of `BACKWARD_SAVINGS`; plus the products that backward runs again, `RECOMPUTED`)."""
     forward = forward_flops(config, seq_len, batch)
     if not training:
         return forward
@@ -245,7 +258,9 @@ def step_flops(config: PretrainedConfig, seq_len: int, batch: int, training: boo
     for layer_idx in range(config.num_hidden_layers if savings else 0):
         layer_constant, layer_unused = savings(config, seq_len, layer_idx)
         constant, unused = constant + layer_constant, unused + layer_unused
-    return 3 * forward - 2 * batch * (constant + 2 * unused)
+    recomputed = RECOMPUTED.get(config.model_type)
+    again = sum(recomputed(config, seq_len, i) for i in range(config.num_hidden_layers)) if recomputed else 0
+    return 3 * forward - 2 * batch * (constant + 2 * unused - again)
 
 
 def estimate_activation_bytes(

@@ -90,7 +90,7 @@ def _bigbird(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
     )
 
 
-def _performer(causal: bool, feature_map_dtype: str = "float32"):
+def _performer(causal: bool, feature_map_dtype: str = "float32", recompute_feature_maps: bool = False):
     def make(cfg: ModelShape, n: int, k: int | None) -> PretrainedConfig:
         from linformer_hf.models.configuration_performer import PerformerConfig
 
@@ -100,6 +100,7 @@ def _performer(causal: bool, feature_map_dtype: str = "float32"):
             num_random_features=cfg.num_random_features,
             is_decoder=causal,
             feature_map_dtype=feature_map_dtype,
+            recompute_feature_maps=recompute_feature_maps,
         )
 
     return make
@@ -177,6 +178,10 @@ MODELS: dict[str, BenchmarkModel] = {
     # FAVOR+'s projections and products in bf16 (exp and sums in fp32): its tensor-core variant, opt-in
     "performer-bf16": BenchmarkModel(
         _performer(causal=False, feature_map_dtype="bfloat16"), linear=True, default=False
+    ),
+    # the same, keeping only Q, K, V for backward and running FAVOR+ again there: memory against speed, opt-in
+    "performer-bf16-recompute": BenchmarkModel(
+        _performer(causal=False, feature_map_dtype="bfloat16", recompute_feature_maps=True), linear=True, default=False
     ),
     "longformer": BenchmarkModel(_longformer, default=False, counted_flops=True),
     "longformer-global": BenchmarkModel(_longformer, default=False, global_tokens=1, counted_flops=True),

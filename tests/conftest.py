@@ -8,6 +8,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import inspect  # noqa: E402
 import warnings  # noqa: E402
+import weakref  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -97,3 +98,35 @@ def enable_checkpointing(model, method: str, use_reentrant: bool | None = None, 
 
             layer._gradient_checkpointing_func = counted
     return calls
+
+
+class _Kept:
+    """What autograd holds in place of a saved tensor while `kept_for_backward` counts."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+
+def kept_for_backward(module, run, *inputs, **kwargs) -> list[torch.Tensor]:
+    """The tensors autograd keeps for the backward of `run(*inputs, **kwargs)` (`module` itself or its compiled form)
+    when the forward returns: one per storage (several saved views of one tensor are one allocation), `module`'s
+    parameters and buffers left out, and nothing that a node saved and the forward then dropped (the input of an amax
+    whose result is detached is freed with the amax). Forward only: the saved tensors are held detached (a node's own
+    output would otherwise keep the node alive), so the graph cannot be run backward."""
+    holders = []
+
+    def pack(tensor):
+        holder = _Kept(tensor.detach())
+        holders.append(weakref.ref(holder))
+        return holder
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda holder: holder.tensor):
+        output = run(*inputs, **kwargs)
+    own = {t.untyped_storage().data_ptr() for t in [*module.parameters(), *module.buffers()]}
+    kept = {}
+    for ref in holders:
+        holder = ref()
+        if holder is not None and holder.tensor.untyped_storage().data_ptr() not in own:
+            kept[holder.tensor.untyped_storage().data_ptr()] = holder.tensor
+    del output
+    return list(kept.values())

@@ -138,12 +138,27 @@ def test_linformer_flop_count_with_a_k_per_layer():
         ("performer", None),
         ("performer-causal", None),
         ("performer-bf16", None),
+        ("performer-bf16-recompute", None),
     ],
 )
 def test_training_step_costs_three_forwards(model, k):
     config = model_config(model, 16, k, BenchmarkConfig(**TINY))
     counted = counted_flops(config, 16, batch=2, train=True)
     assert step_flops(config, 16, 2, training=True) == pytest.approx(counted, rel=0.02)
+
+
+@pytest.mark.parametrize("model", ["performer", "performer-causal"])
+def test_recomputed_feature_maps_cost_one_more_favor_forward_in_the_step(model):
+    """Backward runs FAVOR+ again, every product of it (none is skipped): what torch counts on top of the step
+    without recomputation is the cost model's, to the FLOP."""
+    steps = {}
+    for recompute in (False, True):
+        config = model_config(model, 16, None, BenchmarkConfig(**TINY))
+        config.causal_chunk_size = 4  # several chunks, causal
+        config.recompute_feature_maps = recompute
+        steps[recompute] = (counted_flops(config, 16, batch=2, train=True), step_flops(config, 16, 2, training=True))
+    (counted, estimated), (counted_again, estimated_again) = steps[False], steps[True]
+    assert counted_again - counted == estimated_again - estimated > 0
 
 
 def test_memory_estimate_is_quadratic_only_for_eager_attention():

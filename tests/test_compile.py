@@ -7,14 +7,15 @@ import re
 
 import pytest
 import torch
-from conftest import random_batch, randomize_projections, tiny_config
+from conftest import kept_for_backward, random_batch, randomize_projections, tiny_config
 
 from linformer_hf import LinformerModel, PerformerConfig, PerformerModel
 
 
-def build(family: str):
+def build(family: str, num_random_features: int = 12):
     """A tiny model of the family in training mode (no dropout, so eager and compiled runs draw nothing random), with
-    no pooler: its parameters would get no gradient in eager mode, and zeros compiled."""
+    no pooler: its parameters would get no gradient in eager mode, and zeros compiled. `"performer-recompute"`: the
+    Performer with `recompute_feature_maps=True`."""
     if family == "linformer":
         model = LinformerModel(tiny_config(num_hidden_layers=2), add_pooling_layer=False)
         randomize_projections(model)
@@ -27,10 +28,11 @@ def build(family: str):
             num_attention_heads=4,
             intermediate_size=37,
             max_position_embeddings=18,
-            num_random_features=12,
+            num_random_features=num_random_features,
             feature_redraw_interval=2,
             hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0,
+            recompute_feature_maps=family == "performer-recompute",
         )
         model = PerformerModel(config, add_pooling_layer=False)
     return model.train()
@@ -57,7 +59,7 @@ def random_features(model):
     return [layer.attention.self.random_features.clone() for layer in model.encoder.layer]
 
 
-@pytest.mark.parametrize("family", ["linformer", "performer"])
+@pytest.mark.parametrize("family", ["linformer", "performer", "performer-recompute"])
 def test_fullgraph_compile_of_a_padded_training_step_equals_eager(family):
     """The `aot_eager` backend runs what `inductor` would compile (Dynamo's one graph with fullgraph=True, and
     AOTAutograd's forward and backward graphs) without generating kernels, which takes a minute on the CPU."""
@@ -66,7 +68,7 @@ def test_fullgraph_compile_of_a_padded_training_step_equals_eager(family):
     compiled_model = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model, fullgraph=True, backend="aot_eager")
     ids, mask = padded_batch()
-    start = random_features(eager) if family == "performer" else None
+    start = random_features(eager) if family != "linformer" else None
 
     for call in range(3):
         # After the first call the graph is reused as is: the redraw schedule is data, not a guard to recompile on.
@@ -77,12 +79,32 @@ def test_fullgraph_compile_of_a_padded_training_step_equals_eager(family):
         assert got_grads.keys() == expected_grads.keys()
         for name, grad in expected_grads.items():
             torch.testing.assert_close(got_grads[name], grad, rtol=1e-4, atol=1e-5, msg=f"call {call + 1}: {name}")
-        if family == "performer":
+        if family != "linformer":
             assert int(compiled_model.encoder.training_calls) == int(eager.encoder.training_calls) == call + 1
             for got_w, expected_w in zip(random_features(compiled_model), random_features(eager), strict=True):
                 assert torch.equal(got_w, expected_w), f"call {call + 1}"
-    if family == "performer":  # the schedule did redraw (at call 2), so the comparison above covers a redraw
+    if family != "linformer":  # the schedule did redraw (at call 2), so the comparison above covers a redraw
         assert all(not torch.equal(a, b) for a, b in zip(random_features(eager), start, strict=True))
+
+
+def test_a_compiled_step_that_recomputes_keeps_no_feature_map():
+    """With `recompute_feature_maps`, the compiled forward hands backward no (batch, heads, L, m) tensor: AOTAutograd
+    recomputes FAVOR+ in the backward graph, as eager mode does. Without it, phi(Q) and phi(K) of both layers are
+    kept. m = 4 d_h here, so a feature map is larger than anything else the step keeps."""
+    feature_map = 2 * 4 * 16 * 32  # (batch, heads, L, m)
+    kept_bytes = {}
+    for family in ("performer", "performer-recompute"):
+        torch._dynamo.reset()
+        model = build(family, num_random_features=32)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        ids, mask = padded_batch()
+        training_step(model, ids, mask, run=compiled)  # compiles
+        kept = kept_for_backward(model, compiled, ids, attention_mask=mask)
+        largest = max(t.numel() for t in kept)
+        assert (largest < feature_map) == (family == "performer-recompute"), (family, largest)
+        kept_bytes[family] = sum(t.untyped_storage().nbytes() for t in kept)
+    # two layers, phi(Q) and phi(K) each, fp32
+    assert kept_bytes["performer"] - kept_bytes["performer-recompute"] >= 2 * 2 * 4 * feature_map
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

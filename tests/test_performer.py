@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 import transformers
-from conftest import CHECKPOINTING_METHODS, enable_checkpointing, random_batch
+from conftest import CHECKPOINTING_METHODS, enable_checkpointing, kept_for_backward, random_batch
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModel, Trainer, TrainingArguments
 
@@ -92,6 +92,8 @@ def features_of(model):
         (dict(causal_chunk_size=0), "causal_chunk_size"),
         (dict(feature_map_dtype="bf16"), "feature_map_dtype"),
         (dict(feature_map_dtype="float64"), "feature_map_dtype"),
+        (dict(recompute_feature_maps="yes"), "recompute_feature_maps"),
+        (dict(recompute_feature_maps=None), "recompute_feature_maps"),
         (dict(add_cross_attention=True), "add_cross_attention"),
     ],
 )
@@ -367,6 +369,123 @@ def test_bf16_feature_maps_survive_save_load_and_run_under_bf16_autocast(is_deco
     torch.testing.assert_close(got.float(), reference, rtol=0.05, atol=0.05)
 
 
+# --- recomputed feature maps (recompute_feature_maps) -------------------------------------------------------------
+
+
+def twin_with_recomputation(model):
+    """The same model (weights, W, redraw count) built with `recompute_feature_maps=True`."""
+    config = copy.deepcopy(model.config)
+    config.recompute_feature_maps = True
+    twin = type(model)(config).train(model.training)
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_a_layer_that_recomputes_keeps_what_a_roberta_layer_keeps(is_decoder):
+    """fp32, no dropout, per layer: the layer input X (for the Q, K, V maps), Q, K, V, the attention output (for the
+    output map), X' and the feed-forward's input after the first LayerNorm, the (L x d_ff) input and output of GELU,
+    the input of the second LayerNorm and both LayerNorms' mean and 1 / std: 8 B L d + 2 B L d_ff + 4 B L elements;
+    plus the padding mask (B L) and W (m d_h). Without recomputation the layer keeps at least phi(Q) and phi(K) more,
+    (B, heads, L, m) each, the largest tensors here (m = 4 d_h)."""
+    batch, length = 2, 24
+    config = tiny_performer(num_random_features=32, is_decoder=is_decoder)  # d = 32, 4 heads, d_h = 8, d_ff = 37
+    d, d_ff, m, heads = config.hidden_size, config.intermediate_size, 32, config.num_attention_heads
+    bound = 4 * (8 * batch * length * d + 2 * batch * length * d_ff + 5 * batch * length + m * config.head_size)
+    feature_map = batch * heads * length * m
+    hidden = torch.randn(batch, length, d, requires_grad=True)
+    mask = torch.ones(batch, length)
+    mask[1, 15:] = 0
+    kept_bytes = {}
+    for recompute in (False, True):
+        config.recompute_feature_maps = recompute
+        layer = modeling_performer.PerformerLayer(config, 0).train()
+        layer.attention.self.redraw_features(torch.Generator().manual_seed(0))
+        kept = kept_for_backward(layer, layer, hidden, mask)
+        kept_bytes[recompute] = sum(t.untyped_storage().nbytes() for t in kept)
+        if recompute:
+            assert max(t.numel() for t in kept) < feature_map
+    assert kept_bytes[True] <= bound
+    assert kept_bytes[False] >= bound + 2 * 4 * feature_map
+
+
+@pytest.mark.parametrize(
+    "settings,autocast",
+    [
+        (dict(), False),
+        (dict(kernel="relu"), False),
+        (dict(is_decoder=True), False),
+        (dict(is_decoder=True, kernel="relu"), False),
+        (dict(feature_map_dtype="float16"), False),
+        (dict(feature_map_dtype="bfloat16"), True),
+        (dict(is_decoder=True, feature_map_dtype="bfloat16"), True),
+    ],
+)
+def test_recomputed_feature_maps_give_the_same_loss_and_gradients(settings, autocast):
+    """Backward runs FAVOR+ again with the forward's settings, inputs, W and autocast state: the gradients are those
+    of the kept feature maps (fp32 tolerances; under bf16 autocast the recomputation rounds as the forward did)."""
+    config = tiny_performer(**settings)
+    model = (PerformerForCausalLM if config.is_decoder else PerformerForMaskedLM)(config).train()
+    recomputing = twin_with_recomputation(model)
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+
+    def loss_and_grads(m):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = m(ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+
+    loss, grads = loss_and_grads(model)
+    loss_recomputed, grads_recomputed = loss_and_grads(recomputing)
+    torch.testing.assert_close(loss_recomputed, loss)
+    assert grads_recomputed.keys() == grads.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
+    for name in grads:
+        torch.testing.assert_close(grads_recomputed[name], grads[name], msg=name)
+
+
+def test_a_redraw_before_the_backward_does_not_reach_the_recomputation():
+    """Two training calls and then one backward (two views of a batch for a contrastive loss): the second call
+    redraws W in place, and the first call's backward must recompute with the W of its own forward, as the kept
+    feature maps would (checkpointing the buffer itself raises at backward: modified by an in-place operation)."""
+    model = PerformerModel(tiny_performer(feature_redraw_interval=2)).train()  # the 2nd call redraws
+    recomputing = twin_with_recomputation(model)
+    ids = random_batch(2, 12)
+
+    def grads_of_two_calls(m):
+        first = m(ids).last_hidden_state
+        before = features_of(m)
+        second = m(ids).last_hidden_state
+        assert not any(torch.equal(a, b) for a, b in zip(before, features_of(m)))  # redrawn in between
+        (first.square().mean() + second.mean()).backward()
+        return {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+
+    grads, grads_recomputed = grads_of_two_calls(model), grads_of_two_calls(recomputing)
+    assert grads_recomputed.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads_recomputed[name], grads[name], msg=name)
+
+
+def test_recompute_feature_maps_is_off_by_default_survives_save_load_and_reaches_the_attention(tmp_path):
+    assert tiny_performer().recompute_feature_maps is False
+    model = PerformerModel(tiny_performer(num_random_features=32, recompute_feature_maps=True)).train()
+    model.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["recompute_feature_maps"] is True
+    loaded = AutoModel.from_pretrained(tmp_path).train()
+    assert loaded.config.recompute_feature_maps is True
+    ids = random_batch(2, 12)
+    # No (batch, heads, L, m) feature map is kept: the loaded model recomputes.
+    feature_map = 2 * 4 * 12 * 32
+    assert max(t.numel() for t in kept_for_backward(loaded, loaded, ids)) < feature_map
+    loaded.config.recompute_feature_maps = False
+    assert max(t.numel() for t in kept_for_backward(loaded, loaded, ids)) >= feature_map
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["recompute_feature_maps"]  # a folder saved before the option existed
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert PerformerConfig.from_pretrained(tmp_path).recompute_feature_maps is False
+
+
 # --- the model ----------------------------------------------------------------------------------------------------
 
 
@@ -560,13 +679,18 @@ def test_features_never_change_without_a_schedule_or_when_frozen(settings):
     assert all(torch.equal(a, b) for a, b in zip(features_of(model), start, strict=True))
 
 
+@pytest.mark.parametrize("recompute_feature_maps", [False, True])
 @pytest.mark.parametrize("use_reentrant", [False, True])
 @pytest.mark.parametrize("method", CHECKPOINTING_METHODS)
 @pytest.mark.parametrize("is_decoder", [False, True])
-def test_gradient_checkpointing_gives_the_same_loss_and_gradients(is_decoder, method, use_reentrant):
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(
+    is_decoder, method, use_reentrant, recompute_feature_maps
+):
     """With a redraw on every call: the checkpointed layers re-run in backward with the features of their forward,
-    reentrant checkpointing (DeepSpeed's kind) included."""
-    config = tiny_performer(feature_redraw_interval=1, is_decoder=is_decoder)
+    reentrant checkpointing (DeepSpeed's kind) included, and so does FAVOR+ recomputed within them."""
+    config = tiny_performer(
+        feature_redraw_interval=1, is_decoder=is_decoder, recompute_feature_maps=recompute_feature_maps
+    )
     model = (PerformerForCausalLM if is_decoder else PerformerForMaskedLM)(config).train()
     checkpointed = copy.deepcopy(model)
     checkpointed_calls = enable_checkpointing(checkpointed, method, use_reentrant)
@@ -743,6 +867,23 @@ def test_measure_favor_error_script_reports_every_layer_and_setting(tmp_path):
     settings = {(r["kernel"], r["orthogonal"], r["num_random_features"]) for r in result["mean_over_layers"]}
     assert settings == {(k, o, m) for k in ("softmax", "relu") for o in (True, False) for m in (8, 64)}
     assert all(0 <= r["mean"] < 10 for r in result["mean_over_layers"])
+
+
+def test_saved_activations_script_measures_every_model(tmp_path, capsys):
+    from experiments import saved_activations
+
+    out = tmp_path / "saved.json"
+    argv = [str(out), "--length", "24", "--hidden_size", "32", "--heads", "4", "--intermediate_size", "37"]
+    assert saved_activations.main([*argv, "--num_random_features", "32"]) == 0
+    rows = {r["model"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(saved_activations.MODELS)
+    kept = {model: row["bytes"] for model, row in rows.items()}
+    # fp32 weights under bf16 autocast: the recomputing Performer keeps what RoBERTa-SDPA keeps and at most the
+    # padding mask and W (fp32) more; without recomputation, at least its two (batch, heads, L, m) fp32 exp results
+    for model in ("performer", "performer-bf16"):
+        assert 0 <= kept[model + "-recompute"] - kept["roberta-sdpa"] <= 4 * (24 + 32 * 8)
+        assert kept[model] - kept[model + "-recompute"] >= 2 * 4 * (4 * 24 * 32)
+    assert "| roberta-sdpa |" in capsys.readouterr().out
 
 
 def test_favor_precision_script_measures_every_variant_and_counts_ops(tmp_path, capsys):

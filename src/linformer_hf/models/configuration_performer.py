@@ -71,6 +71,15 @@ class PerformerConfig(RobertaConfig):
         contractions phi(K)^T V and phi(Q) (phi(K)^T V). `"bfloat16"` or `"float16"` run them on tensor cores
         (fp32 accumulation); the exp, its stabilisers and the normaliser phi(Q) (phi(K)^T 1) stay fp32, whatever
         the autocast dtype. `"float32"`: everything in fp32. Causal attention uses it for the projections only.
+    recompute_feature_maps (`bool`, defaults to `False`):
+        Keep only Q, K, V (and W) of each layer for the backward pass and run FAVOR+ again there, instead of keeping
+        its (batch, heads, L, m) feature maps phi(Q), phi(K) and the results of their exp, in fp32 (m = 256 is
+        4 d_h at base width). A layer then keeps what a RoBERTa-SDPA layer keeps: at base width 2.7x less than with
+        `False` in eager mode, 1.8x less compiled (docs/results/performer-memory-cpu.md), for one more FAVOR+ forward
+        per layer in backward (4 L m d_h multiply-adds per head, bidirectional: 3.4% more FLOPs in a training step at
+        base width; more time than that where FAVOR+'s elementwise work dominates). Gradients are those of `False`.
+        Applies whenever gradients are recorded; inference under `torch.no_grad()` is unchanged. Redundant with
+        gradient checkpointing of whole layers, which recomputes the layer anyway.
 
     Example:
 
@@ -92,6 +101,7 @@ class PerformerConfig(RobertaConfig):
     kernel_epsilon: float | int | None = None
     causal_chunk_size: int = 128
     feature_map_dtype: FeatureMapDtype = "float32"
+    recompute_feature_maps: bool = False
 
     def __post_init__(self, **kwargs):
         if self.kernel_epsilon is None and self.kernel in DEFAULT_KERNEL_EPSILON:

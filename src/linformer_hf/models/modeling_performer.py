@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn import CrossEntropyLoss
+from torch.utils.checkpoint import checkpoint
 from transformers import GenerationMixin
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -287,7 +288,8 @@ class PerformerSelfAttention(nn.Module):
     The random features W (m x d_h, shared by the heads of a layer) are a persistent buffer: saved with the weights,
     never trained, redrawn by the encoder on the schedule of `config.feature_redraw_interval`. Bidirectional, or causal
     with `config.is_decoder`. There is no attention matrix, so no attention weights are returned and
-    `attention_probs_dropout_prob` does not apply.
+    `attention_probs_dropout_prob` does not apply. With `config.recompute_feature_maps`, FAVOR+ runs under
+    `torch.utils.checkpoint` (non-reentrant): backward keeps Q, K, V and W, and recomputes phi(Q) and phi(K).
     """
 
     def __init__(self, config: PerformerConfig, layer_idx: int):
@@ -338,19 +340,36 @@ class PerformerSelfAttention(nn.Module):
         query = self.query(hidden_states).view(hidden_shape).transpose(1, 2)  # (batch, heads, L, d_h)
         key = self.key(hidden_states).view(hidden_shape).transpose(1, 2)
         value = self.value(hidden_states).view(hidden_shape).transpose(1, 2)
-        output = favor_attention(
-            query,
-            key,
-            value,
-            attention_mask,
-            self.random_features,
-            kernel=self.config.kernel,
-            epsilon=self.config.kernel_epsilon,
-            causal=self.is_causal,
-            chunk_size=self.config.causal_chunk_size,
-            feature_dtype=getattr(torch, self.config.feature_map_dtype),
-        )  # (batch, heads, L, d_h), fp32
-        output = output.to(value.dtype).transpose(1, 2).reshape(batch, seq_len, -1)  # (batch, L, d)
+        settings = {
+            "kernel": self.config.kernel,
+            "epsilon": self.config.kernel_epsilon,
+            "causal": self.is_causal,
+            "chunk_size": self.config.causal_chunk_size,
+            "feature_dtype": getattr(torch, self.config.feature_map_dtype),
+        }
+        # CODEPATH: `recompute_feature_maps=True` (opt-in; no shipped config sets it), when gradients are recorded,
+        # recomputes FAVOR+ in backward; the default, inference under no_grad and every folder saved before the
+        # option keep the feature maps for backward.
+        if self.config.recompute_feature_maps and torch.is_grad_enabled():
+            # Backward keeps Q, K, V (and W) only, and runs FAVOR+ again for phi(Q), phi(K) and the rest: no
+            # (batch, heads, L, m) tensor outlives the forward. FAVOR+ draws nothing random, so no RNG state is kept.
+            # W is passed as a copy (m x d_h): a redraw between this forward and its backward (a second training
+            # call first) writes the buffer in place, and the recomputation must see the W of this forward.
+            output = checkpoint(
+                favor_attention,
+                query,
+                key,
+                value,
+                attention_mask,
+                self.random_features.clone(),
+                use_reentrant=False,
+                preserve_rng_state=False,
+                **settings,
+            )
+        else:
+            output = favor_attention(query, key, value, attention_mask, self.random_features, **settings)
+        # (batch, heads, L, d_h) in fp32 -> (batch, L, d)
+        output = output.to(value.dtype).transpose(1, 2).reshape(batch, seq_len, -1)
         return output, None
 
 
