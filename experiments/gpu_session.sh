@@ -6,7 +6,9 @@
 # first step:
 #   1. n = 512: bf16 eager and compiled per layer (`bf16`, `bf16-compiled-layers`), inference and training, of
 #      RoBERTa-SDPA, Linformer (k = 256), Performer (m = 256; fp32 FAVOR+) and Performer with bf16 feature maps
-#      (`performer-bf16`); n = 16384: the same two runs of plain Performer (fp32 FAVOR+) beside RoBERTa-SDPA;
+#      (`performer-bf16`); n = 16384: the same two runs of plain Performer (fp32 FAVOR+), Performer bf16 and Performer
+#      bf16 with its feature maps recomputed in backward (`performer-bf16-recompute`: the memory target) beside
+#      RoBERTa-SDPA;
 #   2. n = 4096, training only, RoBERTa-SDPA and Linformer: bf16 eager, then the whole model compiled
 #      (`bf16-compiled`; the first session's compiles of it ran past its time and left no figure, not even their
 #      compile times), then, as far as the time goes, fp16 compiled per layer against bf16 compiled per layer, the
@@ -74,7 +76,7 @@ else
     COMMON=(--device cuda --realistic_ks 256)
     NS_1=(512 16384)
     MODELS_1=(roberta-sdpa linformer performer performer-bf16)
-    BY_N_1=(16384=roberta-sdpa,performer)
+    BY_N_1=(16384=roberta-sdpa,performer,performer-bf16,performer-bf16-recompute)
     NS_2=(4096)
     MODELS_2=(roberta-sdpa linformer)
 fi
