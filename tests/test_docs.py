@@ -88,7 +88,7 @@ EXAMPLE_TIMEOUT_S = 300
 NOT_RUN = {
     ("README.md", r"^bash scripts/setup_env\.sh && bash scripts/demo\.sh$"): "sets up .venv from PyPI (CI's first "
     "step); scripts/demo.sh itself runs below, as docs/training.md writes it",
-    ("README.md", r"^bash scripts/setup_env\.sh && .* -m pytest tests$"): "the test suite itself",
+    ("README.md", r"^bash scripts/setup_env\.sh && .* -m pytest -n 2 --dist loadfile tests$"): "the test suite itself",
     ("README.md", r"^pip install "): "installs packages from PyPI (CI's setup_env.sh installs .[dev])",
     ("README.md", r"v100x8_fp16\.yaml"): "8 GPUs, and the paper's corpora from the Hub",
     ("docs/pretrained.md", r"^pip install "): "installs packages from PyPI",
