@@ -308,14 +308,23 @@ def finetune(pretrained_dir, output_dir, train_file, **training):
     return run_finetuning(recipe, show_progress=False)
 
 
-@pytest.mark.parametrize("target", ["model", "layers"])
-def test_compiled_finetuning_updates_equal_eager_ones(target, pretrained_dir, tmp_path, fresh_accelerate_state):
-    """Trainer's own option (the whole model) and the layers compiled in place: the logged loss of every update and
-    the kept model's weights equal the eager run's, and the updates compile one graph, at the first."""
+@pytest.fixture(scope="module")
+def eager_finetuning(pretrained_dir, tmp_path_factory):
+    """The eager run both compiled fine-tunings are compared with (run once), and its training file."""
     from training_utils import sst2_head
 
-    train = sst2_head(tmp_path / "train.tsv", 64)
-    expected = finetune(pretrained_dir, tmp_path / "eager", train)
+    out = tmp_path_factory.mktemp("eager_finetuning")
+    train = sst2_head(out / "train.tsv", 64)
+    return finetune(pretrained_dir, out / "eager", train), train
+
+
+@pytest.mark.parametrize("target", ["model", "layers"])
+def test_compiled_finetuning_updates_equal_eager_ones(
+    target, pretrained_dir, eager_finetuning, tmp_path, fresh_accelerate_state
+):
+    """Trainer's own option (the whole model) and the layers compiled in place: the logged loss of every update and
+    the kept model's weights equal the eager run's, and the updates compile one graph, at the first."""
+    expected, train = eager_finetuning
     got = finetune(pretrained_dir, tmp_path / target, train, torch_compile=target, torch_compile_backend="aot_eager")
     assert list(got["train_losses"]) == list(expected["train_losses"]) == [1, 2, 3, 4]
     for step, loss in expected["train_losses"].items():
