@@ -712,6 +712,35 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(
         torch.testing.assert_close(grads_ckpt[name], grads[name], msg=name)
 
 
+@pytest.mark.parametrize("recompute_feature_maps", [False, True])
+@pytest.mark.parametrize("use_reentrant", [False, True])
+@pytest.mark.parametrize("method", CHECKPOINTING_METHODS)
+def test_checkpointed_layers_recompute_with_the_features_of_their_forward_after_a_redraw(
+    method, use_reentrant, recompute_feature_maps
+):
+    """Two training calls, then one backward (two views of a batch for a contrastive loss): the second call redraws W
+    in place, and the first call's checkpointed layers must re-run in backward with the W of their own forward."""
+    config = tiny_performer(feature_redraw_interval=2, recompute_feature_maps=recompute_feature_maps)
+    model = PerformerModel(config).train()  # the 2nd call redraws
+    checkpointed = copy.deepcopy(model)
+    checkpointed_calls = enable_checkpointing(checkpointed, method, use_reentrant)
+    ids = random_batch(2, 12)
+
+    def grads_of_two_calls(m):
+        first = m(ids).last_hidden_state
+        before = features_of(m)
+        second = m(ids).last_hidden_state
+        assert not any(torch.equal(a, b) for a, b in zip(before, features_of(m)))  # redrawn in between
+        (first.square().mean() + second.mean()).backward()
+        return {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+
+    grads, grads_ckpt = grads_of_two_calls(model), grads_of_two_calls(checkpointed)
+    assert len(checkpointed_calls) == 2 * config.num_hidden_layers
+    assert grads_ckpt.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads_ckpt[name], grads[name], msg=name)
+
+
 @pytest.mark.parametrize("is_decoder", [False, True])
 def test_bf16_autocast_and_half_weights_stay_finite_and_close(is_decoder, tmp_path):
     model = PerformerModel(tiny_performer(is_decoder=is_decoder)).eval()

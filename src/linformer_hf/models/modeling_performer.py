@@ -327,11 +327,19 @@ class PerformerSelfAttention(nn.Module):
         )
         self.random_features.copy_(fresh)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> tuple[torch.Tensor, None]:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+        random_features: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, None]:
         """
         Args:
             hidden_states: (batch, L, d).
             attention_mask: (batch, L), 1.0 for real tokens and 0.0 for padding.
+            random_features: W (m x d_h) to use instead of the buffer: the encoder passes a snapshot of it to a
+                checkpointed layer, whose backward re-runs this forward.
         Returns:
             the attention output (batch, L, d) in hidden_states' dtype, and None (no attention weights).
         """
@@ -347,6 +355,8 @@ class PerformerSelfAttention(nn.Module):
             "chunk_size": self.config.causal_chunk_size,
             "feature_dtype": getattr(torch, self.config.feature_map_dtype),
         }
+        if random_features is None:
+            random_features = self.random_features
         # CODEPATH: `recompute_feature_maps=True` (opt-in; no shipped config sets it), when gradients are recorded,
         # recomputes FAVOR+ in backward; the default, inference under no_grad and every folder saved before the
         # option keep the feature maps for backward.
@@ -361,13 +371,13 @@ class PerformerSelfAttention(nn.Module):
                 key,
                 value,
                 attention_mask,
-                self.random_features.clone(),
+                random_features.clone(),
                 use_reentrant=False,
                 preserve_rng_state=False,
                 **settings,
             )
         else:
-            output = favor_attention(query, key, value, attention_mask, self.random_features, **settings)
+            output = favor_attention(query, key, value, attention_mask, random_features, **settings)
         # (batch, heads, L, d_h) in fp32 -> (batch, L, d)
         output = output.to(value.dtype).transpose(1, 2).reshape(batch, seq_len, -1)
         return output, None
@@ -465,7 +475,8 @@ class PerformerEncoder(nn.Module):
 
     The count of training forward calls is a persistent buffer (`training_calls`), so a model saved mid-training
     and loaded again redraws on the same steps. Counting and redrawing happen here, once per model call and before
-    any layer runs, so gradient checkpointing (which re-runs layers in the backward pass) sees the same features.
+    any layer runs; a checkpointed layer, which re-runs in the backward pass, is given a copy of its W, so it re-runs
+    with the features of its forward even when a later call has redrawn them.
 
     The count also lives on the host, in a CPU tensor that `.to(device)` leaves in place and the state dict does not
     hold: deciding whether a call redraws then never reads the device, so a training step on CUDA has no
@@ -517,7 +528,14 @@ class PerformerEncoder(nn.Module):
         if self.training:
             self.count_training_call()
         for layer_module in self.layer:
-            hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
+            if layer_module.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                # A checkpointed layer re-runs in backward and would read W then, after a later training call (two
+                # calls before one backward) may have redrawn it in place: it gets a copy of this call's W (m x d_h)
+                # as an input, which the checkpoint keeps for its re-run.
+                features = layer_module.attention.self.random_features.clone()
+                hidden_states = layer_module(hidden_states, attention_mask, random_features=features, **kwargs)
+            else:
+                hidden_states = layer_module(hidden_states, attention_mask, **kwargs)
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
