@@ -13,7 +13,8 @@ Runs go one after another (``python -m linformer_hf.training.pretrain``, output 
 in <run>.log). A finished run (it wrote its summary) is not repeated; a stopped one resumes from its last checkpoint.
 After each run, <output_dir>/curves.csv (validation perplexity against tokens seen, per run) and results.md (the
 last evaluation, perplexity against the plan's baseline, and training tokens/s) are written again from every run's
-train_log.jsonl; docs/results/make_figures.py draws the curves from the CSV.
+train_log.jsonl. Recorded as docs/results/data/books_figure3_curves.csv, the CSV is what docs/results/make_figures.py
+draws docs/figures/books_figure3.png from (grouped by its n, k and sharing columns).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from linformer_hf import LinformerConfig
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.outputs import write_json_atomic, write_text_atomic
 from linformer_hf.training.checkpointing import list_checkpoints
@@ -34,7 +36,19 @@ from linformer_hf.training.config import ConfigError, PretrainRecipe, build_sect
 from linformer_hf.training.errors import USER_ERRORS, report
 from linformer_hf.training.pretraining import read_final_summary
 
-CURVE_COLUMNS = ["run", "step", "tokens", "perplexity", "mask_input_perplexity", "mask_input_over_unigram", "eval_loss"]
+CURVE_COLUMNS = [
+    "run",
+    "model_type",
+    "n",
+    "k",
+    "sharing",
+    "step",
+    "tokens",
+    "perplexity",
+    "mask_input_perplexity",
+    "mask_input_over_unigram",
+    "eval_loss",
+]
 
 
 @dataclasses.dataclass
@@ -117,6 +131,21 @@ def log_rows(directory: str) -> list[dict]:
     return sorted(kept.values(), key=lambda row: (row["step"], row.get("event", "update") != "eval"))
 
 
+def run_shape(plan: BooksPlan, run: Run) -> dict:
+    """The run's model type, n (the length of one input), and k and sharing for a Linformer (else empty), as its recipe
+    sets them, so that the curves can be grouped without reading the runs' names."""
+    config = recipe(plan, run)
+    fields = load_yaml(config.model.config_file) if config.model.config_file else {}
+    fields.update(config.model.config or {})
+    linformer = config.model.model_type == "linformer"
+    return {
+        "model_type": config.model.model_type,
+        "n": config.data.input_length or config.data.block_size or fields.get("max_sequence_length"),
+        "k": fields.get("projected_length", LinformerConfig.projected_length) if linformer else "",
+        "sharing": fields.get("sharing", LinformerConfig.sharing) if linformer else "",
+    }
+
+
 def tokens_per_update(plan: BooksPlan, run: Run) -> int:
     """Blocks an update (on one process) times the block size."""
     training = recipe(plan, run).training
@@ -132,10 +161,12 @@ def collate(plan: BooksPlan) -> tuple[list[dict], list[dict]]:
         if not rows:
             continue
         evals = [row for row in rows if row.get("event") == "eval"]
+        shape = run_shape(plan, run)
         for row in evals:
             curves.append(
                 {
                     "run": run.name,
+                    **shape,
                     "step": row["step"],
                     "tokens": row["step"] * per_update,
                     "perplexity": round(row["perplexity"], 3),

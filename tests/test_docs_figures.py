@@ -109,3 +109,45 @@ def test_the_compiled_gpu_page_states_the_recorded_tokens_per_second():
                 assert tokens in page and peak in page, row
                 checked += 1
     assert checked == 40  # 28 points of the first call (4 more failed), 12 of the second
+
+
+def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
+    """The plan's curves.csv, as experiments/books_pretraining.py writes it from the runs' logs, drawn: panel a holds
+    every run at n = 512, panel b the Linformers at k = 256 for each n beside RoBERTa at 512."""
+    pytest.importorskip("matplotlib")
+    import json
+
+    from experiments.books_pretraining import load_plan, run_dir, write_report
+
+    plan = load_plan(os.path.join(REPO, "configs", "books", "figure3.yaml"))
+    plan.output_dir = str(tmp_path / "plan")
+    for i, run in enumerate(plan.runs):
+        os.makedirs(run_dir(plan, run))
+        with open(os.path.join(run_dir(plan, run), "train_log.jsonl"), "w") as fh:
+            for step in (128, 256):
+                row = {"event": "eval", "step": step, "perplexity": 900.0 - step - i, "eval_loss": 6.0}
+                fh.write(json.dumps(row) + "\n")
+    write_report(plan)
+    figures = runpy.run_path(SCRIPT)
+    drawn = {}
+    figures["books_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
+    figures["books_figure"](plan.output_dir, str(tmp_path), "curves.csv")
+    panel_a, panel_b = (ax.get_legend_handles_labels()[1] for ax in drawn["books_figure3.png"].axes)
+    assert panel_a == [
+        "RoBERTa-SDPA, n = 512",
+        "Linformer, k = 64",
+        "Linformer, k = 128",
+        "Linformer, k = 256",
+        "Linformer, k = 128, key_value",
+        "Linformer, k = 128, layerwise",
+    ]
+    assert panel_b == [
+        "RoBERTa-SDPA, n = 512",
+        "Linformer, n = 512",
+        "Linformer, n = 1024",
+        "Linformer, n = 2048",
+        "Linformer, n = 4096",
+    ]
+    line = drawn["books_figure3.png"].axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [128 * 4096 / 1e6, 256 * 4096 / 1e6]  # tokens seen: updates x 4,096
+    assert list(line.get_ydata()) == [900.0 - 128, 900.0 - 256]

@@ -5,8 +5,9 @@
 Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the H100 fp16 grid),
 speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,768 tokens a batch), quality_vs_k.png
 (all-MiniLM-L6-v2 conversion and the small-scale replication), distillation_recovery.png (converted classifiers
-against their teacher, per update, on the CPU), distillation_recovery_h200.png (the same on one H200) and
-compiled_gpu_h100.png (the H100's compiled-per-layer steps against eager, bf16, 12 layers). Needs
+against their teacher, per update, on the CPU), distillation_recovery_h200.png (the same on one H200),
+compiled_gpu_h100.png (the H100's compiled-per-layer steps against eager, bf16, 12 layers) and, once recorded,
+books_figure3.png (pretraining on whole books: perplexity against tokens seen). Needs
 matplotlib (the `tools` extra).
 """
 
@@ -31,6 +32,7 @@ QUALITY = "quality_vs_k.csv"
 RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
 RECOVERY_H200 = "distillation_recovery_h200.csv"  # the same, from experiments/gpu_evidence.sh on one H200
 COMPILED_RUNS = ("h100_compiled_bf16.csv", "h100_compiled_bf16_n16384.csv")  # experiments/gpu_session.sh's, two calls
+BOOKS_CURVES = "books_figure3_curves.csv"  # experiments/books_pretraining.py's curves.csv of configs/books/figure3.yaml
 
 
 def read_rows(path: str) -> list[dict]:
@@ -195,6 +197,49 @@ def compiled_figure(data_dir: str, out_dir: str) -> str:
     return save(fig, out_dir, "compiled_gpu_h100.png")
 
 
+def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> str:
+    """The paper's Figure 3 at small scale: validation perplexity on the held-out books against tokens seen,
+    (a) at n = 512, RoBERTa-SDPA and every Linformer; (b) the Linformers at k = 256 for each n, RoBERTa at 512 beside
+    them (docs/results/books-pretraining.md). Runs are grouped by the n, k and sharing columns, not by name."""
+    rows = read_rows(os.path.join(data_dir, data_file))
+    runs = defaultdict(list)  # {run: [(tokens, perplexity), ...]}
+    shape = {}
+    for r in rows:
+        runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"])))
+        shape[r["run"]] = (r["model_type"], int(r["n"]), int(r["k"]) if r["k"] else None, r["sharing"])
+    roberta_512 = [run for run, (model_type, n, _, _) in shape.items() if model_type == "roberta" and n == 512]
+    linformers = sorted(
+        (run for run, (model_type, _, _, _) in shape.items() if model_type == "linformer"),
+        key=lambda run: (shape[run][3] != "headwise", shape[run][2], shape[run][1]),  # sharing, then k, then n
+    )
+    panels = [
+        ("a. n = 512", roberta_512 + [run for run in linformers if shape[run][1] == 512], "k"),
+        (
+            "b. k = 256",
+            roberta_512 + sorted((run for run in linformers if shape[run][2] == 256), key=lambda run: shape[run][1]),
+            "n",
+        ),
+    ]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=90)
+    for ax, (title, members, varied) in zip(axes, panels):
+        for run in members:
+            model_type, n, k, sharing = shape[run]
+            if model_type == "roberta":
+                label, style = f"RoBERTa-SDPA, n = {n}", "--"
+            else:
+                label = f"Linformer, {varied} = {k if varied == 'k' else n}"
+                label += f", {sharing}" if sharing != "headwise" else ""
+                style = "-"
+            ax.plot(*zip(*sorted(runs[run])), style, marker="o", markersize=3, label=label)
+        ax.set(xlabel="training tokens seen (millions)", ylabel="validation perplexity (masked tokens)", title=title)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Masked-LM pretraining on whole books: 4 layers, width 256, the same tokens for every model")
+    fig.tight_layout()
+    return save(fig, out_dir, "books_figure3.png")
+
+
 def recovery_figure(data_dir: str, out_dir: str, data_file: str, title: str, filename: str) -> str:
     """Per task: each converted student's held-out accuracy against updates (the mean over its seeds, their range
     shaded), and the teacher's line (the better of the teacher and its control, as the ratios in
@@ -264,6 +309,10 @@ def main(argv=None) -> list[str]:
             "distillation_recovery_h200.png",
         ),
     ]
+    if os.path.isfile(os.path.join(args.data_dir, BOOKS_CURVES)):
+        written.append(books_figure(args.data_dir, args.output_dir))
+    else:  # until the plan's runs are recorded (docs/results/books-pretraining.md says how far they are)
+        print(f"books_figure3.png not drawn: {BOOKS_CURVES} is not recorded yet")
     for path in written:
         print("wrote", os.path.relpath(path))
     return written
