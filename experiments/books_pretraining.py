@@ -137,6 +137,7 @@ def run_shape(plan: BooksPlan, run: Run) -> dict:
     config = recipe(plan, run)
     fields = load_yaml(config.model.config_file) if config.model.config_file else {}
     fields.update(config.model.config or {})
+    fields.update(config.model.convert_from_roberta or {})  # an uptraining run's target shape
     linformer = config.model.model_type == "linformer"
     return {
         "model_type": config.model.model_type,
