@@ -64,9 +64,23 @@ def test_replication_plans_load(path):
 @pytest.mark.parametrize(
     "path", sorted(glob.glob(os.path.join(REPO, "configs", "books", "*.yaml"))), ids=os.path.basename
 )
-def test_books_plans_load(path, monkeypatch):
+def test_books_plans_load(path, monkeypatch, tmp_path):
+    import yaml
+    from tiny_roberta import build_tokenizer, tiny_roberta_config
+    from transformers import RobertaForMaskedLM
+
     from experiments.books_pretraining import load_plan
 
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh)
+    if "model.pretrained" in data["shared"]:  # an uptraining plan: a tiny masked LM stands in for its teacher
+        teacher = str(tmp_path / "teacher")
+        tokenizer = build_tokenizer(teacher)
+        RobertaForMaskedLM(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(teacher)
+        data["shared"]["model.pretrained"] = teacher
+        path = str(tmp_path / os.path.basename(path))
+        with open(path, "w", encoding="utf-8") as fh:
+            yaml.safe_dump(data, fh)
     monkeypatch.chdir(REPO)  # the plan's paths are from the root of a checkout, as its command runs
     plan = load_plan(path)  # every run's recipe read and checked
     assert plan.baseline in [run.name for run in plan.runs]
