@@ -19,6 +19,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
         "compiled_gpu_h100.png",
+        "compiled_gpu_h200.png",
         "distillation_recovery.png",
         "distillation_recovery_h200.png",
         "quality_vs_k.png",
@@ -109,6 +110,100 @@ def test_the_compiled_gpu_page_states_the_recorded_tokens_per_second():
                 assert tokens in page and peak in page, row
                 checked += 1
     assert checked == 40  # 28 points of the first call (4 more failed), 12 of the second
+
+
+H200_CALLS = ("h200_compiled_bf16.csv", "h200_compiled_bf16_n16384.csv")  # the session's first and second call
+H200_MODELS = ("roberta-sdpa", "linformer", "performer", "performer-bf16", "performer-bf16-recompute")
+
+
+def _h200_page_and_calls():
+    with open(os.path.join(REPO, "docs", "results", "compiled-gpu-h200.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    calls = []
+    for name in H200_CALLS:
+        with open(os.path.join(DATA, name), newline="") as fh:
+            calls.append(list(csv.DictReader(fh)))
+    return page, calls
+
+
+def _n_label(call: int, n: str) -> str:
+    """The page's n column: 16384 was measured in both calls, the other n in the first only."""
+    return f"{n}, call {call + 1}" if n == "16384" else n
+
+
+def test_the_h200_compiled_page_states_each_point_against_roberta_sdpa_of_its_process():
+    """Every measured point of the H200 session appears on docs/results/compiled-gpu-h200.md as the page writes it:
+    thousands of tokens/s, the ratio to RoBERTa-SDPA of the same call, run, mode and n, the fraction of the peak and
+    the peak memory; each training row ends with its FLOP ceiling."""
+    page, calls = _h200_page_and_calls()
+    checked = 0
+    for call, rows in enumerate(calls):
+        ok = [row for row in rows if row["status"] == "ok"]
+        base = {(r["run"], r["mode"], r["n"]): r for r in ok if r["model"] == "roberta-sdpa"}
+        for row in ok:
+            roberta = base[row["run"], row["mode"], row["n"]]
+            tokens = float(row["real_tokens_per_s"])
+            cell = (f"{tokens / 1e3:.0f}k ({tokens / float(roberta['real_tokens_per_s']):.2f}x, "
+                    f"{float(row['fraction_of_peak']):.2f}, {float(row['peak_mb']) / 1e3:.1f} GB)")  # fmt: skip
+            assert cell in page, (call + 1, row["run"], row["mode"], row["model"], row["n"], cell)
+            if row["mode"] == "train" and row["model"] != "roberta-sdpa" and row["run"] == "bf16":
+                label = f"{row['model']} k={row['k']}" if row["k"] else row["model"]
+                ceiling = float(roberta["gflop"]) / float(row["gflop"])
+                line = next(li for li in page.splitlines() if li.startswith(f"| {_n_label(call, row['n'])} | {label} |"))
+                assert line.endswith(f"| {ceiling:.2f}x |"), line
+            checked += 1
+    assert checked == 50  # 40 points of the first call (2 more not timed), 10 of the second
+
+
+def test_the_h200_page_sets_the_whole_model_linformer_against_roberta_sdpa_per_layer_and_fp16_against_bf16():
+    page, calls = _h200_page_and_calls()
+    for call, n in ((0, "4096"), (1, "16384")):
+        tokens = {(r["run"], r["model"]): float(r["real_tokens_per_s"]) for r in calls[call] if r["n"] == n
+                  and r["mode"] == "train" and r["status"] == "ok"}  # fmt: skip
+        whole, layers = tokens["bf16-compiled", "linformer"], tokens["bf16-compiled-layers", "roberta-sdpa"]
+        both = tokens["bf16-compiled-layers", "linformer"] / layers
+        assert f"| {n} | {whole / 1e3:.0f}k | {layers / 1e3:.0f}k | {whole / layers:.2f}x | {both:.2f}x |" in page
+        # RoBERTa-SDPA's whole-model compile slowed it: the reason the page compares with its per-layer run
+        assert tokens["bf16-compiled", "roberta-sdpa"] < tokens["bf16", "roberta-sdpa"]
+    speed = {(r["run"], r["model"]): float(r["real_tokens_per_s"]) for r in calls[0] if r["n"] == "4096"}
+    for model, label in (("roberta-sdpa", "roberta-sdpa"), ("linformer", "linformer k=256")):
+        eager = speed["fp16", model] / speed["bf16", model]
+        layers = speed["fp16-compiled-layers", model] / speed["bf16-compiled-layers", model]
+        line = next(li for li in page.splitlines() if li.startswith(f"| {label} | {speed['bf16', model] / 1e3:.0f}k |"))
+        assert f"| {eager:.2f}x | {speed['bf16-compiled-layers', model] / 1e3:.0f}k |" in line, line
+        assert line.endswith(f"| {layers:.2f}x |"), line
+    # the memory of recomputed feature maps, second call, against RoBERTa-SDPA of the same process
+    peak = {(r["run"], r["model"]): float(r["peak_mb"]) / 1e3 for r in calls[1]}
+    for model in ("performer-bf16", "performer-bf16-recompute"):
+        cells = [f"{peak[run, model]:.1f} GB against {peak[run, 'roberta-sdpa']:.1f} GB "
+                 f"({peak[run, model] / peak[run, 'roberta-sdpa']:.2f}x)" for run in ("bf16", "bf16-compiled-layers")]
+        assert f"| {model} | {cells[0]} | {cells[1]} |" in page
+
+
+def test_the_h200_page_states_each_compile_time_and_that_nothing_recompiled():
+    """The compile-time table holds, for each compiled run, mode and n, every model's first-call time as the CSV gives
+    it ("not timed" where the stage's end came first, "-" where the model was not in the run); and every compiled
+    point compiled its graphs in the first call and none after, as the page says."""
+    page, calls = _h200_page_and_calls()
+    how = {"bf16-compiled-layers": "per layer", "bf16-compiled": "whole model", "fp16-compiled-layers": "per layer, fp16"}
+    tables = 0
+    for call, rows in enumerate(calls):
+        compiled = [row for row in rows if row["run"] in how]
+        for key in dict.fromkeys((r["run"], r["mode"], r["n"]) for r in compiled):
+            run, mode, n = key
+            by_model = {r["model"]: r for r in compiled if (r["run"], r["mode"], r["n"]) == key}
+            cells = [("-" if model not in by_model else "not timed" if by_model[model]["status"] != "ok"
+                      else f"{float(by_model[model]['compile_s']):.1f} s") for model in H200_MODELS]  # fmt: skip
+            mode_label = "training" if mode == "train" else mode
+            row = f"| {how[run]} | {mode_label} | {_n_label(call, n)} | " + " | ".join(cells) + " |"
+            assert row in page, row
+            tables += 1
+            for r in by_model.values():
+                if r["status"] == "ok":
+                    graphs = (r["graphs_first_call"], r["graphs_second_step"], r["graphs_later"])
+                    assert graphs == ("1", "0", "0"), (call + 1, key, r["model"])
+    assert tables == 9
+    assert "1 / 0 / 0 graphs (first call, second step, later steps) at every point" in page
 
 
 def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):

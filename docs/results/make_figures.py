@@ -6,9 +6,9 @@ Writes speed_cpu.png (the 2-core CPU default-grid run), speed_gpu_h100.png (the 
 speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,768 tokens a batch), quality_vs_k.png
 (all-MiniLM-L6-v2 conversion and the small-scale replication), distillation_recovery.png (converted classifiers
 against their teacher, per update, on the CPU), distillation_recovery_h200.png (the same on one H200),
-compiled_gpu_h100.png (the H100's compiled-per-layer steps against eager, bf16, 12 layers) and, once recorded,
-books_figure3.png (pretraining on whole books: perplexity against tokens seen). Needs
-matplotlib (the `tools` extra).
+compiled_gpu_h100.png and compiled_gpu_h200.png (each card's compiled steps against eager, bf16, 12 layers) and,
+once recorded, books_figure3.png (pretraining on whole books: perplexity against tokens seen). Needs matplotlib (the
+`tools` extra).
 """
 
 import argparse
@@ -31,7 +31,22 @@ REALISTIC_BEFORE = "h100_realistic_bf16_before_fix.csv"  # the Linformer before 
 QUALITY = "quality_vs_k.csv"
 RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
 RECOVERY_H200 = "distillation_recovery_h200.csv"  # the same, from experiments/gpu_evidence.sh on one H200
-COMPILED_RUNS = ("h100_compiled_bf16.csv", "h100_compiled_bf16_n16384.csv")  # experiments/gpu_session.sh's, two calls
+EAGER_AND_LAYERS = {"bf16": ("eager", "bf16"), "bf16-compiled-layers": ("compiled per layer", "bf16-compiled-layers")}
+COMPILED = {  # each card's GPU session (experiments/gpu_session.sh and a second call): its files, runs and title
+    "h100": dict(
+        files=("h100_compiled_bf16.csv", "h100_compiled_bf16_n16384.csv"),
+        runs=EAGER_AND_LAYERS,
+        baseline_label="RoBERTa-SDPA (the same run)",
+        title="NVIDIA H100, bf16 autocast, 12 layers, width 768, 32,768 tokens a batch (2026-11-26)",
+    ),
+    "h200": dict(
+        files=("h200_compiled_bf16.csv", "h200_compiled_bf16_n16384.csv"),
+        runs=EAGER_AND_LAYERS | {"bf16-compiled": ("compiled whole, against RoBERTa-SDPA per layer", "bf16-compiled-layers")},
+        baseline_label="RoBERTa-SDPA (the same call; compiled per layer for the whole-model bars)",
+        legend_below=True,
+        title="NVIDIA H200, bf16 autocast, 12 layers, width 768, 32,768 tokens a batch (2026-11-26)",
+    ),
+}
 BOOKS_CURVES = "books_figure3_curves.csv"  # experiments/books_pretraining.py's curves.csv of configs/books/figure3.yaml
 
 
@@ -168,33 +183,53 @@ def quality_figure(data_dir: str, out_dir: str) -> str:
     return save(fig, out_dir, "quality_vs_k.png")
 
 
-def compiled_figure(data_dir: str, out_dir: str) -> str:
-    """Per mode: each model's tokens/s as a multiple of RoBERTa-SDPA's, eager and compiled per layer, at each n where
-    both were measured (docs/results/compiled-gpu-h100.md); the ratio is taken within one run, as the page does."""
-    rows = [r for name in COMPILED_RUNS for r in read_rows(os.path.join(data_dir, name)) if r["status"] == "ok"]
-    runs = {"bf16": "eager", "bf16-compiled-layers": "compiled per layer"}
-    tokens = {(r["run"], r["mode"], r["model"], int(r["n"])): float(r["real_tokens_per_s"]) for r in rows}
-    ns = sorted({n for run, _, _, n in tokens if run == "bf16-compiled-layers"})
-    models = ["linformer", "performer", "performer-bf16"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90)
+def compiled_figure(data_dir: str, out_dir: str, card: str = "h100") -> str:
+    """Per mode: each model's tokens/s as a multiple of RoBERTa-SDPA's, eager and compiled, at each n where a compiled
+    point was measured (docs/results/compiled-gpu-<card>.md); the ratio is taken within one call of the session, as
+    the page does. A card's runs are COMPILED[card]: each run's label and the RoBERTa-SDPA run it is set against (a
+    whole-model compiled Linformer against RoBERTa-SDPA compiled per layer, its fastest mode)."""
+    spec = COMPILED[card]
+    tokens, baseline = {}, {}  # (run, mode, model, n) -> tokens/s; the later call's point where two calls have one
+    for name in spec["files"]:
+        rows = [r for r in read_rows(os.path.join(data_dir, name)) if r["status"] == "ok"]
+        here = {(r["run"], r["mode"], r["model"], int(r["n"])): float(r["real_tokens_per_s"]) for r in rows}
+        for (run, mode, model, n), value in here.items():
+            against = (spec["runs"].get(run, ("", run))[1], mode, "roberta-sdpa", n)
+            if run in spec["runs"] and model != "roberta-sdpa" and against in here:
+                tokens[run, mode, model, n], baseline[run, mode, model, n] = value, here[against]
+    models = [m for m in ("linformer", "performer", "performer-bf16", "performer-bf16-recompute")
+              if any(key[2] == m for key in tokens)]  # fmt: skip
+    below = spec.get("legend_below", False)  # one legend under both panels, where a panel's own would hide bars
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.6 if below else 4.2), dpi=90)
     for ax, mode in zip(axes, ("train", "inference")):
-        width = 0.8 / (len(models) * len(runs))
-        for i, (model, (run, how)) in enumerate((m, r) for m in models for r in runs.items()):
+        ns = sorted({n for run, m, _, n in tokens if run != "bf16" and m == mode})
+        slots = [(m, run) for m in models for run in spec["runs"] if any(k[:3] == (run, mode, m) for k in tokens)]
+        width = 0.8 / len(slots)
+        for i, (model, run) in enumerate(slots):
+            how = spec["runs"][run][0]
             xs, ys = [], []
             for j, n in enumerate(ns):
                 if (run, mode, model, n) in tokens:
                     xs.append(j - 0.4 + (i + 0.5) * width)
-                    ys.append(tokens[(run, mode, model, n)] / tokens[(run, mode, "roberta-sdpa", n)])
-            ax.bar(xs, ys, width, color=f"C{models.index(model)}", alpha=0.45 if how == "eager" else 1.0,
-                   label=f"{model}, {how}")  # fmt: skip
-        ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label="RoBERTa-SDPA (the same run)")
+                    ys.append(tokens[run, mode, model, n] / baseline[run, mode, model, n])
+            ax.bar(xs, ys, width, color=f"C{models.index(model)}", alpha=0.45 if run == "bf16" else 1.0,
+                   hatch="//" if "whole" in how else None, label=f"{model}, {how}")  # fmt: skip
+        ax.axhline(1.0, color="k", linestyle="--", linewidth=1, label=spec["baseline_label"])
         ax.set_xticks(range(len(ns)), [f"n = {n}" for n in ns])
         ax.set(ylabel="tokens/s, multiple of RoBERTa-SDPA's", title="training step" if mode == "train" else mode)
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle("NVIDIA H100, bf16 autocast, 12 layers, width 768, 32,768 tokens a batch (2026-11-26)")
-    fig.tight_layout()
-    return save(fig, out_dir, "compiled_gpu_h100.png")
+        if not below:
+            ax.legend(fontsize=7)
+    fig.suptitle(spec["title"])
+    if below:
+        legend = {}
+        for ax in axes:
+            legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+        fig.legend(legend.values(), legend.keys(), loc="lower center", ncol=3, fontsize=8)
+        fig.tight_layout(rect=(0, 0.2, 1, 1))
+    else:
+        fig.tight_layout()
+    return save(fig, out_dir, f"compiled_gpu_{card}.png")
 
 
 def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> str:
@@ -293,7 +328,8 @@ def main(argv=None) -> list[str]:
     os.makedirs(args.output_dir, exist_ok=True)
     written = speed_figures(args.data_dir, args.output_dir) + [
         quality_figure(args.data_dir, args.output_dir),
-        compiled_figure(args.data_dir, args.output_dir),
+        compiled_figure(args.data_dir, args.output_dir, "h100"),
+        compiled_figure(args.data_dir, args.output_dir, "h200"),
         recovery_figure(
             args.data_dir,
             args.output_dir,
