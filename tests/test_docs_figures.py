@@ -149,7 +149,9 @@ def test_the_h200_compiled_page_states_each_point_against_roberta_sdpa_of_its_pr
             if row["mode"] == "train" and row["model"] != "roberta-sdpa" and row["run"] == "bf16":
                 label = f"{row['model']} k={row['k']}" if row["k"] else row["model"]
                 ceiling = float(roberta["gflop"]) / float(row["gflop"])
-                line = next(li for li in page.splitlines() if li.startswith(f"| {_n_label(call, row['n'])} | {label} |"))
+                line = next(
+                    li for li in page.splitlines() if li.startswith(f"| {_n_label(call, row['n'])} | {label} |")
+                )
                 assert line.endswith(f"| {ceiling:.2f}x |"), line
             checked += 1
     assert checked == 50  # 40 points of the first call (2 more not timed), 10 of the second
@@ -175,8 +177,11 @@ def test_the_h200_page_sets_the_whole_model_linformer_against_roberta_sdpa_per_l
     # the memory of recomputed feature maps, second call, against RoBERTa-SDPA of the same process
     peak = {(r["run"], r["model"]): float(r["peak_mb"]) / 1e3 for r in calls[1]}
     for model in ("performer-bf16", "performer-bf16-recompute"):
-        cells = [f"{peak[run, model]:.1f} GB against {peak[run, 'roberta-sdpa']:.1f} GB "
-                 f"({peak[run, model] / peak[run, 'roberta-sdpa']:.2f}x)" for run in ("bf16", "bf16-compiled-layers")]
+        cells = [
+            f"{peak[run, model]:.1f} GB against {peak[run, 'roberta-sdpa']:.1f} GB "
+            f"({peak[run, model] / peak[run, 'roberta-sdpa']:.2f}x)"
+            for run in ("bf16", "bf16-compiled-layers")
+        ]
         assert f"| {model} | {cells[0]} | {cells[1]} |" in page
 
 
@@ -185,7 +190,11 @@ def test_the_h200_page_states_each_compile_time_and_that_nothing_recompiled():
     it ("not timed" where the stage's end came first, "-" where the model was not in the run); and every compiled
     point compiled its graphs in the first call and none after, as the page says."""
     page, calls = _h200_page_and_calls()
-    how = {"bf16-compiled-layers": "per layer", "bf16-compiled": "whole model", "fp16-compiled-layers": "per layer, fp16"}
+    how = {
+        "bf16-compiled-layers": "per layer",
+        "bf16-compiled": "whole model",
+        "fp16-compiled-layers": "per layer, fp16",
+    }
     tables = 0
     for call, rows in enumerate(calls):
         compiled = [row for row in rows if row["run"] in how]

@@ -31,7 +31,8 @@ REALISTIC_BEFORE = "h100_realistic_bf16_before_fix.csv"  # the Linformer before 
 QUALITY = "quality_vs_k.csv"
 RECOVERY = "distillation_recovery.csv"  # experiments/distillation_evidence.sh's recovery.csv of each task, joined
 RECOVERY_H200 = "distillation_recovery_h200.csv"  # the same, from experiments/gpu_evidence.sh on one H200
-EAGER_AND_LAYERS = {"bf16": ("eager", "bf16"), "bf16-compiled-layers": ("compiled per layer", "bf16-compiled-layers")}
+LAYERS = "bf16-compiled-layers"
+EAGER_AND_LAYERS = {"bf16": ("eager", "bf16"), LAYERS: ("compiled per layer", LAYERS)}  # run: (label, RoBERTa's run)
 COMPILED = {  # each card's GPU session (experiments/gpu_session.sh and a second call): its files, runs and title
     "h100": dict(
         files=("h100_compiled_bf16.csv", "h100_compiled_bf16_n16384.csv"),
@@ -41,7 +42,7 @@ COMPILED = {  # each card's GPU session (experiments/gpu_session.sh and a second
     ),
     "h200": dict(
         files=("h200_compiled_bf16.csv", "h200_compiled_bf16_n16384.csv"),
-        runs=EAGER_AND_LAYERS | {"bf16-compiled": ("compiled whole, against RoBERTa-SDPA per layer", "bf16-compiled-layers")},
+        runs=EAGER_AND_LAYERS | {"bf16-compiled": ("compiled whole, against RoBERTa-SDPA per layer", LAYERS)},
         baseline_label="RoBERTa-SDPA (the same call; compiled per layer for the whole-model bars)",
         legend_below=True,
         title="NVIDIA H200, bf16 autocast, 12 layers, width 768, 32,768 tokens a batch (2026-11-26)",
