@@ -21,7 +21,8 @@ parts still run):
    runs' compiles each within `--realistic_compile_timeout_s`.
 6. `profile`: torch.profiler's table of one training step of one base layer, Linformer k = 256 and Performer against
    RoBERTa-SDPA at n = `--profile_n`, the top kernels by device time, as text and CSV; with `--profile_compile`,
-   the same step compiled too (`profile_<model>_compiled.*`).
+   the same step compiled too (`profile_<model>_compiled.*`); with `--profile_dtypes bf16 fp16`, the same in fp16
+   autocast with loss scaling too (`profile_<model>_fp16[_compiled].*`).
 
 The parts run in the order 1, 3, 4, 6, 2, 5: the grids are the longest and each is bounded by its time budget, so
 a run cut short keeps the short checks. Without CUDA, parts 2-6 are skipped ("no CUDA device"); `--device cpu --tiny`
@@ -142,6 +143,12 @@ class GpuChecksConfig:
         default="no",
         metadata={"help": "no, model or layers: also profile the step compiled so (profile_<model>_compiled.txt/.csv)"},
     )
+    profile_dtypes: list[str] = field(
+        default_factory=lambda: ["bf16"],
+        metadata={"help": "autocast dtypes of the profiled step, in order: bf16, fp16 (with loss scaling) or both; "
+                  "a dtype other than bf16 names its files profile_<model>_<dtype>[_compiled].txt/.csv (on a CPU the "
+                  "step runs once, in fp32)"},
+    )  # fmt: skip
 
     def models_at(self) -> dict[int, list[str]]:
         """`realistic_models_by_n` as {n: models}."""
@@ -185,6 +192,8 @@ class GpuChecksConfig:
             )
         if self.profile_compile not in ("no", "model", "layers"):
             raise ValueError(f"profile_compile must be no, model or layers, got {self.profile_compile!r}")
+        if not self.profile_dtypes or set(self.profile_dtypes) - {"bf16", "fp16"}:
+            raise ValueError(f"profile_dtypes must be bf16, fp16 or both, got {self.profile_dtypes}")
         if 32768 % self.profile_n:
             raise ValueError(f"profile_n must divide the realistic batch of 32768 positions, got {self.profile_n}")
 
@@ -606,51 +615,70 @@ def part_realistic_grid(cfg: GpuChecksConfig, device: str, report: Report) -> Pa
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
-    """torch.profiler over one training step (forward, backward, AdamW) of a one-layer model at base width,
-    Linformer (k = 256) and Performer (m = 256) against RoBERTa-SDPA, at n = `profile_n` with the realistic batch
-    of 32,768 positions, bf16 autocast: the top kernels by their own device time (CPU: the top operators), as text
-    and CSV per model."""
-    import torch
-
-    from benchmarks import PRESETS, BenchmarkConfig, Mode
-    from benchmarks.workers import prepare_step
+def profile_variants(cfg: GpuChecksConfig, device: str) -> list[tuple[str, object]]:
+    """The profiled steps of one model, in order: (file suffix, BenchmarkConfig) for each of `profile_dtypes`, eager
+    then (with `profile_compile`) compiled: "", "_compiled", "_fp16", "_fp16_compiled". One base layer at n =
+    `profile_n` with the realistic batch of 32,768 positions, under autocast; on a CPU fp32 without autocast, once."""
+    from benchmarks import PRESETS, BenchmarkConfig
 
     cuda = device.startswith("cuda")
     n, k = (128, 16) if cfg.tiny else (cfg.profile_n, 256)
     settings = dict(PRESETS["gpu-realistic"], device=device, layers=1, ns=[n], train_ns=[n], ks=[k])
     if cfg.tiny:
         settings |= dict(hidden_size=32, heads=4, intermediate_size=48, vocab_size=99, tokens_per_batch=256)
-    if not cuda:
-        settings |= dict(dtype="fp32", autocast=False)
-    bench = BenchmarkConfig(**settings)
-    bench.validate()
+    variants = []
+    for dtype in cfg.profile_dtypes if cuda else ["fp32"]:
+        bench = BenchmarkConfig(**settings | (dict(dtype=dtype) if cuda else dict(dtype="fp32", autocast=False)))
+        bench.validate()
+        stem = "" if dtype in ("bf16", "fp32") else f"_{dtype}"
+        variants.append((stem, bench))
+        if cfg.profile_compile != "no":  # the same step compiled: what inductor fuses, and what remains
+            compiled = dataclasses.replace(
+                bench, compile=cfg.profile_compile, compile_backend=cfg.realistic_compile_backend
+            )
+            compiled.validate()
+            variants.append((stem + "_compiled", compiled))
+    return variants
+
+
+def part_profile(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
+    """torch.profiler over one training step (forward, backward, AdamW) of a one-layer model at base width,
+    Linformer (k = 256) and Performer (m = 256) against RoBERTa-SDPA, at n = `profile_n` with the realistic batch
+    of 32,768 positions, bf16 autocast (and fp16, `profile_dtypes`): the top kernels by their own device time (CPU:
+    the top operators), as text and CSV per model and variant (`profile_variants`)."""
+    import torch
+
+    from benchmarks import Mode
+    from benchmarks.workers import prepare_step
+
+    cuda = device.startswith("cuda")
+    n, k = (128, 16) if cfg.tiny else (cfg.profile_n, 256)
+    variants = profile_variants(cfg, device)
+    bench = variants[0][1]
     sort_key = "self_device_time_total" if cuda else "self_cpu_time_total"
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     result = PartResult("profile")
+    dtypes = "/".join(dict.fromkeys(run_cfg.dtype for _, run_cfg in variants))
     result.summary["shape"] = (
-        f"1 layer, width {bench.hidden_size}, n {n}, batch {bench.batch_at(n)}, {bench.dtype}"
+        f"1 layer, width {bench.hidden_size}, n {n}, batch {bench.batch_at(n)}, {dtypes}"
         f"{' autocast' if bench.autocast else ''}, one training step after 2 warm-up steps; sorted by {sort_key}"
     )
-    variants = [("", bench)]
-    if cfg.profile_compile != "no":  # the same step compiled: what inductor fuses, and what remains
-        compiled = dataclasses.replace(
-            bench, compile=cfg.profile_compile, compile_backend=cfg.realistic_compile_backend
-        )
-        compiled.validate()
-        variants.append(("_compiled", compiled))
     files = []
     for model in cfg.profile_models:
         model_k = k if model == "linformer" else None
         for suffix, run_cfg in variants:
-            label = (f"linformer k={k}" if model_k else model) + (f" compiled ({run_cfg.compile})" if suffix else "")
+            label = (
+                (f"linformer k={k}" if model_k else model)
+                + (f" {run_cfg.dtype}" if suffix.startswith("_fp16") else "")
+                + (f" compiled ({run_cfg.compile})" if suffix.endswith("_compiled") else "")
+            )
             report.log(f"profile: {label}")
             torch.manual_seed(0)
             step = prepare_step(run_cfg, model, n, model_k, Mode.TRAIN)
             started = time.perf_counter()
             step.run()  # compiled: the first call compiles
             _synchronize(device)
-            if suffix:
+            if run_cfg.compile != "no":
                 result.summary[f"{label} first call s"] = round(time.perf_counter() - started, 2)
             step.run()
             _synchronize(device)

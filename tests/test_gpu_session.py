@@ -4,6 +4,7 @@ its CPU dry run end to end. No timing assertions."""
 import csv
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
@@ -50,6 +51,9 @@ def test_compiled_runs_are_the_realistic_presets_compiled():
         GpuChecksConfig(realistic_runs=["bf16"], realistic_run_budgets_s=[1, 2]).validate()
     with pytest.raises(ValueError, match="profile_compile must be"):
         GpuChecksConfig(profile_compile="yes").validate()
+    for dtypes in ([], ["fp32"], ["bf16", "tf32"]):
+        with pytest.raises(ValueError, match="profile_dtypes must be bf16, fp16 or both"):
+            GpuChecksConfig(profile_dtypes=dtypes).validate()
     with pytest.raises(ValueError, match="realistic_modes must be inference, train or both"):
         GpuChecksConfig(realistic_modes=["training"]).validate()
     for malformed in ("16384", "16384=", "n=performer", "16384=performer,bert"):
@@ -57,6 +61,26 @@ def test_compiled_runs_are_the_realistic_presets_compiled():
             GpuChecksConfig(realistic_models_by_n=[malformed]).validate()
     by_n = GpuChecksConfig(realistic_models_by_n=["16384=roberta-sdpa,performer", "512=linformer"])
     assert by_n.models_at() == {16384: ["roberta-sdpa", "performer"], 512: ["linformer"]}
+
+
+def test_the_profile_takes_each_dtype_eager_then_compiled_and_a_cpu_profiles_fp32_once():
+    """The session's third stage: one layer at n = 4096, bf16 then fp16 (with loss scaling), each eager then compiled
+    per layer, in files of their own; bf16 keeps the first session's names (profile_<model>[_compiled])."""
+    cfg = GpuChecksConfig(profile_compile="layers", profile_dtypes=["bf16", "fp16"])
+    cfg.validate()
+    variants = gpu_checks.profile_variants(cfg, "cuda")
+    assert [(suffix, bench.dtype, bench.autocast, bench.compile) for suffix, bench in variants] == [
+        ("", "bf16", True, "no"), ("_compiled", "bf16", True, "layers"),
+        ("_fp16", "fp16", True, "no"), ("_fp16_compiled", "fp16", True, "layers"),
+    ]  # fmt: skip
+    for _, bench in variants:
+        assert (bench.layers, bench.ns, bench.train_ns, bench.ks, bench.batch_at(4096)) == (1, [4096], [4096], [256], 8)
+    fp16_only = GpuChecksConfig(profile_dtypes=["fp16"])
+    assert [(s, b.dtype) for s, b in gpu_checks.profile_variants(fp16_only, "cuda")] == [("_fp16", "fp16")]
+    tiny = GpuChecksConfig(tiny=True, profile_compile="layers", profile_dtypes=["bf16", "fp16"])
+    assert [(suffix, bench.dtype, bench.autocast) for suffix, bench in gpu_checks.profile_variants(tiny, "cpu")] == [
+        ("", "fp32", False), ("_compiled", "fp32", False),
+    ]  # fmt: skip
 
 
 def test_a_grid_measures_other_models_at_some_n_and_training_alone(tmp_path, monkeypatch):
@@ -182,17 +206,17 @@ def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
                           capture_output=True, text=True, timeout=500)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert time.time() - started < 500
-    assert sorted(os.listdir(out)) == ["log.txt", "report.md", "results.csv"]
+    assert sorted(os.listdir(out)) == ["log.txt", "profile.csv", "profile.txt", "report.md", "results.csv"]
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in os.listdir(out))  # what the device tool returns
     with open(out / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    # stage 1: eager and per layer, both modes, at two n (the second with the baseline alone); stage 2: training
-    # only, at a third n, eager, whole model, per layer in both precisions (fp32 on a CPU)
-    stage_1 = {(run, mode, n, model) for run in ("bf16", "bf16-compiled-layers") for mode in ("inference", "train")
-               for n, models in (("128", ("roberta-sdpa", "linformer")), ("256", ("roberta-sdpa",)))
-               for model in models}  # fmt: skip
-    stage_2 = {(run, "train", "64", model)
-               for run in ("bf16", "bf16-compiled", "bf16-compiled-layers", "fp16-compiled-layers", "fp16")
+    # stage 1: training at one n, RoBERTa-SDPA and Linformer, eager, per layer and the whole model; stage 2: training
+    # at a second n, the Performer with bf16 feature maps, kept and recomputed, beside RoBERTa-SDPA, eager and per
+    # layer (fp32 on a CPU)
+    stage_1 = {(run, "train", "128", model) for run in ("bf16", "bf16-compiled-layers", "bf16-compiled")
                for model in ("roberta-sdpa", "linformer")}  # fmt: skip
+    stage_2 = {(run, "train", "64", model) for run in ("bf16", "bf16-compiled-layers")
+               for model in ("roberta-sdpa", "performer-bf16", "performer-bf16-recompute")}  # fmt: skip
     assert {(r["run"], r["mode"], r["n"], r["model"]) for r in rows} == stage_1 | stage_2
     for row in rows:
         assert row["status"] == "ok", row["reason"]
@@ -201,10 +225,17 @@ def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
             assert float(row["compile_s"]) > 0 and row["graphs_first_call"] == "1"
             assert row["graphs_second_step"] == "0"
     report = (out / "report.md").read_text()
-    assert "compiled / eager" in report and "| bf16-compiled | train | 64 | linformer k=16 |" in report
-    assert "| fp16-compiled-layers | train | 64 | linformer k=16 |" in report
+    assert "compiled / eager" in report and "| bf16-compiled | train | 128 | linformer k=16 |" in report
+    assert "| bf16-compiled-layers | train | 64 | performer-bf16-recompute |" in report
+    # stage 3: the profiles of one layer, Linformer then RoBERTa-SDPA, eager then compiled (one dtype on a CPU)
+    profiles = (out / "profile.txt").read_text()
+    order = ["linformer", "linformer_compiled", "roberta-sdpa", "roberta-sdpa_compiled"]
+    assert [profiles.index(f"== {name} (") for name in order] == sorted(profiles.index(f"== {n} (") for n in order)
+    with open(out / "profile.csv", newline="") as f:
+        assert {row["profile"] for row in csv.DictReader(f)} == set(order)
     log = (out / "log.txt").read_text()
-    assert "stage 1 exit 0" in log and "stage 2 exit 0" in log and "gpu session done" in log
+    assert "stage 1 exit 0" in log and "stage 2 exit 0" in log and "stage 3 exit 0" in log
+    assert "gpu session done" in log
     assert "compiles within 125 s" in log and "linformer k=16 compiled in" in log
 
 
@@ -219,4 +250,4 @@ def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_
     assert sorted(os.listdir(out)) == ["log.txt", "report.md"]
     assert "No compiled point was measured." in (out / "report.md").read_text()
     log = (out / "log.txt").read_text()
-    assert "stage 1 exit 124" in log and "stage 2 exit 124" in log
+    assert "stage 1 exit 124" in log and "stage 2 exit 124" in log and "stage 3 exit 124" in log
