@@ -26,6 +26,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -398,6 +399,9 @@ def run(plan, name: str) -> int:
     with open(os.path.join(plan.output_dir, "commands.txt"), "a", encoding="utf-8") as fh:
         fh.write(line + "\n")
     print(f"$ {line}", flush=True)
+    # A stage's end signals the whole process group: the run stops after its update (its own SIGTERM handling), and
+    # this process waits for it rather than leave it running into the next stage.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     return subprocess.call(args)
 
 
