@@ -28,7 +28,9 @@
 #
 #   run(command="bash experiments/gpu_books.sh", carry=[".gpu_books"], timeout_s=300)
 #
-# The machine's start (a minute or more) comes on top of the 280 s of work. Call give_back at once after the call.
+# The machine's start (a minute or more) comes on top of the 280 s of work, unless the call follows another at once on
+# the same warm machine (after experiments/gpu_session.sh's, say: only this call need carry .gpu_books, 45 MiB more
+# to send). Call give_back at once after the call: no rerun fits.
 # Options: KEY=VALUE arguments replace keys of gpu_base.yaml's shared overrides (`bash experiments/gpu_books.sh
 # training.learning_rate=2e-4`); GPU_BOOKS_TOTAL_S (280), GPU_BOOKS_TRAIN_MIN (each base run's time budget in
 # minutes from its loop's start, the first evaluation and the compile included: 1.1), GPU_BOOKS_DIR (.gpu_books),
