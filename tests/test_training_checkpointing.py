@@ -733,11 +733,11 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
     before `on_save` wrote the new one's completion marker. A kill between them left no complete checkpoint when the
     new one was also the best (the rotation keeps it), and only the best one, older than the one deleted, otherwise.
     After: the older ones are pruned once the new one is marked complete, and `latest` resumes from the previous."""
-    from linformer_hf.training import finetuning, finetuning_trainer
+    from linformer_hf.training import checkpointing, finetuning, finetuning_trainer
     from linformer_hf.training.checkpointing import FINETUNING, resolve_checkpoint
 
     monkeypatch.setattr(finetuning_trainer, "metrics_function", scripted_metrics(accuracies))
-    write_marker = finetuning_trainer.write_completion_marker
+    write_marker = checkpointing.write_completion_marker
 
     class Killed(Exception):
         pass
@@ -747,7 +747,7 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
             raise Killed
         write_marker(path)
 
-    monkeypatch.setattr(finetuning_trainer, "write_completion_marker", killed_before_the_marker)
+    monkeypatch.setattr(checkpointing, "write_completion_marker", killed_before_the_marker)
     out = tmp_path / "run"
     with pytest.raises(Killed):
         finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out), show_progress=False)
@@ -756,7 +756,7 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
     assert found.get(previous) is True and found[killed_at] is False, found
     assert resolve_checkpoint("latest", str(out), FINETUNING) == str(out / f"checkpoint-{previous}")
 
-    monkeypatch.setattr(finetuning_trainer, "write_completion_marker", write_marker)
+    monkeypatch.setattr(checkpointing, "write_completion_marker", write_marker)
     start_run, started = finetuning.start_run, []
     monkeypatch.setattr(finetuning, "start_run", lambda *a, **k: started.append(start_run(*a, **k)) or started[-1])
     resumed = finetuning.run_finetuning(

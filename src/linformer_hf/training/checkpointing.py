@@ -329,6 +329,47 @@ def write_completion_marker(path: str) -> None:
     write_json_atomic(os.path.join(path, COMPLETE_MARKER), {"files": files, "written": time.time()})
 
 
+def mark_checkpoint_complete(
+    processes,
+    output_dir: str,
+    step: int,
+    limit: int | None = None,
+    records: dict[str, dict] | None = None,
+    keep: str | None = None,
+    options: RunOptions = PRETRAINING,
+) -> str:
+    """Once every process has saved its files into the Trainer's ``checkpoint-N`` (its RNG state among them):
+    ``records`` (file name -> JSON, e.g. the recipe fingerprint) written into it, the completion marker last, then
+    the older checkpoints pruned to ``limit`` (keeping ``keep``, the best one). Call on every process (``processes``:
+    accelerate's state or Accelerator); returns the checkpoint's path."""
+    processes.wait_for_everyone()
+    path = options.checkpoint_path(output_dir, step)
+    if processes.is_main_process and os.path.isdir(path):
+        for name, record in (records or {}).items():
+            write_json_atomic(os.path.join(path, name), record)
+        write_completion_marker(path)
+        prune_checkpoints(output_dir, limit, options, keep=keep)
+    processes.wait_for_everyone()
+    return path
+
+
+def completion_marker_callback(processes, limit: int | None = None):
+    """A `TrainerCallback` that marks each ``checkpoint-N`` complete once written (`mark_checkpoint_complete`):
+    ``latest`` then never takes a checkpoint a kill cut short, and a corrupt one is refused. The newest ``limit``
+    complete checkpoints and the best one are kept (None: all), in place of the Trainer's ``save_total_limit``,
+    whose rotation deletes the older ones before the marker: a kill there left none complete."""
+    from transformers import TrainerCallback
+
+    class MarkComplete(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            best = state.best_model_checkpoint
+            step = state.global_step
+            mark_checkpoint_complete(processes, args.output_dir, step, limit, keep=best, options=FINETUNING)
+            return control
+
+    return MarkComplete()
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # The recipe a checkpoint was made with
 # ----------------------------------------------------------------------------------------------------------------

@@ -247,3 +247,42 @@ def divergence_callback(guard: DivergenceGuard):
                 check_weights_finite(model, f"the checkpoint of step {state.global_step}", guard)
 
     return DivergenceCallback()
+
+
+def stop_after_steps_callback(steps: int):
+    """A `TrainerCallback` that stops training after ``steps`` updates with a checkpoint, as an interruption would."""
+    from transformers import TrainerCallback
+
+    class StopAfterSteps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= steps:
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return StopAfterSteps()
+
+
+def stop_signal_callback(stop: StopSignal):
+    """A `TrainerCallback` that ends training after the update during which SIGTERM / SIGINT came (`StopSignal`,
+    agreed over the processes of its `accelerator`, set once the Trainer has made one), with a checkpoint;
+    `stopped_at` then holds that update.
+
+    A signal during the last update is left to the end of the run: the run has no update left to lose, and what is
+    left (the last evaluation, best/, the predictions) is what a resume from that checkpoint would do.
+    """
+    from transformers import TrainerCallback
+
+    class StopOnSignal(TrainerCallback):
+        accelerator = None
+        stopped_at: int | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # Every process reads the flag at the same point (an all-reduce with several): all stop together.
+            if state.global_step < state.max_steps and stop.requested(self.accelerator):
+                control.should_training_stop = True
+                control.should_save = True
+                self.stopped_at = state.global_step
+            return control
+
+    return StopOnSignal()

@@ -113,3 +113,10 @@ def finish(accelerator) -> None:
         accelerator.free_memory()  # forgets the prepared model, optimizer, loaders, then collects garbage
         accelerator.wait_for_everyone()
         torch.distributed.destroy_process_group()
+
+
+def finish_trainer(trainer) -> None:
+    """Tear a `Trainer`'s run down (`finish`) once the Trainer no longer holds the DistributedDataParallel wrapper, so
+    that the wrapper is freed while the process group still exists."""
+    trainer.model_wrapped = trainer.model
+    finish(trainer.accelerator)
