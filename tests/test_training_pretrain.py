@@ -50,6 +50,7 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
         show_progress=False,
     )
     evals = summary["evals"]
+    assert sorted(evals) == [0, 30, 60]  # at the start, every eval_steps, and at the end: each once
     start, end = evals[0]["eval_loss"], evals[60]["eval_loss"]
     # From ~ln(vocab) = 6.9 at init: a model that learns the corpus' statistics gets well below (perplexity / 2+).
     assert start > 6.0

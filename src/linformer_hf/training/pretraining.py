@@ -518,6 +518,7 @@ class MaskedLMTrainer(Trainer):
             )
         self.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}{versus}")
         self.log({"eval_loss": metrics["eval_loss"], "eval_perplexity": metrics["perplexity"]})
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
         self._resumed = time.perf_counter()
         return metrics
 
