@@ -34,7 +34,7 @@ from linformer_hf.outputs import write_json_atomic, write_text_atomic
 from linformer_hf.training.checkpointing import list_checkpoints
 from linformer_hf.training.config import ConfigError, PretrainRecipe, build_section, load_recipe, load_yaml
 from linformer_hf.training.errors import USER_ERRORS, report
-from linformer_hf.training.pretraining import read_final_summary
+from linformer_hf.training.pretraining import LOOP_CHECKPOINTS, read_final_summary
 
 CURVE_COLUMNS = [
     "run",
@@ -109,7 +109,9 @@ def command(plan: BooksPlan, run: Run) -> list[str]:
     args = [sys.executable, "-m", "linformer_hf.training.pretrain", "--config", plan.recipe]
     for key, value in {**plan.shared, **run.overrides, "training.output_dir": directory}.items():
         args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
-    if list_checkpoints(directory):
+    # A run of the loop pretraining ran on before the Trainer is resumed too: the command then says how to finish it,
+    # where starting over would delete it.
+    if list_checkpoints(directory) or list_checkpoints(directory, LOOP_CHECKPOINTS):
         args += ["--training.resume_from_checkpoint", "latest"]
     elif os.path.isdir(directory) and os.listdir(directory):  # stopped before its first checkpoint: nothing to keep
         args += ["--training.overwrite_output_dir", "true"]

@@ -410,7 +410,7 @@ def test_uptraining_from_a_hub_name_offline_is_one_line(books, tmp_path, monkeyp
 def test_runs_at_different_n_read_the_same_tokens_in_the_same_order_with_the_same_masks(books, tokenizer_dir, tmp_path):
     """data.input_length: a model of n = 128 reads the 256-token blocks of a model of n = 256 as two inputs each, so
     the two runs' batches hold the same tokens, order and masks (training and validation), and both train."""
-    from linformer_hf.training.pretraining import check_block_size, close_run, setup_pretraining
+    from linformer_hf.training.pretraining import build_trainer, check_block_size
 
     def batches(n, output_dir, **data):
         overrides = {
@@ -424,12 +424,12 @@ def test_runs_at_different_n_read_the_same_tokens_in_the_same_order_with_the_sam
             "training.report_to": [],
             **{f"data.{key}": value for key, value in data.items()},
         }
-        run = setup_pretraining(books_recipe(books, tokenizer_dir, tmp_path / output_dir, **overrides))
+        trainer = build_trainer(books_recipe(books, tokenizer_dir, tmp_path / output_dir, **overrides))
         try:
-            train = [b for _, b in zip(range(3), run.train_dl)]
-            return train, list(run.eval_dl)
+            train = [b for _, b in zip(range(3), trainer.get_train_dataloader())]
+            return train, list(trainer.get_eval_dataloader())
         finally:
-            close_run(run)
+            trainer.close()
 
     long_train, long_eval = batches(256, "n256")
     short_train, short_eval = batches(128, "n128", input_length=128)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from linformer_hf.training.checkpointing import (
     LOCK_FILE,
     RECIPE_FILE,
     UPDATE_LOG,
+    checkpoint_problem,
     list_checkpoints,
     read_update_log,
 )
@@ -110,7 +112,7 @@ def test_a_checkpoint_made_before_a_data_field_existed_resumes_while_the_field_i
 def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_dir, small_corpus, tmp_path):
     out = tmp_path / "run"
     first = run(tokenizer_dir, small_corpus, out, max_steps=4)
-    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2", "step_4"]
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
 
     # A second run, not resuming: refused before any work, the first run's outputs untouched.
     with pytest.raises(ConfigError) as err:
@@ -118,7 +120,7 @@ def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_di
     message = str(err.value)
     assert f"training.output_dir={out} is not empty" in message and "checkpoints" in message and "final" in message
     assert "--resume_from_checkpoint latest" in message and "--training.overwrite_output_dir true" in message
-    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2", "step_4"]
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
 
     # `latest` finding the state of a run with another recipe says so, naming every difference.
     with pytest.raises(ConfigError) as err:
@@ -132,7 +134,7 @@ def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_di
             resume_from_checkpoint="latest",
         )
     message = str(err.value)
-    assert "(step_4) was written by another run" in message
+    assert "(checkpoint-4) was written by another run" in message
     assert "training.seed: 42 in the checkpoint, 7 now" in message
     assert "training.per_device_train_batch_size: 8 in the checkpoint, 4 now" in message
     with pytest.raises(ConfigError, match=r"model.hidden_size: 32 in the checkpoint, 48 now"):
@@ -167,7 +169,7 @@ def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_di
     second = run(
         tokenizer_dir, small_corpus, out, max_steps=3, checkpointing_steps=3, seed=7, overwrite_output_dir=True
     )
-    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_3"]
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-3"]
     assert json.loads((out / "final" / "eval_results.json").read_text())["step"] == 3
     assert second["train_losses"][1] != pytest.approx(first["train_losses"][1], abs=1e-6)
     assert not (out / "summary_step4.json").exists()
@@ -179,6 +181,27 @@ def test_a_used_output_dir_is_refused_unless_resumed_or_overwritten(tokenizer_di
                 tokenizer_dir, small_corpus, out, overwrite_output_dir=True, resume_from_checkpoint="latest"
             ),
         )
+
+
+def test_a_checkpoint_of_the_loop_pretraining_ran_on_before_is_refused_saying_what_to_do(
+    tokenizer_dir, small_corpus, tmp_path
+):
+    """Pretraining ran on its own loop before the Trainer; the Trainer cannot resume that loop's checkpoints/step_N.
+    A resume of one, by `latest` or by its folder, is refused before any work, naming the fix; nothing is deleted."""
+    out = tmp_path / "run"
+    checkpoint = out / "checkpoints" / "step_4"  # as the loop left it: accelerate's save_state and its own state
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "random_states_0.pkl").write_bytes(b"")
+    (checkpoint / "trainer_state.json").write_text('{"completed_steps": 4, "epoch": 0}')
+    for spec in ("latest", str(checkpoint)):
+        with pytest.raises(ConfigError) as err:
+            run(tokenizer_dir, small_corpus, out, resume_from_checkpoint=spec)
+        message = str(err.value)
+        assert message.startswith(f"{checkpoint} is a checkpoint of the hand-written loop pretraining ran on"), message
+        assert "at commit bccc055 or earlier" in message and "--training.overwrite_output_dir true" in message
+    with pytest.raises(ConfigError, match="is not empty"):  # nor is a new run there taken as a start over
+        run(tokenizer_dir, small_corpus, out)
+    assert sorted(os.listdir(checkpoint)) == ["random_states_0.pkl", "trainer_state.json"]
 
 
 def test_an_output_dir_that_cannot_be_written_fails_before_the_work(tokenizer_dir, small_corpus, tmp_path):
@@ -239,27 +262,27 @@ def test_latest_falls_back_past_corrupt_and_torn_checkpoints(tokenizer_dir, smal
     out = tmp_path / "part"
     run(tokenizer_dir, small_corpus, out, stop_after_steps=6)
     checkpoints = list_checkpoints(out)
-    assert [os.path.basename(p) for p in checkpoints] == ["step_2", "step_4", "step_6"]
-    assert sorted(os.listdir(out / "checkpoints")) == ["step_2", "step_4", "step_6"]  # no temporary left
+    assert [os.path.basename(p) for p in checkpoints] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     for path in checkpoints:
         marker = json.loads(open(os.path.join(path, COMPLETE_MARKER)).read())["files"]
         assert {"trainer_state.json", RECIPE_FILE, "model.safetensors"} <= set(marker)
 
-    # step_6: same size, different bytes (corrupt); step_4: no completion marker (as a save cut short leaves it).
+    # checkpoint-6: same size, different bytes (corrupt); checkpoint-4: no completion marker (as a save cut short
+    # leaves it).
     weights = os.path.join(checkpoints[2], "model.safetensors")
     data = bytearray(open(weights, "rb").read())
     data[-100:] = bytes(100)
     open(weights, "wb").write(bytes(data))
     os.remove(os.path.join(checkpoints[1], COMPLETE_MARKER))
 
-    with pytest.raises(ConfigError, match=r"step_6 is incomplete or corrupt: model.safetensors is corrupt"):
+    with pytest.raises(ConfigError, match=r"checkpoint-6 is incomplete or corrupt: model.safetensors is corrupt"):
         run(tokenizer_dir, small_corpus, out, resume_from_checkpoint=checkpoints[2])
     with caplog.at_level("WARNING"):
         resumed = run(tokenizer_dir, small_corpus, out, resume_from_checkpoint="latest")
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any("step_6: model.safetensors is corrupt" in w and w.endswith("step_2.") for w in warnings), warnings
-    assert any(f"step_4: it has no {COMPLETE_MARKER}" in w for w in warnings), warnings
-    assert resumed["resumed_from"].endswith("step_2")
+    assert any("checkpoint-6: model.safetensors is corrupt" in w and w.endswith("checkpoint-2.") for w in warnings)
+    assert any(f"checkpoint-4: it has no {COMPLETE_MARKER}" in w for w in warnings), warnings
+    assert resumed["resumed_from"].endswith("checkpoint-2")
     for step in range(3, 9):
         assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6), step
     # The torn and corrupt checkpoints were replaced by whole ones of the resumed run.
@@ -267,6 +290,21 @@ def test_latest_falls_back_past_corrupt_and_torn_checkpoints(tokenizer_dir, smal
     # The update log kept every segment: 1-6, then 3-8 after the resume, agreeing where they overlap.
     assert losses_by_step(out) == pytest.approx(full["train_losses"], abs=1e-6)
     assert [r["step"] for r in read_update_log(out) if r.get("event") == "start"] == [0, 2]
+
+
+def test_a_run_killed_after_its_last_checkpoint_resumes_to_its_final_model_without_another_update(
+    tokenizer_dir, small_corpus, tmp_path
+):
+    """The last update's checkpoint is written before final/: a kill between them is resumed by evaluating and
+    publishing that checkpoint's model (the Trainer, resumed there, would make one update more)."""
+    out = tmp_path / "run"
+    whole = run(tokenizer_dir, small_corpus, out, max_steps=4)
+    shutil.rmtree(out / "final")  # as the kill left the run
+    os.remove(out / "summary_step4.json")
+    resumed = run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")
+    assert resumed["completed_steps"] == 4 and not resumed["train_losses"]
+    assert resumed["final_eval"]["eval_loss"] == whole["final_eval"]["eval_loss"]
+    assert max(losses_by_step(out)) == 4 and (out / "final" / "config.json").is_file()
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -279,7 +317,7 @@ from linformer_hf.training import checkpointing
 
 write_marker, target = checkpointing.write_completion_marker, sys.argv[1]
 
-def killed_before_marker(path):  # the checkpoint's files are written, its marker and rename are not
+def killed_before_marker(path):  # the checkpoint's files are written, its marker is not
     if path.endswith(target):
         os.kill(os.getpid(), signal.SIGKILL)
     write_marker(path)
@@ -305,7 +343,7 @@ def write_recipe(path, tokenizer_dir, corpus, out, **training):
 
 
 def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokenizer_dir, small_corpus, tmp_path):
-    """One run in three segments: killed while saving step_4, resumed and killed at a random moment after a random
+    """One run in three segments: killed while saving checkpoint-4, resumed and killed at a random moment after a random
     update (while saving, evaluating, logging or computing), resumed to the end. Every update's loss, from every
     segment, equals the uninterrupted run's."""
     max_steps = 8
@@ -313,9 +351,9 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
     out = tmp_path / "run"
     recipe = write_recipe(tmp_path / "run.yaml", tokenizer_dir, small_corpus, out, max_steps=max_steps)
 
-    # 1) killed during the save of step_4: its files are written, its marker and rename are not.
+    # 1) killed during the save of checkpoint-4: its files are written, its marker is not.
     killed = subprocess.run(
-        [sys.executable, "-c", KILL_DURING_SAVE, "step_4", *pretrain_command(recipe)[2:]],
+        [sys.executable, "-c", KILL_DURING_SAVE, "checkpoint-4", *pretrain_command(recipe)[2:]],
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
@@ -323,9 +361,12 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
         timeout=300,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert sorted(os.listdir(out / "checkpoints")) == [".tmp-step_4", "step_2"]
+    assert {os.path.basename(p): checkpoint_problem(p) is None for p in list_checkpoints(out)} == {
+        "checkpoint-2": True,
+        "checkpoint-4": False,
+    }
 
-    # 2) resumed (from step_2), then killed at a random moment after a random update past the first segment's.
+    # 2) resumed (from checkpoint-2), then killed at a random moment after a random update past the first segment's.
     rng = random.Random()
     seed = rng.randrange(1 << 30)
     rng.seed(seed)
@@ -365,8 +406,7 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
     for step in losses:
         assert losses[step] == pytest.approx(full[step], abs=1e-6), f"{context}: step {step}"
     assert len([r for r in read_update_log(out) if r.get("event") == "start"]) >= 2, context
-    assert not any(name.startswith(".tmp-") for name in os.listdir(out / "checkpoints")), context
-    assert all(os.path.isfile(os.path.join(p, COMPLETE_MARKER)) for p in list_checkpoints(out)), context
+    assert all(checkpoint_problem(p) is None for p in list_checkpoints(out)), context
     assert json.loads((out / "final" / "eval_results.json").read_text())["step"] == max_steps
 
 
@@ -733,11 +773,11 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
     before `on_save` wrote the new one's completion marker. A kill between them left no complete checkpoint when the
     new one was also the best (the rotation keeps it), and only the best one, older than the one deleted, otherwise.
     After: the older ones are pruned once the new one is marked complete, and `latest` resumes from the previous."""
-    from linformer_hf.training import finetuning, finetuning_trainer
+    from linformer_hf.training import checkpointing, finetuning, finetuning_trainer
     from linformer_hf.training.checkpointing import FINETUNING, resolve_checkpoint
 
     monkeypatch.setattr(finetuning_trainer, "metrics_function", scripted_metrics(accuracies))
-    write_marker = finetuning_trainer.write_completion_marker
+    write_marker = checkpointing.write_completion_marker
 
     class Killed(Exception):
         pass
@@ -747,7 +787,7 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
             raise Killed
         write_marker(path)
 
-    monkeypatch.setattr(finetuning_trainer, "write_completion_marker", killed_before_the_marker)
+    monkeypatch.setattr(checkpointing, "write_completion_marker", killed_before_the_marker)
     out = tmp_path / "run"
     with pytest.raises(Killed):
         finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out), show_progress=False)
@@ -756,7 +796,7 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
     assert found.get(previous) is True and found[killed_at] is False, found
     assert resolve_checkpoint("latest", str(out), FINETUNING) == str(out / f"checkpoint-{previous}")
 
-    monkeypatch.setattr(finetuning_trainer, "write_completion_marker", write_marker)
+    monkeypatch.setattr(checkpointing, "write_completion_marker", write_marker)
     start_run, started = finetuning.start_run, []
     monkeypatch.setattr(finetuning, "start_run", lambda *a, **k: started.append(start_run(*a, **k)) or started[-1])
     resumed = finetuning.run_finetuning(

@@ -64,12 +64,12 @@ def test_a_diverging_run_stops_naming_the_step_and_keeps_the_last_good_checkpoin
     )
     assert main(["--config", str(recipe), "--no_progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    good = os.path.join(str(out), "checkpoints", "step_2")
+    good = os.path.join(str(out), "checkpoint-2")
     assert err.startswith("error: training diverged at step 6:") and "(steps 4-6)" in err, err
     assert f"The last good checkpoint is {good}" in err and f"--resume_from_checkpoint {good}" in err
     assert "training.learning_rate (now 10000)" in err and "bf16 instead of fp16" in err
     assert not (out / "final").exists()
-    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2"]  # step_4 was not written over it
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2"]  # none written over it at 4
     assert checkpoint_weights_finite(good)
     records = strict_json_lines(out / UPDATE_LOG)
     bad = [r for r in records if r.get("step") in (4, 5, 6) and "loss" in r]
@@ -92,7 +92,7 @@ def test_a_run_that_ends_inside_a_streak_of_skipped_updates_publishes_no_final_m
     )
     assert main(["--config", str(recipe), "--no_progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    good = os.path.join(str(out), "checkpoints", "step_2")
+    good = os.path.join(str(out), "checkpoint-2")
     assert err.startswith(
         "error: training diverged: the run ended at step 12 after 9 non-finite updates in a row (steps 4-12, each "
         f"skipped), so {out / 'final'} was not written."
@@ -101,7 +101,7 @@ def test_a_run_that_ends_inside_a_streak_of_skipped_updates_publishes_no_final_m
     assert "training.learning_rate (now 10000)" in err
     assert not (out / "final").exists() and not list(out.glob(".tmp-final*"))
     assert not list(out.glob("summary_step*.json"))
-    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["step_2"]
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == ["checkpoint-2"]
     records = strict_json_lines(out / UPDATE_LOG)
     assert records[-1]["event"] == "diverged" and records[-1]["error"] == err.removeprefix("error: ")
     assert (out / LOCK_FILE).read_text() == ""
@@ -122,7 +122,7 @@ def test_a_run_whose_final_evaluation_is_not_finite_publishes_no_final_model(
     out = tmp_path / "run"
     with pytest.raises(TrainingDiverged) as err:
         run(tokenizer_dir, small_corpus, out, max_steps=4)
-    good = os.path.join(str(out), "checkpoints", "step_4")
+    good = os.path.join(str(out), "checkpoint-4")
     assert str(err.value).startswith("training diverged: the final validation MLM loss at step 4 is nan"), err.value
     assert f"The last good checkpoint is {good}" in str(err.value)
     assert not (out / "final").exists() and len(calls) == 1
@@ -235,7 +235,7 @@ def test_ctrl_c_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_di
     assert len(stopped) == 1 and stopped[0]["signal"] == signal.Signals(signum).name
     step = stopped[0]["step"]
     assert 2 <= step < max_steps
-    assert [os.path.basename(p) for p in list_checkpoints(out)] == [f"step_{step}"]
+    assert [os.path.basename(p) for p in list_checkpoints(out)] == [f"checkpoint-{step}"]
     assert os.path.isfile(os.path.join(list_checkpoints(out)[0], COMPLETE_MARKER))
     message = stderr.decode().strip().splitlines()[-1]
     assert message.startswith(f"stopped: {signal.Signals(signum).name} received: stopped after update {step}")
@@ -320,8 +320,8 @@ def test_sigterm_under_accelerate_launch_with_two_processes_checkpoints_and_resu
     stopped = [r for r in strict_json_lines(out / UPDATE_LOG) if r.get("event") == "stopped"]
     assert len(stopped) == 1 and 3 <= stopped[0]["step"] < max_steps
     (checkpoint,) = list_checkpoints(out)
-    assert os.path.basename(checkpoint) == f"step_{stopped[0]['step']}"
-    assert {"random_states_0.pkl", "random_states_1.pkl", COMPLETE_MARKER} <= set(os.listdir(checkpoint))
+    assert os.path.basename(checkpoint) == f"checkpoint-{stopped[0]['step']}"
+    assert {"rng_state_0.pth", "rng_state_1.pth", COMPLETE_MARKER} <= set(os.listdir(checkpoint))
     assert (out / LOCK_FILE).read_text() == ""
 
     resumed = subprocess.run(

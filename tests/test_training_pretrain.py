@@ -50,6 +50,7 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
         show_progress=False,
     )
     evals = summary["evals"]
+    assert sorted(evals) == [0, 30, 60]  # at the start, every eval_steps, and at the end: each once
     start, end = evals[0]["eval_loss"], evals[60]["eval_loss"]
     # From ~ln(vocab) = 6.9 at init: a model that learns the corpus' statistics gets well below (perplexity / 2+).
     assert start > 6.0
@@ -57,7 +58,7 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
     assert evals[30]["eval_loss"] < start - 0.3
     assert summary["final_eval"]["perplexity"] == pytest.approx(torch.exp(torch.tensor(end)).item(), rel=1e-4)
 
-    logs = [f for _, _, files in os.walk(out / "logs") for f in files]
+    logs = [f for _, _, files in os.walk(out / "runs") for f in files]  # the Trainer's TensorBoard folder
     assert any(f.startswith("events.out.tfevents") for f in logs)
 
     final = summary["final_dir"]
@@ -72,7 +73,8 @@ def test_validation_loss_falls_and_model_reloads(tokenizer_dir, tmp_path):
 
 
 def test_resume_reproduces_uninterrupted_run(tokenizer_dir, small_corpus, tmp_path):
-    # Small data so the run crosses epoch boundaries; accumulation 2; dropout on (tiny_test.yaml has 0.1).
+    # Small data so the run crosses epoch boundaries (5 micro-batches an epoch: updates of 2, 2 and 1); accumulation 2;
+    # dropout on (tiny_test.yaml has 0.1).
     common = {"data.max_train_blocks": 40, "data.train_files": [small_corpus]}
     train = dict(max_steps=12, gradient_accumulation_steps=2, checkpointing_steps=4)
     full = run_pretraining(recipe(tokenizer_dir, tmp_path / "full", training=train, **common), show_progress=False)
@@ -82,25 +84,25 @@ def test_resume_reproduces_uninterrupted_run(tokenizer_dir, small_corpus, tmp_pa
         show_progress=False,
     )
     assert part["completed_steps"] == 8 and "final_eval" not in part
-    assert sorted(os.listdir(tmp_path / "part" / "checkpoints")) == ["step_4", "step_8"]
+    assert sorted(p.name for p in (tmp_path / "part").glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]
     resumed = run_pretraining(
         recipe(tokenizer_dir, tmp_path / "part", training=dict(train, resume_from_checkpoint="latest"), **common),
         show_progress=False,
     )
-    assert resumed["resumed_from"].endswith("step_8")
+    assert resumed["resumed_from"].endswith("checkpoint-8")
     for step in range(1, 9):
         assert part["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6)
     for step in range(9, 13):
         assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6), step
     assert resumed["final_eval"]["eval_loss"] == pytest.approx(full["final_eval"]["eval_loss"], abs=1e-6)
 
-    # An explicit checkpoint dir works too (and resumes mid-epoch: 40 blocks / 8 = 5 batches an epoch,
-    # step 4 = batch 8).
+    # An explicit checkpoint dir works too (and resumes mid-epoch: update 4 ends at the second micro-batch of the
+    # second epoch).
     again = run_pretraining(
         recipe(
             tokenizer_dir,
             tmp_path / "again",
-            training=dict(train, resume_from_checkpoint=str(tmp_path / "part/checkpoints/step_4")),
+            training=dict(train, resume_from_checkpoint=str(tmp_path / "part/checkpoint-4")),
             **common,
         ),
         show_progress=False,
@@ -111,8 +113,9 @@ def test_resume_reproduces_uninterrupted_run(tokenizer_dir, small_corpus, tmp_pa
     assert len({round(v, 4) for v in full["train_losses"].values()}) > 6
 
 
-def test_two_processes_match_one_process(tokenizer_dir, small_corpus, tmp_path):
-    """torchrun with 2 gloo processes, per-device batch 4, equals one process with batch 8 (dropout off)."""
+def test_two_processes_and_accumulation_match_one_process(tokenizer_dir, small_corpus, tmp_path):
+    """torchrun with 2 gloo processes, per-device batch 4, equals one process with batch 8 (dropout off), as does one
+    process with batch 4 and 2 accumulation steps: an update's loss is normalised by all its masked tokens."""
 
     def overrides(out, batch):
         o = tiny_pretrain_overrides(tokenizer_dir, out, max_steps=8, eval_steps=4, per_device_train_batch_size=batch)
@@ -127,6 +130,10 @@ def test_two_processes_match_one_process(tokenizer_dir, small_corpus, tmp_path):
         return o
 
     one = run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides(tmp_path / "one", 8)), show_progress=False)
+    accumulated = {**overrides(tmp_path / "accumulated", 4), "training.gradient_accumulation_steps": 2}
+    accumulated = run_pretraining(load_recipe(PretrainRecipe, None, extra=accumulated), show_progress=False)
+    for step in range(1, 9):
+        assert accumulated["train_losses"][step] == pytest.approx(one["train_losses"][step], abs=2e-5), step
     cmd = [
         sys.executable,
         "-m",

@@ -59,7 +59,7 @@ def test_pretraining_reports_the_unigram_perplexity_an_mlm_of_the_frequencies_re
     """The reported unigram figure is the perplexity that pretraining's own evaluation gives a masked LM whose
     output is the training set's token frequencies whatever the input: same tokens scored, same average."""
     from linformer_hf.training.data import prepare_pretraining_data
-    from linformer_hf.training.pretraining import close_run, evaluate_mlm, setup_pretraining
+    from linformer_hf.training.pretraining import build_trainer, evaluate_mlm
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
     tokenizer_dir = tmp_path / "tokenizer"
@@ -73,33 +73,34 @@ def test_pretraining_reports_the_unigram_perplexity_an_mlm_of_the_frequencies_re
             "data.max_eval_blocks": 24,
         },
     )
-    run = setup_pretraining(recipe)
+    trainer = build_trainer(recipe)
+    tokenizer = trainer.processing_class
     try:
         # The training blocks, rebuilt independently, give the frequencies.
-        blocks = prepare_pretraining_data(recipe.data, run.tokenizer, recipe.training.seed)["train"]
-        counts = token_counts(blocks["input_ids"], len(run.tokenizer), exclude_ids=run.tokenizer.all_special_ids)
+        blocks = prepare_pretraining_data(recipe.data, tokenizer, recipe.training.seed)["train"]
+        counts = token_counts(blocks["input_ids"], len(tokenizer), exclude_ids=tokenizer.all_special_ids)
         assert counts.sum() > 0.9 * 300 * 64  # 64-token blocks, a few special tokens left out
-        model = run.accelerator.unwrap_model(run.model)
+        model = trainer.model
         # logits = log p(token) at every position, whatever the input (the decoder weight is tied to the embeddings,
         # zeroed too: no matter here)
         with torch.no_grad():
             model.lm_head.decoder.weight.zero_()
             model.lm_head.bias.copy_(torch.from_numpy(unigram_log_probs(counts)).float())
-        metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator, mask_token_id=run.tokenizer.mask_token_id)
+        metrics = evaluate_mlm(model, trainer.get_eval_dataloader(), trainer.accelerator, tokenizer.mask_token_id)
     finally:
-        close_run(run)
+        trainer.close()
     assert metrics["eval_masked_tokens"] > 100
-    assert run.unigram["unigram_perplexity"] == pytest.approx(metrics["perplexity"], rel=1e-4)
+    assert trainer.unigram["unigram_perplexity"] == pytest.approx(metrics["perplexity"], rel=1e-4)
     # The same on the scored tokens whose input is <mask> (the ones a model must predict from context alone).
-    assert run.unigram["unigram_mask_input_perplexity"] == pytest.approx(metrics["mask_input_perplexity"], rel=1e-4)
-    assert run.unigram["unigram_perplexity"] < 500 / 2  # far below uniform over the vocabulary
+    assert trainer.unigram["unigram_mask_input_perplexity"] == pytest.approx(metrics["mask_input_perplexity"], rel=1e-4)
+    assert trainer.unigram["unigram_perplexity"] < 500 / 2  # far below uniform over the vocabulary
 
 
 def test_a_fresh_model_with_the_unigram_output_bias_starts_at_the_unigram_baseline(tmp_path):
     """model.output_bias_init: unigram. Before any update, the model's perplexity is near the unigram baseline's on the
     same masked tokens (its initial logits are small beside the log frequencies), where a zero bias starts near the
     vocabulary size; the bias set is the one the output layer uses (tied), for RoBERTa and the Linformer."""
-    from linformer_hf.training.pretraining import close_run, evaluate_mlm, setup_pretraining
+    from linformer_hf.training.pretraining import build_trainer, evaluate_mlm
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
     tokenizer_dir = tmp_path / "tokenizer"
@@ -122,12 +123,14 @@ def test_a_fresh_model_with_the_unigram_output_bias_starts_at_the_unigram_baseli
                 "intermediate_size": 64,
                 "max_position_embeddings": 66,
             }
-        run = setup_pretraining(load_recipe(PretrainRecipe, None, extra=overrides))
+        trainer = build_trainer(load_recipe(PretrainRecipe, None, extra=overrides))
+        mask = trainer.processing_class.mask_token_id
         try:
-            metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator, mask_token_id=run.tokenizer.mask_token_id)
+            metrics = evaluate_mlm(trainer.model, trainer.get_eval_dataloader(), trainer.accelerator, mask)
         finally:
-            close_run(run)
-        start[model_type, bias_init] = metrics["mask_input_perplexity"] / run.unigram["unigram_mask_input_perplexity"]
+            trainer.close()
+        unigram = trainer.unigram["unigram_mask_input_perplexity"]
+        start[model_type, bias_init] = metrics["mask_input_perplexity"] / unigram
     assert start["linformer", "unigram"] == pytest.approx(1.0, abs=0.1), start
     assert start["roberta", "unigram"] == pytest.approx(1.0, abs=0.1), start
     assert start["linformer", "zeros"] > 2.0, start  # near uniform over 500 tokens, the baseline far below

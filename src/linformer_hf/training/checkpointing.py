@@ -9,15 +9,15 @@ and how many are kept.
 - **Whose directory.** A non-empty output directory belongs to an earlier run: it is refused unless the run resumes
   or says it overwrites, which deletes the earlier run's checkpoints, final model and logs first (`claim_output_dir`;
   `RunOptions` says how each command spells those options and what it writes).
-- **Atomic checkpoints.** ``checkpoints/step_N`` is written as ``checkpoints/.tmp-step_N``, every file fsynced, a
-  completion marker (each file's size and sha256) written last, then renamed into place (`save_checkpoint`). A
-  directory named ``step_N`` is therefore complete; one that fails its marker (torn or corrupted later) is skipped by
-  ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`). Fine-tuning's
-  checkpoints are the Trainer's ``checkpoint-N``: the Trainer writes them, fine-tuning adds the same marker
-  (`write_completion_marker`) and prunes them after it (not the Trainer's rotation, which deletes the older ones
-  before the marker), and the same resolution takes them.
+- **Complete checkpoints.** Pretraining's and fine-tuning's checkpoints are the Trainer's ``checkpoint-N``: the
+  Trainer writes them, and once every process has, a completion marker (each file's size and sha256) is written last
+  (`mark_checkpoint_complete`). Attention transfer's ``checkpoints/step_000000N`` is written as
+  ``checkpoints/.tmp-step_000000N``, every file fsynced, the marker last, then renamed into place
+  (`save_checkpoint`). A checkpoint without its marker (torn), or that fails it (corrupted later), is skipped by
+  ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`).
 - **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit (and the best one, for
-  fine-tuning), called only once the newest is complete.
+  fine-tuning), called only once the newest is complete: not the Trainer's rotation (``save_total_limit``), which
+  deletes the older ones before the new one is marked.
 - **Recipe on resume** (pretraining). Each checkpoint records the recipe it was made with (model config, tokenizer,
   data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a
   changed optimisation schedule only warns.
@@ -32,8 +32,8 @@ Why own code and not a library's (measured against the versions installed, filel
 - ``Accelerator.save_state`` with ``automatic_checkpoint_naming`` and ``total_limit`` writes straight into
   ``checkpoints/checkpoint_<i>`` (a kill leaves a torn checkpoint under the name a resume takes), deletes the oldest
   before the new one is written (a kill then leaves fewer checkpoints than the limit), counts torn ones as kept, and
-  numbers checkpoints by save, not by update. So ``save_state`` writes into a temporary folder here, and the naming,
-  marker, rename and pruning are ours.
+  numbers checkpoints by save, not by update. So transfer's ``save_state`` writes into a temporary folder here, and
+  the naming, marker, rename and pruning are ours.
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ from .errors import ConfigError, OutputDirInUse
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_PREFIX = "step_"
-STATE_FILE = "trainer_state.json"  # {"completed_steps", "epoch"}
+STATE_FILE = "trainer_state.json"  # the Trainer's state in its checkpoint-N (transformers' TRAINER_STATE_NAME)
 RECIPE_FILE = "recipe_fingerprint.json"  # what the checkpoint was made with, compared on resume
 COMPLETE_MARKER = "checkpoint_complete.json"  # written last: size and sha256 of every other file
 LOCK_FILE = ".run.lock"
@@ -133,7 +132,8 @@ def temporary_name(path: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How a command names its run-directory options in its messages, what an overwrite deletes of an earlier run,
-    and where its checkpoints are and how they are named. The defaults are the training recipes' (pretraining)."""
+    and where its checkpoints are and how they are named. The defaults are the training recipes' (pretraining), whose
+    checkpoints are the Trainer's ``checkpoint-N`` in the output directory itself (its PREFIX_CHECKPOINT_DIR)."""
 
     output_dir: str = "training.output_dir"  # the option, as the messages name it
     assign: str = "="  # between option and value in the messages: training.output_dir=X, --output_dir X
@@ -146,8 +146,8 @@ class RunOptions:
     no_checkpoint_advice: str = "Run with training.checkpointing_steps set first, or give a checkpoint dir."
     outputs: tuple[str, ...] = RUN_OUTPUTS  # names an overwrite deletes
     output_patterns: tuple[str, ...] = RUN_OUTPUT_PATTERNS  # and names matching these
-    checkpoint_folder: str = "checkpoints"  # under the output directory; "": in it
-    checkpoint_prefix: str = CHECKPOINT_PREFIX  # a checkpoint is <prefix><step>
+    checkpoint_folder: str = ""  # under the output directory; "": in it
+    checkpoint_prefix: str = "checkpoint-"  # a checkpoint is <prefix><step>
     checkpoint_digits: int = 0  # the step zero-padded to this many digits
     state_file: str | None = STATE_FILE  # a file every checkpoint holds: a folder without it is not one
 
@@ -164,12 +164,9 @@ class RunOptions:
 
 
 PRETRAINING = RunOptions()
-# The Trainer's checkpoint-N folders, in the output directory itself (transformers' PREFIX_CHECKPOINT_DIR).
 FINETUNING = dataclasses.replace(
     PRETRAINING,
     no_checkpoint_advice="Checkpoints are written at each evaluation; start the run without resume_from_checkpoint.",
-    checkpoint_folder="",
-    checkpoint_prefix="checkpoint-",
 )
 
 
@@ -291,17 +288,10 @@ def prune_checkpoints(
             _remove_dir(path)
 
 
-def save_checkpoint(
-    accelerator,
-    output_dir: str,
-    step: int,
-    records: dict[str, dict] | None = None,
-    limit: int | None = None,
-    options: RunOptions = PRETRAINING,
-) -> str:
-    """``accelerator.save_state`` into ``checkpoints/.tmp-step_N``, plus ``records`` (file name -> JSON: the step
-    state, the recipe fingerprint); every file fsynced, the completion marker last, then renamed to
-    ``checkpoints/step_N`` and the older ones pruned to ``limit``. Call on every process."""
+def save_checkpoint(accelerator, output_dir: str, step: int, limit: int | None, options: RunOptions) -> str:
+    """``accelerator.save_state`` into ``.tmp-<checkpoint>`` (attention transfer's own loop), every file fsynced, the
+    completion marker last, then renamed to the checkpoint's name (``options.checkpoint_path``) and the older ones
+    pruned to ``limit``. Call on every process."""
     path = options.checkpoint_path(output_dir, step)
     tmp = temporary_name(path)
     if accelerator.is_main_process and os.path.exists(tmp):
@@ -310,8 +300,6 @@ def save_checkpoint(
     accelerator.save_state(tmp)
     accelerator.wait_for_everyone()  # every process' files (its RNG state) are in tmp
     if accelerator.is_main_process:
-        for name, record in (records or {}).items():
-            write_json_atomic(os.path.join(tmp, name), record)
         write_completion_marker(tmp)
         publish_dir(tmp, path)
         prune_checkpoints(output_dir, limit, options)
@@ -327,6 +315,46 @@ def write_completion_marker(path: str) -> None:
         if rel != COMPLETE_MARKER
     }
     write_json_atomic(os.path.join(path, COMPLETE_MARKER), {"files": files, "written": time.time()})
+
+
+def mark_checkpoint_complete(
+    processes,
+    output_dir: str,
+    step: int,
+    limit: int | None = None,
+    records: dict[str, dict] | None = None,
+    keep: str | None = None,
+    options: RunOptions = PRETRAINING,
+) -> str:
+    """Once every process has saved its files into the Trainer's ``checkpoint-N`` (its RNG state among them):
+    ``records`` (file name -> JSON, e.g. the recipe fingerprint) written into it, the completion marker last, then
+    the older checkpoints pruned to ``limit`` (keeping ``keep``, the best one). Call on every process (``processes``:
+    accelerate's state or Accelerator); returns the checkpoint's path."""
+    processes.wait_for_everyone()
+    path = options.checkpoint_path(output_dir, step)
+    if processes.is_main_process and os.path.isdir(path):
+        for name, record in (records or {}).items():
+            write_json_atomic(os.path.join(path, name), record)
+        write_completion_marker(path)
+        prune_checkpoints(output_dir, limit, options, keep=keep)
+    processes.wait_for_everyone()
+    return path
+
+
+def completion_marker_callback(processes, limit: int | None = None):
+    """A `TrainerCallback` that marks each ``checkpoint-N`` complete once written (`mark_checkpoint_complete`):
+    ``latest`` then never takes a checkpoint a kill cut short, and a corrupt one is refused. The newest ``limit``
+    complete checkpoints and the best one are kept (None: all), in place of the Trainer's ``save_total_limit``,
+    whose rotation deletes the older ones before the marker: a kill there left none complete."""
+    from transformers import TrainerCallback
+
+    class MarkComplete(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            best = state.best_model_checkpoint
+            mark_checkpoint_complete(processes, args.output_dir, state.global_step, limit, keep=best)
+            return control
+
+    return MarkComplete()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -411,7 +439,7 @@ def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, 
             "recipe it was made with, start over with training.overwrite_output_dir: true, or use another "
             "training.output_dir."
         )
-    step = read_checkpoint_state(checkpoint)["completed_steps"]
+    step = read_checkpoint_state(checkpoint)["global_step"]
     if step > max_steps:
         raise ConfigError(
             f"{whose}: it is at step {step}, past training.max_steps={max_steps}. Raise max_steps to "

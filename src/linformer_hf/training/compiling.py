@@ -19,6 +19,8 @@ counts them). A second input length compiles once more, after which dynamo treat
 
 from __future__ import annotations
 
+import time
+
 from .errors import ConfigError
 
 COMPILE_TARGETS = ("model", "layers")
@@ -142,3 +144,31 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def compile_record_callback():
+    """A `TrainerCallback` for ``training.torch_compile``: its ``record`` gets the first update's seconds (the compile
+    time with it) and the graphs compiled during that update and during later ones (evaluations, which compile their
+    own, not counted: a later update that compiles is a recompilation)."""
+    from transformers import TrainerCallback
+
+    class CompileRecord(TrainerCallback):
+        def __init__(self):
+            self.record: dict = {}
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            if not self.record:  # the first update: timed from here, not from an evaluation before it
+                self.started = time.perf_counter()
+            self.graphs = compiled_graphs()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            graphs = compiled_graphs() - self.graphs
+            if "first_update_seconds" not in self.record:
+                seconds = time.perf_counter() - self.started
+                self.record.update(first_update_seconds=seconds, first_update_graphs=graphs, later_update_graphs=0)
+                if state.is_world_process_zero:
+                    print(f"compiled: the first update took {seconds:.1f} s ({graphs} graph(s) compiled)")
+            else:
+                self.record["later_update_graphs"] += graphs
+
+    return CompileRecord()

@@ -465,7 +465,7 @@ class OptimizerSection:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-6
-    weight_decay: float = 0.01  # not applied to biases and LayerNorm gains (training.loop.NO_DECAY)
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm gains (the Trainer's rule)
     lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
     max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
     # The divergence guard (training/guards.py): an update with a non-finite loss or gradients is skipped, and this
@@ -528,13 +528,13 @@ class PretrainTrainingSection(CompileSection, OptimizerSection):
     warmup_steps: int = 10000
     # null: take it from the Accelerate config; no | fp16 | bf16 (a bare no is YAML false: taken as no)
     mixed_precision: str | bool | None = None
-    checkpointing_steps: int | None = None  # accelerator.save_state every N updates
-    checkpoints_total_limit: int | None = None
+    checkpointing_steps: int | None = None  # the Trainer's checkpoint-N every N updates and after the last
+    checkpoints_total_limit: int | None = None  # the newest kept, pruned once the newest is complete
     resume_from_checkpoint: str | None = None  # a checkpoint dir, or "latest"
     eval_steps: int | None = None  # evaluate every N updates (and always at the end)
     logging_steps: int = 10
     report_to: list[str] = dataclasses.field(default_factory=list)  # e.g. [tensorboard]
-    stop_after_steps: int | None = None  # stop early (as if interrupted) after N updates, for tests / time slices
+    stop_after_steps: int | None = None  # stop after N updates with a checkpoint (as if interrupted): tests, slices
     max_train_minutes: float | None = None  # time budget: stop updating after it, then evaluate and save as at the end
     save_final_model: bool = True
     overwrite_output_dir: bool = False  # start over in a non-empty output_dir (deletes the earlier run's outputs)

@@ -229,13 +229,14 @@ def tokenize_and_pack(
     return ds.map(lambda batch, idx: {INDEX_COLUMN: idx}, batched=True, with_indices=True, desc="Indexing blocks")
 
 
-def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, accelerator=None):
+def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, processes=None):
     """Load, tokenise and pack the corpus.
 
-    Map-style data is cached by ``datasets``; the main process builds it first."""
+    Map-style data is cached by ``datasets``; with ``processes`` (accelerate's state), the main process builds it
+    first."""
     from contextlib import nullcontext
 
-    ctx = accelerator.main_process_first() if accelerator is not None else nullcontext()
+    ctx = processes.main_process_first() if processes is not None else nullcontext()
     with ctx:
         raw = load_raw_corpus(cfg, seed)
         out = {}

@@ -49,8 +49,8 @@ from .finetuning_data import label_names, load_task, load_task_data
 from .finetuning_model import load_classifier, tokenize_task
 from .finetuning_results import write_results
 from .finetuning_setup import end_run, start_run, training_arguments
-from .finetuning_trainer import build_trainer, stop_signal_callback, train
-from .guards import StopSignal
+from .finetuning_trainer import build_trainer, train
+from .guards import StopSignal, stop_signal_callback
 from .tasks import TASKS
 
 __all__ = ["TASKS", "label_names", "load_task_data", "run_finetuning", "tokenize_task", "training_arguments"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from .checkpointing import FINETUNING, RunLock, claim_output_dir, resolve_checkpoint
 from .config import FinetuneRecipe
+from .loop import finish_trainer
 from .tasks import TASKS
 
 
@@ -107,12 +108,3 @@ def end_run(run: RunSetup, trainer) -> None:
     finish_trainer(trainer)
     if run.lock is not None:
         run.lock.release()
-
-
-def finish_trainer(trainer) -> None:
-    """Tear the run down (loop.finish) once the Trainer no longer holds the DistributedDataParallel wrapper, so that
-    the wrapper is freed while the process group still exists."""
-    from .loop import finish
-
-    trainer.model_wrapped = trainer.model
-    finish(trainer.accelerator)

@@ -215,13 +215,14 @@ class StopSignal:
         return bool(total.item() > 0)
 
 
-def divergence_callback(guard: DivergenceGuard):
-    """The guard as a `transformers.TrainerCallback`, for fine-tuning on the `Trainer`.
+def divergence_callback(guard: DivergenceGuard, update_loss=None):
+    """The guard as a `transformers.TrainerCallback`, for the runs on the `Trainer` (pretraining, fine-tuning).
 
     Before each optimizer step (the Trainer has unscaled and measured the gradients by then): non-finite gradients
     are dropped, so AdamW leaves the weights and its moments as they were, and the step is marked skipped, as the
     fp16 grad scaler marks its own skips, so that the Trainer does not advance the learning-rate schedule either.
-    After the step: the guard counts it, and a save due now is refused if the weights are non-finite.
+    After the step: the guard counts it (with the update's loss, from ``update_loss()`` where given: its spikes are
+    watched too), and a save due now is refused if the weights are non-finite.
     """
     from transformers import TrainerCallback
 
@@ -242,8 +243,47 @@ def divergence_callback(guard: DivergenceGuard):
                 optimizer._is_overflow = not self.gradients_ok
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            guard.after_update(state.global_step, None, self.gradients_ok)
+            guard.after_update(state.global_step, update_loss() if update_loss else None, self.gradients_ok)
             if control.should_save:
                 check_weights_finite(model, f"the checkpoint of step {state.global_step}", guard)
 
     return DivergenceCallback()
+
+
+def stop_after_steps_callback(steps: int):
+    """A `TrainerCallback` that stops training after ``steps`` updates with a checkpoint, as an interruption would."""
+    from transformers import TrainerCallback
+
+    class StopAfterSteps(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= steps:
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return StopAfterSteps()
+
+
+def stop_signal_callback(stop: StopSignal):
+    """A `TrainerCallback` that ends training after the update during which SIGTERM / SIGINT came (`StopSignal`,
+    agreed over the processes of its `accelerator`, set once the Trainer has made one), with a checkpoint;
+    `stopped_at` then holds that update.
+
+    A signal during the last update is left to the end of the run: the run has no update left to lose, and what is
+    left (the last evaluation, best/, the predictions) is what a resume from that checkpoint would do.
+    """
+    from transformers import TrainerCallback
+
+    class StopOnSignal(TrainerCallback):
+        accelerator = None
+        stopped_at: int | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # Every process reads the flag at the same point (an all-reduce with several): all stop together.
+            if state.global_step < state.max_steps and stop.requested(self.accelerator):
+                control.should_training_stop = True
+                control.should_save = True
+                self.stopped_at = state.global_step
+            return control
+
+    return StopOnSignal()

@@ -49,7 +49,7 @@ class RobertaForMaskedLMBaseline(SavedAsParent, RobertaForMaskedLM):
 
 
 class BertForMaskedLMBaseline(SavedAsParent, BertForMaskedLM):
-    """BERT's masked LM under the pretraining loop (a BERT-layout encoder such as all-MiniLM-L6-v2, e.g. while a head
+    """BERT's masked LM under pretraining (a BERT-layout encoder such as all-MiniLM-L6-v2, e.g. while a head
     is fitted on it): BERT's forward with `logits_for_labels_only` (LinformerForMaskedLM's). Saved folders are plain
     BERT."""
 

@@ -1,4 +1,4 @@
-"""Masked-LM pretraining of a Linformer (or the RoBERTa baseline) with Accelerate.
+"""Masked-LM pretraining of a Linformer (or the RoBERTa baseline) on transformers' `Trainer`.
 
     accelerate launch --config_file configs/accelerate/cpu.yaml -m linformer_hf.training.pretrain \
         --config configs/pretrain/demo.yaml
@@ -7,7 +7,7 @@
 
 (`python -m linformer_hf.training.pretrain` runs it in one process; `scripts/pretrain.py` is the same command.)
 Any recipe key can be overridden as --section.key value (e.g. --training.max_steps 1000, --data.block_size 256).
---resume_from_checkpoint takes a checkpoint dir or `latest` (the newest under <output_dir>/checkpoints).
+--resume_from_checkpoint takes a checkpoint dir or `latest` (the newest complete <output_dir>/checkpoint-N).
 SIGTERM / SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
 (`errors.RESUMABLE_EXIT_CODE`; resume with `latest`);
 a diverged run (non-finite losses, training.nonfinite_patience in a row, or a run that ends inside a streak of them or

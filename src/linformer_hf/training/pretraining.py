@@ -1,19 +1,26 @@
-"""Masked-LM pretraining with Accelerate: ``python -m linformer_hf.training.pretrain`` (and ``scripts/pretrain.py``).
+"""Masked-LM pretraining on transformers' `Trainer`: ``python -m linformer_hf.training.pretrain`` (and
+``scripts/pretrain.py``).
 
-A loop of its own rather than transformers' ``Trainer``: blocks are masked with per-block seeds, the loss is
-normalised by the masked tokens of the whole global batch, and a time budget ends a run with its final evaluation.
-`setup_pretraining` builds a `PretrainingRun`, `train_micro_batch` advances it, `evaluate_and_log`,
-`save_checkpoint` and `save_final_model` record it; `run_pretraining` is the loop that ties them. The output
-directory's policy and lock, atomic checkpoints, the recipe check on resume and the update log are
-training/checkpointing.py's.
+`build_trainer` checks the inputs, claims the output directory and builds the data, the model, its optimizer and
+schedule and a `MaskedLMTrainer`; `run_pretraining` trains it, then evaluates and writes ``final/`` and the summary.
+The Trainer does what it does for any model: the data order (its seedable sampler, seeded by ``training.seed``),
+gradient accumulation and clipping, mixed precision, distribution, TensorBoard, and the ``checkpoint-N`` it saves and
+resumes from. `MaskedLMTrainer` adds what pretraining needs:
 
-Exactness guarantees (tested in tests/test_training_pretrain.py):
-- resume: ``accelerator.save_state`` stores model, optimizer, scheduler (registered), RNG states and the step counter;
-  data order comes from Accelerate's seedable sampler (seed + epoch), masking from per-block seeds, and the resumed
-  epoch skips the consumed batches with ``skip_first_batches``: a resumed run reproduces the uninterrupted one.
-- processes: the loss is the sum of token losses divided by the number of masked tokens of the whole global batch
-  (all-reduced), and each global batch holds the same blocks whatever the process count, so one process with a global
-  batch B and P processes with B / P each compute the same updates.
+- masks seeded per (seed, epoch, block index) (`data.SeededMaskingCollator`, its epoch the Trainer's), and dropout
+  seeded per (seed, update, micro-batch, process);
+- the loss of the LM head run at the masked positions only (`masked_lm_loss`), normalised as the Trainer normalises
+  under accumulation: the update's summed token losses over its masked tokens, all micro-batches and processes
+  (docs/training.md says why);
+- its evaluation (`evaluate_mlm`: each validation block once over the processes) beside the unigram baseline;
+- the run's records: ``train_log.jsonl`` (a line per update, evaluation, checkpoint, start and stop), the recipe in
+  every checkpoint and its completion marker (training/checkpointing.py), no checkpoint inside a streak of skipped
+  updates, the time budget, the summary.
+
+Exactness guarantees (tested in tests/test_training_pretrain.py): a resumed run makes the uninterrupted run's updates
+(the checkpoint holds the model, optimizer, schedule and the Trainer's state; the data order, masks and dropout are
+functions of the seed and of the position in the run); and P processes with a per-device batch of B / P, or one
+process with B / g and g accumulation steps, make the updates of one process with a batch of B.
 """
 
 from __future__ import annotations
@@ -24,23 +31,28 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
+from datasets import IterableDataset
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
 from ..loading import pad_as_the_model_takes
 from ..models import max_input_length
 from ..outputs import write_json_atomic
-from . import checkpointing, compiling
+from . import compiling
 from .checkpointing import (
-    RunLock,
+    PRETRAINING,
+    RECIPE_FILE,
+    STATE_FILE,
+    RunOptions,
     UpdateLog,
     check_resume_compatible,
     claim_output_dir,
+    list_checkpoints,
+    mark_checkpoint_complete,
     publish_dir,
     read_checkpoint_state,
     recipe_fingerprint,
@@ -48,10 +60,17 @@ from .checkpointing import (
     temporary_name,
 )
 from .config import ConfigError, PretrainRecipe
-from .data import SeededMaskingCollator, _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
+from .data import _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
 from .errors import Preempted, TrainingDiverged
-from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint
-from .loop import build_accelerator, build_optimizer, finish, init_trackers, optimizer_step, recipe_guard
+from .guards import (
+    StopSignal,
+    check_weights_finite,
+    divergence_callback,
+    resume_hint,
+    stop_after_steps_callback,
+    stop_signal_callback,
+)
+from .loop import finish_trainer, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config, convert_masked_lm, init_output_bias
 from .tokenizer import load_tokenizer
@@ -176,7 +195,7 @@ def unigram_baseline(log_probs: np.ndarray | None, mask_token_id: int, eval_data
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The run: setup, one update, evaluation and saving, and the loop that ties them
+# The inputs' length and compiling
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -228,45 +247,320 @@ def compiles_whole_model(accelerator) -> bool:
     return accelerator.state.dynamo_plugin.backend != DynamoBackend.NO
 
 
-@dataclass
-class PretrainingRun:
-    """What a run holds between updates; built by `setup_pretraining`, advanced by `train_update`."""
+# ----------------------------------------------------------------------------------------------------------------
+# Resuming: the Trainer's checkpoints, not those of the loop pretraining ran on before
+# ----------------------------------------------------------------------------------------------------------------
 
-    recipe: PretrainRecipe
-    accelerator: Any
-    tokenizer: Any
-    model: Any
-    optimizer: Any
-    scheduler: Any
-    collator: SeededMaskingCollator
-    train_dl: DataLoader
-    eval_dl: DataLoader
-    completed_steps: int = 0  # optimizer updates done (restored on resume)
-    epoch: int = 0
-    skip: int = 0  # micro-batches of `epoch` already consumed before a resume
-    micro: int = 0  # micro-batch index inside the current update
-    summary: dict = field(default_factory=dict)
-    fingerprint: dict = field(default_factory=dict)  # the recipe each checkpoint records (checked on resume)
-    lock: RunLock | None = None  # on <output_dir>/.run.lock, held by the main process until `close_run`
-    update_log: UpdateLog | None = None  # <output_dir>/train_log.jsonl: one line per update, evaluation, checkpoint
-    unigram: dict | None = None  # `unigram_baseline` of the validation masked tokens (None for streamed data)
-    guard: DivergenceGuard | None = None  # stops the run on non-finite updates; knows the last good checkpoint
-    last_update_finite: bool = True  # the gradients of the last update were finite (it was not skipped)
-
-    @property
-    def streaming(self) -> bool:
-        return self.recipe.data.streaming
+# Until pretraining ran on the Trainer, its own loop wrote <output_dir>/checkpoints/step_N (accelerate's save_state).
+LOOP_CHECKPOINTS = RunOptions(checkpoint_folder="checkpoints", checkpoint_prefix="step_")
+LOOP_COMMIT = "bccc055"  # a commit of this repository that pretrains on that loop: the last before the Trainer
 
 
-def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
-    """Check the inputs and claim the output directory, then build the Accelerator, data, model, optimizer and
-    schedule, and restore a checkpoint."""
+def refuse_loop_checkpoint(spec: str | None, output_dir: str) -> None:
+    """Refuse to resume (``spec``: a checkpoint dir, or ``latest`` in ``output_dir``) a checkpoint of the loop
+    pretraining ran on before the Trainer, which the Trainer cannot read, saying how to finish that run or start
+    afresh, rather than letting a resume fail deep inside the Trainer or start over."""
+    if spec == "latest":
+        found = list_checkpoints(output_dir, LOOP_CHECKPOINTS)
+        if list_checkpoints(output_dir) or not found:
+            return
+        checkpoint = found[-1]
+    elif spec and os.path.isfile(os.path.join(spec, "random_states_0.pkl")):  # accelerate's save_state, not Trainer's
+        checkpoint = spec
+    else:
+        return
+    raise ConfigError(
+        f"{checkpoint} is a checkpoint of the hand-written loop pretraining ran on before it moved to transformers' "
+        f"Trainer, which cannot resume it. Finish that run with the code it started with (this repository at commit "
+        f"{LOOP_COMMIT} or earlier), or start afresh: --training.overwrite_output_dir true (deletes its checkpoints, "
+        f"final model and logs) or another training.output_dir."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The Trainer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def training_arguments(recipe: PretrainRecipe, resuming: bool, show_progress: bool = True) -> TrainingArguments:
+    """The recipe's ``training`` section as `TrainingArguments` (the optimizer's fields carry the same names)."""
+    from accelerate.utils import parse_flag_from_env
+
+    tcfg = recipe.training
+    evaluates, saves = tcfg.eval_steps is not None, tcfg.checkpointing_steps is not None
+    args = TrainingArguments(
+        output_dir=tcfg.output_dir,  # checkpoint-N, and TensorBoard's runs/
+        seed=tcfg.seed,
+        data_seed=tcfg.seed,  # the seedable sampler: the blocks' order in each epoch
+        per_device_train_batch_size=tcfg.per_device_train_batch_size,
+        per_device_eval_batch_size=tcfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+        max_steps=tcfg.max_steps,
+        optim="adamw_torch",  # not fused: the AdamW of fairseq's recipe, and of this command before it ran on Trainer
+        learning_rate=tcfg.learning_rate,
+        adam_beta1=tcfg.adam_beta1,
+        adam_beta2=tcfg.adam_beta2,
+        adam_epsilon=tcfg.adam_epsilon,
+        weight_decay=tcfg.weight_decay,  # not on biases and LayerNorm gains (the Trainer's rule)
+        lr_scheduler_type=tcfg.lr_scheduler_type,
+        warmup_steps=tcfg.warmup_steps,
+        max_grad_norm=tcfg.max_grad_norm or 0.0,  # 0: no clipping
+        average_tokens_across_devices=True,  # num_items_in_batch: the update's masked tokens over all processes
+        eval_strategy="steps" if evaluates else "no",
+        eval_on_start=evaluates and not resuming,  # the start of the validation curve
+        save_strategy="steps" if saves else "no",
+        # No save_total_limit: the Trainer's rotation deletes the older checkpoints before the new one is marked
+        # complete; they are pruned after the marker (`MaskedLMTrainer.record_checkpoint`).
+        logging_steps=tcfg.logging_steps,
+        report_to=tcfg.report_to or "none",
+        disable_tqdm=not show_progress,
+        remove_unused_columns=False,  # the collator reads each block's index
+        dataloader_drop_last=True,
+        fp16=tcfg.mixed_precision == "fp16",
+        bf16=tcfg.mixed_precision == "bf16",
+        use_cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
+        **({"eval_steps": tcfg.eval_steps} if evaluates else {}),
+        **({"save_steps": tcfg.checkpointing_steps} if saves else {}),
+    )
+    if tcfg.mixed_precision == "no":  # else the Accelerate config's precision (null: it decides, as for compiling)
+        args.mixed_precision = "no"
+    return args
+
+
+class MaskedLMTrainer(Trainer):
+    """`Trainer` for masked-LM pretraining: seeded masking and dropout, the LM head at the masked positions only, the
+    validation loss beside the unigram baseline, and the run's records. Built by `build_trainer`; ``close`` ends the
+    run (the process group, the update log, the output directory's lock)."""
+
+    def __init__(
+        self,
+        *args,
+        recipe: PretrainRecipe,
+        eval_collator,
+        guard,
+        stopping,
+        fingerprint: dict,
+        update_log: UpdateLog,
+        summary: dict,
+        lock=None,
+        resume_dir: str | None = None,
+        **kwargs,
+    ):
+        self.recipe = recipe  # read while the Trainer builds its Accelerator (`_build_accelerator_args`)
+        self.events = RunEvents(self)
+        tcfg = recipe.training
+        callbacks = [self.events, stopping]  # before the guard's, which checks the weights of the saves they ask for
+        if tcfg.stop_after_steps:
+            callbacks.append(stop_after_steps_callback(tcfg.stop_after_steps))
+        callbacks.append(divergence_callback(guard, update_loss=lambda: self.update_loss))
+        super().__init__(*args, callbacks=callbacks, **kwargs)
+        self.model_accepts_loss_kwargs = True  # the models' forward takes num_items_in_batch (model_setup)
+        self.eval_collator, self.guard, self.stopping, self.fingerprint = eval_collator, guard, stopping, fingerprint
+        self.update_log, self.summary, self.lock, self.resume_dir = update_log, summary, lock, resume_dir
+        stopping.accelerator = self.accelerator  # its processes agree on the stop
+        self.unigram: dict | None = None  # `unigram_baseline` of the validation masked tokens (None: streamed data)
+        self.update_loss = math.nan  # the last update's loss
+        self.train_seconds = 0.0  # in updates, evaluations and checkpoints left out
+        self._update_loss_sum = torch.zeros((), dtype=torch.float64)  # this process's share of the update's loss
+        self._micro_batch = 0  # of the update under way
+        self._epoch: int | None = None
+        self.compile_record = None
+        if tcfg.torch_compile == "layers" or compiles_whole_model(self.accelerator):
+            # Before the run's events, which log the first update's record.
+            self.compile_record = compiling.compile_record_callback()
+            self.callback_handler.callbacks.insert(
+                self.callback_handler.callbacks.index(self.events), self.compile_record
+            )
+
+    def _build_accelerator_args(self, **kwargs):
+        # training.torch_compile no or layers must also turn off a compiling Accelerate config, which the Trainer's
+        # own torch_compile cannot say.
+        return {**super()._build_accelerator_args(**kwargs), **compile_plugin(self.recipe.training)}
+
+    # -- data ---------------------------------------------------------------------------------------------------
+
+    def get_train_dataloader(self) -> DataLoader:
+        if not isinstance(self.train_dataset, IterableDataset):
+            return super().get_train_dataloader()
+        # A stream: each process reads its own shard, shuffled with a buffer (not one reader dispatching batches).
+        dcfg = self.recipe.data
+        stream = shard_stream(
+            self.train_dataset, self.args.process_index, self.args.world_size, self.args.seed, dcfg.shuffle_buffer_size
+        )
+        return DataLoader(stream, batch_size=self.args.per_device_train_batch_size, collate_fn=self.data_collator)
+
+    def get_eval_dataloader(self, eval_dataset=None) -> DataLoader:
+        # Each process scores its own shard of the validation blocks: each block once (none repeated to even the
+        # shards out), the sums added over processes by evaluate_mlm.
+        shard = split_dataset_by_node(self.eval_dataset, rank=self.args.process_index, world_size=self.args.world_size)
+        return DataLoader(shard, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.eval_collator)
+
+    def start_epoch(self, state, train_dataloader, model) -> None:
+        """The masks' epoch is the Trainer's (the one a run starts or resumes in, then one more per epoch)."""
+        self._epoch = math.floor(state.epoch + 1e-9) if self._epoch is None else self._epoch + 1
+        self.data_collator.set_epoch(self._epoch)
+        if isinstance(self.train_dataset, IterableDataset):
+            train_dataloader.dataset.set_epoch(self._epoch)  # the stream's shuffle buffer
+            # A stream's pass may end inside an update, which the Trainer would carry into the next pass: dropped.
+            model.zero_grad(set_to_none=True)
+            self._update_loss_sum.zero_()
+            self._micro_batch = 0
+
+    # -- one update -----------------------------------------------------------------------------------------------
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        # Dropout as a function of (seed, update, micro-batch, process): a resumed run draws the same masks, whatever
+        # consumed the global RNG before it (data loader iterators do).
+        seed = _example_seed(self.args.seed, self.state.global_step, self._micro_batch, self.args.process_index)
+        torch.manual_seed(seed)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        # compute_loss scaled this process's share of the update's loss by the process count (DDP averages gradients)
+        self._update_loss_sum = self._update_loss_sum.to(loss.device) + loss.double() / self.accelerator.num_processes
+        if self.accelerator.sync_gradients:  # the update's last micro-batch
+            self.update_loss = self.accelerator.reduce(self._update_loss_sum, reduction="sum").item()
+            self._update_loss_sum.zero_()
+            self._micro_batch = 0
+        else:
+            self._micro_batch += 1
+        return loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = masked_lm_loss(model, inputs, num_items_in_batch)
+        if num_items_in_batch is not None:  # counted over all processes, whose gradients DDP averages: as the Trainer
+            loss = loss * self.accelerator.num_processes
+        return (loss, None) if return_outputs else loss
+
+    def start_clock(self) -> None:
+        self._started = self._resumed = self._last_update_end = time.perf_counter()
+
+    def record_update(self, control) -> None:
+        """After update ``state.global_step``: its line in the update log, no checkpoint while it is non-finite, the
+        time budget. Its loss goes to the divergence guard next (`divergence_callback`)."""
+        tcfg, step = self.recipe.training, self.state.global_step
+        now = time.perf_counter()
+        self.train_seconds += now - max(self._last_update_end, self._resumed)
+        self._last_update_end = now
+        skipped = self.accelerator.optimizer_step_was_skipped  # non-finite gradients (divergence_callback) or fp16's
+        self.summary["train_losses"][step] = self.update_loss
+        self.update_log.write(
+            step=step,
+            loss=self.update_loss,
+            lr=self.lr_scheduler.get_last_lr()[0],
+            **({"skipped": True} if skipped else {}),
+        )
+        record = self.compile_record.record if self.compile_record else {}
+        if record and "compile" not in self.summary:  # the first update of a compiled run
+            self.summary["compile"] = record
+            seconds, graphs = record["first_update_seconds"], record["first_update_graphs"]
+            self.update_log.write(event="compiled", step=step, seconds=seconds, graphs=graphs)
+        if control.should_save and (skipped or not math.isfinite(self.update_loss)):
+            # The run may be diverging: the last good checkpoint stays the newest (a stop still saves, after this).
+            logger.warning(
+                "No checkpoint at step %d: its update was non-finite (the last good one, %s, stays the newest).",
+                step,
+                self.guard.last_good_checkpoint,
+            )
+            control.should_save = False
+        if tcfg.max_train_minutes is not None and step < min(tcfg.max_steps, tcfg.stop_after_steps or tcfg.max_steps):
+            # Every process must agree: all stop as soon as one is out of time.
+            late = float(now - self._started > 60 * tcfg.max_train_minutes)
+            late = self.accelerator.reduce(torch.tensor(late, device=self.args.device), reduction="sum").item()
+            if late:
+                self.accelerator.print(
+                    f"time budget of {tcfg.max_train_minutes} min reached after {step} updates (of {tcfg.max_steps}); "
+                    "evaluating and saving now"
+                )
+                self.summary["stopped_by_time_budget"] = True
+                control.should_training_stop = True
+
+    def record_checkpoint(self) -> str:
+        """After the Trainer saved ``checkpoint-N``: the recipe and the completion marker written into it, the older
+        ones pruned (checkpointing.py), and the update log told."""
+        step = self.state.global_step
+        path = mark_checkpoint_complete(
+            self.accelerator,
+            self.args.output_dir,
+            step,
+            self.recipe.training.checkpoints_total_limit,
+            records={RECIPE_FILE: self.fingerprint},
+        )
+        self.update_log.write(event="checkpoint", step=step, path=path)
+        self.guard.last_good_checkpoint = path
+        self._resumed = time.perf_counter()
+        return path
+
+    # -- evaluation -----------------------------------------------------------------------------------------------
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval", final=False) -> dict:
+        """The validation loss and perplexity (`evaluate_mlm`) beside the unigram baseline, recorded in the summary
+        and the update log. ``final``: the run's last evaluation (also at ``max_steps``)."""
+        metrics = evaluate_mlm(
+            self.model_wrapped, self.get_eval_dataloader(), self.accelerator, self.processing_class.mask_token_id
+        )
+        if self.unigram:
+            metrics.update(self.unigram)
+            # Below 1: at <mask> inputs the model predicts the tokens better than their frequencies alone do, i.e. it
+            # reads the context (the usual MLM perplexity also counts the 10% of scored tokens left unchanged, which a
+            # model can copy; see labels_at_mask_inputs).
+            metrics["perplexity_over_unigram"] = (
+                metrics["mask_input_perplexity"] / self.unigram["unigram_mask_input_perplexity"]
+            )
+        step = self.state.global_step
+        self.summary["evals"][step] = metrics
+        self.update_log.write(event="eval", step=step, **metrics)
+        final = final or step >= self.args.max_steps
+        what = f"final (step {step}): validation MLM loss" if final else f"step {step}: eval_loss"
+        versus = ""
+        if self.unigram:
+            versus = (
+                f"; at <mask> inputs {metrics['mask_input_perplexity']:.2f}, "
+                f"{metrics['perplexity_over_unigram']:.3f} x unigram"
+            )
+        self.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}{versus}")
+        self.log({"eval_loss": metrics["eval_loss"], "eval_perplexity": metrics["perplexity"]})
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics=metrics)
+        self._resumed = time.perf_counter()
+        return metrics
+
+    def close(self) -> None:
+        """End the run: the update log closed, the process group torn down, the output directory's lock released."""
+        self.update_log.close()
+        finish_trainer(self)
+        if self.lock is not None:
+            self.lock.release()
+
+
+class RunEvents(TrainerCallback):
+    """The Trainer's events that `MaskedLMTrainer` keeps its records on (a Trainer has no hooks of its own there)."""
+
+    def __init__(self, trainer: MaskedLMTrainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer.start_clock()
+
+    def on_epoch_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        self.trainer.start_epoch(state, train_dataloader, model)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer.record_update(control)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.trainer.record_checkpoint()
+
+
+def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_progress: bool = True):
+    """Check the inputs and claim the output directory, then build the data, the model, its optimizer and schedule,
+    and the `MaskedLMTrainer` that runs them (stopped after the update in which ``stop`` is set, with a checkpoint;
+    the optimizer and schedule are the Trainer's, made when it starts).
+    ``trainer.train(resume_from_checkpoint=trainer.resume_dir)`` runs it (`run_pretraining`)."""
     from accelerate import PartialState
-    from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
-    from transformers import get_scheduler
+    from transformers import set_seed
 
     tcfg, dcfg = recipe.training, recipe.data
-    # Everything that can fail on bad input is checked before the Accelerator, data and model are built.
+    # Everything that can fail on bad input is checked before the output directory is claimed and the data and the
+    # model are built.
+    refuse_loop_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     tokenizer = load_tokenizer(recipe.tokenizer.name_or_path)
     # Uptraining: the source converted once here (a resumed run converts it again, then loads the checkpoint over it).
@@ -286,10 +580,11 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
     check_tokenizer_fits_model(
         tokenizer, model_config, recipe.tokenizer.name_or_path, recipe.model.pretrained or "built"
     )
-    # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked). The
-    # Accelerator is built after these checks; accelerate's process state says how many processes there are and
-    # which is main (the Accelerator takes the same state over).
-    processes = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))  # as the Accelerator will ask for it
+    # Making the settings sets up accelerate's process state as the Trainer uses it: how many processes there are,
+    # and which is the main one. Then the recipe a resumed checkpoint was made with, then the output directory
+    # (writable, this run's, locked).
+    args = training_arguments(recipe, resuming=resume_dir is not None, show_progress=show_progress)
+    processes = PartialState()
     fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, processes.num_processes)
     if resume_dir:
         check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
@@ -305,392 +600,176 @@ def setup_pretraining(recipe: PretrainRecipe) -> PretrainingRun:
             "data.validation_files": dcfg.validation_files,
         },
     )
-
-    accelerator = build_accelerator(
-        tcfg,
-        # The loop, not the data loader, says when an update ends (a streamed epoch has no known length).
-        gradient_accumulation_plugin=GradientAccumulationPlugin(
-            num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False
-        ),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=tcfg.seed),
-        **compile_plugin(tcfg),
-    )
-    compiling.check_compile_device(
-        tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, accelerator.device
-    )
-    if tcfg.torch_compile is not None:
-        whole_model = tcfg.torch_compile == "model"
-        compiling.check_accelerator_compiles(
-            accelerator, (tcfg.torch_compile_backend or "inductor") if whole_model else "no", tcfg.torch_compile_mode
-        )
-    if compiles_whole_model(accelerator):  # by the recipe, or by the Accelerate config when the recipe leaves it
-        compiling.allow_dynamic_output_shapes()
-    set_seed(tcfg.seed)
+    compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
-    warn_if_mixed_precision_ignored(accelerator)
 
-    data = prepare_pretraining_data(dcfg, tokenizer, tcfg.seed, accelerator)
-    collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed, accelerator.process_index)
-    eval_collator = build_mlm_collator(tokenizer, dcfg, tcfg.seed + 1, accelerator.process_index)
-
+    set_seed(tcfg.seed)
+    data = prepare_pretraining_data(dcfg, tokenizer, tcfg.seed, processes)
+    if not dcfg.streaming and len(data["train"]) < tcfg.per_device_train_batch_size * processes.num_processes:
+        raise ConfigError(
+            f"The training set has {len(data['train'])} blocks, fewer than one global batch "
+            f"({tcfg.per_device_train_batch_size} x {processes.num_processes} processes)."
+        )
     log_probs = training_unigram_log_probs(data["train"], tokenizer)
-
     set_seed(tcfg.seed)  # the model init does not depend on how much RNG the data preparation used
     model = converted if converted is not None else build_mlm_model(recipe.model, tokenizer)
     if recipe.model.output_bias_init == "unigram":  # a fresh model (validated), non-streamed data (validated)
         init_output_bias(model, log_probs)
     if tcfg.torch_compile == "layers":  # in place, before DDP wraps the model (the whole model: at prepare)
         compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
-    optimizer = build_optimizer(model, tcfg)
-    scheduler = get_scheduler(
-        tcfg.lr_scheduler_type, optimizer, num_warmup_steps=tcfg.warmup_steps, num_training_steps=tcfg.max_steps
-    )
-
-    # Each process evaluates its own shard of the validation blocks (no block twice, none padded in), and the
-    # losses and token counts are summed over processes.
-    eval_shard = split_dataset_by_node(
-        data["validation"], rank=accelerator.process_index, world_size=accelerator.num_processes
-    )
-    eval_dl = DataLoader(eval_shard, batch_size=tcfg.per_device_eval_batch_size, collate_fn=eval_collator)
-    if dcfg.streaming:
-        train_ds = shard_stream(
-            data["train"], accelerator.process_index, accelerator.num_processes, tcfg.seed, dcfg.shuffle_buffer_size
-        )
-        train_dl = DataLoader(train_ds, batch_size=tcfg.per_device_train_batch_size, collate_fn=collator)
-        model, optimizer = accelerator.prepare(model, optimizer)
-    else:
-        train_dl = DataLoader(
-            data["train"],
-            batch_size=tcfg.per_device_train_batch_size,
-            shuffle=True,
-            drop_last=True,
-            collate_fn=collator,
-        )
-        model, optimizer, train_dl = accelerator.prepare(model, optimizer, train_dl)
-        if len(train_dl) == 0:
-            raise ConfigError(
-                f"The training set has {len(data['train'])} blocks, fewer than one global batch "
-                f"({tcfg.per_device_train_batch_size} x {accelerator.num_processes} processes)."
-            )
-    # The scheduler is stepped once per optimizer update by this loop (not prepared: Accelerate would step it once
-    # per process), and registered so that save_state / load_state carry it.
-    accelerator.register_for_checkpointing(scheduler)
-    init_trackers(accelerator, recipe, "pretrain")
-
-    run = PretrainingRun(
-        recipe,
-        accelerator,
-        tokenizer,
-        model,
-        optimizer,
-        scheduler,
-        collator,
-        train_dl,
-        eval_dl,
-        summary={
-            "train_losses": {},
-            "evals": {},
-            "output_dir": tcfg.output_dir,
-            "resumed_from": resume_dir,
-            "num_processes": accelerator.num_processes,
-        },
-        fingerprint=fingerprint,
-        lock=lock,
-        guard=recipe_guard(
-            tcfg,
-            resume_hint(
-                "--resume_from_checkpoint",
-                "start over after changing one of these (training.checkpointing_steps keeps one)",
-            ),
-            last_good_checkpoint=resume_dir,
+    guard = recipe_guard(
+        tcfg,
+        resume_hint(
+            "--resume_from_checkpoint",
+            "start over after changing one of these (training.checkpointing_steps keeps one)",
         ),
-        unigram=unigram_baseline(log_probs, tokenizer.mask_token_id, eval_dl, accelerator),
+        last_good_checkpoint=resume_dir,
     )
-    if run.unigram:
-        run.summary["unigram"] = run.unigram
-        accelerator.print(
+    summary = {
+        "train_losses": {},
+        "evals": {},
+        "output_dir": tcfg.output_dir,
+        "resumed_from": resume_dir,
+        "num_processes": processes.num_processes,
+    }
+    trainer = MaskedLMTrainer(
+        model=model,
+        args=args,
+        train_dataset=data["train"],
+        eval_dataset=data["validation"],
+        data_collator=build_mlm_collator(tokenizer, dcfg, tcfg.seed, processes.process_index),
+        processing_class=tokenizer,
+        recipe=recipe,
+        eval_collator=build_mlm_collator(tokenizer, dcfg, tcfg.seed + 1, processes.process_index),
+        guard=guard,
+        stopping=stop_signal_callback(stop or StopSignal()),
+        fingerprint=fingerprint,
+        update_log=UpdateLog(tcfg.output_dir, enabled=processes.is_main_process),
+        summary=summary,
+        lock=lock,
+        resume_dir=resume_dir,
+    )
+    if not show_progress:  # with the progress bar off, the Trainer would print every logged update instead
+        trainer.remove_callback(PrinterCallback)
+    warn_if_mixed_precision_ignored(trainer.accelerator)
+    if tcfg.torch_compile is not None:
+        whole_model = tcfg.torch_compile == "model"
+        backend = (tcfg.torch_compile_backend or "inductor") if whole_model else "no"
+        compiling.check_accelerator_compiles(trainer.accelerator, backend, tcfg.torch_compile_mode)
+    if compiles_whole_model(
+        trainer.accelerator
+    ):  # by the recipe, or by the Accelerate config when the recipe leaves it
+        compiling.allow_dynamic_output_shapes()
+
+    trainer.unigram = unigram_baseline(
+        log_probs, tokenizer.mask_token_id, trainer.get_eval_dataloader(), trainer.accelerator
+    )
+    if trainer.unigram:
+        summary["unigram"] = trainer.unigram
+        trainer.accelerator.print(
             f"unigram baseline (the training set's token frequencies on the same masked validation tokens): "
-            f"perplexity {run.unigram['unigram_perplexity']:.2f} on all of them, "
-            f"{run.unigram['unigram_mask_input_perplexity']:.2f} on those whose input is <mask>"
+            f"perplexity {trainer.unigram['unigram_perplexity']:.2f} on all of them, "
+            f"{trainer.unigram['unigram_mask_input_perplexity']:.2f} on those whose input is <mask>"
         )
+    step = 0
     if resume_dir:
-        accelerator.print(f"Resuming from {resume_dir}")
-        accelerator.load_state(resume_dir)
-        run.completed_steps = read_checkpoint_state(resume_dir)["completed_steps"]
-    run.update_log = UpdateLog(tcfg.output_dir, enabled=accelerator.is_main_process)
-    run.update_log.write(event="start", step=run.completed_steps, resumed_from=resume_dir, pid=os.getpid())
-    micro_done = run.completed_steps * tcfg.gradient_accumulation_steps
-    if dcfg.streaming:
-        run.epoch, run.skip = 0, micro_done  # streamed data is replayed up to the resume point
-    else:
-        run.epoch, run.skip = divmod(micro_done, len(train_dl))
-    return run
+        trainer.accelerator.print(f"Resuming from {resume_dir}")
+        step = read_checkpoint_state(resume_dir)["global_step"]
+    trainer.update_log.write(event="start", step=step, resumed_from=resume_dir, pid=os.getpid())
+    return trainer
 
 
-def epoch_batches(run: PretrainingRun):
-    """The micro-batches of ``run.epoch``, after the ones a resumed run already consumed."""
-    run.collator.set_epoch(run.epoch)
-    if run.streaming:
-        run.train_dl.dataset.set_epoch(run.epoch)  # the stream's shuffle buffer
-        iterator = iter(run.train_dl)
-        for _ in range(run.skip):
-            next(iterator)
-    else:
-        run.train_dl.set_epoch(run.epoch)  # the seedable sampler's order
-        iterator = iter(run.accelerator.skip_first_batches(run.train_dl, run.skip) if run.skip else run.train_dl)
-    run.skip = 0
-    return iterator
+# ----------------------------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------------------------
 
 
-def train_micro_batch(run: PretrainingRun, batch) -> torch.Tensor:
-    """Forward and backward of one micro-batch (and the update when it ends one); returns its share of the update's
-    loss (masked-token loss over the global batch's masked tokens, summed over processes)."""
-    accelerator, tcfg = run.accelerator, run.recipe.training
-    # Dropout randomness as a function of (seed, update, micro-batch, process): a resumed run draws the same
-    # dropout masks whatever else consumed the global RNG (data loader iterators do) before it resumed.
-    torch.manual_seed(_example_seed(tcfg.seed, run.completed_steps, run.micro, accelerator.process_index))
-    run.micro = (run.micro + 1) % tcfg.gradient_accumulation_steps
-    with accelerator.accumulate(run.model):
-        global_count = accelerator.reduce(batch["labels"].ne(-100).sum(), reduction="sum").clamp(min=1)
-        loss = masked_lm_loss(run.model, batch, global_count)  # this process' token losses / global count
-        # DDP averages gradients over processes: scale so the update follows sum / global masked tokens.
-        accelerator.backward(loss * accelerator.num_processes)
-        finite = optimizer_step(accelerator, run.model, run.optimizer, run.scheduler, tcfg.max_grad_norm)
-        if accelerator.sync_gradients:
-            run.last_update_finite = finite
-    return accelerator.reduce(loss.detach().double(), reduction="sum") / tcfg.gradient_accumulation_steps
-
-
-def evaluate_and_log(run: PretrainingRun, final: bool = False) -> dict[str, float]:
-    metrics = evaluate_mlm(run.model, run.eval_dl, run.accelerator, mask_token_id=run.tokenizer.mask_token_id)
-    if run.unigram:
-        metrics.update(run.unigram)
-        # Below 1: at <mask> inputs the model predicts the tokens better than their frequencies alone do, i.e. it
-        # reads the context (the usual MLM perplexity also counts the 10% of scored tokens left unchanged, which a
-        # model can copy; see labels_at_mask_inputs).
-        metrics["perplexity_over_unigram"] = (
-            metrics["mask_input_perplexity"] / run.unigram["unigram_mask_input_perplexity"]
-        )
-    step = run.completed_steps
-    run.summary["evals"][step] = metrics
-    run.update_log.write(event="eval", step=step, **metrics)
-    what = f"final (step {step}): validation MLM loss" if final else f"step {step}: eval_loss"
-    versus = ""
-    if run.unigram:
-        versus = (
-            f"; at <mask> inputs {metrics['mask_input_perplexity']:.2f}, "
-            f"{metrics['perplexity_over_unigram']:.3f} x unigram"
-        )
-    run.accelerator.print(f"{what} {metrics['eval_loss']:.4f} perplexity {metrics['perplexity']:.2f}{versus}")
-    if run.recipe.training.report_to and (final or step > 0):
-        run.accelerator.log({"eval/loss": metrics["eval_loss"], "eval/perplexity": metrics["perplexity"]}, step=step)
-    return metrics
-
-
-def save_checkpoint(run: PretrainingRun) -> str:
-    """``<output_dir>/checkpoints/step_N``, written atomically with the recipe fingerprint; older ones pruned."""
-    tcfg = run.recipe.training
-    check_weights_finite(run.model, f"checkpoint step_{run.completed_steps}", run.guard)
-    path = checkpointing.save_checkpoint(
-        run.accelerator,
-        tcfg.output_dir,
-        run.completed_steps,
-        {
-            checkpointing.STATE_FILE: {"completed_steps": run.completed_steps, "epoch": run.epoch},
-            checkpointing.RECIPE_FILE: run.fingerprint,
-        },
-        tcfg.checkpoints_total_limit,
-    )
-    run.update_log.write(event="checkpoint", step=run.completed_steps, path=path)
-    run.guard.last_good_checkpoint = path
-    return path
-
-
-def save_final_model(run: PretrainingRun, metrics: dict[str, float]) -> str:
+def save_final_model(trainer: MaskedLMTrainer, metrics: dict[str, float]) -> str:
     """The model and tokenizer in ``<output_dir>/final`` (loadable with the Auto classes), with its evaluation.
 
     Written as ``.tmp-final`` and renamed into place once whole: a kill while saving leaves no torn ``final/``.
     """
-    accelerator = run.accelerator
-    final_dir = os.path.join(run.recipe.training.output_dir, "final")
-    check_weights_finite(run.model, final_dir, run.guard)
+    accelerator, model = trainer.accelerator, trainer.model
+    final_dir = os.path.join(trainer.args.output_dir, "final")
+    check_weights_finite(model, final_dir, trainer.guard)
     final_tmp = temporary_name(final_dir)
     accelerator.wait_for_everyone()
-    accelerator.unwrap_model(run.model).save_pretrained(
-        final_tmp, is_main_process=accelerator.is_main_process, save_function=accelerator.save
-    )
+    model.save_pretrained(final_tmp, is_main_process=accelerator.is_main_process, save_function=accelerator.save)
     if accelerator.is_main_process:
+        tokenizer = trainer.processing_class
         # Truncation with the saved tokenizer stops at the model's n, not at the length the tokenizer was trained for.
-        run.tokenizer.model_max_length = max_input_length(accelerator.unwrap_model(run.model).config)
-        run.tokenizer.save_pretrained(final_tmp)
-        write_json_atomic(os.path.join(final_tmp, "eval_results.json"), {"step": run.completed_steps, **metrics})
+        tokenizer.model_max_length = max_input_length(model.config)
+        tokenizer.save_pretrained(final_tmp)
+        write_json_atomic(os.path.join(final_tmp, "eval_results.json"), {"step": trainer.state.global_step, **metrics})
         publish_dir(final_tmp, final_dir)
     accelerator.wait_for_everyone()
     return final_dir
 
 
-def close_run(run: PretrainingRun) -> None:
-    """End the trackers and the process group, close the update log and release the output directory's lock."""
-    if run.update_log is not None:
-        run.update_log.close()
-    run.model = run.accelerator.unwrap_model(run.model)  # the DDP wrapper must go before the group (loop.finish)
-    finish(run.accelerator)
-    if run.lock is not None:
-        run.lock.release()
+def train(trainer: MaskedLMTrainer, stop: StopSignal) -> dict:
+    """Train, then (at ``max_steps``, or when the time budget ran out) evaluate and publish ``final/``; write the
+    summary and return it. Raises `Preempted` after the checkpoint a SIGTERM / SIGINT asked for, and
+    `TrainingDiverged` when the guard stops the run or it ended diverging."""
+    from transformers import TrainerState
+
+    tcfg, summary, resume_dir = trainer.recipe.training, trainer.summary, trainer.resume_dir
+    if resume_dir and read_checkpoint_state(resume_dir)["global_step"] >= tcfg.max_steps:
+        # A run killed after its last checkpoint and before final/: the Trainer would make one more update when it
+        # resumes there (transformers 5.24), so the checkpoint is only loaded, then evaluated and published.
+        trainer._load_from_checkpoint(resume_dir)
+        trainer.state = TrainerState.load_from_json(os.path.join(resume_dir, STATE_FILE))
+    else:
+        trainer.train(resume_from_checkpoint=resume_dir)
+    step = trainer.state.global_step
+    if trainer.stopping.stopped_at is not None:  # SIGTERM / SIGINT: the Trainer saved checkpoint-<step> on the way out
+        path = PRETRAINING.checkpoint_path(tcfg.output_dir, step)
+        trainer.update_log.write(event="stopped", step=step, signal=stop.name, checkpoint=path)
+        raise Preempted(
+            f"{stop.name} received: stopped after update {step} of {tcfg.max_steps} with checkpoint {path}. "
+            f"Resume with --resume_from_checkpoint latest."
+        )
+    if not summary["train_losses"] and step < tcfg.max_steps:
+        raise ConfigError("The training data gave no batch (empty stream or corpus).")
+    summary["train_seconds"] = trainer.train_seconds
+    if summary.get("compile", {}).get("later_update_graphs"):
+        trainer.accelerator.print(
+            f"compiled {summary['compile']['later_update_graphs']} more graph(s) after the first update (each new "
+            "input length compiles once; TORCH_LOGS=recompiles says why)"
+        )
+    if step >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
+        # The last evaluation: the Trainer's at max_steps when it evaluates every eval_steps, else one now.
+        summary["final_eval"] = metrics = summary["evals"].get(step) or trainer.evaluate(final=True)
+        # A run that ended diverging (inside a streak of skipped updates, or evaluating to NaN) publishes nothing.
+        what = os.path.join(tcfg.output_dir, "final") if tcfg.save_final_model else "the summary"
+        trainer.guard.check_finished(step, what, {"validation MLM loss": metrics["eval_loss"]})
+        if tcfg.save_final_model:
+            summary["final_dir"] = save_final_model(trainer, metrics)
+    summary["completed_steps"] = step
+    if trainer.is_world_process_zero():
+        write_json_atomic(summary_path(tcfg.output_dir, step), summary)
+    return summary
 
 
 def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
-    """Pretrain as the recipe says; returns a summary (losses per step, evaluations, paths).
+    """Pretrain as the recipe says; returns the summary (the loss of every update, the evaluations, paths).
 
-    Raises `TrainingDiverged` when the guard stops the run (nothing saved from then), and `Preempted` after the
-    checkpoint a SIGTERM / SIGINT asked for (the lock released): the command exits with the resumable status.
+    Raises `TrainingDiverged` when the guard stops the run or it ended diverging (no ``final/``), and `Preempted`
+    after the checkpoint a SIGTERM / SIGINT asked for: the command exits with the resumable status. The output
+    directory is released either way.
     """
     stop = StopSignal().install()  # from the start: a signal during setup stops the run after its first update
     try:
-        run = setup_pretraining(recipe)
+        trainer = build_trainer(recipe, stop, show_progress)
         try:
-            return _train(run, stop, show_progress)
+            summary = train(trainer, stop)
         except TrainingDiverged as err:
-            run.update_log.write(event="diverged", step=run.completed_steps, error=str(err))
-            close_run(run)
+            trainer.update_log.write(event="diverged", step=trainer.state.global_step, error=str(err))
+            trainer.close()
             raise
+        except Preempted:
+            trainer.close()
+            raise
+        trainer.close()
+        return summary
     finally:
         stop.restore()
-
-
-def _train(run: PretrainingRun, stop: StopSignal, show_progress: bool) -> dict:
-    from tqdm.auto import tqdm
-
-    recipe = run.recipe
-    tcfg, accelerator, summary = recipe.training, run.accelerator, run.summary
-    tokens_per_update = (
-        tcfg.per_device_train_batch_size
-        * tcfg.gradient_accumulation_steps
-        * accelerator.num_processes
-        * recipe.data.block_size
-    )
-    stop_at = min(tcfg.max_steps, tcfg.stop_after_steps) if tcfg.stop_after_steps else tcfg.max_steps
-    progress = tqdm(
-        total=tcfg.max_steps,
-        initial=run.completed_steps,
-        desc="pretrain",
-        dynamic_ncols=True,
-        disable=not (show_progress and accelerator.is_local_main_process),
-    )
-    run.model.train()
-    update_loss = torch.zeros((), dtype=torch.float64, device=accelerator.device)
-    t_start = t_last = time.perf_counter()
-    steps_since_log = 0
-
-    def out_of_time() -> bool:
-        # All processes must agree: stop everywhere as soon as one process is out of time.
-        flag = torch.tensor(
-            float(time.perf_counter() - t_start > 60 * tcfg.max_train_minutes), device=accelerator.device
-        )
-        return (
-            bool(accelerator.reduce(flag, reduction="sum").item() > 0) if accelerator.num_processes > 1 else bool(flag)
-        )
-
-    if tcfg.eval_steps and run.completed_steps == 0:  # the starting point of the validation curve
-        evaluate_and_log(run)
-
-    loop_start, paused_seconds = time.perf_counter(), 0.0  # paused: evaluation and checkpointing
-    # Compiled: graphs compiled during updates (not evaluations), and this process' first update's time (the compile
-    # time with it); a later update that compiles is a recompilation (a new input length, or a guard that failed).
-    compiled = tcfg.torch_compile == "layers" or compiles_whole_model(accelerator)
-    update_graphs = 0
-    while run.completed_steps < stop_at:
-        got_batch = False
-        for batch in epoch_batches(run):
-            got_batch = True
-            graphs = compiling.compiled_graphs()
-            update_loss += train_micro_batch(run, batch)
-            update_graphs += compiling.compiled_graphs() - graphs
-            if not accelerator.sync_gradients:
-                continue
-            run.completed_steps += 1
-            step = run.completed_steps
-            if compiled and "compile" not in summary:
-                first_seconds = time.perf_counter() - loop_start
-                summary["compile"] = {"first_update_seconds": first_seconds, "first_update_graphs": update_graphs}
-                run.update_log.write(event="compiled", step=step, seconds=first_seconds, graphs=update_graphs)
-                accelerator.print(
-                    f"compiled: the first update took {first_seconds:.1f} s ({update_graphs} graph(s) compiled)"
-                )
-                update_graphs = 0
-            steps_since_log += 1
-            summary["train_losses"][step] = step_loss = update_loss.item()
-            update_loss.zero_()
-            lr = run.scheduler.get_last_lr()[0]
-            run.update_log.write(
-                step=step, loss=step_loss, lr=lr, **({} if run.last_update_finite else {"skipped": True})
-            )
-            run.guard.after_update(step, step_loss, run.last_update_finite)
-            progress.update(1)
-            if step % tcfg.logging_steps == 0 or step == stop_at:
-                now = time.perf_counter()
-                tok_s = tokens_per_update * steps_since_log / max(now - t_last, 1e-9)
-                t_last, steps_since_log = now, 0
-                progress.set_postfix(loss=f"{step_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{tok_s:,.0f}")
-                if tcfg.report_to:
-                    accelerator.log({"train/loss": step_loss, "train/lr": lr, "train/tokens_per_s": tok_s}, step=step)
-            pause_start = time.perf_counter()
-            if tcfg.eval_steps and step % tcfg.eval_steps == 0 and step < tcfg.max_steps:
-                evaluate_and_log(run)
-            saved = bool(tcfg.checkpointing_steps and step % tcfg.checkpointing_steps == 0)
-            if saved and run.guard.streak:  # the run may be diverging: keep the last good checkpoint the newest
-                logger.warning(
-                    "No checkpoint at step %d: its update was non-finite (the last good one, %s, stays the newest).",
-                    step,
-                    run.guard.last_good_checkpoint,
-                )
-                saved = False
-            if saved:
-                save_checkpoint(run)
-            if stop.requested(accelerator):  # agreed by every process: all stop after this update
-                path = run.guard.last_good_checkpoint if saved else save_checkpoint(run)
-                run.update_log.write(event="stopped", step=step, signal=stop.name, checkpoint=path)
-                progress.close()
-                close_run(run)
-                raise Preempted(
-                    f"{stop.name} received: stopped after update {step} of {tcfg.max_steps} with checkpoint {path}. "
-                    f"Resume with --resume_from_checkpoint latest."
-                )
-            paused_seconds += time.perf_counter() - pause_start
-            if step >= stop_at:
-                break
-            if tcfg.max_train_minutes is not None and out_of_time():
-                accelerator.print(
-                    f"time budget of {tcfg.max_train_minutes} min reached after {step} "
-                    f"updates (of {tcfg.max_steps}); evaluating and saving now"
-                )
-                summary["stopped_by_time_budget"] = True
-                stop_at = step
-                break
-        if not got_batch:
-            raise ConfigError("The training data gave no batch (empty stream or corpus).")
-        if run.completed_steps < stop_at:
-            run.epoch += 1
-    progress.close()
-    # Time spent on updates alone (seconds per update = train_seconds / updates run in this process).
-    summary["train_seconds"] = time.perf_counter() - loop_start - paused_seconds
-    if "compile" in summary:
-        summary["compile"]["later_update_graphs"] = update_graphs
-        if update_graphs:
-            accelerator.print(
-                f"compiled {update_graphs} more graph(s) after the first update (each new input length compiles "
-                "once; TORCH_LOGS=recompiles says why)"
-            )
-
-    if run.completed_steps >= tcfg.max_steps or summary.get("stopped_by_time_budget"):
-        summary["final_eval"] = metrics = evaluate_and_log(run, final=True)
-        # A run that ended diverging (inside a streak of skipped updates, or evaluating to NaN) publishes nothing.
-        what = os.path.join(tcfg.output_dir, "final") if tcfg.save_final_model else "the summary"
-        run.guard.check_finished(run.completed_steps, what, {"validation MLM loss": metrics["eval_loss"]})
-        if tcfg.save_final_model:
-            summary["final_dir"] = save_final_model(run, metrics)
-    summary["completed_steps"] = run.completed_steps
-    if accelerator.is_main_process:
-        write_json_atomic(summary_path(tcfg.output_dir, run.completed_steps), summary)
-    close_run(run)
-    return summary

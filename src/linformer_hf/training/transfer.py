@@ -104,6 +104,8 @@ TRANSFER = RunOptions(
     no_checkpoint_advice="Checkpoints are written every --checkpoint_every steps; start the run without --resume.",
     outputs=TRANSFER_OUTPUTS,
     output_patterns=(),
+    checkpoint_folder="checkpoints",
+    checkpoint_prefix="step_",
     checkpoint_digits=7,
     state_file=None,  # accelerate's files only: the completion marker says a folder is a whole checkpoint
 )
