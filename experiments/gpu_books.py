@@ -42,22 +42,6 @@ SHARDS = (0, 1)  # train-00000 and train-00001 of 6: 122 M characters, about 30 
 WHEELS = ("datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19", "fsspec==2026.9.0")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 LIMIT_BYTES = 64 * 2**20  # what one device call may send: the working tree and the carried paths together
-CURVE_COLUMNS = [
-    "plan",
-    "run",
-    "model_type",
-    "n",
-    "k",
-    "sharing",
-    "step",
-    "tokens",
-    "perplexity",
-    "mask_input_perplexity",
-    "mask_input_over_unigram",
-    "eval_loss",
-    "train_tokens_per_s",
-    "elapsed_s",
-]
 
 
 class PrepareError(RuntimeError):
@@ -97,11 +81,8 @@ def folder_bytes(folder: str) -> int:
 
 
 def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _shard_facts(path: str) -> dict:
@@ -612,6 +593,7 @@ def report(work: str, curves: list[dict], summaries: list[dict], problems: list[
 def gather(out: str, work: str) -> int:
     """curves.csv, results.json and report.md into ``out`` from what the runs under ``work`` logged so far (each file
     written whole, then moved into place: a kill mid-way leaves the last whole one)."""
+    from experiments.books_pretraining import CURVE_COLUMNS
     from linformer_hf.outputs import write_json_atomic, write_text_atomic
 
     os.makedirs(out, exist_ok=True)
@@ -620,7 +602,8 @@ def gather(out: str, work: str) -> int:
     if curves:
         tmp = os.path.join(out, f".curves.csv.tmp-{os.getpid()}")
         with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
+            # the plan's curve columns, with the plan named first and each evaluation's speed and time after them
+            writer = csv.DictWriter(fh, fieldnames=["plan", *CURVE_COLUMNS, "train_tokens_per_s", "elapsed_s"])
             writer.writeheader()
             writer.writerows(curves)
         os.replace(tmp, os.path.join(out, "curves.csv"))
