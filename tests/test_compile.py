@@ -404,18 +404,39 @@ def test_cuda_graphs_off_cuda_and_inductor_without_a_cpp_compiler_are_refused(mo
     check_compile_device("layers", None, "aot_eager", "cpu")  # generates no C++
 
 
-def test_a_run_refuses_compile_settings_that_accelerate_would_not_apply(pretrained_dir, tmp_path):
-    """Accelerate keeps the first Accelerator's compile settings for the process: a second run in it asking for
-    others is refused before training, not run without them."""
+def test_a_run_compiles_as_asked_in_a_process_that_set_up_accelerate_without_compiling(pretrained_dir, tmp_path):
+    """Accelerate keeps the first Accelerator's compile settings for the process, but TrainingArguments starts a fresh
+    Accelerate state for each run: a run asking to compile after an Accelerator without compiling still compiles."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
+    AcceleratorState._reset_state(reset_partial_state=True)
+    try:
+        Accelerator()  # no compiling
+        got = pretrain(pretrained_dir, tmp_path, False, torch_compile="model", torch_compile_backend="aot_eager")
+        assert got["compile"]["first_update_graphs"] == 1
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_an_accelerator_that_will_not_compile_as_asked_is_refused():
+    """The guard for a state Accelerate keeps (a shared, pre-configured one): asking for other compile settings than
+    it applies is an error naming the backend it has, not a silently uncompiled run."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import TorchDynamoPlugin
+
+    from linformer_hf.training.compiling import check_accelerator_compiles
     from linformer_hf.training.config import ConfigError
 
     AcceleratorState._reset_state(reset_partial_state=True)
     try:
-        Accelerator()  # no compiling, for the rest of the process
+        accelerator = Accelerator()
+        check_accelerator_compiles(accelerator, "no")
         with pytest.raises(ConfigError, match="already set up Accelerate with the compile backend no"):
-            pretrain(pretrained_dir, tmp_path, False, torch_compile="model", torch_compile_backend="aot_eager")
+            check_accelerator_compiles(accelerator, "inductor")
+        later = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="aot_eager"))  # the state keeps "no"
+        with pytest.raises(ConfigError, match="compile backend no"):
+            check_accelerator_compiles(later, "aot_eager")
     finally:
         AcceleratorState._reset_state(reset_partial_state=True)
