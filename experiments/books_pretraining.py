@@ -23,6 +23,7 @@ import csv
 import dataclasses
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -240,6 +241,27 @@ def write_report(plan: BooksPlan) -> str:
     return text
 
 
+def run_child(args: list[str], log) -> tuple[int, int | None]:
+    """Run one training run as a child process; a SIGTERM or SIGINT to this driver is passed on to it, once (it stops
+    after its current update with a checkpoint). The child has its own session, so a Ctrl-C in the terminal reaches
+    it only through here, not twice. Returns its exit code and the signal received, if any."""
+    child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    received: list[int] = []
+
+    def forward(signum, frame):
+        if not received:
+            received.append(signum)
+            child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return code, (received[0] if received else None)
+
+
 def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
     for run in plan.runs:
         if (only and run.name not in only) or finished(run_dir(plan, run)):
@@ -249,8 +271,14 @@ def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
         with open(os.path.join(plan.output_dir, f"{run.name}.log"), "a", encoding="utf-8") as log:
             log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
             log.flush()
-            code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT)
+            code, stopped_by = run_child(args, log)
         write_report(plan)
+        if stopped_by is not None:
+            raise SystemExit(
+                f"{signal.Signals(stopped_by).name} received: run {run.name} was stopped (exit code {code}; its "
+                f"console is {plan.output_dir}/{run.name}.log) and no later run was started. The same command "
+                "resumes the plan from the run's last checkpoint."
+            )
         if code != 0:
             raise SystemExit(f"run {run.name} exited with {code}; its console is {plan.output_dir}/{run.name}.log")
 

@@ -616,3 +616,50 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     )
     with pytest.raises(ConfigError, match="training.output_dir is set by the plan itself"):
         books_pretraining.load_plan(str(plan_path))
+
+
+def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_later_run(tmp_path, monkeypatch):
+    """SIGTERM to the plan's driver is passed on to the run in progress (which checkpoints and stops), once; the
+    driver then exits naming the signal, and no later run starts. Before, the driver died and left its run training,
+    orphaned."""
+    import signal
+    import sys
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from experiments import books_pretraining
+
+    events = tmp_path / "events"
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import signal, sys, time\n"
+        f"events = open({str(events)!r}, 'a')\n"
+        "def stop(signum, frame):\n"
+        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.close(); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "events.write(f'{sys.argv[1]} started\\n'); events.flush()\n"
+        "time.sleep(60)\n"
+        "events.write(f'{sys.argv[1]} ran to its end\\n')\n"
+    )
+    plan = SimpleNamespace(
+        output_dir=str(tmp_path / "out"), runs=[SimpleNamespace(name="a"), SimpleNamespace(name="b")]
+    )
+    monkeypatch.setattr(books_pretraining, "finished", lambda path: False)
+    monkeypatch.setattr(books_pretraining, "run_dir", lambda plan, run: os.path.join(plan.output_dir, run.name))
+    monkeypatch.setattr(books_pretraining, "write_report", lambda plan: None)
+    monkeypatch.setattr(books_pretraining, "command", lambda plan, run: [sys.executable, str(child), run.name])
+
+    def stop_when_started():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (events.exists() and "started" in events.read_text()):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_when_started, daemon=True).start()
+    handler_before, start = signal.getsignal(signal.SIGTERM), time.monotonic()
+    with pytest.raises(SystemExit, match="SIGTERM received: run a was stopped .* no later run was started"):
+        books_pretraining.run_plan(plan)
+    assert events.read_text().splitlines() == ["a started", "a got SIGTERM"]
+    assert time.monotonic() - start < 30
+    assert signal.getsignal(signal.SIGTERM) == handler_before  # the driver's handler is gone again
