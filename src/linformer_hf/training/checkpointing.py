@@ -150,6 +150,10 @@ class RunOptions:
     checkpoint_prefix: str = "checkpoint-"  # a checkpoint is <prefix><step>
     checkpoint_digits: int = 0  # the step zero-padded to this many digits
     state_file: str | None = STATE_FILE  # a file every checkpoint holds: a folder without it is not one
+    start_over: str = (  # how a resume refused for another recipe is told to start afresh
+        "start over with training.overwrite_output_dir: true, or use another training.output_dir"
+    )
+    max_steps: str = "training.max_steps"  # the option that sets the run's last update
 
     def named(self, output_dir: str) -> str:
         return f"{self.output_dir}{self.assign}{output_dir}"
@@ -416,7 +420,9 @@ def _differences(saved: dict, now: dict) -> list[str]:
     ]
 
 
-def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, latest: bool) -> None:
+def check_resume_compatible(
+    checkpoint: str, fingerprint: dict, max_steps: int, latest: bool, options: RunOptions = PRETRAINING
+) -> None:
     """Refuse to resume ``checkpoint`` with a recipe that trains something else; warn when the schedule changed."""
     whose = (
         f"The newest checkpoint under {os.path.dirname(checkpoint)} ({os.path.basename(checkpoint)}) was written "
@@ -427,8 +433,8 @@ def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, 
     path = os.path.join(checkpoint, RECIPE_FILE)
     if not os.path.isfile(path):
         raise ConfigError(
-            f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. Start over "
-            f"with training.overwrite_output_dir: true, or use another training.output_dir."
+            f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. "
+            f"{options.start_over[0].upper()}{options.start_over[1:]}."
         )
     with open(path, encoding="utf-8") as fh:
         saved = json.load(fh)
@@ -436,14 +442,13 @@ def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, 
     if differs:
         raise ConfigError(
             f"{whose}: its recipe differs in {len(differs)} field(s): " + "; ".join(differs) + ". Resume with the "
-            "recipe it was made with, start over with training.overwrite_output_dir: true, or use another "
-            "training.output_dir."
+            f"recipe it was made with, {options.start_over}."
         )
     step = read_checkpoint_state(checkpoint)["global_step"]
     if step > max_steps:
         raise ConfigError(
-            f"{whose}: it is at step {step}, past training.max_steps={max_steps}. Raise max_steps to "
-            f"continue it, or start over with training.overwrite_output_dir: true."
+            f"{whose}: it is at step {step}, past {options.max_steps}={max_steps}. Raise {options.max_steps} to "
+            f"continue it, or {options.start_over}."
         )
     changed = _differences(saved["schedule"], fingerprint["schedule"])
     if changed:
