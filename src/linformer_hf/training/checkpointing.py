@@ -9,18 +9,17 @@ and how many are kept.
 - **Whose directory.** A non-empty output directory belongs to an earlier run: it is refused unless the run resumes
   or says it overwrites, which deletes the earlier run's checkpoints, final model and logs first (`claim_output_dir`;
   `RunOptions` says how each command spells those options and what it writes).
-- **Complete checkpoints.** Pretraining's and fine-tuning's checkpoints are the Trainer's ``checkpoint-N``: the
-  Trainer writes them, and once every process has, a completion marker (each file's size and sha256) is written last
-  (`mark_checkpoint_complete`). Attention transfer's ``checkpoints/step_000000N`` is written as
-  ``checkpoints/.tmp-step_000000N``, every file fsynced, the marker last, then renamed into place
-  (`save_checkpoint`). A checkpoint without its marker (torn), or that fails it (corrupted later), is skipped by
-  ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`).
+- **Complete checkpoints.** Pretraining's, fine-tuning's and attention transfer's checkpoints are the Trainer's
+  ``checkpoint-N``: the Trainer writes them, and once every process has, a completion marker (each file's size and
+  sha256) is written last (`mark_checkpoint_complete`). A checkpoint without its marker (torn), or that fails it
+  (corrupted later), is skipped by ``latest`` with a warning, which falls back to the newest complete checkpoint
+  (`resolve_checkpoint`).
 - **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit (and the best one, for
   fine-tuning), called only once the newest is complete: not the Trainer's rotation (``save_total_limit``), which
   deletes the older ones before the new one is marked.
-- **Recipe on resume** (pretraining). Each checkpoint records the recipe it was made with (model config, tokenizer,
-  data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a
-  changed optimisation schedule only warns.
+- **Recipe on resume** (pretraining, attention transfer). Each checkpoint records the recipe it was made with (model
+  config, tokenizer, data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming
+  what differs; a changed optimisation schedule only warns.
 - **Update log.** ``train_log.jsonl`` gets one line per update (step, loss, learning rate), flushed at once, so the
   losses of a killed segment survive it.
 
@@ -32,8 +31,8 @@ Why own code and not a library's (measured against the versions installed, filel
 - ``Accelerator.save_state`` with ``automatic_checkpoint_naming`` and ``total_limit`` writes straight into
   ``checkpoints/checkpoint_<i>`` (a kill leaves a torn checkpoint under the name a resume takes), deletes the oldest
   before the new one is written (a kill then leaves fewer checkpoints than the limit), counts torn ones as kept, and
-  numbers checkpoints by save, not by update. So transfer's ``save_state`` writes into a temporary folder here, and
-  the naming, marker, rename and pruning are ours.
+  numbers checkpoints by save, not by update; the Trainer's ``save_total_limit`` rotates before the marker is written.
+  So the marker and the pruning are ours, after the Trainer's save.
 """
 
 from __future__ import annotations
@@ -290,25 +289,6 @@ def prune_checkpoints(
     for path in found[: found.index(newest[0])]:
         if path != best:
             _remove_dir(path)
-
-
-def save_checkpoint(accelerator, output_dir: str, step: int, limit: int | None, options: RunOptions) -> str:
-    """``accelerator.save_state`` into ``.tmp-<checkpoint>`` (attention transfer's own loop), every file fsynced, the
-    completion marker last, then renamed to the checkpoint's name (``options.checkpoint_path``) and the older ones
-    pruned to ``limit``. Call on every process."""
-    path = options.checkpoint_path(output_dir, step)
-    tmp = temporary_name(path)
-    if accelerator.is_main_process and os.path.exists(tmp):
-        shutil.rmtree(tmp)  # left by a run killed while saving
-    accelerator.wait_for_everyone()
-    accelerator.save_state(tmp)
-    accelerator.wait_for_everyone()  # every process' files (its RNG state) are in tmp
-    if accelerator.is_main_process:
-        write_completion_marker(tmp)
-        publish_dir(tmp, path)
-        prune_checkpoints(output_dir, limit, options)
-    accelerator.wait_for_everyone()
-    return path
 
 
 def write_completion_marker(path: str) -> None:
