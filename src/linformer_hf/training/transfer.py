@@ -207,6 +207,9 @@ def run_transfer(args: TransferArguments) -> dict:
     """Transfer the teacher's attention into the student; save the result to `args.output_dir`; return the report."""
     from accelerate import PartialState
 
+    # Made first, the Trainer's settings set up accelerate's process state as the Trainer uses it: how many processes
+    # there are and which is the main one (a PartialState made before them sees one process on CPU).
+    training = training_arguments(args)
     if PartialState().is_main_process:
         claim_output_dir(args, take=False)  # a used folder is refused before any work
     locks = []  # the folder's lock, taken before the first write
@@ -215,7 +218,7 @@ def run_transfer(args: TransferArguments) -> dict:
         stop.install()
     run = None
     try:
-        run = TransferRun(args)
+        run = TransferRun(args, training)
         return _transfer(run, locks, stop)
     finally:
         stop.restore()
@@ -300,6 +303,7 @@ class TransferRun:
     Trainer, the divergence guard and the report being written."""
 
     args: TransferArguments
+    training: TrainingArguments  # the Trainer's (`training_arguments`)
     resume_from: str | None = None
     student: Any = None
     teacher: Any = None
@@ -637,8 +641,7 @@ def build_trainer(run: TransferRun, stop: StopSignal) -> None:
     if len(run.streams.train) < longest:
         raise ValueError(f"The training text has {len(run.streams.train)} tokens, fewer than one window of {longest}.")
     run.eval_batches = held_out_batches(run.streams, run.tokenizer, run.lengths, args.eval_windows)
-    training = training_arguments(args)  # sets up accelerate's process state as the Trainer uses it
-    processes = PartialState()
+    training, processes = run.training, PartialState()
     fingerprint = transfer_fingerprint(run, processes.num_processes)
     if run.resume_from:
         latest = args.resume == "latest"
