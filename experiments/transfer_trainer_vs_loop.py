@@ -13,7 +13,8 @@ The pair is the tests' (tests/test_transfer.py `build_pair`): a tiny random BERT
 Linformer converted from it with k = 4 and random E, F, and 300 WikiText-2 lines. The run: windows of 8 and 16 tokens
 in turn, batch 4, 6 layer-local steps (E, F and W^Q, W^K, W^V) then 6 end-to-end steps (every weight, the MLM head's
 KL included), checkpoints every 4 steps, the same seed. The resumed run stops after step 5 (stage 1), resumes and stops
-after step 9 (stage 2, across the stage boundary), then resumes to the end.
+after step 9 (stage 2, across the stage boundary), then resumes to the end. All of it again with two CPU processes
+under `accelerate launch` (each process its own rows of a step's windows, the gradients averaged).
 
 Writes ``<out>/report.json`` (with every step's loss of each run) and prints it without the losses.
 """
@@ -61,8 +62,18 @@ def build_pair(out: str) -> str:
     return root
 
 
-def transfer(checkout: str, pair: str, out: str, *extra: str) -> None:
-    command = [sys.executable, "-m", "linformer_hf.training.transfer", "--teacher", f"{pair}/teacher"]
+def launcher(processes: int) -> list[str]:
+    """One process as is; more under `accelerate launch` on the CPU (gloo)."""
+    if processes == 1:
+        return [sys.executable, "-m"]
+    port = str(29500 + os.getpid() % 1000)
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes)] + [
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", port, "-m"
+    ]  # fmt: skip
+
+
+def transfer(checkout: str, pair: str, out: str, *extra: str, processes: int = 1) -> None:
+    command = [*launcher(processes), "linformer_hf.training.transfer", "--teacher", f"{pair}/teacher"]
     command += ["--student", f"{pair}/student_k4", "--output_dir", out, "--text_files", f"{pair}/text.txt"]
     for name, value in SETTINGS.items():
         command += [f"--{name}", *(value if isinstance(value, list) else [value])]
@@ -71,6 +82,7 @@ def transfer(checkout: str, pair: str, out: str, *extra: str) -> None:
         "PYTHONPATH": os.path.join(checkout, "src"),
         "PYTHONDONTWRITEBYTECODE": "1",  # the loop's checkout is only read
         "OMP_NUM_THREADS": "1",
+        **({"ACCELERATE_USE_CPU": "1"} if processes > 1 else {}),
     }
     subprocess.run([*command, *extra], cwd=checkout, env=env, check=True)
 
@@ -113,11 +125,14 @@ def seconds_per_step(out: str) -> float:
     return statistics.median(b - a for a, b in zip(times, times[1:]))
 
 
-def run_path(checkout: str, pair: str, out: str, name: str) -> None:
-    transfer(checkout, pair, f"{out}/{name}_straight")
-    transfer(checkout, pair, f"{out}/{name}_resumed", "--stop_after_steps", str(STOPS[0]))
-    transfer(checkout, pair, f"{out}/{name}_resumed", "--resume", "latest", "--stop_after_steps", str(STOPS[1]))
-    transfer(checkout, pair, f"{out}/{name}_resumed", "--resume", "latest")
+def run_path(checkout: str, pair: str, out: str, name: str, processes: int = 1) -> None:
+    def run(suffix, *extra):
+        transfer(checkout, pair, f"{out}/{name}_{suffix}", *extra, processes=processes)
+
+    run("straight")
+    run("resumed", "--stop_after_steps", str(STOPS[0]))
+    run("resumed", "--resume", "latest", "--stop_after_steps", str(STOPS[1]))
+    run("resumed", "--resume", "latest")
 
 
 def main(argv=None):
@@ -147,6 +162,14 @@ def main(argv=None):
     report["loop_resumed_vs_straight"] = compare(f"{out}/loop_straight", f"{out}/loop_resumed")
     report["trainer_resumed_vs_straight"] = compare(f"{out}/trainer_straight", f"{out}/trainer_resumed")
     report["trainer_resumed_vs_loop_straight"] = compare(f"{out}/loop_straight", f"{out}/trainer_resumed")
+    # Two processes (each its own rows of a step's windows, the gradients averaged): the same checks.
+    run_path(loop, pair, out, "loop_2p", processes=2)
+    run_path(trainer, pair, out, "trainer_2p", processes=2)
+    report["two_processes_trainer_vs_loop"] = compare(f"{out}/loop_2p_straight", f"{out}/trainer_2p_straight")
+    report["two_processes_loop_resumed_vs_straight"] = compare(f"{out}/loop_2p_straight", f"{out}/loop_2p_resumed")
+    report["two_processes_trainer_resumed_vs_straight"] = compare(
+        f"{out}/trainer_2p_straight", f"{out}/trainer_2p_resumed"
+    )
     report["seconds_per_step_median"] = {n: seconds_per_step(f"{out}/{n}_straight") for n in ("loop", "trainer")}
     report["uptime_after"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     report["losses"] = {
