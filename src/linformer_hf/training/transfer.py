@@ -272,7 +272,7 @@ def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
     vocab = json.dumps(sorted(run.tokenizer.get_vocab().items()))
     files = list(args.text_files or []) + list(args.data_files or [])
     text = ("text_files", "dataset", "dataset_config", "data_files", "dataset_split", "text_column", "eval_fraction")
-    batches = ("lengths", "batch_size", "seed", "layer_loss", "loss", "train_attention_weights")
+    batches = ("batch_size", "seed", "layer_loss", "loss", "train_attention_weights")
     must_match = {
         **{f"student.{k}": v for k, v in config(run.student).items()},
         **{f"teacher.{k}": v for k, v in config(run.teacher).items()},
