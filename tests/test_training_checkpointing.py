@@ -473,24 +473,25 @@ def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tok
 
 
 def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(transfer_pair, tmp_path, monkeypatch):
-    from accelerate import Accelerator
     from test_transfer import arguments
+    from transformers import Trainer
 
-    from linformer_hf.training.transfer import run_transfer
+    from linformer_hf.training.checkpointing import list_checkpoints
+    from linformer_hf.training.transfer import TRANSFER, run_transfer
 
     settings = dict(layer_steps=6, checkpoint_every=2)
     straight = run_transfer(arguments(transfer_pair, tmp_path / "straight", **settings))
     out = tmp_path / "run"
 
-    save_state = Accelerator.save_state
+    save_checkpoint = Trainer._save_checkpoint
 
-    def killed_during_the_second_save(self, output_dir=None, **kwargs):
-        save_state(self, output_dir, **kwargs)
-        if output_dir.endswith("step_0000004"):
-            os.remove(os.path.join(output_dir, "custom_checkpoint_1.pkl"))  # a kill mid-save leaves a torn folder
+    def killed_during_the_second_save(self, model, trial):
+        save_checkpoint(self, model, trial)
+        if self.state.global_step == 4:
+            os.remove(out / "checkpoint-4" / "optimizer.pt")  # a kill mid-save leaves a torn folder
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(Accelerator, "save_state", killed_during_the_second_save)
+    monkeypatch.setattr(Trainer, "_save_checkpoint", killed_during_the_second_save)
     with pytest.raises(KeyboardInterrupt):
         run_transfer(arguments(transfer_pair, out, **settings))
     monkeypatch.undo()
@@ -504,8 +505,10 @@ def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(
     # `latest` is the last whole checkpoint (step 2), and the resumed run ends where the uninterrupted one did.
     resumed = run_transfer(arguments(transfer_pair, out, resume="latest", **settings))
     assert resumed["after"] == straight["after"]
-    assert not any(name.startswith(".tmp-") for name in os.listdir(out / "checkpoints"))
-    assert all((out / "checkpoints" / name / COMPLETE_MARKER).is_file() for name in os.listdir(out / "checkpoints"))
+    assert not any(name.startswith((".tmp-", ".trash-")) for name in os.listdir(out))
+    checkpoints = list_checkpoints(str(out), TRANSFER)
+    assert [os.path.basename(path) for path in checkpoints] == ["checkpoint-2", "checkpoint-4"]
+    assert all(os.path.isfile(os.path.join(path, COMPLETE_MARKER)) for path in checkpoints)
 
     # Starting over is explicit, and cannot be combined with a resume.
     again = run_transfer(arguments(transfer_pair, out, overwrite_output_dir=True, **settings))

@@ -351,6 +351,14 @@ def transfer_pair(tmp_path_factory):
     return build_pair(tmp_path_factory.mktemp("transfer"))
 
 
+def transfer_checkpoints(out) -> list[str]:
+    """The names of a transfer's checkpoints (the Trainer's checkpoint-N in its output folder), oldest first."""
+    from linformer_hf.training.checkpointing import list_checkpoints
+    from linformer_hf.training.transfer import TRANSFER
+
+    return [os.path.basename(path) for path in list_checkpoints(str(out), TRANSFER)]
+
+
 def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_pair, tmp_path, monkeypatch):
     """Before: a NaN loss trained on (NaN weights saved as the transferred model, NaN in the log), and SIGTERM lost
     every step since the last checkpoint. After: non-finite steps are skipped, `nonfinite_patience` in a row stop the
@@ -375,7 +383,7 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
     good = transfer.checkpoint_dir(str(out), 2)
     assert "at step 5" in str(err.value) and f"The last good checkpoint is {good}" in str(err.value)
     assert "--projection_learning_rate" in str(err.value)
-    assert os.listdir(out / "checkpoints") == [os.path.basename(good)]  # step 4's was not written
+    assert transfer_checkpoints(out) == [os.path.basename(good)]  # step 4's was not written
     assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
     log = strict_json_lines(out / "transfer_log.jsonl")
     assert [(r["step"], r["loss"], r.get("skipped")) for r in log][2:] == [
@@ -397,9 +405,9 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
 
     monkeypatch.setattr(transfer, "training_batch", sigterm_at_step_3)
     out = tmp_path / "stopped"
-    with pytest.raises(Preempted, match=r"SIGTERM received: stopped after step 3 of 6 with checkpoint .*step_0000003"):
+    with pytest.raises(Preempted, match=r"SIGTERM received: stopped after step 3 of 6 with checkpoint .*checkpoint-3"):
         transfer.run_transfer(arguments(transfer_pair, out, **overrides))
-    assert os.listdir(out / "checkpoints") == ["step_0000003"]
+    assert transfer_checkpoints(out) == ["checkpoint-3"]
     assert (out / LOCK_FILE).read_text() == ""
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are given back
     monkeypatch.setattr(transfer, "training_batch", batch)

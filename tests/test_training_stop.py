@@ -209,7 +209,8 @@ def test_a_signal_stops_attention_transfer_with_a_checkpoint_and_latest_resumes_
     fidelity."""
     from test_transfer import arguments
 
-    from linformer_hf.training.transfer import run_transfer
+    from linformer_hf.training.checkpointing import list_checkpoints
+    from linformer_hf.training.transfer import TRANSFER, run_transfer
 
     overrides = dict(layer_steps=40, end_to_end_steps=40, train_attention_weights=True, checkpoint_every=1000)
     straight = run_transfer(arguments(transfer_pair, tmp_path / "straight", **overrides))
@@ -236,7 +237,7 @@ def test_a_signal_stops_attention_transfer_with_a_checkpoint_and_latest_resumes_
     assert message.startswith(f"stopped: {signal.Signals(signum).name} received: stopped after step "), message
     step = int(message.split("stopped after step ")[1].split()[0])
     assert 3 <= step < 80 and "--resume latest" in message
-    assert os.listdir(out / "checkpoints") == [f"step_{step:07d}"]
+    assert [os.path.basename(p) for p in list_checkpoints(str(out), TRANSFER)] == [f"checkpoint-{step}"]
     assert not (out / "model.safetensors").exists()
     assert (out / LOCK_FILE).read_text() == ""
 

@@ -331,3 +331,79 @@ def test_transfer_compile_options_that_cannot_work_are_refused(pair, tmp_path):
         arguments(pair, tmp_path, torch_compile="model")
     with pytest.raises(ValueError, match="captures CUDA graphs, which need a CUDA device"):
         run_transfer(arguments(pair, tmp_path, torch_compile="layers", torch_compile_mode="reduce-overhead"))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The run on transformers' Trainer: its checkpoints carry the shared records, and what it cannot resume is refused
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_records_its_recipe_and_a_resume_with_another_is_refused(pair, tmp_path, caplog):
+    """A checkpoint is the Trainer's checkpoint-N with the transfer's fingerprint, its training seconds and the
+    completion marker; a resume with other batches is refused naming the field, a changed schedule only warns."""
+    import os
+
+    from linformer_hf.training.checkpointing import COMPLETE_MARKER, RECIPE_FILE
+    from linformer_hf.training.errors import ConfigError
+
+    out = tmp_path / "run"
+    stopped = run_transfer(arguments(pair, out, layer_steps=4, stop_after_steps=2))
+    assert stopped["stopped_at"] == 2 and "before" in stopped
+    files = set(os.listdir(out / "checkpoint-2"))
+    assert {"trainer_state.json", "optimizer.pt", "scheduler.pt", RECIPE_FILE, COMPLETE_MARKER} <= files
+    assert json.loads((out / "checkpoint-2" / "transfer_progress.json").read_text())["train_seconds"] > 0
+    with pytest.raises(ConfigError, match=r"differs in 1 field\(s\): --batch_size: 4 in the checkpoint, 2 now\. .*"):
+        run_transfer(arguments(pair, out, layer_steps=4, batch_size=2, resume="latest"))
+    resumed = run_transfer(arguments(pair, out, layer_steps=4, warmup_steps=3, resume="latest"))
+    assert "another optimisation schedule (--warmup_steps: 2 in the checkpoint, 3 now)" in caplog.text
+    assert "before" not in resumed and (out / "model.safetensors").exists()
+    log = [json.loads(line) for line in (out / "transfer_log.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in log] == [1, 2, 3, 4]
+
+
+def test_a_checkpoint_of_the_old_loop_is_refused_naming_the_fix(pair, tmp_path, capsys):
+    """The loop transfer ran on before the Trainer wrote checkpoints/step_000000N (accelerate's save_state), which the
+    Trainer cannot read: a resume of one says so and how to go on, before any work."""
+    from linformer_hf.training.errors import ConfigError
+
+    out = tmp_path / "run"
+    old = out / "checkpoints" / "step_0000004"
+    old.mkdir(parents=True)
+    (old / "random_states_0.pkl").write_bytes(b"")
+    (out / "transfer_log.jsonl").write_text(json.dumps({"step": 4, "loss": 1.0}) + "\n")
+    fix = r"commit bb52f8c or earlier\), or start afresh: --overwrite_output_dir"
+    for resume in ("latest", str(old)):
+        with pytest.raises(ConfigError, match=rf"step_0000004 is a checkpoint of the hand-written loop .*{fix}"):
+            run_transfer(arguments(pair, out, resume=resume))
+    command = ["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"), "--output_dir", str(out)]
+    with pytest.raises(SystemExit) as exit:
+        main([*command, "--text_files", str(pair / "text.txt"), "--resume", "latest", "--show_progress", "false"])
+    assert exit.value.code == 2 and "hand-written loop" in capsys.readouterr().err
+    assert not (out / "fidelity_before.json").exists()
+    report = run_transfer(arguments(pair, out, layer_steps=2, overwrite_output_dir=True))  # deletes the old ones
+    assert "after" in report and not (out / "checkpoints").exists()
+
+
+def test_a_diverging_transfer_exits_with_status_2_and_saves_no_model(pair, tmp_path, capsys):
+    """The divergence guard stops the Trainer's run from inside (its callback): status 2, one error line naming the
+    last good checkpoint-N, no transferred model, the folder's lock released."""
+    from linformer_hf.training.checkpointing import LOCK_FILE
+
+    out = tmp_path / "diverged"
+    args = arguments(pair, out)
+    command = ["--teacher", args.teacher, "--student", args.student, "--output_dir", str(out)]
+    command += ["--text_files", *args.text_files, "--lengths", "8", "16", "--batch_size", "4", "--warmup_steps", "2"]
+    command += ["--eval_windows", "4", "--log_every", "1", "--show_progress", "false", "--checkpoint_every", "2"]
+    command += ["--layer_steps", "8", "--end_to_end_steps", "4", "--nonfinite_patience", "2"]
+    for rate in ("projection_learning_rate", "attention_learning_rate", "end_to_end_learning_rate"):
+        command += [f"--{rate}", "1e8"]
+    with pytest.raises(SystemExit) as exit:
+        main(command)
+    assert exit.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: training diverged at step 11: the loss or gradients were non-finite on 2 "), error
+    assert f"The last good checkpoint is {out / 'checkpoint-8'}" in error
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+    assert (out / LOCK_FILE).read_text() == ""
+    log = [json.loads(line) for line in (out / "transfer_log.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("skipped")) for r in log][-2:] == [(10, True), (11, True)]

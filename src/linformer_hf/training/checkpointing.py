@@ -9,18 +9,17 @@ and how many are kept.
 - **Whose directory.** A non-empty output directory belongs to an earlier run: it is refused unless the run resumes
   or says it overwrites, which deletes the earlier run's checkpoints, final model and logs first (`claim_output_dir`;
   `RunOptions` says how each command spells those options and what it writes).
-- **Complete checkpoints.** Pretraining's and fine-tuning's checkpoints are the Trainer's ``checkpoint-N``: the
-  Trainer writes them, and once every process has, a completion marker (each file's size and sha256) is written last
-  (`mark_checkpoint_complete`). Attention transfer's ``checkpoints/step_000000N`` is written as
-  ``checkpoints/.tmp-step_000000N``, every file fsynced, the marker last, then renamed into place
-  (`save_checkpoint`). A checkpoint without its marker (torn), or that fails it (corrupted later), is skipped by
-  ``latest`` with a warning, which falls back to the newest complete checkpoint (`resolve_checkpoint`).
+- **Complete checkpoints.** Pretraining's, fine-tuning's and attention transfer's checkpoints are the Trainer's
+  ``checkpoint-N``: the Trainer writes them, and once every process has, a completion marker (each file's size and
+  sha256) is written last (`mark_checkpoint_complete`). A checkpoint without its marker (torn), or that fails it
+  (corrupted later), is skipped by ``latest`` with a warning, which falls back to the newest complete checkpoint
+  (`resolve_checkpoint`).
 - **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit (and the best one, for
   fine-tuning), called only once the newest is complete: not the Trainer's rotation (``save_total_limit``), which
   deletes the older ones before the new one is marked.
-- **Recipe on resume** (pretraining). Each checkpoint records the recipe it was made with (model config, tokenizer,
-  data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming what differs; a
-  changed optimisation schedule only warns.
+- **Recipe on resume** (pretraining, attention transfer). Each checkpoint records the recipe it was made with (model
+  config, tokenizer, data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming
+  what differs; a changed optimisation schedule only warns.
 - **Update log.** ``train_log.jsonl`` gets one line per update (step, loss, learning rate), flushed at once, so the
   losses of a killed segment survive it.
 
@@ -32,8 +31,8 @@ Why own code and not a library's (measured against the versions installed, filel
 - ``Accelerator.save_state`` with ``automatic_checkpoint_naming`` and ``total_limit`` writes straight into
   ``checkpoints/checkpoint_<i>`` (a kill leaves a torn checkpoint under the name a resume takes), deletes the oldest
   before the new one is written (a kill then leaves fewer checkpoints than the limit), counts torn ones as kept, and
-  numbers checkpoints by save, not by update. So transfer's ``save_state`` writes into a temporary folder here, and
-  the naming, marker, rename and pruning are ours.
+  numbers checkpoints by save, not by update; the Trainer's ``save_total_limit`` rotates before the marker is written.
+  So the marker and the pruning are ours, after the Trainer's save.
 """
 
 from __future__ import annotations
@@ -150,6 +149,10 @@ class RunOptions:
     checkpoint_prefix: str = "checkpoint-"  # a checkpoint is <prefix><step>
     checkpoint_digits: int = 0  # the step zero-padded to this many digits
     state_file: str | None = STATE_FILE  # a file every checkpoint holds: a folder without it is not one
+    start_over: str = (  # how a resume refused for another recipe is told to start afresh
+        "start over with training.overwrite_output_dir: true, or use another training.output_dir"
+    )
+    max_steps: str = "training.max_steps"  # the option that sets the run's last update
 
     def named(self, output_dir: str) -> str:
         return f"{self.output_dir}{self.assign}{output_dir}"
@@ -288,25 +291,6 @@ def prune_checkpoints(
             _remove_dir(path)
 
 
-def save_checkpoint(accelerator, output_dir: str, step: int, limit: int | None, options: RunOptions) -> str:
-    """``accelerator.save_state`` into ``.tmp-<checkpoint>`` (attention transfer's own loop), every file fsynced, the
-    completion marker last, then renamed to the checkpoint's name (``options.checkpoint_path``) and the older ones
-    pruned to ``limit``. Call on every process."""
-    path = options.checkpoint_path(output_dir, step)
-    tmp = temporary_name(path)
-    if accelerator.is_main_process and os.path.exists(tmp):
-        shutil.rmtree(tmp)  # left by a run killed while saving
-    accelerator.wait_for_everyone()
-    accelerator.save_state(tmp)
-    accelerator.wait_for_everyone()  # every process' files (its RNG state) are in tmp
-    if accelerator.is_main_process:
-        write_completion_marker(tmp)
-        publish_dir(tmp, path)
-        prune_checkpoints(output_dir, limit, options)
-    accelerator.wait_for_everyone()
-    return path
-
-
 def write_completion_marker(path: str) -> None:
     """``checkpoint_complete.json``: the size and sha256 of every other file in ``path``; written last."""
     files = {
@@ -416,7 +400,9 @@ def _differences(saved: dict, now: dict) -> list[str]:
     ]
 
 
-def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, latest: bool) -> None:
+def check_resume_compatible(
+    checkpoint: str, fingerprint: dict, max_steps: int, latest: bool, options: RunOptions = PRETRAINING
+) -> None:
     """Refuse to resume ``checkpoint`` with a recipe that trains something else; warn when the schedule changed."""
     whose = (
         f"The newest checkpoint under {os.path.dirname(checkpoint)} ({os.path.basename(checkpoint)}) was written "
@@ -427,8 +413,8 @@ def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, 
     path = os.path.join(checkpoint, RECIPE_FILE)
     if not os.path.isfile(path):
         raise ConfigError(
-            f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. Start over "
-            f"with training.overwrite_output_dir: true, or use another training.output_dir."
+            f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. "
+            f"{options.start_over[0].upper()}{options.start_over[1:]}."
         )
     with open(path, encoding="utf-8") as fh:
         saved = json.load(fh)
@@ -436,14 +422,13 @@ def check_resume_compatible(checkpoint: str, fingerprint: dict, max_steps: int, 
     if differs:
         raise ConfigError(
             f"{whose}: its recipe differs in {len(differs)} field(s): " + "; ".join(differs) + ". Resume with the "
-            "recipe it was made with, start over with training.overwrite_output_dir: true, or use another "
-            "training.output_dir."
+            f"recipe it was made with, {options.start_over}."
         )
     step = read_checkpoint_state(checkpoint)["global_step"]
     if step > max_steps:
         raise ConfigError(
-            f"{whose}: it is at step {step}, past training.max_steps={max_steps}. Raise max_steps to "
-            f"continue it, or start over with training.overwrite_output_dir: true."
+            f"{whose}: it is at step {step}, past {options.max_steps}={max_steps}. Raise {options.max_steps} to "
+            f"continue it, or {options.start_over}."
         )
     changed = _differences(saved["schedule"], fingerprint["schedule"])
     if changed:

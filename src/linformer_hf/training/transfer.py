@@ -30,23 +30,30 @@ and averaged over layers:
 
 Both stages run on windows of the lengths the model will serve (short and long, `--lengths`), one length per batch in
 turn, with dropout off in both models: the target is a deterministic function of the input. A batch is a pure
-function of (seed, step), so a run resumed from a checkpoint (`accelerator.save_state`) continues exactly as it would
-have gone on.
+function of (seed, step), so a run resumed from a checkpoint (the Trainer's ``checkpoint-N``) continues exactly as it
+would have gone on.
 
 The student may also be a Performer (`scripts/convert_to_linformer.py --family performer`). FAVOR+ has no
 parameters of its own (its random features are a fixed buffer), so stage 1 trains W^Q, W^K, W^V only, and only with
 `--train_attention_weights`; with the softmax kernel a converted Performer already estimates the teacher's attention,
 and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
 
-This module is the run: the loop, its checkpoints and outputs, and the command line. The run reads top-down in
-`_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`, or `set_up_training`,
-`start_or_resume`, `train` (one `train_step` per step, checkpoints, the stop) and `evaluate_and_save`; the steps share
-one `TransferRun`. What it runs is split by concern: the options (`transfer_arguments`), the teacher and student and
-their attention (`transfer_models`), the text and its windows (`transfer_data`), the losses (`transfer_losses`), what
-trains when (`transfer_schedule`) and the fidelity figures (`transfer_evaluation`). The output directory, its lock and
-the checkpoints are the training loops' (training/checkpointing.py). It lives in `training/` beside the pretraining
-and fine-tuning loops: it is a training loop run under `accelerate launch`, needs the `train` extra (accelerate,
-datasets, tqdm), and is not part of the model API.
+This module is the run: the `Trainer` that trains, its checkpoints and outputs, and the command line. The run reads
+top-down in `_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`, or `build_trainer`,
+`start_or_resume`, `train` (`AttentionTransferTrainer.train`) and `evaluate_and_save`; the steps share one
+`TransferRun`. The Trainer does what it does for pretraining and fine-tuning: the loop, the ``checkpoint-N`` it saves
+and resumes from (student, optimizer, schedule, RNG, step), the progress bar, the processes.
+`AttentionTransferTrainer` adds what a transfer needs: the step's windows as its batch, the stage's loss
+(`compute_loss`), the three parameter groups and their per-stage learning rates (`TransferSchedule`, which the Trainer
+steps and checkpoints) and which of them train (`TransferEvents.on_step_begin`), gradients averaged over processes by
+hand (stage 1 calls the student's layers one by one, which DistributedDataParallel's forward does not see), and the
+run's records (``transfer_log.jsonl``, the compile record, the training seconds). The run directory, its lock, the
+checkpoints' recipe fingerprint and completion marker, their pruning, the divergence guard and the stop on SIGTERM /
+SIGINT are the other training runs' (training/checkpointing.py, training/guards.py). What it runs is split by concern:
+the options (`transfer_arguments`), the teacher and student and their attention (`transfer_models`), the text and its
+windows (`transfer_data`), the losses (`transfer_losses`), what trains when (`transfer_schedule`) and the fidelity
+figures (`transfer_evaluation`). It lives in `training/` beside pretraining and fine-tuning: it is a training run under
+`accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and is not part of the model API.
 
 Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAME --student CONVERTED_DIR ...`
 (or `python -m linformer_hf.training.transfer`).
@@ -55,22 +62,33 @@ Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAM
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import math
 import os
+import re
 import shutil
 import time
 from typing import Any
 
 import torch
-from transformers import AutoTokenizer, HfArgumentParser
+from transformers import AutoTokenizer, HfArgumentParser, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
 from ..loading import load_model, pad_as_the_model_takes
 from ..models.lengths import max_input_length
 from ..outputs import finite_or_null, write_json_atomic, write_text_atomic
 from . import checkpointing
-from .checkpointing import RunLock, RunOptions
-from .errors import Preempted
-from .guards import DivergenceGuard, StopSignal, check_weights_finite, gradients_finite, resume_hint
+from .checkpointing import RECIPE_FILE, RunLock, RunOptions
+from .errors import ConfigError, Preempted
+from .guards import (
+    DivergenceGuard,
+    StopSignal,
+    check_weights_finite,
+    divergence_callback,
+    resume_hint,
+    stop_after_steps_callback,
+    stop_signal_callback,
+)
 from .transfer_arguments import TransferArguments
 from .transfer_data import held_out_batches, load_texts, num_special_tokens, tokenize_streams, training_batch
 from .transfer_evaluation import evaluate_documents, evaluate_fidelity, fidelity_values
@@ -80,7 +98,8 @@ from .transfer_schedule import default_projection_learning_rate, learning_rates,
 from .validation import check_model_source
 
 # What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
-# the model's weights and config, so that nothing of the earlier run is taken as this one's.
+# the model's weights and config, so that nothing of the earlier run is taken as this one's. ("checkpoints": those of
+# the loop transfer ran on before the Trainer.)
 TRANSFER_OUTPUTS = (
     "checkpoints",
     "transfer_log.jsonl",
@@ -90,8 +109,8 @@ TRANSFER_OUTPUTS = (
     "model.safetensors",
     "config.json",
 )
-# The run directory as the pretraining and fine-tuning loops have it (training/checkpointing.py), with this command's
-# flags, outputs and checkpoint names (checkpoints/step_000000N).
+# The run directory as pretraining and fine-tuning have it (training/checkpointing.py): the Trainer's checkpoint-N in
+# the output directory, with this command's flags and outputs.
 TRANSFER = RunOptions(
     output_dir="--output_dir",
     assign=" ",
@@ -103,12 +122,14 @@ TRANSFER = RunOptions(
     ),
     no_checkpoint_advice="Checkpoints are written every --checkpoint_every steps; start the run without --resume.",
     outputs=TRANSFER_OUTPUTS,
-    output_patterns=(),
-    checkpoint_folder="checkpoints",
-    checkpoint_prefix="step_",
-    checkpoint_digits=7,
-    state_file=None,  # accelerate's files only: the completion marker says a folder is a whole checkpoint
+    output_patterns=(r"checkpoint-\d+",),
+    start_over="start over with --overwrite_output_dir, or give another --output_dir",
+    max_steps="--layer_steps + --end_to_end_steps",
 )
+# Until transfer ran on the Trainer, its own loop wrote <output_dir>/checkpoints/step_000000N (accelerate's save_state).
+LOOP_CHECKPOINTS = RunOptions(checkpoint_folder="checkpoints", checkpoint_prefix="step_", checkpoint_digits=7)
+LOOP_COMMIT = "bb52f8c"  # a commit of this repository that transfers on that loop: the last before the Trainer
+PROGRESS_FILE = "transfer_progress.json"  # in each checkpoint: the training seconds so far
 
 
 def checkpoint_dir(output_dir: str, step: int) -> str:
@@ -143,6 +164,29 @@ def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | No
     return checkpointing.claim_output_dir(out, resuming, args.overwrite_output_dir, options=TRANSFER)
 
 
+def refuse_loop_checkpoint(spec: str | None, output_dir: str) -> None:
+    """Refuse to resume (``spec``: a checkpoint folder, or ``latest`` in ``output_dir``) a checkpoint of the loop
+    transfer ran on before the Trainer, which the Trainer cannot read, saying how to finish that run or start afresh."""
+    if spec == "latest":
+        found = checkpointing.list_checkpoints(output_dir, LOOP_CHECKPOINTS)
+        if checkpointing.list_checkpoints(output_dir, TRANSFER) or not found:
+            return
+        checkpoint = found[-1]
+    elif spec and (
+        os.path.isfile(os.path.join(spec, "random_states_0.pkl"))  # accelerate's save_state, not the Trainer's
+        or re.fullmatch(r"step_\d+", os.path.basename(os.path.normpath(spec)))
+    ):
+        checkpoint = spec
+    else:
+        return
+    raise ConfigError(
+        f"{checkpoint} is a checkpoint of the hand-written loop attention transfer ran on before it moved to "
+        f"transformers' Trainer, which cannot resume it. Finish that run with the code it started with (this "
+        f"repository at commit {LOOP_COMMIT} or earlier), or start afresh: --overwrite_output_dir (deletes its "
+        f"checkpoints, log, reports and model) or another --output_dir."
+    )
+
+
 def _truncate_log(path: str, after_step: int) -> None:
     """Drop log records past a resumed step, so the log reads as one uninterrupted run."""
     if not os.path.exists(path):
@@ -161,19 +205,27 @@ def _truncate_log(path: str, after_step: int) -> None:
 
 def run_transfer(args: TransferArguments) -> dict:
     """Transfer the teacher's attention into the student; save the result to `args.output_dir`; return the report."""
-    from accelerate import Accelerator
+    from accelerate import PartialState
 
-    accelerator = Accelerator()
-    if accelerator.is_main_process:
+    # Made first, the Trainer's settings set up accelerate's process state as the Trainer uses it: how many processes
+    # there are and which is the main one (a PartialState made before them sees one process on CPU).
+    training = training_arguments(args)
+    if PartialState().is_main_process:
         claim_output_dir(args, take=False)  # a used folder is refused before any work
     locks = []  # the folder's lock, taken before the first write
     stop = StopSignal()  # SIGTERM / SIGINT: a checkpoint after the current step, then `Preempted`
     if not args.evaluate_only:
         stop.install()
+    run = None
     try:
-        return _transfer(args, accelerator, locks, stop)
+        run = TransferRun(args, training)
+        return _transfer(run, locks, stop)
     finally:
         stop.restore()
+        if run is not None and run.trainer is not None:
+            from .loop import finish_trainer
+
+            finish_trainer(run.trainer)
         for lock in locks:
             lock.release()
 
@@ -208,6 +260,35 @@ def transfer_guard(args: TransferArguments, resume_from: str | None) -> Divergen
     )
 
 
+def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
+    """What a checkpoint must agree with to be resumed (checkpointing.check_resume_compatible): the pair, the text and
+    the batches ("must_match"), and the schedule (a change only warns)."""
+    args = run.args
+
+    def config(model) -> dict:
+        settings = json.loads(model.config.to_json_string(use_diff=False))
+        return {k: v for k, v in settings.items() if k not in ("transformers_version", "_name_or_path")}
+
+    vocab = json.dumps(sorted(run.tokenizer.get_vocab().items()))
+    files = list(args.text_files or []) + list(args.data_files or [])
+    text = ("text_files", "dataset", "dataset_config", "data_files", "dataset_split", "text_column", "eval_fraction")
+    batches = ("batch_size", "seed", "layer_loss", "loss", "train_attention_weights")
+    must_match = {
+        **{f"student.{k}": v for k, v in config(run.student).items()},
+        **{f"teacher.{k}": v for k, v in config(run.teacher).items()},
+        "tokenizer.vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+        **{f"--{name}": getattr(args, name) for name in text},
+        **{f"size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},
+        **{f"--{name}": getattr(args, name) for name in batches},
+        "--lengths": run.lengths,
+        "processes": num_processes,
+    }
+    schedule = ("layer_steps", "end_to_end_steps", "projection_learning_rate", "attention_learning_rate")
+    schedule += ("end_to_end_learning_rate", "warmup_steps", "mlm_weight")
+    fingerprint = {"must_match": must_match, "schedule": {f"--{name}": getattr(args, name) for name in schedule}}
+    return json.loads(json.dumps(fingerprint))  # tuples -> lists, as saved
+
+
 def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dict:
     """The fidelity figures on held-out windows and on whole held-out documents."""
     return {
@@ -216,37 +297,22 @@ def evaluate(teacher, student, tokenizer, batches, documents, batch_size) -> dic
     }
 
 
-class Progress:
-    """The step counter, saved and restored with the checkpoint (accelerate's register_for_checkpointing)."""
-
-    def __init__(self):
-        self.step = 0
-        self.seconds = 0.0
-
-    def state_dict(self):
-        return {"step": self.step, "seconds": self.seconds}
-
-    def load_state_dict(self, state):
-        self.step, self.seconds = int(state["step"]), float(state["seconds"])
-
-
 @dataclasses.dataclass
 class TransferRun:
     """What the steps of one transfer share: its options, the two models, the text and, once training is set up, the
-    optimizer, the step counter, the divergence guard and the report being written."""
+    Trainer, the divergence guard and the report being written."""
 
     args: TransferArguments
-    accelerator: Any
-    resume_from: str | None
-    student: Any
-    teacher: Any
-    tokenizer: Any
-    lengths: list[int]
+    training: TrainingArguments  # the Trainer's (`training_arguments`)
+    resume_from: str | None = None
+    student: Any = None
+    teacher: Any = None
+    tokenizer: Any = None
+    lengths: list[int] = dataclasses.field(default_factory=list)
     streams: Any = None
     documents: list = dataclasses.field(default_factory=list)
     eval_batches: Any = None
-    optimizer: torch.optim.Optimizer | None = None
-    progress: Progress = dataclasses.field(default_factory=Progress)
+    trainer: AttentionTransferTrainer | None = None
     guard: DivergenceGuard | None = None
     report: dict = dataclasses.field(default_factory=dict)
 
@@ -255,46 +321,48 @@ class TransferRun:
         return os.path.join(self.args.output_dir, "transfer_log.jsonl")
 
 
-def _transfer(args: TransferArguments, accelerator, locks: list, stop: StopSignal) -> dict:
+def _transfer(run: TransferRun, locks: list, stop: StopSignal) -> dict:
+    from accelerate import PartialState
     from accelerate.utils import set_seed
 
-    # a missing or torn checkpoint: said before any work
-    resume_from = checkpointing.resolve_checkpoint(args.resume, args.output_dir, TRANSFER)
-    set_seed(args.seed)
-    run = load_models(args, accelerator, resume_from)
-    if accelerator.is_main_process:  # the pair is sound: the folder is taken before the first write
+    # a loop's, a missing or a torn checkpoint: said before any work
+    refuse_loop_checkpoint(run.args.resume, run.args.output_dir)
+    run.resume_from = checkpointing.resolve_checkpoint(run.args.resume, run.args.output_dir, TRANSFER)
+    set_seed(run.args.seed)
+    load_models(run)
+    if PartialState().is_main_process:  # the pair is sound: the folder is taken before the first write
         locks += [lock for lock in [claim_output_dir(run.args)] if lock is not None]
     load_text(run)
     if run.args.evaluate_only:
         return evaluate_only(run)
-    set_up_training(run)
+    build_trainer(run, stop)
     start_or_resume(run)
     train(run, stop)
-    if run.progress.step < run.args.total_steps:  # --stop_after_steps: a checkpoint to resume from is written
-        accelerator.print(f"Stopped at step {run.progress.step} of {run.args.total_steps}; resume with --resume latest")
-        accelerator.end_training()
-        return {"stopped_at": run.progress.step, **run.report}
+    step = run.trainer.state.global_step
+    if step < run.args.total_steps:  # --stop_after_steps: a checkpoint to resume from is written
+        run.trainer.accelerator.print(f"Stopped at step {step} of {run.args.total_steps}; resume with --resume latest")
+        return {"stopped_at": step, **run.report}
     return evaluate_and_save(run)
 
 
-def load_models(args: TransferArguments, accelerator, resume_from: str | None) -> TransferRun:
+def load_models(run: TransferRun) -> None:
     """The student, its tokenizer and the teacher, checked as a pair, and the window lengths to train at."""
+    args = run.args
     # Linformer or Performer, as the head its config names; a folder of another model type is refused before its
     # weights are read
-    student = load_model(args.student)
-    tokenizer = AutoTokenizer.from_pretrained(args.student)
-    pad_as_the_model_takes(tokenizer, student.config)  # the held-out documents' batches, and the saved tokenizer
-    n = max_input_length(student.config)
-    lengths = args.lengths or sorted({min(32, n), n})
+    run.student = load_model(args.student)
+    run.tokenizer = AutoTokenizer.from_pretrained(args.student)
+    pad_as_the_model_takes(run.tokenizer, run.student.config)  # the held-out documents' batches, the saved tokenizer
+    n = max_input_length(run.student.config)
+    run.lengths = args.lengths or sorted({min(32, n), n})
     if args.projection_learning_rate is None:
-        args = dataclasses.replace(args, projection_learning_rate=default_projection_learning_rate(n))
-    teacher = load_teacher(args.teacher)
-    check_pair(teacher, student, lengths, len(tokenizer))
-    check_layer_loss(student, args.layer_loss)
-    too_short = [length for length in lengths if length <= num_special_tokens(tokenizer)]
+        run.args = args = dataclasses.replace(args, projection_learning_rate=default_projection_learning_rate(n))
+    run.teacher = load_teacher(args.teacher)
+    check_pair(run.teacher, run.student, run.lengths, len(run.tokenizer))
+    check_layer_loss(run.student, args.layer_loss)
+    too_short = [length for length in run.lengths if length <= num_special_tokens(run.tokenizer)]
     if too_short:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
-    return TransferRun(args, accelerator, resume_from, student, teacher, tokenizer, lengths)
 
 
 def load_text(run: TransferRun) -> None:
@@ -308,16 +376,18 @@ def load_text(run: TransferRun) -> None:
 
 def evaluate_only(run: TransferRun) -> dict:
     """--evaluate_only: the student's fidelity to the teacher as it is, in fidelity.json; nothing trains."""
-    args, accelerator = run.args, run.accelerator
+    from accelerate import PartialState
+
+    args, processes = run.args, PartialState()
     started = time.perf_counter()
-    run.teacher.to(accelerator.device)
+    run.teacher.to(processes.device)
     report = {
         "teacher": args.teacher,
         "student": args.student,
         "lengths": run.lengths,
         "fidelity": evaluate(
             run.teacher,
-            run.student.to(accelerator.device).eval(),
+            run.student.to(processes.device).eval(),
             run.tokenizer,
             held_out_batches(run.streams, run.tokenizer, run.lengths, args.eval_windows),
             run.documents,
@@ -325,192 +395,338 @@ def evaluate_only(run: TransferRun) -> dict:
         ),
     }
     report["eval_seconds"] = round(time.perf_counter() - started, 1)
-    if accelerator.is_main_process:
+    if processes.is_main_process:
         os.makedirs(args.output_dir, exist_ok=True)
         write_json_atomic(os.path.join(args.output_dir, "fidelity.json"), report)
         print(json.dumps(report["fidelity"], indent=1))
     return report
 
 
-def set_up_training(run: TransferRun) -> None:
-    """The held-out windows, both models on the device, the optimizer over the groups that train, and what the
-    checkpoints hold."""
-    args, accelerator = run.args, run.accelerator
+# ----------------------------------------------------------------------------------------------------------------
+# The Trainer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def training_arguments(args: TransferArguments) -> TrainingArguments:
+    """What the Trainer takes from the transfer's options: one step's index per batch (`AttentionTransferTrainer`
+    turns it into that step's windows), the steps, checkpoints every --checkpoint_every steps; no clipping, no mixed
+    precision (the loop it replaced had neither), and no logging of the Trainer's own (the transfer log is ours)."""
+    from accelerate.utils import parse_flag_from_env
+
+    training = TrainingArguments(
+        output_dir=args.output_dir,  # checkpoint-N
+        seed=args.seed,
+        per_device_train_batch_size=1,
+        max_steps=args.total_steps,
+        max_grad_norm=0.0,
+        save_strategy="steps",
+        save_steps=args.checkpoint_every,
+        # No save_total_limit: the Trainer's rotation deletes the older checkpoints before the new one is marked
+        # complete; they are pruned after the marker (`AttentionTransferTrainer.record_checkpoint`).
+        logging_strategy="no",
+        report_to="none",
+        disable_tqdm=not args.show_progress,
+        remove_unused_columns=False,
+        use_cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
+    )
+    training.mixed_precision = "no"  # not the Accelerate config's: the losses are float32, as the loop's were
+    return training
+
+
+class TransferSchedule(torch.optim.lr_scheduler.LRScheduler):
+    """Each parameter group's learning rate at update ``last_epoch`` (0-based): `transfer_schedule.learning_rates`,
+    a linear warm-up at the start of each stage. The Trainer steps it after each update and keeps it in its
+    checkpoints. `at` sets it to an update index: the Trainer holds a schedule still after a skipped update (non-finite
+    gradients, as the fp16 grad scaler does), but a transfer's stages and warm-ups count every update."""
+
+    def __init__(self, optimizer, args: TransferArguments):
+        self.transfer_args = args
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        rates = learning_rates(self.transfer_args, self.last_epoch)
+        return [rates[group["name"]] for group in self.optimizer.param_groups]
+
+    def at(self, step: int) -> None:
+        self.last_epoch = step
+        self._last_lr = self.get_lr()
+        for group, rate in zip(self.optimizer.param_groups, self._last_lr, strict=True):
+            group["lr"] = rate
+
+    def state_dict(self) -> dict:  # numbers only: the Trainer loads it with weights_only=True
+        return {"last_epoch": self.last_epoch, "_step_count": self._step_count, "_last_lr": self._last_lr}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)
+
+
+class AttentionTransferTrainer(Trainer):
+    """`Trainer` for attention transfer (the module docstring): the step's windows as its batch, the stage's loss,
+    the parameter groups and their schedule, and the run's records. Built by `build_trainer`."""
+
+    def __init__(self, *args, run: TransferRun, stopping, fingerprint: dict, **kwargs):
+        self.run = run
+        self.events = TransferEvents(self)
+        options = run.args
+        callbacks = [self.events, stopping]  # before the guard's, which checks the weights of the saves they ask for
+        if options.stop_after_steps is not None and options.stop_after_steps < options.total_steps:
+            callbacks.append(stop_after_steps_callback(options.stop_after_steps))
+        callbacks.append(divergence_callback(run.guard, update_loss=lambda: self.update_loss))
+        super().__init__(*args, callbacks=callbacks, **kwargs)
+        self.stopping, self.fingerprint = stopping, fingerprint
+        stopping.accelerator = self.accelerator  # its processes agree on the stop
+        self.update_loss = math.nan  # the last update's loss
+        self.update_record: dict = {}  # its log fields
+        self.train_seconds = 0.0  # in updates (checkpoints and evaluation left out), over the whole run
+        self._update_started = 0.0
+        self._graphs = 0
+        self.compiled = options.torch_compile != "no"
+        if self.compiled:
+            run.report["compile"] = {"graphs_by_step": {}}
+
+    def _build_accelerator_args(self, **kwargs):
+        from accelerate.utils import TorchDynamoPlugin
+
+        # The Accelerate config does not compile the student: --torch_compile layers compiles it in place.
+        return {**super()._build_accelerator_args(**kwargs), "dynamo_plugin": TorchDynamoPlugin(backend="no")}
+
+    # -- data ---------------------------------------------------------------------------------------------------
+
+    def get_train_dataloader(self):
+        from torch.utils.data import DataLoader
+
+        # The steps' indices in order, each its own batch, not sharded over the processes: every process turns the
+        # index into its own rows of that step's windows (`step_batch`). A resume skips the steps done.
+        return DataLoader(range(self.args.max_steps), batch_size=1, collate_fn=self.step_batch)
+
+    def step_batch(self, steps: list[int]) -> dict:
+        (step,) = steps
+        run, processes = self.run, self.accelerator
+        ids = training_batch(
+            run.streams, run.tokenizer, run.args, run.lengths, step, processes.process_index, processes.num_processes
+        )
+        return {"input_ids": ids, "step": step}
+
+    # -- what trains, and how fast --------------------------------------------------------------------------------
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is None:
+            groups = parameter_groups(self.model, self.run.args)
+            self.optimizer = torch.optim.AdamW(
+                [{"params": params, "name": name} for name, params in groups.items() if params],
+                lr=0.0,
+                weight_decay=0.0,
+            )
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if self.lr_scheduler is None:
+            self.lr_scheduler = TransferSchedule(optimizer or self.optimizer, self.run.args)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def start_update(self, step: int) -> None:
+        """Before update ``step`` (0-based): its groups train, at its learning rates."""
+        trained = trained_groups(self.run.args, step)
+        for group in self.optimizer.param_groups:
+            for parameter in group["params"]:
+                parameter.requires_grad_(group["name"] in trained)
+        self.lr_scheduler.at(step)
+        if self.compiled:
+            from .compiling import compiled_graphs
+
+            self._graphs = compiled_graphs()
+        self._update_started = time.perf_counter()
+
+    # -- one update -----------------------------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        run, student, step = self.run, self.model, inputs["step"]
+        if step != self.state.global_step:
+            raise RuntimeError(f"The batch of step {step} came at update {self.state.global_step}.")
+        # Dropout off (the Trainer's training_step put the student in train mode): the teacher's output, the target,
+        # is deterministic. The student itself, not the DistributedDataParallel wrapper: stage 1 calls its layers.
+        student.eval()
+        ids = inputs["input_ids"]
+        mask = torch.ones(ids.shape, dtype=torch.float32, device=ids.device)
+        stage = run.args.stage_of(step)
+        if stage == "layer":
+            loss, per_layer = layer_local_loss(run.teacher, student, ids, mask, run.args.loss, run.args.layer_loss)
+        else:
+            loss, per_layer = end_to_end_loss(run.teacher, student, ids, mask, run.args)
+        self.update_loss = loss.item()
+        self.update_record = {
+            "stage": stage,
+            "length": int(ids.shape[1]),
+            "loss": self.update_loss,
+            layer_log_key(run.args, stage): per_layer,
+            "learning_rates": learning_rates(run.args, step),
+        }
+        return (loss, None) if return_outputs else loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.accelerator.num_processes > 1:  # DistributedDataParallel saw no forward: averaged here
+            for parameter in self.model.parameters():
+                if parameter.grad is not None:
+                    parameter.grad = self.accelerator.reduce(parameter.grad, reduction="mean")
+        return loss
+
+    def record_update(self, control) -> None:
+        """After update ``state.global_step``: its time, its line in the transfer log, the compile record, and no
+        checkpoint while it is non-finite (nor after the last update: the transferred model follows). Its loss goes to
+        the divergence guard next (`divergence_callback`)."""
+        args, report, step = self.run.args, self.run.report, self.state.global_step
+        seconds = time.perf_counter() - self._update_started
+        self.train_seconds += seconds
+        if self.compiled:
+            from .compiling import compiled_graphs
+
+            if "first_step_seconds" not in report["compile"]:
+                report["compile"]["first_step_seconds"] = seconds
+                self.accelerator.print(f"compiled: the first step took {seconds:.1f} s")
+            if compiled_graphs() > self._graphs:
+                report["compile"]["graphs_by_step"][step] = compiled_graphs() - self._graphs
+        skipped = self.accelerator.optimizer_step_was_skipped  # non-finite gradients (divergence_callback)
+        if self.accelerator.is_main_process and (step % args.log_every == 0 or step == args.total_steps):
+            record = {
+                "step": step,
+                **self.update_record,
+                "train_seconds": round(self.train_seconds, 2),
+                **({"skipped": True} if skipped else {}),
+            }
+            with open(self.run.log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
+                handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")
+        if skipped or not math.isfinite(self.update_loss) or step >= args.total_steps:
+            control.should_save = False  # while updates are non-finite, the last good checkpoint stays the newest
+
+    def record_checkpoint(self) -> str:
+        """After the Trainer saved ``checkpoint-N``: the fingerprint, the training seconds and the completion marker
+        written into it, the older ones pruned (checkpointing.py)."""
+        path = checkpointing.mark_checkpoint_complete(
+            self.accelerator,
+            self.args.output_dir,
+            self.state.global_step,
+            self.run.args.checkpoints_to_keep,
+            records={RECIPE_FILE: self.fingerprint, PROGRESS_FILE: {"train_seconds": self.train_seconds}},
+            options=TRANSFER,
+        )
+        self.run.guard.last_good_checkpoint = path
+        return path
+
+
+class TransferEvents(TrainerCallback):
+    """The Trainer's events that `AttentionTransferTrainer` acts on."""
+
+    def __init__(self, trainer: AttentionTransferTrainer):
+        self.trainer = trainer
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.trainer.start_update(state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer.record_update(control)
+
+    def on_save(self, args, state, control, **kwargs):
+        self.trainer.record_checkpoint()
+
+
+def build_trainer(run: TransferRun, stop: StopSignal) -> None:
+    """The held-out windows, the teacher on the device, the student compiled (--torch_compile layers), and the
+    `AttentionTransferTrainer` that trains it; a resumed checkpoint is checked against this run's fingerprint."""
+    from accelerate import PartialState
+
+    args = run.args
     longest = max(run.lengths)
     if len(run.streams.train) < longest:
         raise ValueError(f"The training text has {len(run.streams.train)} tokens, fewer than one window of {longest}.")
     run.eval_batches = held_out_batches(run.streams, run.tokenizer, run.lengths, args.eval_windows)
-
-    device = accelerator.device
-    run.teacher.to(device)
-    run.student.to(device).eval()  # dropout off: match the teacher's deterministic output
+    training, processes = run.training, PartialState()
+    fingerprint = transfer_fingerprint(run, processes.num_processes)
+    if run.resume_from:
+        latest = args.resume == "latest"
+        checkpointing.check_resume_compatible(run.resume_from, fingerprint, args.total_steps, latest, TRANSFER)
+    run.teacher.to(training.device)
+    run.student.to(training.device).eval()  # dropout off: match the teacher's deterministic output
     if args.torch_compile == "layers":
-        compile_student_layers(run.student, args, device)
-    groups = parameter_groups(run.student, args)
-    run.optimizer = torch.optim.AdamW(
-        [{"params": params, "name": name} for name, params in groups.items() if params], lr=0.0, weight_decay=0.0
-    )
-    # Neither model goes through accelerator.prepare: stage 1 calls the student's layers one by one, which a DDP
-    # wrapper would not see; gradients are averaged across processes by hand (train_step).
-    accelerator.register_for_checkpointing(run.student, run.optimizer, run.progress)
+        compile_student_layers(run.student, args, training.device)
+    parameter_groups(run.student, args)  # nothing to train in stage 1: refused before the Trainer is built
     run.guard = transfer_guard(args, run.resume_from)
+    run.trainer = AttentionTransferTrainer(
+        model=run.student,
+        args=training,
+        train_dataset=range(args.total_steps),  # the steps (`get_train_dataloader`)
+        run=run,
+        stopping=stop_signal_callback(stop),
+        fingerprint=fingerprint,
+    )
+    if not args.show_progress:  # with the progress bar off, the Trainer would print its logs instead
+        run.trainer.remove_callback(PrinterCallback)
 
 
 def start_or_resume(run: TransferRun) -> None:
-    """A resumed run takes its checkpoint's state and drops the log past it; a new one measures the student before
-    training (fidelity_before.json) and starts its log afresh."""
-    args, accelerator = run.args, run.accelerator
+    """A resumed run drops the log past its checkpoint and takes its training seconds; a new one measures the student
+    before training (fidelity_before.json) and starts its log afresh."""
+    args, trainer = run.args, run.trainer
     os.makedirs(args.output_dir, exist_ok=True)
-    run.report = {
-        "teacher": args.teacher,
-        "student": args.student,
-        "lengths": run.lengths,
-        "arguments": dataclasses.asdict(args),
-    }
+    run.report.update(
+        teacher=args.teacher, student=args.student, lengths=run.lengths, arguments=dataclasses.asdict(args)
+    )
     if run.resume_from:
-        accelerator.load_state(run.resume_from)
-        if accelerator.is_main_process:
-            _truncate_log(run.log_path, run.progress.step)
-        accelerator.print(f"Resumed from {run.resume_from} at step {run.progress.step}")
+        step = checkpointing.read_checkpoint_state(run.resume_from)["global_step"]
+        with open(os.path.join(run.resume_from, PROGRESS_FILE), encoding="utf-8") as handle:
+            trainer.train_seconds = json.load(handle)["train_seconds"]
+        if trainer.is_world_process_zero():
+            _truncate_log(run.log_path, step)
+        trainer.accelerator.print(f"Resumed from {run.resume_from} at step {step}")
     else:
         run.report["before"] = evaluate(
             run.teacher, run.student, run.tokenizer, run.eval_batches, run.documents, args.batch_size
         )
-        if accelerator.is_main_process:
+        if trainer.is_world_process_zero():
             _truncate_log(run.log_path, -1)
             write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), run.report["before"])
 
 
-def save_checkpoint(run: TransferRun) -> str:
-    # Written atomically with its completion marker (training/checkpointing.py): a kill during the save leaves no
-    # checkpoint that --resume latest would take. Never from non-finite weights.
-    check_weights_finite(run.student, f"the checkpoint of step {run.progress.step}", run.guard)
-    path = checkpointing.save_checkpoint(
-        run.accelerator, run.args.output_dir, run.progress.step, limit=run.args.checkpoints_to_keep, options=TRANSFER
-    )
-    run.guard.last_good_checkpoint = path
-    return path
-
-
 def train(run: TransferRun, stop: StopSignal) -> None:
-    """Steps until --total_steps (or --stop_after_steps), logging, checkpointing and watching for divergence; a
-    SIGTERM / SIGINT ends it after the current step with a checkpoint (`Preempted`)."""
-    from tqdm.auto import tqdm
+    """The Trainer's run until --total_steps (or --stop_after_steps); a SIGTERM / SIGINT ends it after the current
+    step with a checkpoint (`Preempted`), and the divergence guard with `TrainingDiverged`."""
+    from transformers import TrainerState
 
-    args, accelerator, progress, guard = run.args, run.accelerator, run.progress, run.guard
-    bar = tqdm(
-        total=args.total_steps,
-        initial=progress.step,
-        disable=not (args.show_progress and accelerator.is_local_main_process),
-    )
-    stop_at = args.total_steps if args.stop_after_steps is None else min(args.stop_after_steps, args.total_steps)
-    # Compiled: this process' first step's seconds (the compile time with it), and the graphs compiled by each step
-    # that compiled any: the first of each stage, and the first at each other length; any other is a recompilation.
-    compiled = args.torch_compile != "no"
-    if compiled:
-        from .compiling import compiled_graphs
-
-        run.report["compile"] = {"graphs_by_step": {}}
-    while progress.step < stop_at:
-        started = time.perf_counter()
-        graphs = compiled_graphs() if compiled else 0
-        stage = args.stage_of(progress.step)
-        loss, finite, record = train_step(run, stage)
-        progress.step += 1
-        progress.seconds += time.perf_counter() - started
-        if compiled:
-            if "first_step_seconds" not in run.report["compile"]:
-                run.report["compile"]["first_step_seconds"] = seconds = time.perf_counter() - started
-                accelerator.print(f"compiled: the first step took {seconds:.1f} s")
-            if compiled_graphs() > graphs:
-                run.report["compile"]["graphs_by_step"][progress.step] = compiled_graphs() - graphs
-        bar.update(1)
-        bar.set_postfix(stage=stage, loss=f"{loss.item():.4f}")
-
-        if accelerator.is_main_process and (progress.step % args.log_every == 0 or progress.step == args.total_steps):
-            record = {
-                "step": progress.step,
-                **record,
-                "train_seconds": round(progress.seconds, 2),
-                **({} if finite else {"skipped": True}),
-            }
-            with open(run.log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
-                handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")
-        guard.after_update(progress.step, loss.item(), finite)
-        saved = progress.step < args.total_steps and (
-            progress.step % args.checkpoint_every == 0 or progress.step == stop_at
-        )
-        if saved and not guard.streak:  # while updates are non-finite, the last good checkpoint stays the newest
-            save_checkpoint(run)
-        if stop.requested(accelerator):  # agreed by every process: all stop after this step
-            path = guard.last_good_checkpoint if saved and not guard.streak else save_checkpoint(run)
-            bar.close()
-            accelerator.end_training()
-            raise Preempted(
-                f"{stop.name} received: stopped after step {progress.step} of {args.total_steps} with checkpoint "
-                f"{path}. Resume with --resume latest."
-            )
-    bar.close()
-
-
-def train_step(run: TransferRun, stage: str) -> tuple[torch.Tensor, bool, dict]:
-    """One update at the current step: the stage's learning rates and trained groups, the step's batch, its loss and
-    gradients (averaged over processes). Returns the loss, whether the update was taken (finite gradients) and the
-    step's log fields."""
-    args, accelerator, student, optimizer = run.args, run.accelerator, run.student, run.optimizer
-    step, device = run.progress.step, accelerator.device
-    rates, trained = learning_rates(args, step), trained_groups(args, step)
-    for group in optimizer.param_groups:
-        group["lr"] = rates[group["name"]]
-        for parameter in group["params"]:
-            parameter.requires_grad_(group["name"] in trained)
-    ids = training_batch(
-        run.streams, run.tokenizer, args, run.lengths, step, accelerator.process_index, accelerator.num_processes
-    ).to(device)
-    mask = torch.ones(ids.shape, dtype=torch.float32, device=device)
-    if stage == "layer":
-        loss, per_layer = layer_local_loss(run.teacher, student, ids, mask, args.loss, args.layer_loss)
+    trainer, args = run.trainer, run.args
+    if run.resume_from and checkpointing.read_checkpoint_state(run.resume_from)["global_step"] >= args.total_steps:
+        # A checkpoint at the last step (--end_to_end_steps lowered to it): the Trainer would make one more update
+        # when it resumes there (transformers 5.24), so it is only loaded.
+        trainer._load_from_checkpoint(run.resume_from)
+        trainer.state = TrainerState.load_from_json(os.path.join(run.resume_from, checkpointing.STATE_FILE))
     else:
-        loss, per_layer = end_to_end_loss(run.teacher, student, ids, mask, args)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if accelerator.num_processes > 1:
-        for parameter in student.parameters():
-            if parameter.grad is not None:
-                parameter.grad = accelerator.reduce(parameter.grad, reduction="mean")
-    # Non-finite gradients (the same on every process, once averaged): the step is skipped, weights and Adam's
-    # moments unchanged; `nonfinite_patience` in a row stop the run.
-    finite = gradients_finite(student.parameters())
-    if finite:
-        optimizer.step()
-    record = {
-        "stage": stage,
-        "length": int(ids.shape[1]),
-        "loss": loss.item(),
-        layer_log_key(args, stage): per_layer,
-        "learning_rates": rates,
-    }
-    return loss, finite, record
+        trainer.train(resume_from_checkpoint=run.resume_from)
+    step = trainer.state.global_step
+    if trainer.stopping.stopped_at is not None:  # SIGTERM / SIGINT: the Trainer saved checkpoint-<step> on the way out
+        raise Preempted(
+            f"{stop.name} received: stopped after step {step} of {args.total_steps} with checkpoint "
+            f"{checkpoint_dir(args.output_dir, step)}. Resume with --resume latest."
+        )
 
 
 def evaluate_and_save(run: TransferRun) -> dict:
     """The fidelity after training; the transferred model saved unless the run ended diverging."""
-    args, accelerator, report = run.args, run.accelerator, run.report
+    args, trainer, report = run.args, run.trainer, run.report
     for parameter in run.student.parameters():
         parameter.requires_grad_(True)
+    run.student.eval()
     report["after"] = evaluate(
         run.teacher, run.student, run.tokenizer, run.eval_batches, run.documents, args.batch_size
     )
-    report["train_seconds"] = round(run.progress.seconds, 1)
+    report["train_seconds"] = round(trainer.train_seconds, 1)
     # A run that ended diverging (inside a streak of skipped steps, or evaluating to NaN / inf) publishes nothing.
     run.guard.check_finished(
-        run.progress.step, f"the transferred model in {args.output_dir}", fidelity_values(report["after"])
+        trainer.state.global_step, f"the transferred model in {args.output_dir}", fidelity_values(report["after"])
     )
     check_weights_finite(run.student, f"the transferred model in {args.output_dir}", run.guard)
-    if accelerator.is_main_process:
+    if trainer.is_world_process_zero():
         _save_result(run.student, run.tokenizer, args, report)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
+    trainer.accelerator.wait_for_everyone()
     return report
 
 
