@@ -366,17 +366,17 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
     resumed run ends with the weights of an uninterrupted one."""
     from test_transfer import arguments
 
-    from linformer_hf.training import transfer
+    from linformer_hf.training import transfer, transfer_trainer
     from linformer_hf.training.errors import Preempted
 
-    original, calls = transfer.layer_local_loss, {"n": 0}
+    original, calls = transfer_trainer.layer_local_loss, {"n": 0}
 
     def nan_from_step_3(*args, **kwargs):
         calls["n"] += 1
         loss, per_layer = original(*args, **kwargs)
         return (loss * float("nan"), per_layer) if calls["n"] >= 3 else (loss, per_layer)
 
-    monkeypatch.setattr(transfer, "layer_local_loss", nan_from_step_3)
+    monkeypatch.setattr(transfer_trainer, "layer_local_loss", nan_from_step_3)
     out = tmp_path / "diverged"
     with pytest.raises(TrainingDiverged) as err:
         transfer.run_transfer(arguments(transfer_pair, out, layer_steps=8, checkpoint_every=2, nonfinite_patience=3))
@@ -392,25 +392,25 @@ def test_transfer_stops_on_divergence_and_on_sigterm_with_a_checkpoint(transfer_
         (5, None, True),
     ]
     assert (out / LOCK_FILE).read_text() == ""
-    monkeypatch.setattr(transfer, "layer_local_loss", original)
+    monkeypatch.setattr(transfer_trainer, "layer_local_loss", original)
 
     overrides = dict(layer_steps=6, checkpoint_every=100)
     straight = transfer.run_transfer(arguments(transfer_pair, tmp_path / "straight", **overrides))
-    batch = transfer.training_batch
+    batch = transfer_trainer.training_batch
 
     def sigterm_at_step_3(streams, tokenizer, args, lengths, step, *rest):
         if step == 2:  # the third step: the signal arrives during it
             os.kill(os.getpid(), signal.SIGTERM)
         return batch(streams, tokenizer, args, lengths, step, *rest)
 
-    monkeypatch.setattr(transfer, "training_batch", sigterm_at_step_3)
+    monkeypatch.setattr(transfer_trainer, "training_batch", sigterm_at_step_3)
     out = tmp_path / "stopped"
     with pytest.raises(Preempted, match=r"SIGTERM received: stopped after step 3 of 6 with checkpoint .*checkpoint-3"):
         transfer.run_transfer(arguments(transfer_pair, out, **overrides))
     assert transfer_checkpoints(out) == ["checkpoint-3"]
     assert (out / LOCK_FILE).read_text() == ""
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are given back
-    monkeypatch.setattr(transfer, "training_batch", batch)
+    monkeypatch.setattr(transfer_trainer, "training_batch", batch)
     resumed = transfer.run_transfer(arguments(transfer_pair, out, resume="latest", **overrides))
     assert resumed["after"] == straight["after"]
     a, b = load_file(str(tmp_path / "straight" / "model.safetensors")), load_file(str(out / "model.safetensors"))

@@ -38,22 +38,19 @@ parameters of its own (its random features are a fixed buffer), so stage 1 train
 `--train_attention_weights`; with the softmax kernel a converted Performer already estimates the teacher's attention,
 and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
 
-This module is the run: the `Trainer` that trains, its checkpoints and outputs, and the command line. The run reads
-top-down in `_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`, or `build_trainer`,
-`start_or_resume`, `train` (`AttentionTransferTrainer.train`) and `evaluate_and_save`; the steps share one
-`TransferRun`. The Trainer does what it does for pretraining and fine-tuning: the loop, the ``checkpoint-N`` it saves
-and resumes from (student, optimizer, schedule, RNG, step), the progress bar, the processes.
-`AttentionTransferTrainer` adds what a transfer needs: the step's windows as its batch, the stage's loss
-(`compute_loss`), the three parameter groups and their per-stage learning rates (`TransferSchedule`, which the Trainer
-steps and checkpoints) and which of them train (`TransferEvents.on_step_begin`), gradients averaged over processes by
-hand (stage 1 calls the student's layers one by one, which DistributedDataParallel's forward does not see), and the
-run's records (``transfer_log.jsonl``, the compile record, the training seconds). The run directory, its lock, the
-checkpoints' recipe fingerprint and completion marker, their pruning, the divergence guard and the stop on SIGTERM /
-SIGINT are the other training runs' (training/checkpointing.py, training/guards.py). What it runs is split by concern:
-the options (`transfer_arguments`), the teacher and student and their attention (`transfer_models`), the text and its
-windows (`transfer_data`), the losses (`transfer_losses`), what trains when (`transfer_schedule`) and the fidelity
-figures (`transfer_evaluation`). It lives in `training/` beside pretraining and fine-tuning: it is a training run under
-`accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and is not part of the model API.
+This module is the run: its output directory, its checkpoints' recipe fingerprint, its outputs and the command
+line. The run reads top-down in `_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`,
+or `build_trainer`, `start_or_resume`, `train` and `evaluate_and_save`; the steps share one `TransferRun`. The
+Trainer does what it does for pretraining and fine-tuning: the loop, the ``checkpoint-N`` it saves and resumes from
+(student, optimizer, schedule, RNG, step), the progress bar, the processes; `AttentionTransferTrainer`
+(`transfer_trainer`) adds what a transfer needs. The run directory, its lock, the checkpoints' completion marker,
+their pruning, the divergence guard and the stop on SIGTERM / SIGINT are the other training runs'
+(training/checkpointing.py, training/guards.py). What it runs is split by concern: the options
+(`transfer_arguments`), the teacher and student and their attention (`transfer_models`), the text and its windows
+(`transfer_data`), the losses (`transfer_losses`), what trains when (`transfer_schedule`), the Trainer
+(`transfer_trainer`) and the fidelity figures (`transfer_evaluation`). It lives in `training/` beside pretraining
+and fine-tuning: it is a training run under `accelerate launch`, needs the `train` extra (accelerate, datasets,
+tqdm), and is not part of the model API.
 
 Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAME --student CONVERTED_DIR ...`
 (or `python -m linformer_hf.training.transfer`).
@@ -64,72 +61,32 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 import shutil
 import time
 from typing import Any
 
-import torch
-from transformers import AutoTokenizer, HfArgumentParser, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+from transformers import AutoTokenizer, HfArgumentParser, PrinterCallback, TrainingArguments
 
 from ..loading import load_model, pad_as_the_model_takes
 from ..models.lengths import max_input_length
-from ..outputs import finite_or_null, write_json_atomic, write_text_atomic
+from ..outputs import write_json_atomic, write_text_atomic
 from . import checkpointing
-from .checkpointing import RECIPE_FILE, RunLock, RunOptions
+from .checkpointing import RunLock, RunOptions
 from .errors import ConfigError, Preempted
-from .guards import (
-    DivergenceGuard,
-    StopSignal,
-    check_weights_finite,
-    divergence_callback,
-    resume_hint,
-    stop_after_steps_callback,
-    stop_signal_callback,
-)
+from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint, stop_signal_callback
 from .transfer_arguments import TransferArguments
-from .transfer_data import held_out_batches, load_texts, num_special_tokens, tokenize_streams, training_batch
+from .transfer_data import held_out_batches, load_texts, num_special_tokens, tokenize_streams
 from .transfer_evaluation import evaluate_documents, evaluate_fidelity, fidelity_values
-from .transfer_losses import end_to_end_loss, layer_local_loss, layer_log_key
 from .transfer_models import check_layer_loss, check_pair, load_teacher
-from .transfer_schedule import default_projection_learning_rate, learning_rates, parameter_groups, trained_groups
+from .transfer_schedule import default_projection_learning_rate, parameter_groups
+from .transfer_trainer import PROGRESS_FILE, TRANSFER, AttentionTransferTrainer, training_arguments
 from .validation import check_model_source
 
-# What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
-# the model's weights and config, so that nothing of the earlier run is taken as this one's. ("checkpoints": those of
-# the loop transfer ran on before the Trainer.)
-TRANSFER_OUTPUTS = (
-    "checkpoints",
-    "transfer_log.jsonl",
-    "fidelity_before.json",
-    "fidelity.json",
-    "transfer_report.json",
-    "model.safetensors",
-    "config.json",
-)
-# The run directory as pretraining and fine-tuning have it (training/checkpointing.py): the Trainer's checkpoint-N in
-# the output directory, with this command's flags and outputs.
-TRANSFER = RunOptions(
-    output_dir="--output_dir",
-    assign=" ",
-    resume="--resume",
-    overwrite="--overwrite_output_dir",
-    refusal_advice=(
-        "Resume that run with --resume latest, start over there with --overwrite_output_dir (deletes its checkpoints, "
-        "log, reports and model), or give another --output_dir."
-    ),
-    no_checkpoint_advice="Checkpoints are written every --checkpoint_every steps; start the run without --resume.",
-    outputs=TRANSFER_OUTPUTS,
-    output_patterns=(r"checkpoint-\d+",),
-    start_over="start over with --overwrite_output_dir, or give another --output_dir",
-    max_steps="--layer_steps + --end_to_end_steps",
-)
 # Until transfer ran on the Trainer, its own loop wrote <output_dir>/checkpoints/step_000000N (accelerate's save_state).
 LOOP_CHECKPOINTS = RunOptions(checkpoint_folder="checkpoints", checkpoint_prefix="step_", checkpoint_digits=7)
 LOOP_COMMIT = "bb52f8c"  # a commit of this repository that transfers on that loop: the last before the Trainer
-PROGRESS_FILE = "transfer_progress.json"  # in each checkpoint: the training seconds so far
 
 
 def checkpoint_dir(output_dir: str, step: int) -> str:
@@ -400,235 +357,6 @@ def evaluate_only(run: TransferRun) -> dict:
         write_json_atomic(os.path.join(args.output_dir, "fidelity.json"), report)
         print(json.dumps(report["fidelity"], indent=1))
     return report
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The Trainer
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def training_arguments(args: TransferArguments) -> TrainingArguments:
-    """What the Trainer takes from the transfer's options: one step's index per batch (`AttentionTransferTrainer`
-    turns it into that step's windows), the steps, checkpoints every --checkpoint_every steps; no clipping, no mixed
-    precision (the loop it replaced had neither), and no logging of the Trainer's own (the transfer log is ours)."""
-    from accelerate.utils import parse_flag_from_env
-
-    training = TrainingArguments(
-        output_dir=args.output_dir,  # checkpoint-N
-        seed=args.seed,
-        per_device_train_batch_size=1,
-        max_steps=args.total_steps,
-        max_grad_norm=0.0,
-        save_strategy="steps",
-        save_steps=args.checkpoint_every,
-        # No save_total_limit: the Trainer's rotation deletes the older checkpoints before the new one is marked
-        # complete; they are pruned after the marker (`AttentionTransferTrainer.record_checkpoint`).
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=not args.show_progress,
-        remove_unused_columns=False,
-        use_cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
-    )
-    training.mixed_precision = "no"  # not the Accelerate config's: the losses are float32, as the loop's were
-    return training
-
-
-class TransferSchedule(torch.optim.lr_scheduler.LRScheduler):
-    """Each parameter group's learning rate at update ``last_epoch`` (0-based): `transfer_schedule.learning_rates`,
-    a linear warm-up at the start of each stage. The Trainer steps it after each update and keeps it in its
-    checkpoints. `at` sets it to an update index: the Trainer holds a schedule still after a skipped update (non-finite
-    gradients, as the fp16 grad scaler does), but a transfer's stages and warm-ups count every update."""
-
-    def __init__(self, optimizer, args: TransferArguments):
-        self.transfer_args = args
-        super().__init__(optimizer)
-
-    def get_lr(self) -> list[float]:
-        rates = learning_rates(self.transfer_args, self.last_epoch)
-        return [rates[group["name"]] for group in self.optimizer.param_groups]
-
-    def at(self, step: int) -> None:
-        self.last_epoch = step
-        self._last_lr = self.get_lr()
-        for group, rate in zip(self.optimizer.param_groups, self._last_lr, strict=True):
-            group["lr"] = rate
-
-    def state_dict(self) -> dict:  # numbers only: the Trainer loads it with weights_only=True
-        return {"last_epoch": self.last_epoch, "_step_count": self._step_count, "_last_lr": self._last_lr}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.__dict__.update(state_dict)
-
-
-class AttentionTransferTrainer(Trainer):
-    """`Trainer` for attention transfer (the module docstring): the step's windows as its batch, the stage's loss,
-    the parameter groups and their schedule, and the run's records. Built by `build_trainer`."""
-
-    def __init__(self, *args, run: TransferRun, stopping, fingerprint: dict, **kwargs):
-        self.run = run
-        self.events = TransferEvents(self)
-        options = run.args
-        callbacks = [self.events, stopping]  # before the guard's, which checks the weights of the saves they ask for
-        if options.stop_after_steps is not None and options.stop_after_steps < options.total_steps:
-            callbacks.append(stop_after_steps_callback(options.stop_after_steps))
-        callbacks.append(divergence_callback(run.guard, update_loss=lambda: self.update_loss))
-        super().__init__(*args, callbacks=callbacks, **kwargs)
-        self.stopping, self.fingerprint = stopping, fingerprint
-        stopping.accelerator = self.accelerator  # its processes agree on the stop
-        self.update_loss = math.nan  # the last update's loss
-        self.update_record: dict = {}  # its log fields
-        self.train_seconds = 0.0  # in updates (checkpoints and evaluation left out), over the whole run
-        self._update_started = 0.0
-        self._graphs = 0
-        self.compiled = options.torch_compile != "no"
-        if self.compiled:
-            run.report["compile"] = {"graphs_by_step": {}}
-
-    def _build_accelerator_args(self, **kwargs):
-        from accelerate.utils import TorchDynamoPlugin
-
-        # The Accelerate config does not compile the student: --torch_compile layers compiles it in place.
-        return {**super()._build_accelerator_args(**kwargs), "dynamo_plugin": TorchDynamoPlugin(backend="no")}
-
-    # -- data ---------------------------------------------------------------------------------------------------
-
-    def get_train_dataloader(self):
-        from torch.utils.data import DataLoader
-
-        # The steps' indices in order, each its own batch, not sharded over the processes: every process turns the
-        # index into its own rows of that step's windows (`step_batch`). A resume skips the steps done.
-        return DataLoader(range(self.args.max_steps), batch_size=1, collate_fn=self.step_batch)
-
-    def step_batch(self, steps: list[int]) -> dict:
-        (step,) = steps
-        run, processes = self.run, self.accelerator
-        ids = training_batch(
-            run.streams, run.tokenizer, run.args, run.lengths, step, processes.process_index, processes.num_processes
-        )
-        return {"input_ids": ids, "step": step}
-
-    # -- what trains, and how fast --------------------------------------------------------------------------------
-
-    def create_optimizer(self, model=None):
-        if self.optimizer is None:
-            groups = parameter_groups(self.model, self.run.args)
-            self.optimizer = torch.optim.AdamW(
-                [{"params": params, "name": name} for name, params in groups.items() if params],
-                lr=0.0,
-                weight_decay=0.0,
-            )
-        return self.optimizer
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        if self.lr_scheduler is None:
-            self.lr_scheduler = TransferSchedule(optimizer or self.optimizer, self.run.args)
-            self._created_lr_scheduler = True
-        return self.lr_scheduler
-
-    def start_update(self, step: int) -> None:
-        """Before update ``step`` (0-based): its groups train, at its learning rates."""
-        trained = trained_groups(self.run.args, step)
-        for group in self.optimizer.param_groups:
-            for parameter in group["params"]:
-                parameter.requires_grad_(group["name"] in trained)
-        self.lr_scheduler.at(step)
-        if self.compiled:
-            from .compiling import compiled_graphs
-
-            self._graphs = compiled_graphs()
-        self._update_started = time.perf_counter()
-
-    # -- one update -----------------------------------------------------------------------------------------------
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        run, student, step = self.run, self.model, inputs["step"]
-        if step != self.state.global_step:
-            raise RuntimeError(f"The batch of step {step} came at update {self.state.global_step}.")
-        # Dropout off (the Trainer's training_step put the student in train mode): the teacher's output, the target,
-        # is deterministic. The student itself, not the DistributedDataParallel wrapper: stage 1 calls its layers.
-        student.eval()
-        ids = inputs["input_ids"]
-        mask = torch.ones(ids.shape, dtype=torch.float32, device=ids.device)
-        stage = run.args.stage_of(step)
-        if stage == "layer":
-            loss, per_layer = layer_local_loss(run.teacher, student, ids, mask, run.args.loss, run.args.layer_loss)
-        else:
-            loss, per_layer = end_to_end_loss(run.teacher, student, ids, mask, run.args)
-        self.update_loss = loss.item()
-        self.update_record = {
-            "stage": stage,
-            "length": int(ids.shape[1]),
-            "loss": self.update_loss,
-            layer_log_key(run.args, stage): per_layer,
-            "learning_rates": learning_rates(run.args, step),
-        }
-        return (loss, None) if return_outputs else loss
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self.accelerator.num_processes > 1:  # DistributedDataParallel saw no forward: averaged here
-            for parameter in self.model.parameters():
-                if parameter.grad is not None:
-                    parameter.grad = self.accelerator.reduce(parameter.grad, reduction="mean")
-        return loss
-
-    def record_update(self, control) -> None:
-        """After update ``state.global_step``: its time, its line in the transfer log, the compile record, and no
-        checkpoint while it is non-finite (nor after the last update: the transferred model follows). Its loss goes to
-        the divergence guard next (`divergence_callback`)."""
-        args, report, step = self.run.args, self.run.report, self.state.global_step
-        seconds = time.perf_counter() - self._update_started
-        self.train_seconds += seconds
-        if self.compiled:
-            from .compiling import compiled_graphs
-
-            if "first_step_seconds" not in report["compile"]:
-                report["compile"]["first_step_seconds"] = seconds
-                self.accelerator.print(f"compiled: the first step took {seconds:.1f} s")
-            if compiled_graphs() > self._graphs:
-                report["compile"]["graphs_by_step"][step] = compiled_graphs() - self._graphs
-        skipped = self.accelerator.optimizer_step_was_skipped  # non-finite gradients (divergence_callback)
-        if self.accelerator.is_main_process and (step % args.log_every == 0 or step == args.total_steps):
-            record = {
-                "step": step,
-                **self.update_record,
-                "train_seconds": round(self.train_seconds, 2),
-                **({"skipped": True} if skipped else {}),
-            }
-            with open(self.run.log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
-                handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")
-        if skipped or not math.isfinite(self.update_loss) or step >= args.total_steps:
-            control.should_save = False  # while updates are non-finite, the last good checkpoint stays the newest
-
-    def record_checkpoint(self) -> str:
-        """After the Trainer saved ``checkpoint-N``: the fingerprint, the training seconds and the completion marker
-        written into it, the older ones pruned (checkpointing.py)."""
-        path = checkpointing.mark_checkpoint_complete(
-            self.accelerator,
-            self.args.output_dir,
-            self.state.global_step,
-            self.run.args.checkpoints_to_keep,
-            records={RECIPE_FILE: self.fingerprint, PROGRESS_FILE: {"train_seconds": self.train_seconds}},
-            options=TRANSFER,
-        )
-        self.run.guard.last_good_checkpoint = path
-        return path
-
-
-class TransferEvents(TrainerCallback):
-    """The Trainer's events that `AttentionTransferTrainer` acts on."""
-
-    def __init__(self, trainer: AttentionTransferTrainer):
-        self.trainer = trainer
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.trainer.start_update(state.global_step)
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.trainer.record_update(control)
-
-    def on_save(self, args, state, control, **kwargs):
-        self.trainer.record_checkpoint()
 
 
 def build_trainer(run: TransferRun, stop: StopSignal) -> None:

@@ -1,5 +1,5 @@
 """What trains when in an attention transfer: the student's parameter groups, which of them each stage trains, and
-their learning rates (a linear warm-up at the start of each stage)."""
+their learning rates (a linear warm-up at the start of each stage), stepped by the Trainer as `TransferSchedule`."""
 
 from __future__ import annotations
 
@@ -64,3 +64,30 @@ def learning_rates(args: TransferArguments, step: int) -> dict[str, float]:
     warmup = min(1.0, (step - args.layer_steps + 1) / max(1, args.warmup_steps))
     rate = args.end_to_end_learning_rate * warmup
     return {"projections": rate, "attention": rate, "rest": rate}
+
+
+class TransferSchedule(torch.optim.lr_scheduler.LRScheduler):
+    """Each parameter group's learning rate at update ``last_epoch`` (0-based): `transfer_schedule.learning_rates`,
+    a linear warm-up at the start of each stage. The Trainer steps it after each update and keeps it in its
+    checkpoints. `at` sets it to an update index: the Trainer holds a schedule still after a skipped update (non-finite
+    gradients, as the fp16 grad scaler does), but a transfer's stages and warm-ups count every update."""
+
+    def __init__(self, optimizer, args: TransferArguments):
+        self.transfer_args = args
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        rates = learning_rates(self.transfer_args, self.last_epoch)
+        return [rates[group["name"]] for group in self.optimizer.param_groups]
+
+    def at(self, step: int) -> None:
+        self.last_epoch = step
+        self._last_lr = self.get_lr()
+        for group, rate in zip(self.optimizer.param_groups, self._last_lr, strict=True):
+            group["lr"] = rate
+
+    def state_dict(self) -> dict:  # numbers only: the Trainer loads it with weights_only=True
+        return {"last_epoch": self.last_epoch, "_step_count": self._step_count, "_last_lr": self._last_lr}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)
