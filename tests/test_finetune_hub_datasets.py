@@ -122,7 +122,7 @@ def test_each_finetune_recipe_reads_its_hub_dataset_by_name(path, hub_stand_ins,
 
 
 def load_dataset_names(root, source: dict) -> list[str]:
-    from datasets import load_dataset_builder
+    from linformer_hf.training.hub_datasets import load_hub_dataset
 
-    builder = load_dataset_builder(os.path.join(root, source["path"]), source.get("name"))
-    return builder.info.features["label"].names if builder.info.features else []
+    train = load_hub_dataset(os.path.join(root, source["path"]), source.get("name"), split="train")
+    return train.features["label"].names

@@ -22,6 +22,7 @@ from datasets.exceptions import DatasetGenerationError
 
 from .config import ConfigError, PretrainDataSection
 from .errors import hub_unreachable_error, one_line
+from .hub_datasets import load_hub_dataset
 from .validation import unreadable_file_error
 
 INDEX_COLUMN = "block_index"
@@ -48,7 +49,7 @@ def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str, see
     for entry in entries:
         path = entry["path"]
         try:
-            ds = load_dataset(
+            ds = load_hub_dataset(
                 path,
                 entry.get("name"),
                 split=entry.get("split", "train"),

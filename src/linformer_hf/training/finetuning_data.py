@@ -49,14 +49,14 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
             splits["test"] = _load_file(dcfg.test_file, "test")
             check_columns(splits["test"], task, dcfg.test_file, need_labels=False)
     else:
-        from datasets import load_dataset
+        from .hub_datasets import load_hub_dataset
 
         hub = dict(dcfg.dataset or task.hub)
         try:
-            splits["train"] = load_dataset(**hub, split=task.train_split)
-            splits["validation"] = load_dataset(**hub, split=task.eval_split)
+            splits["train"] = load_hub_dataset(**hub, split=task.train_split)
+            splits["validation"] = load_hub_dataset(**hub, split=task.eval_split)
             if task.test_split and task.test_split in _split_names(hub):
-                splits["test"] = load_dataset(**hub, split=task.test_split)
+                splits["test"] = load_hub_dataset(**hub, split=task.test_split)
         except ConnectionError as err:  # offline, or no network, and not cached: say so, with the local way
             columns = ", ".join([*task.text_columns, task.label_column])
             raise hub_unreachable_error(

@@ -16,6 +16,8 @@ def load_texts(args: TransferArguments) -> list[str]:
     """The documents: lines of text files, or a column of a datasets dataset (Hub name or a local builder)."""
     from datasets import load_dataset
 
+    from .hub_datasets import load_hub_dataset
+
     if args.text_files:
         missing = [path for path in args.text_files if not os.path.exists(path)]
         if missing:
@@ -26,7 +28,7 @@ def load_texts(args: TransferArguments) -> list[str]:
         if args.dataset == "csv" and args.data_files and all(path.endswith(".tsv") for path in args.data_files):
             extra = {"delimiter": "\t", "quoting": 3}  # GLUE's TSV files have no quoting
         try:
-            dataset = load_dataset(
+            dataset = load_hub_dataset(
                 args.dataset, args.dataset_config, data_files=args.data_files, split=args.dataset_split, **extra
             )
         except ConnectionError as err:  # offline, or no network, and not cached
