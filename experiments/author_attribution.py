@@ -81,7 +81,12 @@ RESULT_COLUMNS = [
     "validation_accuracy",
     "updates",
     "training_seconds",
+    "vs_teacher_points",
+    "vs_teacher_ci95_low",
+    "vs_teacher_ci95_high",
+    "vs_teacher_mcnemar_p",
 ]
+BOOTSTRAP_SAMPLES = 10_000
 
 
 def vocabulary_sha256(tokenizer) -> str:
@@ -409,8 +414,43 @@ def collate(runs: list[dict], output_dir: str) -> list[dict]:
     return rows
 
 
+def test_correct(directory: str) -> list[bool]:
+    """Whether each test passage was answered right, in the passages' order (the run's predictions_test.tsv)."""
+    with open(os.path.join(directory, "predictions_test.tsv"), encoding="utf-8") as fh:
+        return [row["prediction"] == row["label"] for row in csv.DictReader(fh, delimiter="\t")]
+
+
+def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0) -> dict:
+    """The accuracy of ``correct`` minus that of ``reference`` on the same passages, in points, with a 95% interval
+    from a paired bootstrap over the passages, and the exact McNemar test's p (a two-sided binomial test on the
+    passages that one answers right and the other wrong)."""
+    import numpy as np
+    from scipy.stats import binomtest
+
+    if len(correct) != len(reference):
+        raise ValueError(f"{len(correct)} predictions against {len(reference)}: not the same test passages.")
+    delta = np.asarray(correct, dtype=float) - np.asarray(reference, dtype=float)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(delta), size=(BOOTSTRAP_SAMPLES, len(delta)))
+    low, high = np.percentile(delta[draws].mean(axis=1), [2.5, 97.5])
+    wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
+    p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
+    return {
+        "vs_teacher_points": round(100 * delta.mean(), 1),
+        "vs_teacher_ci95_low": round(100 * low, 1),
+        "vs_teacher_ci95_high": round(100 * high, 1),
+        "vs_teacher_mcnemar_p": round(float(p), 4),
+    }
+
+
 def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
     rows = collate(runs, output_dir)
+    teacher = [run for run in runs if run["name"] == "teacher" and finished(run_dir(output_dir, run))]
+    if teacher:  # every other run against the truncated teacher, passage by passage
+        reference = test_correct(run_dir(output_dir, teacher[0]))
+        for run, row in zip([r for r in runs if finished(run_dir(output_dir, r))], rows, strict=True):
+            if run["name"] != "teacher":
+                row.update(paired_difference(test_correct(run_dir(output_dir, run)), reference))
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "results.csv.tmp"), "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=RESULT_COLUMNS)
@@ -426,15 +466,25 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
         "the score). Each model reads a passage's first n tokens. Time per passage: inference on the test split. "
         f"Load average when written: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}.",
         "",
-        "| run | n | test accuracy | validation accuracy | s / passage (inference) | updates | training s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "Against the teacher: the test accuracy's difference in points, passage by passage, with its 95% paired "
+        "bootstrap interval and the exact McNemar test's p.",
+        "",
+        "| run | n | test accuracy | against the teacher (95% interval; p) | validation accuracy "
+        "| s / passage (inference) | updates | training s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         accuracy = f"{100 * r['test_accuracy']:.1f}" if r["test_accuracy"] is not None else "-"
         per_passage = f"{r['seconds_per_passage']:.4f}" if r["seconds_per_passage"] is not None else "-"
         training = f"{r['training_seconds']:,.0f}" if r["training_seconds"] is not None else "-"
+        against = "-"
+        if r.get("vs_teacher_points") is not None:
+            against = (
+                f"{r['vs_teacher_points']:+.1f} ({r['vs_teacher_ci95_low']:+.1f} to {r['vs_teacher_ci95_high']:+.1f}; "
+                f"{r['vs_teacher_mcnemar_p']:.3f})"
+            )
         lines.append(
-            f"| {r['run']} | {r['n']} | {accuracy} | {100 * r['validation_accuracy']:.1f} | {per_passage} "
+            f"| {r['run']} | {r['n']} | {accuracy} | {against} | {100 * r['validation_accuracy']:.1f} | {per_passage} "
             f"| {r['updates']} | {training} |"
         )
     text = "\n".join(lines) + "\n"

@@ -205,6 +205,7 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     assert [(r["run"], int(r["n"])) for r in rows] == [("linformer", PASSAGE), ("teacher", 64), ("full-n128", PASSAGE)]
     assert all(float(r["seconds_per_passage"]) > 0 and int(r["test_passages"]) == 9 for r in rows)
     assert "| full-n128 | 128 |" in text and os.path.isfile(os.path.join(out, "results.md"))
+    assert rows[1]["vs_teacher_points"] == "" and rows[0]["vs_teacher_mcnemar_p"] != ""  # each against the teacher
     with open(os.path.join(out, "models", f"teacher-n{PASSAGE}", "extension_report.json")) as fh:
         assert json.load(fh)["source_positions"] == 64  # the teacher's 64 positions copied out to 128
     calls.clear()
@@ -252,3 +253,18 @@ def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(data, 
             full_lengths=(64,),
             recipe=os.path.join(REPO, "configs", "finetune", "authors.yaml"),
         )
+
+
+def test_the_paired_difference_against_the_teacher():
+    """Points of accuracy over the same passages, a paired bootstrap interval, and the exact McNemar p: 10 passages
+    only one model gets right, all of them the first, is p = 2 / 2^10; equal answers differ by 0 with p = 1."""
+    teacher = [True] * 20 + [False] * 30
+    better = [True] * 20 + [True] * 10 + [False] * 20
+    result = author_attribution.paired_difference(better, teacher)
+    assert result["vs_teacher_points"] == 20.0
+    assert result["vs_teacher_ci95_low"] > 0 and result["vs_teacher_ci95_high"] <= 40.0
+    assert result["vs_teacher_mcnemar_p"] == round(2 / 2**10, 4)
+    same = author_attribution.paired_difference(teacher, teacher)
+    assert (same["vs_teacher_points"], same["vs_teacher_ci95_low"], same["vs_teacher_mcnemar_p"]) == (0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="not the same test passages"):
+        author_attribution.paired_difference(better[:-1], teacher)
