@@ -436,9 +436,9 @@ def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0)
     wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
     p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
     return {
-        "vs_teacher_points": round(100 * delta.mean(), 1),
-        "vs_teacher_ci95_low": round(100 * low, 1),
-        "vs_teacher_ci95_high": round(100 * high, 1),
+        "vs_teacher_points": round(100 * float(delta.mean()), 1),
+        "vs_teacher_ci95_low": round(100 * float(low), 1),
+        "vs_teacher_ci95_high": round(100 * float(high), 1),
         "vs_teacher_mcnemar_p": round(float(p), 4),
     }
 
