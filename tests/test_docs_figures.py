@@ -18,6 +18,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     written = make_figures["main"](["--output_dir", str(tmp_path)])
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
+        "books_figure3.png",
         "compiled_gpu_h100.png",
         "compiled_gpu_h200.png",
         "distillation_recovery.png",
