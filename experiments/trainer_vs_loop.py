@@ -31,6 +31,8 @@ import sys
 
 import yaml
 
+from linformer_hf.outputs import check_output_dir
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIKITEXT = os.path.join(REPO, "..", "shared", "data", "wikitext-2", "valid.txt")
 
@@ -124,10 +126,15 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--loop_checkout", required=True, help="a checkout of a commit that pretrains on the loop")
     parser.add_argument("--out", default="outputs/trainer_vs_loop")
+    parser.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     args = parser.parse_args(argv)
 
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
+    try:  # an earlier comparison is replaced only when asked
+        check_output_dir(args.out, args.overwrite, create=False)
+    except (FileExistsError, NotADirectoryError) as err:
+        parser.error(str(err))
     shutil.rmtree(args.out, ignore_errors=True)
     out = os.path.abspath(args.out)
     tokenizer = os.path.join(out, "tokenizer")

@@ -29,6 +29,8 @@ import statistics
 import subprocess
 import sys
 
+from linformer_hf.outputs import check_output_dir
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SETTINGS = {
@@ -139,8 +141,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--loop_checkout", required=True, help="a checkout of a commit that transfers on the loop")
     parser.add_argument("--out", default="outputs/transfer_trainer_vs_loop")
+    parser.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     args = parser.parse_args(argv)
 
+    try:  # an earlier comparison is replaced only when asked
+        check_output_dir(args.out, args.overwrite, create=False)
+    except (FileExistsError, NotADirectoryError) as err:
+        parser.error(str(err))
     shutil.rmtree(args.out, ignore_errors=True)
     out = os.path.abspath(args.out)
     pair = build_pair(out)
