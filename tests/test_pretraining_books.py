@@ -338,6 +338,38 @@ def test_uptraining_converts_the_source_to_n_and_trains_on(roberta_source, books
     assert tokenizer.model_max_length == 128 and len(tokenizer) == len(AutoTokenizer.from_pretrained(roberta_source))
 
 
+def test_an_uptrained_folder_reloads_and_scores_the_held_out_books_as_its_run_did(roberta_source, books, tmp_path):
+    """final/ of an uptraining, reloaded by the Auto class alone, gives the run's own final validation loss on the
+    same masked held-out blocks: E, F, the copied positions, the tied output layer and the head all saved."""
+    import dataclasses
+
+    from accelerate import Accelerator
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from linformer_hf.training.data import build_mlm_collator, prepare_held_out_blocks
+    from linformer_hf.training.pretraining import evaluate_mlm
+
+    # a rate high enough that two updates move the loss far more than the tolerance below
+    recipe = uptrain_recipe(roberta_source, books, tmp_path / "run", **{"training.learning_rate": 1e-2})
+    summary = run_pretraining(recipe, show_progress=False)
+    model = AutoModelForMaskedLM.from_pretrained(summary["final_dir"])
+    tokenizer = AutoTokenizer.from_pretrained(summary["final_dir"])
+    blocks = prepare_held_out_blocks(dataclasses.replace(recipe.data, block_size=128), tokenizer)
+    collator = build_mlm_collator(tokenizer, recipe.data, recipe.training.seed + 1)  # the run's evaluation masks
+    size = recipe.training.per_device_eval_batch_size  # batched as the run's evaluation: the same float sums
+    batches = [
+        collator([blocks[i] for i in range(start, min(start + size, len(blocks)))])
+        for start in range(0, len(blocks), size)
+    ]
+    scored = evaluate_mlm(model, batches, Accelerator(cpu=True), tokenizer.mask_token_id)
+    expected = summary["final_eval"]
+    assert scored["eval_masked_tokens"] == expected["eval_masked_tokens"] > 0
+    assert scored["eval_loss"] == pytest.approx(expected["eval_loss"], rel=1e-9)
+    assert scored["mask_input_loss"] == pytest.approx(expected["mask_input_loss"], rel=1e-9)
+    # and the run changed the source: a folder that saved the unconverted or untrained model would not match
+    assert abs(expected["eval_loss"] / summary["evals"][0]["eval_loss"] - 1) > 1e-3
+
+
 def test_uptraining_refuses_a_source_without_a_trained_masked_lm_head(roberta_source, books, tmp_path):
     from transformers import RobertaModel
 
