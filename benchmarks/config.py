@@ -171,11 +171,18 @@ class BenchmarkConfig:
         if self.batch is not None and self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if self.tokens_per_batch is not None:
-            uneven = [n for n in self.lengths() if n > self.tokens_per_batch or self.tokens_per_batch % n]
+            fields = {"ns": self.ns, "train_ns": self.train_ns, "scaling_ns": self.scaling_ns}
+            uneven = {
+                name: bad
+                for name, lengths in fields.items()
+                if (bad := [n for n in lengths if n > self.tokens_per_batch or self.tokens_per_batch % n])
+            }
             if uneven:
+                where = ", ".join(f"{name} {bad}" for name, bad in uneven.items())
                 raise ValueError(
-                    f"tokens_per_batch={self.tokens_per_batch} is not a multiple of n={uneven} (batch = "
-                    "tokens_per_batch / n must be a whole number >= 1); change tokens_per_batch or the lengths"
+                    f"tokens_per_batch={self.tokens_per_batch} is not a multiple of every n: {where} (batch = "
+                    "tokens_per_batch / n must be a whole number >= 1); change tokens_per_batch or those lengths "
+                    "(the preset sets them unless given: --scaling_ns with no value gives none)"
                 )
         if not 0.0 <= self.padding_fraction <= 0.5:
             raise ValueError(

@@ -271,9 +271,10 @@ def test_invalid_settings_are_clear_errors():
         BenchmarkConfig(dtype="fp16").validate()
     with pytest.raises(ValueError, match="both set; give one of them"):
         tiny_benchmark(batch=2, tokens_per_batch=128).validate()
-    # every length list: 128 is no multiple of the training n = 48
-    with pytest.raises(ValueError, match=r"tokens_per_batch=128 is not a multiple of n=\[48\]"):
-        tiny_benchmark(ns=[16, 64], train_ns=[48], tokens_per_batch=128).validate()
+    # every length list, each named: 128 is no multiple of the training n = 48 nor of the scaling n = 256
+    message = r"tokens_per_batch=128 is not a multiple of every n: train_ns \[48\], scaling_ns \[256\]"
+    with pytest.raises(ValueError, match=message):
+        tiny_benchmark(ns=[16, 64], train_ns=[48], scaling_ns=[256], tokens_per_batch=128).validate()
     with pytest.raises(ValueError, match="padding_fraction must be in"):
         tiny_benchmark(padding_fraction=0.6).validate()
     with pytest.raises(ValueError, match="unknown models"):
