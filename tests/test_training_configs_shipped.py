@@ -66,8 +66,9 @@ def test_replication_plans_load(path):
 )
 def test_books_plans_load(path, monkeypatch, tmp_path):
     import yaml
+    from tiny_bert import build_wordpiece_tokenizer, tiny_bert_config
     from tiny_roberta import build_tokenizer, tiny_roberta_config
-    from transformers import RobertaForMaskedLM
+    from transformers import BertForMaskedLM, RobertaForMaskedLM
 
     from experiments.books_pretraining import load_plan
 
@@ -75,8 +76,14 @@ def test_books_plans_load(path, monkeypatch, tmp_path):
         data = yaml.safe_load(fh)
     if "model.pretrained" in data["shared"]:  # an uptraining plan: a tiny masked LM stands in for its teacher
         teacher = str(tmp_path / "teacher")
-        tokenizer = build_tokenizer(teacher)
-        RobertaForMaskedLM(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(teacher)
+        # of the teacher's layout: the control run, trained on unconverted, names it
+        layouts = {run["overrides"].get("model.model_type") for run in data["runs"]}
+        if "bert" in layouts:
+            tokenizer = build_wordpiece_tokenizer(teacher)
+            BertForMaskedLM(tiny_bert_config(vocab_size=len(tokenizer))).save_pretrained(teacher)
+        else:
+            tokenizer = build_tokenizer(teacher)
+            RobertaForMaskedLM(tiny_roberta_config(vocab_size=len(tokenizer))).save_pretrained(teacher)
         data["shared"]["model.pretrained"] = teacher
         path = str(tmp_path / os.path.basename(path))
         with open(path, "w", encoding="utf-8") as fh:
