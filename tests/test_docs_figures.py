@@ -230,14 +230,23 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
         os.makedirs(run_dir(plan, run))
         with open(os.path.join(run_dir(plan, run), "train_log.jsonl"), "w") as fh:
             for step in (128, 256):
-                row = {"event": "eval", "step": step, "perplexity": 900.0 - step - i, "eval_loss": 6.0}
+                row = {
+                    "event": "eval",
+                    "step": step,
+                    "perplexity": 900.0 - step - i,
+                    "eval_loss": 6.0,
+                    "mask_input_perplexity": 800.0 - i,
+                    "perplexity_over_unigram": 1.0 - step / 1000,
+                }
                 fh.write(json.dumps(row) + "\n")
     write_report(plan)
     figures = runpy.run_path(SCRIPT)
     drawn = {}
     figures["books_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
     figures["books_figure"](plan.output_dir, str(tmp_path), "curves.csv")
-    panel_a, panel_b = (ax.get_legend_handles_labels()[1] for ax in drawn["books_figure3.png"].axes)
+    axes = drawn["books_figure3.png"].axes  # the perplexity row, then the <mask>-over-unigram row
+    panel_a, panel_b = (ax.get_legend_handles_labels()[1] for ax in axes[:2])
+    assert [ax.get_legend_handles_labels()[1] for ax in axes[2:]] == [panel_a, panel_b]
     assert panel_a == [
         "RoBERTa-SDPA, n = 512",
         "Linformer, k = 64",
@@ -256,3 +265,6 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     line = drawn["books_figure3.png"].axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [128 * 4096 / 1e6, 256 * 4096 / 1e6]  # tokens seen: updates x 4,096
     assert list(line.get_ydata()) == [900.0 - 128, 900.0 - 256]
+    ratio = axes[2].get_lines()[0]
+    assert list(ratio.get_ydata()) == [1.0 - 128 / 1000, 1.0 - 256 / 1000]
+    assert ratio.get_color() == line.get_color()  # a run keeps its colour in every panel

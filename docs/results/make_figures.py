@@ -236,12 +236,15 @@ def compiled_figure(data_dir: str, out_dir: str, card: str = "h100") -> str:
 def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> str:
     """The paper's Figure 3 at small scale: validation perplexity on the held-out books against tokens seen,
     (a) at n = 512, RoBERTa-SDPA and every Linformer; (b) the Linformers at k = 256 for each n, RoBERTa at 512 beside
-    them (docs/results/books-pretraining.md). Runs are grouped by the n, k and sharing columns, not by name."""
+    them (docs/results/books-pretraining.md). Below each, the perplexity at ``<mask>`` inputs over the unigram
+    baseline's: under 1.0 a model reads its context. Runs are grouped by the n, k and sharing columns, not by name."""
     rows = read_rows(os.path.join(data_dir, data_file))
-    runs = defaultdict(list)  # {run: [(tokens, perplexity), ...]}
+    runs = defaultdict(list)  # {run: [(tokens, perplexity, at <mask> x unigram), ...]}
     shape = {}
     for r in rows:
-        runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"])))
+        # the ratio is empty for a run without a unigram baseline (streamed training data): drawn as a gap
+        ratio = float(r["mask_input_over_unigram"]) if r.get("mask_input_over_unigram") else float("nan")
+        runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), ratio))
         shape[r["run"]] = (r["model_type"], int(r["n"]), int(r["k"]) if r["k"] else None, r["sharing"])
     roberta_512 = [run for run, (model_type, n, _, _) in shape.items() if model_type == "roberta" and n == 512]
     linformers = sorted(
@@ -256,8 +259,9 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
             "n",
         ),
     ]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4), dpi=90)
-    for ax, (title, members, varied) in zip(axes, panels):
+    colors = {run: f"C{i % 10}" for i, run in enumerate(roberta_512 + linformers)}  # a run's colour in both panels
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), dpi=90, sharex=True)
+    for column, (title, members, varied) in enumerate(panels):
         for run in members:
             model_type, n, k, sharing = shape[run]
             if model_type == "roberta":
@@ -266,11 +270,17 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
                 label = f"Linformer, {varied} = {k if varied == 'k' else n}"
                 label += f", {sharing}" if sharing != "headwise" else ""
                 style = "-"
-            ax.plot(*zip(*sorted(runs[run])), style, marker="o", markersize=3, label=label)
-        ax.set(xlabel="training tokens seen (millions)", ylabel="validation perplexity (masked tokens)", title=title)
-        ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+            tokens, perplexity, over_unigram = zip(*sorted(runs[run]))
+            for row, values in enumerate((perplexity, over_unigram)):
+                axes[row][column].plot(tokens, values, style, color=colors[run], marker="o", markersize=3, label=label)
+        top, bottom = axes[0][column], axes[1][column]
+        top.set(ylabel="validation perplexity (masked tokens)", title=title)
+        top.set_yscale("log")
+        top.legend(fontsize=7)
+        bottom.axhline(1.0, color="grey", linewidth=0.8)
+        bottom.set(xlabel="training tokens seen (millions)", ylabel="perplexity at <mask> inputs / the unigram's")
+        for ax in (top, bottom):
+            ax.grid(True, which="both", alpha=0.3)
     fig.suptitle("Masked-LM pretraining on whole books: 4 layers, width 256, the same tokens for every model")
     fig.tight_layout()
     return save(fig, out_dir, "books_figure3.png")
