@@ -251,6 +251,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
         "RoBERTa-SDPA, n = 512",
         "Linformer, k = 64",
         "Linformer, k = 128",
+        "Linformer, k = 128, seed 2",
         "Linformer, k = 256",
         "Linformer, k = 128, key_value",
         "Linformer, k = 128, layerwise",
@@ -268,3 +269,9 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     ratio = axes[2].get_lines()[0]
     assert list(ratio.get_ydata()) == [1.0 - 128 / 1000, 1.0 - 256 / 1000]
     assert ratio.get_color() == line.get_color()  # a run keeps its colour in every panel
+    by_label = {line.get_label(): line for line in axes[0].get_lines()}
+    twin, other_seed = by_label["Linformer, k = 128"], by_label["Linformer, k = 128, seed 2"]
+    assert other_seed.get_color() == twin.get_color() and (other_seed.get_linestyle(), twin.get_linestyle()) == (
+        ":",
+        "-",
+    )

@@ -240,17 +240,19 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
     baseline's: under 1.0 a model reads its context. Runs are grouped by the n, k and sharing columns, not by name."""
     rows = read_rows(os.path.join(data_dir, data_file))
     runs = defaultdict(list)  # {run: [(tokens, perplexity, at <mask> x unigram), ...]}
-    shape = {}
+    shape, seed = {}, {}
     for r in rows:
         # the ratio is empty for a run without a unigram baseline (streamed training data): drawn as a gap
         ratio = float(r["mask_input_over_unigram"]) if r.get("mask_input_over_unigram") else float("nan")
         runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), ratio))
         shape[r["run"]] = (r["model_type"], int(r["n"]), int(r["k"]) if r["k"] else None, r["sharing"])
+        seed[r["run"]] = int(r["seed"]) if r.get("seed") else None
     roberta_512 = [run for run, (model_type, n, _, _) in shape.items() if model_type == "roberta" and n == 512]
     linformers = sorted(
         (run for run, (model_type, _, _, _) in shape.items() if model_type == "linformer"),
-        key=lambda run: (shape[run][3] != "headwise", shape[run][2], shape[run][1]),  # sharing, then k, then n
-    )
+        key=lambda run: (shape[run][3] != "headwise", shape[run][2], shape[run][1], seed[run] or 0),
+    )  # sharing, then k, then n, then seed
+    first_seed = min((s for s in seed.values() if s is not None), default=None)
     panels = [
         ("a. n = 512", roberta_512 + [run for run in linformers if shape[run][1] == 512], "k"),
         (
@@ -259,7 +261,9 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
             "n",
         ),
     ]
-    colors = {run: f"C{i % 10}" for i, run in enumerate(roberta_512 + linformers)}  # a run's colour in both panels
+    # One colour per model (a run's in both panels, its other seeds' too), dotted for a seed other than the first.
+    models = list(dict.fromkeys(shape[run] for run in roberta_512 + linformers))
+    colors = {run: f"C{models.index(shape[run]) % 10}" for run in roberta_512 + linformers}
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), dpi=90, sharex=True)
     for column, (title, members, varied) in enumerate(panels):
         for run in members:
@@ -270,6 +274,8 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
                 label = f"Linformer, {varied} = {k if varied == 'k' else n}"
                 label += f", {sharing}" if sharing != "headwise" else ""
                 style = "-"
+            if seed[run] != first_seed:
+                label, style = f"{label}, seed {seed[run]}", ":"
             tokens, perplexity, over_unigram = zip(*sorted(runs[run]))
             for row, values in enumerate((perplexity, over_unigram)):
                 axes[row][column].plot(tokens, values, style, color=colors[run], marker="o", markersize=3, label=label)
