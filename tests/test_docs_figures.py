@@ -249,6 +249,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     assert [ax.get_legend_handles_labels()[1] for ax in axes[2:]] == [panel_a, panel_b]
     assert panel_a == [
         "RoBERTa-SDPA, n = 512",
+        "RoBERTa-SDPA, n = 512, seed 2",
         "Linformer, k = 64",
         "Linformer, k = 128",
         "Linformer, k = 128, seed 2",
@@ -258,6 +259,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     ]
     assert panel_b == [
         "RoBERTa-SDPA, n = 512",
+        "RoBERTa-SDPA, n = 512, seed 2",
         "Linformer, n = 512",
         "Linformer, n = 1024",
         "Linformer, n = 2048",
