@@ -43,6 +43,7 @@ CURVE_COLUMNS = [
     "n",
     "k",
     "sharing",
+    "projection_init",
     "seed",
     "step",
     "tokens",
@@ -136,8 +137,8 @@ def log_rows(directory: str) -> list[dict]:
 
 
 def run_shape(plan: BooksPlan, run: Run) -> dict:
-    """The run's model type, n (the length of one input), k and sharing for a Linformer (else empty), and seed, as its
-    recipe sets them, so that the curves can be grouped without reading the runs' names."""
+    """The run's model type, n (the length of one input), k, sharing and how E, F start for a Linformer (else empty),
+    and seed, as its recipe sets them, so that the curves can be grouped without reading the runs' names."""
     config = recipe(plan, run)
     fields = load_yaml(config.model.config_file) if config.model.config_file else {}
     fields.update(config.model.config or {})
@@ -148,6 +149,7 @@ def run_shape(plan: BooksPlan, run: Run) -> dict:
         "n": config.data.input_length or config.data.block_size or fields.get("max_sequence_length"),
         "k": fields.get("projected_length", LinformerConfig.projected_length) if linformer else "",
         "sharing": fields.get("sharing", LinformerConfig.sharing) if linformer else "",
+        "projection_init": fields.get("projection_init", LinformerConfig.projection_init) if linformer else "",
         "seed": config.training.seed,
     }
 

@@ -245,13 +245,21 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
         # the ratio is empty for a run without a unigram baseline (streamed training data): drawn as a gap
         ratio = float(r["mask_input_over_unigram"]) if r.get("mask_input_over_unigram") else float("nan")
         runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), ratio))
-        shape[r["run"]] = (r["model_type"], int(r["n"]), int(r["k"]) if r["k"] else None, r["sharing"])
+        # how E, F started (a column since 2026-11-27: "random" before, the default)
+        init = r.get("projection_init") or ("random" if r["model_type"] == "linformer" else "")
+        shape[r["run"]] = (r["model_type"], int(r["n"]), int(r["k"]) if r["k"] else None, r["sharing"], init)
         seed[r["run"]] = int(r["seed"]) if r.get("seed") else None
-    roberta_512 = [run for run, (model_type, n, _, _) in shape.items() if model_type == "roberta" and n == 512]
+    roberta_512 = [run for run, (model_type, n, *_) in shape.items() if model_type == "roberta" and n == 512]
     linformers = sorted(
-        (run for run, (model_type, _, _, _) in shape.items() if model_type == "linformer"),
-        key=lambda run: (shape[run][3] != "headwise", shape[run][2], shape[run][1], seed[run] or 0),
-    )  # sharing, then k, then n, then seed
+        (run for run, (model_type, *_) in shape.items() if model_type == "linformer"),
+        key=lambda run: (
+            shape[run][3] != "headwise",
+            shape[run][2],
+            shape[run][1],
+            shape[run][4] != "random",
+            seed[run] or 0,
+        ),
+    )  # sharing, then k, then n, then how E, F started, then seed
     first_seed = min((s for s in seed.values() if s is not None), default=None)
     panels = [
         ("a. n = 512", roberta_512 + [run for run in linformers if shape[run][1] == 512], "k"),
@@ -267,12 +275,13 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), dpi=90, sharex=True)
     for column, (title, members, varied) in enumerate(panels):
         for run in members:
-            model_type, n, k, sharing = shape[run]
+            model_type, n, k, sharing, init = shape[run]
             if model_type == "roberta":
                 label, style = f"RoBERTa-SDPA, n = {n}", "--"
             else:
                 label = f"Linformer, {varied} = {k if varied == 'k' else n}"
                 label += f", {sharing}" if sharing != "headwise" else ""
+                label += f", E, F from {init}" if init != "random" else ""
                 style = "-"
             if seed[run] != first_seed:
                 label, style = f"{label}, seed {seed[run]}", ":"
