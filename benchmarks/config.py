@@ -126,8 +126,12 @@ class BenchmarkConfig:
             return self.tokens_per_batch // n
         return 1 if self.batch is None else self.batch
 
+    def length_fields(self) -> dict[str, list[int]]:
+        """Every field that lists sequence lengths, by name."""
+        return {"ns": self.ns, "train_ns": self.train_ns, "scaling_ns": self.scaling_ns}
+
     def lengths(self) -> list[int]:
-        return sorted({*self.ns, *self.train_ns, *self.scaling_ns})
+        return sorted({n for lengths in self.length_fields().values() for n in lengths})
 
     def points(self, n: int) -> list[tuple[str, int | None]]:
         """(model, k) pairs measured at length n: one per k <= n for models with a projected length."""
@@ -171,10 +175,9 @@ class BenchmarkConfig:
         if self.batch is not None and self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if self.tokens_per_batch is not None:
-            fields = {"ns": self.ns, "train_ns": self.train_ns, "scaling_ns": self.scaling_ns}
             uneven = {
                 name: bad
-                for name, lengths in fields.items()
+                for name, lengths in self.length_fields().items()
                 if (bad := [n for n in lengths if n > self.tokens_per_batch or self.tokens_per_batch % n])
             }
             if uneven:

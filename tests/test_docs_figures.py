@@ -274,7 +274,5 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     assert ratio.get_color() == line.get_color()  # a run keeps its colour in every panel
     by_label = {line.get_label(): line for line in axes[0].get_lines()}
     twin, other_seed = by_label["Linformer, k = 128"], by_label["Linformer, k = 128, seed 2"]
-    assert other_seed.get_color() == twin.get_color() and (other_seed.get_linestyle(), twin.get_linestyle()) == (
-        ":",
-        "-",
-    )
+    assert other_seed.get_color() == twin.get_color()
+    assert (other_seed.get_linestyle(), twin.get_linestyle()) == (":", "-")

@@ -17,6 +17,7 @@ import os
 import re
 from collections import defaultdict
 from statistics import mean
+from typing import NamedTuple
 
 import matplotlib
 
@@ -233,6 +234,16 @@ def compiled_figure(data_dir: str, out_dir: str, card: str = "h100") -> str:
     return save(fig, out_dir, f"compiled_gpu_{card}.png")
 
 
+class RunShape(NamedTuple):
+    """What a books run trained: the columns of curves.csv that say which model it is (its seed aside)."""
+
+    model_type: str
+    n: int
+    k: int | None
+    sharing: str
+    init: str  # how E, F started
+
+
 def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> str:
     """The paper's Figure 3 at small scale: validation perplexity on the held-out books against tokens seen,
     (a) at n = 512, RoBERTa-SDPA and every Linformer; (b) the Linformers at k = 256 for each n, RoBERTa at 512 beside
@@ -247,25 +258,26 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
         runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), ratio))
         # how E, F started (a column since 2026-11-27: "random" before, the default)
         init = r.get("projection_init") or ("random" if r["model_type"] == "linformer" else "")
-        shape[r["run"]] = (r["model_type"], int(r["n"]), int(r["k"]) if r["k"] else None, r["sharing"], init)
+        k = int(r["k"]) if r["k"] else None
+        shape[r["run"]] = RunShape(r["model_type"], int(r["n"]), k, r["sharing"], init)
         seed[r["run"]] = int(r["seed"]) if r.get("seed") else None
-    roberta_512 = [run for run, (model_type, n, *_) in shape.items() if model_type == "roberta" and n == 512]
+    roberta_512 = [run for run, s in shape.items() if s.model_type == "roberta" and s.n == 512]
     linformers = sorted(
-        (run for run, (model_type, *_) in shape.items() if model_type == "linformer"),
+        (run for run, s in shape.items() if s.model_type == "linformer"),
         key=lambda run: (
-            shape[run][3] != "headwise",
-            shape[run][2],
-            shape[run][1],
-            shape[run][4] != "random",
+            shape[run].sharing != "headwise",
+            shape[run].k,
+            shape[run].n,
+            shape[run].init != "random",
             seed[run] or 0,
         ),
-    )  # sharing, then k, then n, then how E, F started, then seed
+    )
     first_seed = min((s for s in seed.values() if s is not None), default=None)
     panels = [
-        ("a. n = 512", roberta_512 + [run for run in linformers if shape[run][1] == 512], "k"),
+        ("a. n = 512", roberta_512 + [run for run in linformers if shape[run].n == 512], "k"),
         (
             "b. k = 256",
-            roberta_512 + sorted((run for run in linformers if shape[run][2] == 256), key=lambda run: shape[run][1]),
+            roberta_512 + sorted((run for run in linformers if shape[run].k == 256), key=lambda run: shape[run].n),
             "n",
         ),
     ]
