@@ -1,0 +1,121 @@
+"""Does glibc's malloc cost CPU training steps time? One masked-LM training step (forward, backward, AdamW) of the books
+plan's models, timed in child processes that differ only in their malloc settings, run in turn (A, B, A, B, ...).
+
+PyTorch's CPU tensors come from glibc's malloc, which serves each block over 32 MB (the largest mmap threshold glibc
+accepts) with a fresh mmap and returns it at free: every step faults its large activations in again, page by page,
+in the kernel. `glibc.malloc.mmap_max=0` serves them from the heap instead, and a high `trim_threshold` keeps the
+freed heap, so later steps reuse pages already mapped, at the cost of a higher resident peak.
+
+    python -m experiments.cpu_malloc --rounds 3 --steps 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+SETTINGS = {
+    "default": None,
+    "heap (mmap_max=0, trim_threshold=16 GiB)": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184",
+}
+# the plan's shapes (configs/books/figure3.yaml): 4 layers, width 256, 4,096 tokens a step
+MODELS = {
+    "roberta-sdpa n=512": dict(model_type="roberta", n=512, k=None),
+    "linformer n=1024 k=256": dict(model_type="linformer", n=1024, k=256),
+}
+
+
+def child(model_type: str, n: int, k: int | None, steps: int) -> dict:
+    import resource
+    import time
+
+    import torch
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+
+    torch.manual_seed(0)
+    width = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024, vocab_size=32768)
+    if model_type == "roberta":
+        model = RobertaForMaskedLM(RobertaConfig(max_position_embeddings=n + 2, attn_implementation="sdpa", **width))
+    else:
+        model = LinformerForMaskedLM(LinformerConfig(max_sequence_length=n, projected_length=k, **width))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(5, 32768, (4096 // n, n))  # (batch, n)
+    labels = torch.where(torch.rand(ids.shape) < 0.15, ids, -100)
+    kwargs = {"logits_for_labels_only": True} if model_type == "linformer" else {}
+
+    def step() -> float:
+        if model_type == "roberta":  # the pretraining trainer's path: the LM head at the labelled positions only
+            hidden = model.roberta(input_ids=ids).last_hidden_state  # (batch, n, d)
+            labelled = labels != -100
+            logits = model.lm_head(hidden[labelled])  # (num_labelled, vocab)
+            loss = torch.nn.functional.cross_entropy(logits, labels[labelled])
+        else:
+            loss = model(input_ids=ids, labels=labels, **kwargs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    for _ in range(3):  # warm-up: AdamW's state, the first faults
+        step()
+    times = []
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(steps):
+        start = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - start)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "step_s": statistics.median(times),
+        "user_s": (after.ru_utime - before.ru_utime) / steps,
+        "sys_s": (after.ru_stime - before.ru_stime) / steps,
+        "faults": (after.ru_minflt - before.ru_minflt) / steps,
+        "max_rss_gb": after.ru_maxrss / 2**20,
+        "last_loss": loss,  # equal under every setting: malloc changes where tensors live, not what they hold
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="times each setting runs, alternating")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (after 3 untimed)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(**json.loads(args.child), steps=args.steps)))
+        return
+    print(f"load average before: {os.getloadavg()}")
+    for model, shape in MODELS.items():
+        runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
+        for _ in range(args.rounds):
+            for name, tunables in SETTINGS.items():
+                env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+                if tunables:
+                    env["GLIBC_TUNABLES"] = tunables
+                child_args = ["--steps", str(args.steps), "--child", json.dumps(shape)]
+                cmd = [sys.executable, "-m", "experiments.cpu_malloc", *child_args]
+                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+        base = statistics.median(r["step_s"] for r in runs["default"])
+        print(f"\n{model} (4,096 tokens a step; medians of {args.rounds} runs of {args.steps} steps)")
+        print("| malloc | step (s) | vs default | user (s) | sys (s) | page faults | peak RSS (GB) | last loss |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for name, rs in runs.items():
+            med = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
+            print(
+                f"| {name} | {med['step_s']:.3f} | {base / med['step_s']:.2f}x | {med['user_s']:.3f} | "
+                f"{med['sys_s']:.3f} | {med['faults']:,.0f} | {med['max_rss_gb']:.2f} | {rs[0]['last_loss']!r} |"
+            )
+        same = len({r["last_loss"] for rs in runs.values() for r in rs}) == 1
+        print(f"the same last loss in every run: {same}")
+    print(f"\nload average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
