@@ -26,8 +26,10 @@ from dataclasses import dataclass
 
 # Transparent huge pages for PyTorch's large CPU tensors, read once at torch's first allocation, so set before the
 # import when run as `python -m experiments.long_document`: a 65,536-token layer allocates gigabytes of fresh
-# activations, and faulting them in 4 KiB at a time costs seconds of system time per pass.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+# activations, and faulting them in 4 KiB at a time costs seconds of system time per pass. Only when run as the
+# command: a process that imports this module (a test, a notebook) keeps its own allocator settings.
+if __name__ == "__main__":
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import torch  # noqa: E402
 from torch import nn

@@ -46,7 +46,7 @@ print(json.dumps({"losses": losses, "faults": faults}))
 
 def run_child(tunables):
     # glibc's malloc on 4 KB pages alone: no tunables, MALLOC_* variables or PyTorch's huge-page allocation from the
-    # caller (experiments/long_document.py sets THP_MEM_ALLOC_ENABLE=1 in any process that imports it)
+    # caller (`python -m experiments.long_document` sets THP_MEM_ALLOC_ENABLE=1 for its own process and children)
     ignored = ("GLIBC_TUNABLES", "THP_MEM_ALLOC_ENABLE")
     env = {k: v for k, v in os.environ.items() if k not in ignored and not k.startswith("MALLOC_")}
     env.update({"OMP_NUM_THREADS": "1", **({"GLIBC_TUNABLES": tunables} if tunables else {})})

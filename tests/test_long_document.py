@@ -213,3 +213,12 @@ def test_keep_freed_memory_lets_later_activations_reuse_pages_without_faults():
     default, kept = later_faults("default"), later_faults("keep")
     assert default > 6 * 50_000  # seven blocks of 65,536 pages faulted in again
     assert kept < default / 4  # at most a block or so while the heap settles
+
+
+def test_importing_the_module_leaves_the_allocator_settings_alone():
+    """The huge-page setting is the command's, not its importers': set at import, it leaked into every later test of
+    the same pytest worker and into their subprocesses."""
+    env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+    probe = "import os, experiments.long_document; print(os.environ.get('THP_MEM_ALLOC_ENABLE'))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split()[-1] == "None"
