@@ -18,6 +18,9 @@ import statistics
 import subprocess
 import sys
 
+from linformer_hf.cli import ArgumentParser
+from linformer_hf.training.errors import positive_int
+
 SETTINGS = {
     "default": None,
     "heap (mmap_max=0, trim_threshold=16 GiB)": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184",
@@ -81,12 +84,12 @@ def child(model_type: str, n: int, k: int | None, steps: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="times each setting runs, alternating")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (after 3 untimed)")
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=positive_int, default=3, help="times each setting runs, alternating")
+    parser.add_argument("--steps", type=positive_int, default=10, help="timed steps per run (after 3 untimed)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(**json.loads(args.child), steps=args.steps)))
         return
@@ -100,8 +103,12 @@ def main() -> None:
                     env["GLIBC_TUNABLES"] = tunables
                 child_args = ["--steps", str(args.steps), "--child", json.dumps(shape)]
                 cmd = [sys.executable, "-m", "experiments.cpu_malloc", *child_args]
-                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if done.returncode != 0:  # one line, the child's last, not a traceback of the parent
+                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                    failed = f"the {model} step under malloc setting {name!r} failed ({done.returncode})"
+                    sys.exit(f"error: {failed}: {last}")
+                runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
         base = statistics.median(r["step_s"] for r in runs["default"])
         print(f"\n{model} (4,096 tokens a step; medians of {args.rounds} runs of {args.steps} steps)")
         print("| malloc | step (s) | vs default | user (s) | sys (s) | page faults | peak RSS (GB) | last loss |")

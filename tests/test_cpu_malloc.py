@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from experiments import cpu_malloc
 from experiments.cpu_malloc import SETTINGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -70,3 +71,22 @@ def test_the_setting_keeps_large_blocks_mapped_and_changes_no_result():
     assert default["faults"] > 5 * 10_000, default
     assert heap["faults"] < default["faults"] / 20, (heap, default)  # a misspelt tunable is ignored silently
     assert heap["losses"] == default["losses"]  # bit for bit: malloc decides where tensors live, not what they hold
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--steps", "-1"]])
+def test_counts_below_one_are_refused_by_the_parser_before_any_run(argv, capsys, monkeypatch):
+    monkeypatch.setattr(cpu_malloc.subprocess, "run", lambda *a, **k: pytest.fail("a child ran"))
+    with pytest.raises(SystemExit) as stop:
+        cpu_malloc.main(argv)
+    assert stop.value.code == 2
+    assert f"argument {argv[0]}: must be >= 1, got {argv[1]}" in capsys.readouterr().err
+
+
+def test_a_failed_child_is_one_line_naming_the_model_and_the_setting(monkeypatch):
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="Traceback ...\nRuntimeError: out of memory\n")
+    monkeypatch.setattr(cpu_malloc.subprocess, "run", lambda *a, **k: failed)
+    with pytest.raises(SystemExit) as stop:
+        cpu_malloc.main(["--rounds", "1", "--steps", "1"])
+    assert stop.value.code == (
+        "error: the roberta-sdpa n=512 step under malloc setting 'default' failed (1): RuntimeError: out of memory"
+    )
