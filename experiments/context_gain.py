@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     import linformer_hf  # noqa: F401  (registers the model families)
     from linformer_hf.training.config import PretrainRecipe, load_recipe
     from linformer_hf.training.data import build_mlm_collator, prepare_held_out_blocks
-    from linformer_hf.training.errors import USER_ERRORS, report
+    from linformer_hf.training.errors import USER_ERRORS, positive_int, report
 
     parser = ArgumentParser(
         prog="python -m experiments.context_gain",
@@ -113,17 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipe", default="configs/pretrain/books.yaml", help="its data section names the documents")
     parser.add_argument("--models", nargs="+", required=True, help="masked-LM folders (RoBERTa, BERT, this package's)")
     parser.add_argument("--tokenizer", help="default: the first model's folder")
-    parser.add_argument("--block_size", type=int, help="default: the longest n among the models")
-    parser.add_argument("--max_blocks", type=int, default=16, help="held-out blocks scored (the first ones)")
-    parser.add_argument("--bucket", type=int, default=512, help="positions in the block per reported bucket")
+    parser.add_argument("--block_size", type=positive_int, help="default: the longest n among the models")
+    parser.add_argument("--max_blocks", type=positive_int, default=16, help="held-out blocks scored (the first ones)")
+    parser.add_argument("--bucket", type=positive_int, default=512, help="positions in the block per reported bucket")
     parser.add_argument(
         "--windows",
-        type=int,
+        type=positive_int,
         nargs="+",
         help="also score each model reading windows of these sizes (up to its n): how much a model uses context "
         "(a model whose perplexity does not fall as its window grows reads its context no better than none)",
     )
-    parser.add_argument("--batch_size", type=int, default=1)
+    parser.add_argument("--batch_size", type=positive_int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="the recipe's training.seed: masked as its evaluation")
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--overwrite", action="store_true")

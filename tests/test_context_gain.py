@@ -146,3 +146,13 @@ def test_windows_score_the_same_tokens_and_a_context_free_model_alike(books, rob
     assert free == pytest.approx([free[0]] * 3, rel=1e-5)
     live = [scored[os.path.basename(roberta_source), w]["mask_input_perplexity"] for w in (8, 32, 64)]
     assert max(live) / min(live) > 1 + 1e-4  # a barely trained model: small, but 10x the context-free spread
+
+
+@pytest.mark.parametrize("flag", ["--block_size", "--max_blocks", "--bucket", "--windows", "--batch_size"])
+def test_sizes_and_counts_below_one_are_refused_before_any_model_loads(flag, tmp_path, capsys):
+    # a bucket or batch of 0 would divide by zero after the models load, a window of 0 score nothing
+    with pytest.raises(SystemExit) as stop:
+        main(["--models", str(tmp_path / "nothing"), "--output_dir", str(tmp_path / "out"), flag, "0"])
+    assert stop.value.code == 2
+    assert f"argument {flag}: must be >= 1, got 0" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
