@@ -255,6 +255,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
         "Linformer, k = 128, seed 2",
         "Linformer, k = 128, E, F from neighbour_average",
         "Linformer, k = 256",
+        "Linformer, k = 256, seed 2",
         "Linformer, k = 128, key_value",
         "Linformer, k = 128, layerwise",
     ]
@@ -262,9 +263,11 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
         "RoBERTa-SDPA, n = 512",
         "RoBERTa-SDPA, n = 512, seed 2",
         "Linformer, n = 512",
+        "Linformer, n = 512, seed 2",
         "Linformer, n = 1024",
         "Linformer, n = 2048",
         "Linformer, n = 4096",
+        "Linformer, n = 4096, seed 2",
     ]
     line = drawn["books_figure3.png"].axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [128 * 4096 / 1e6, 256 * 4096 / 1e6]  # tokens seen: updates x 4,096
