@@ -288,7 +288,7 @@ def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
 
 
 def load_plan(path: str) -> BooksPlan:
-    plan = build_section(BooksPlan, load_yaml(path))
+    plan = build_section(BooksPlan, load_yaml(path, given_as="--plan"))
     plan.validate()
     return plan
 

@@ -338,7 +338,7 @@ def gpu_plan(path: str, output_dir: str, sets: dict):
     from experiments.books_pretraining import BooksPlan
     from linformer_hf.training.config import build_section, load_yaml
 
-    data = load_yaml(path)
+    data = load_yaml(path, given_as="--plan")
     data["output_dir"] = os.path.abspath(output_dir)
     data["shared"] = {**(data.get("shared") or {}), **sets}
     plan = build_section(BooksPlan, data)

@@ -175,7 +175,7 @@ class ReplicationPlan:
 def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ReplicationPlan:
     """Read a plan; `overrides` (``{"output_dir": ..., "pretrain.seed": 43}``, as `parse_overrides` returns them
     from ``--output_dir ... --pretrain.seed 43``) replace keys the way a recipe's overrides do."""
-    plan = build_section(ReplicationPlan, apply_overrides(load_yaml(path), overrides or {}))
+    plan = build_section(ReplicationPlan, apply_overrides(load_yaml(path, given_as="--plan"), overrides or {}))
     plan.validate()
     return plan
 

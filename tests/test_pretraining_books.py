@@ -695,3 +695,22 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
     assert events.read_text().splitlines() == ["a started", "a got SIGTERM"]
     assert time.monotonic() - start < 30
     assert signal.getsignal(signal.SIGTERM) == handler_before  # the driver's handler is gone again
+
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (["--plan", "configs/books/nothere.yaml"], "Pass an existing YAML file as --plan."),
+        (["--plan", "configs/books/figure3.yaml", "--only", "roberta_n521"], "unknown runs ['roberta_n521']"),
+    ],
+)
+def test_a_bad_plan_command_line_is_one_error_line_before_any_run(argv, error, monkeypatch, capsys):
+    from experiments import books_pretraining
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(books_pretraining, "run_plan", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as stop:
+        books_pretraining.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert error in err and err.count("\n") == 1

@@ -81,7 +81,7 @@ def test_unknown_model_config_field(tokenizer_dir, tmp_path):
 def test_missing_files(tmp_path):
     with pytest.raises(ConfigError, match="Data file not found: .*nope.txt"):
         load_recipe(PretrainRecipe, None, extra={"data.train_files": [str(tmp_path / "nope.txt")]})
-    with pytest.raises(ConfigError, match="Config file not found"):
+    with pytest.raises(ConfigError, match="Config file not found: .*Pass an existing YAML file as --config"):
         load_recipe(PretrainRecipe, str(tmp_path / "missing.yaml"))
     with pytest.raises(ConfigError, match="data.train_file not found"):
         load_recipe(FinetuneRecipe, None, extra={"model.pretrained": str(tmp_path), "data.train_file": "x.tsv"})

@@ -158,9 +158,11 @@ def build_section(cls, values: dict[str, Any] | None, section: str = ""):
     return cls(**kwargs)
 
 
-def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+def load_yaml(path: str | os.PathLike, given_as: str = "--config") -> dict[str, Any]:
+    """The mapping in the YAML file `path`; `given_as` names where the user gave it (a flag or a recipe key), for the
+    error when it is missing."""
     if not os.path.isfile(path):
-        raise ConfigError(f"Config file not found: {path}. Pass an existing YAML file with --config.")
+        raise ConfigError(f"Config file not found: {path}. Pass an existing YAML file as {given_as}.")
     with open(path, encoding="utf-8") as fh:
         try:
             data = yaml.safe_load(fh) or {}
