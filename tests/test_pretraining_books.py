@@ -714,3 +714,17 @@ def test_a_bad_plan_command_line_is_one_error_line_before_any_run(argv, error, m
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert error in err and err.count("\n") == 1
+
+
+def test_a_run_reads_context_from_the_evaluation_after_which_it_stays_under_the_baseline():
+    from experiments.books_pretraining import READS_CONTEXT, reads_context_from
+
+    def evals(*ratios):
+        return [{"step": 128 * i, "perplexity_over_unigram": r} for i, r in enumerate(ratios)]
+
+    below, above = READS_CONTEXT - 0.01, READS_CONTEXT + 0.01
+    assert reads_context_from(evals(1.05, above, below, below)) == 256
+    assert reads_context_from(evals(1.05, below, above, below, below)) == 384  # a dip under it is not yet reading
+    assert reads_context_from(evals(1.05, below, below, READS_CONTEXT)) is None  # back at the plateau at the end
+    assert reads_context_from(evals(below, below)) == 0  # a pretrained model reads its context from the start
+    assert reads_context_from(evals(1.05)) is None and reads_context_from([]) is None
