@@ -257,6 +257,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
         "Linformer, k = 256",
         "Linformer, k = 256, seed 2",
         "Linformer, k = 128, key_value",
+        "Linformer, k = 128, key_value, seed 2",
         "Linformer, k = 128, layerwise",
     ]
     assert panel_b == [

@@ -266,6 +266,7 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
         (run for run, s in shape.items() if s.model_type == "linformer"),
         key=lambda run: (
             shape[run].sharing != "headwise",
+            shape[run].sharing,  # a sharing's other seeds beside it
             shape[run].k,
             shape[run].n,
             shape[run].init != "random",
