@@ -169,8 +169,10 @@ def reads_context_from(evals: list[dict]) -> int | None:
     scale it is when a run left the unigram plateau, and it has ordered the final perplexities of the plan's runs."""
     from_step = None
     for row in evals:
-        below = row.get("perplexity_over_unigram", float("nan")) < READS_CONTEXT
-        from_step = (row["step"] if from_step is None else from_step) if below else None
+        if not row.get("perplexity_over_unigram", float("nan")) < READS_CONTEXT:  # on the plateau (or not measured)
+            from_step = None
+        elif from_step is None:
+            from_step = row["step"]
     return from_step
 
 
