@@ -97,6 +97,29 @@ def recipe(plan: BooksPlan, run: Run) -> PretrainRecipe:
     )
 
 
+def baseline_for(plan: BooksPlan, run: Run) -> str | None:
+    """The run ``run`` is compared with: the plan's baseline if both have the same seed, else the baseline's twin of
+    ``run``'s seed (the run whose overrides are the baseline's with that seed: the same blocks, order and masks as
+    ``run``), or None when the plan has no such run. A run of another seed reads other tokens under other masks, so
+    its perplexity is divided by its own seed's baseline only."""
+    if plan.baseline is None:
+        return None
+
+    def seed(candidate: Run):  # None: the recipe's own seed
+        return {**plan.shared, **candidate.overrides}.get("training.seed")
+
+    def without_seed(candidate: Run) -> dict:
+        return {key: value for key, value in candidate.overrides.items() if key != "training.seed"}
+
+    base = next(candidate for candidate in plan.runs if candidate.name == plan.baseline)
+    if seed(run) == seed(base):
+        return base.name
+    return next(
+        (c.name for c in plan.runs if seed(c) == seed(run) and without_seed(c) == without_seed(base)),
+        None,
+    )
+
+
 def run_dir(plan: BooksPlan, run: Run) -> str:
     return os.path.join(plan.output_dir, run.name)
 
@@ -215,6 +238,7 @@ def collate(plan: BooksPlan) -> tuple[list[dict], list[dict]]:
                 "mask_input_perplexity": evals[-1].get("mask_input_perplexity") if evals else None,
                 "mask_input_over_unigram": evals[-1].get("perplexity_over_unigram") if evals else None,
                 "reads_context_from": reads_context_from(evals),
+                "baseline": baseline_for(plan, run),
                 "tokens_per_s": per_update / statistics.median(gaps) if gaps else None,
             }
         )
@@ -229,33 +253,36 @@ def write_report(plan: BooksPlan) -> str:
         writer.writeheader()
         writer.writerows(curves)
     os.replace(os.path.join(plan.output_dir, "curves.csv.tmp"), os.path.join(plan.output_dir, "curves.csv"))
-    base = next(
-        (s["mask_input_perplexity"] for s in summaries if s["run"] == plan.baseline and s["mask_input_perplexity"]),
-        None,
-    )
+    last = {s["run"]: s for s in summaries}
     lines = [
         f"# {os.path.basename(plan.output_dir)}: validation perplexity on the held-out books",
         "",
         f"Recipe {plan.recipe}, shared overrides {json.dumps(plan.shared)}. Load average when written: "
         f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}. Tokens/s: median over updates, under that machine's load.",
         "Perplexity over all scored tokens, and at those whose input is <mask> (predictable from the context only; "
-        "x unigram below 1: better than the training tokens' frequencies), the last against the baseline's.",
+        "x unigram below 1: better than the training tokens' frequencies); both against the baseline of the run's own "
+        f"seed ({plan.baseline}, or its twin with that seed: the same tokens and masks), at the last evaluation of "
+        "each.",
         "",
-        f"| run | finished | updates | tokens | perplexity | at <mask> | x unigram | at <mask> vs {plan.baseline} "
-        f"| reads context from update (x unigram < {READS_CONTEXT} from then on) | training tokens/s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | finished | updates | tokens | perplexity | at <mask> | x unigram | baseline | vs baseline: perplexity "
+        f"/ at <mask> | reads context from update (x unigram < {READS_CONTEXT} from then on) | training tokens/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def number(value, form):
         return format(value, form) if value else "-"
 
+    def ratio(s: dict, base: dict | None, key: str) -> str:
+        return number(s[key] / base[key] if base and base[key] and s[key] else None, ".3f")
+
     for s in summaries:
-        ratio = number(s["mask_input_perplexity"] / base if base and s["mask_input_perplexity"] else None, ".3f")
+        base = last.get(s["baseline"])
         reads = "not yet" if s["reads_context_from"] is None else s["reads_context_from"]
         lines.append(
             f"| {s['run']} | {'yes' if s['finished'] else 'no'} | {s['steps']} | {s['tokens']:,} "
             f"| {number(s['perplexity'], '.1f')} | {number(s['mask_input_perplexity'], '.1f')} "
-            f"| {number(s['mask_input_over_unigram'], '.3f')} | {ratio} | {reads} "
+            f"| {number(s['mask_input_over_unigram'], '.3f')} | {s['baseline'] or '-'} "
+            f"| {ratio(s, base, 'perplexity')} / {ratio(s, base, 'mask_input_perplexity')} | {reads} "
             f"| {number(s['tokens_per_s'], ',.0f')} |"
         )
     text = "\n".join(lines) + "\n"

@@ -467,7 +467,6 @@ def collate_all(plans: list) -> tuple[list[dict], list[dict], list[str]]:
                     "stopped_by_time_budget": bool(final.get("stopped_by_time_budget")),
                     "train_seconds": round(final["train_seconds"], 1) if "train_seconds" in final else None,
                     "evaluations": {row["step"]: row for row in rows if row.get("event") == "eval"},
-                    "baseline": plan.baseline,
                 }
             )
     return curves, summaries, problems

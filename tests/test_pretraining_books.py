@@ -728,3 +728,47 @@ def test_a_run_reads_context_from_the_evaluation_after_which_it_stays_under_the_
     assert reads_context_from(evals(1.05, below, below, READS_CONTEXT)) is None  # back at the plateau at the end
     assert reads_context_from(evals(below, below)) == 0  # a pretrained model reads its context from the start
     assert reads_context_from(evals(1.05)) is None and reads_context_from([]) is None
+
+
+def test_each_run_is_compared_with_the_baseline_of_its_own_seed(tmp_path, monkeypatch):
+    """A run of seed 2 reads other blocks under other masks: its perplexity is divided by the baseline's twin of seed
+    2 (the baseline's overrides with that seed), not by seed 1's baseline; without a twin, by nothing."""
+    from experiments import books_pretraining
+    from experiments.books_pretraining import BooksPlan, Run, baseline_for
+
+    roberta = {"model.model_type": "roberta", "data.input_length": 512}
+    plan = BooksPlan(
+        output_dir=str(tmp_path / "out"),
+        baseline="roberta",
+        runs=[
+            Run("roberta", dict(roberta)),
+            Run("k128", {"data.input_length": 512}),
+            Run("roberta_seed2", {**roberta, "training.seed": 2}),
+            Run("k128_seed2", {"data.input_length": 512, "training.seed": 2}),
+            Run("roberta_n1024_seed3", {**roberta, "data.input_length": 1024, "training.seed": 3}),
+            Run("k128_seed3", {"data.input_length": 512, "training.seed": 3}),
+        ],
+    )
+    assert [baseline_for(plan, run) for run in plan.runs] == [
+        "roberta", "roberta", "roberta_seed2", "roberta_seed2", None, None,
+    ]  # fmt: skip
+    plan.shared = {"training.seed": 2}  # a seed every run takes, overridden by one: the same pairing
+    plan.runs[0].overrides["training.seed"] = 1
+    assert baseline_for(plan, plan.runs[1]) == "roberta_seed2" and baseline_for(plan, plan.runs[0]) == "roberta"
+    assert baseline_for(BooksPlan(runs=plan.runs), plan.runs[1]) is None  # a plan without a baseline
+
+    # The report divides by that baseline's last evaluation.
+    plan.shared = {}
+    del plan.runs[0].overrides["training.seed"]
+    ppl = {"roberta": 400.0, "k128": 420.0, "roberta_seed2": 500.0, "k128_seed2": 510.0, "k128_seed3": 450.0}
+    summaries = [
+        {"run": name, "finished": True, "steps": 8, "tokens": 8 * 4096, "perplexity": value,
+         "mask_input_perplexity": 2 * value, "mask_input_over_unigram": 0.9, "reads_context_from": 4,
+         "tokens_per_s": 1000.0, "baseline": baseline_for(plan, next(r for r in plan.runs if r.name == name))}
+        for name, value in ppl.items()
+    ]  # fmt: skip
+    monkeypatch.setattr(books_pretraining, "collate", lambda plan: ([], summaries))
+    report = books_pretraining.write_report(plan)
+    assert "| k128 | yes | 8 | 32,768 | 420.0 | 840.0 | 0.900 | roberta | 1.050 / 1.050 |" in report
+    assert "| k128_seed2 | yes | 8 | 32,768 | 510.0 | 1020.0 | 0.900 | roberta_seed2 | 1.020 / 1.020 |" in report
+    assert "| k128_seed3 | yes | 8 | 32,768 | 450.0 | 900.0 | 0.900 | - | - / - |" in report
