@@ -253,7 +253,7 @@ def write_report(plan: BooksPlan) -> str:
         writer.writeheader()
         writer.writerows(curves)
     os.replace(os.path.join(plan.output_dir, "curves.csv.tmp"), os.path.join(plan.output_dir, "curves.csv"))
-    last = {s["run"]: s for s in summaries}
+    at_step = {(row["run"], row["step"]): row for row in curves}  # each evaluation, to compare at the same update
     lines = [
         f"# {os.path.basename(plan.output_dir)}: validation perplexity on the held-out books",
         "",
@@ -261,8 +261,7 @@ def write_report(plan: BooksPlan) -> str:
         f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}. Tokens/s: median over updates, under that machine's load.",
         "Perplexity over all scored tokens, and at those whose input is <mask> (predictable from the context only; "
         "x unigram below 1: better than the training tokens' frequencies); both against the baseline of the run's own "
-        f"seed ({plan.baseline}, or its twin with that seed: the same tokens and masks), at the last evaluation of "
-        "each.",
+        f"seed ({plan.baseline}, or its twin with that seed: the same tokens and masks) at the same update.",
         "",
         "| run | finished | updates | tokens | perplexity | at <mask> | x unigram | baseline | vs baseline: perplexity "
         f"/ at <mask> | reads context from update (x unigram < {READS_CONTEXT} from then on) | training tokens/s |",
@@ -276,7 +275,7 @@ def write_report(plan: BooksPlan) -> str:
         return number(s[key] / base[key] if base and base[key] and s[key] else None, ".3f")
 
     for s in summaries:
-        base = last.get(s["baseline"])
+        base = at_step.get((s["baseline"], s["steps"]))  # None until the baseline has evaluated at that update
         reads = "not yet" if s["reads_context_from"] is None else s["reads_context_from"]
         lines.append(
             f"| {s['run']} | {'yes' if s['finished'] else 'no'} | {s['steps']} | {s['tokens']:,} "

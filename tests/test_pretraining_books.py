@@ -757,7 +757,7 @@ def test_each_run_is_compared_with_the_baseline_of_its_own_seed(tmp_path, monkey
     assert baseline_for(plan, plan.runs[1]) == "roberta_seed2" and baseline_for(plan, plan.runs[0]) == "roberta"
     assert baseline_for(BooksPlan(runs=plan.runs), plan.runs[1]) is None  # a plan without a baseline
 
-    # The report divides by that baseline's last evaluation.
+    # The report divides by that baseline's evaluation at the same update (none yet: nothing to divide by).
     plan.shared = {}
     del plan.runs[0].overrides["training.seed"]
     ppl = {"roberta": 400.0, "k128": 420.0, "roberta_seed2": 500.0, "k128_seed2": 510.0, "k128_seed3": 450.0}
@@ -767,8 +767,16 @@ def test_each_run_is_compared_with_the_baseline_of_its_own_seed(tmp_path, monkey
          "tokens_per_s": 1000.0, "baseline": baseline_for(plan, next(r for r in plan.runs if r.name == name))}
         for name, value in ppl.items()
     ]  # fmt: skip
-    monkeypatch.setattr(books_pretraining, "collate", lambda plan: ([], summaries))
+    summaries[3].update(steps=4, tokens=4 * 4096)  # k128_seed2, part-way
+    curves = [  # each run's last evaluation is its summary's; the one before it 1.5 times higher
+        {"run": s["run"], "step": step, "perplexity": s["perplexity"] * (1.0 if step == s["steps"] else 1.5),
+         "mask_input_perplexity": s["mask_input_perplexity"] * (1.0 if step == s["steps"] else 1.5)}
+        for s in summaries for step in (4, 8) if step <= s["steps"]
+    ]  # fmt: skip
+    monkeypatch.setattr(books_pretraining, "collate", lambda plan: (curves, summaries))
+    monkeypatch.setattr(books_pretraining, "CURVE_COLUMNS", ["run", "step", "perplexity", "mask_input_perplexity"])
     report = books_pretraining.write_report(plan)
     assert "| k128 | yes | 8 | 32,768 | 420.0 | 840.0 | 0.900 | roberta | 1.050 / 1.050 |" in report
-    assert "| k128_seed2 | yes | 8 | 32,768 | 510.0 | 1020.0 | 0.900 | roberta_seed2 | 1.020 / 1.020 |" in report
+    # at update 4: 510 against roberta_seed2's 750 there (0.680), not against its 500 at update 8 (1.020)
+    assert "| k128_seed2 | yes | 4 | 16,384 | 510.0 | 1020.0 | 0.900 | roberta_seed2 | 0.680 / 0.680 |" in report
     assert "| k128_seed3 | yes | 8 | 32,768 | 450.0 | 900.0 | 0.900 | - | - / - |" in report
