@@ -90,3 +90,46 @@ def test_a_failed_child_is_one_line_naming_the_model_and_the_setting(monkeypatch
     assert stop.value.code == (
         "error: the roberta-sdpa n=512 step under malloc setting 'default' failed (1): RuntimeError: out of memory"
     )
+
+
+def test_only_the_named_shapes_run_and_the_table_shows_resident_memory_after_the_warm_up_and_the_last_step(
+    monkeypatch, capsys
+):
+    ran = []
+
+    def fake_run(cmd, env, **kwargs):
+        shape = json.loads(cmd[cmd.index("--child") + 1])
+        ran.append((shape["model_type"], env.get("GLIBC_TUNABLES")))
+        grown = 9.0 if env.get("GLIBC_TUNABLES") else 2.8
+        result = dict(step_s=1.0, user_s=1.0, sys_s=0.1, faults=10, max_rss_gb=grown, rss_warm_gb=2.0,
+                      rss_last_gb=grown, last_loss=1.5)  # fmt: skip
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(result) + "\n", stderr="")
+
+    monkeypatch.setattr(cpu_malloc.subprocess, "run", fake_run)
+    cpu_malloc.main(["--rounds", "1", "--steps", "1", "--models", "bert (all-MiniLM-L6-v2) n=512"])
+    assert ran == [("bert", None), ("bert", TUNABLES)]
+    out = capsys.readouterr().out
+    assert "bert (all-MiniLM-L6-v2) n=512 (8,192 tokens a step" in out and "roberta" not in out
+    assert "| 2.00 -> 2.80 |" in out and "| 2.00 -> 9.00 |" in out
+
+
+def test_each_step_draws_a_fresh_mask_the_same_under_every_setting(monkeypatch):
+    """The LM head's blocks must change size from step to step, as in pretraining (a fixed mask hid the heap's
+    growth), while every setting sees the same masks (so the losses can be compared bit for bit)."""
+    import torch
+
+    counts = []
+    real_where = torch.where
+
+    def counting_where(condition, *args):
+        counts.append(int(condition.sum()))
+        return real_where(condition, *args)
+
+    monkeypatch.setattr(torch, "where", counting_where)
+    tiny = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, vocab_size=300)
+    first = cpu_malloc.child("bert", n=64, k=None, tokens=256, width=tiny, steps=3)
+    masks_first, counts[:] = list(counts), []
+    second = cpu_malloc.child("bert", n=64, k=None, tokens=256, width=tiny, steps=3)
+    assert len(masks_first) == 6 and len(set(masks_first)) > 1  # 3 warm-up + 3 timed steps, masks of several sizes
+    assert counts == masks_first and first["last_loss"] == second["last_loss"]
+    assert first["rss_warm_gb"] > 0 and first["rss_last_gb"] > 0
