@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 from training_utils import REPO, WIKITEXT, as_argv, free_port, script_env, tiny_pretrain_overrides
 
 from linformer_hf.training.config import PretrainRecipe, load_recipe
@@ -332,3 +333,53 @@ def test_the_masked_lm_loss_is_computed_once_and_normalised_by_the_given_count(m
         loss = masked_lm_loss(model, batch, num_masked=torch.tensor(40))
     assert len(calls) == 1
     assert loss.item() == pytest.approx(reference_sum.item() / 40, rel=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["linformer", "roberta"])
+def test_the_evaluation_runs_one_forward_a_batch_and_equals_the_full_logits_cross_entropy(model_type):
+    """`evaluate_mlm`'s two figures, the loss over every scored token and over those whose input is <mask>, from one
+    forward a batch, equal the cross-entropy of the full logits (every position) at those tokens: rows and labels in
+    the same order, with a mask token, random replacements and unchanged tokens among the scored ones."""
+    from accelerate import Accelerator
+    from transformers import RobertaConfig
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+    from linformer_hf.training.model_setup import RobertaForMaskedLMBaseline
+    from linformer_hf.training.pretraining import evaluate_mlm
+
+    torch.manual_seed(0)
+    sizes = dict(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    if model_type == "linformer":
+        model = LinformerForMaskedLM(LinformerConfig(**sizes, max_sequence_length=16, projected_length=4))
+    else:
+        model = RobertaForMaskedLMBaseline(RobertaConfig(**sizes, max_position_embeddings=18))
+    model.eval()
+    mask_id, batches = 4, []
+    for _ in range(3):
+        labels = torch.randint(5, 50, (2, 16))
+        scored = torch.rand(2, 16) < 0.5
+        shown = torch.where(torch.rand(2, 16) < 0.6, mask_id, torch.randint(5, 50, (2, 16)))
+        input_ids = torch.where(scored, shown, labels)
+        batches.append({"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                        "labels": labels.masked_fill(~scored, -100)})  # fmt: skip
+
+    forwards = []
+    hook = model.base_model.register_forward_hook(lambda *_: forwards.append(1))
+    got = evaluate_mlm(model, batches, Accelerator(cpu=True), mask_token_id=mask_id)
+    hook.remove()
+    assert len(forwards) == len(batches)
+
+    sums = torch.zeros(4, dtype=torch.float64)
+    model.eval()  # evaluate_mlm leaves the model in training mode
+    with torch.no_grad():
+        for batch in batches:
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (2, 16, V)
+            scored = batch["labels"].ne(-100)
+            at_mask = scored & batch["input_ids"].eq(mask_id)
+            for i, where in ((0, scored), (2, at_mask)):
+                sums[i] += F.cross_entropy(logits[where], batch["labels"][where], reduction="sum").double()
+                sums[i + 1] += where.sum()
+    assert 0 < sums[3] < sums[1]  # some scored inputs are not <mask>
+    assert got["eval_masked_tokens"] == int(sums[1])
+    assert got["eval_loss"] == pytest.approx((sums[0] / sums[1]).item(), rel=1e-6)
+    assert got["mask_input_loss"] == pytest.approx((sums[2] / sums[3]).item(), rel=1e-6)

@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from datasets import IterableDataset
 from datasets.distributed import split_dataset_by_node
 from torch.utils.data import DataLoader
@@ -133,18 +134,24 @@ def labels_at_mask_inputs(batch, mask_token_id: int) -> torch.Tensor:
 @torch.no_grad()
 def evaluate_mlm(model, dataloader, accelerator, mask_token_id: int | None = None) -> dict[str, float]:
     """Validation loss per masked token over every process' shard of the validation blocks (each block once); with
-    ``mask_token_id``, also the loss at the scored tokens whose input is ``<mask>`` (`labels_at_mask_inputs`)."""
+    ``mask_token_id``, also the loss at the scored tokens whose input is ``<mask>`` (`labels_at_mask_inputs`), from
+    the same forward."""
     model.eval()
     # [loss, tokens] over all scored tokens, then over those whose input is <mask>
     totals = torch.zeros(4, dtype=torch.float64, device=accelerator.device)
     for batch in dataloader:
         batch = {key: value.to(accelerator.device) for key, value in batch.items()}
-        totals[0] += masked_lm_loss(model, batch, num_masked=1).double()
-        totals[1] += batch["labels"].ne(-100).sum()
+        # One forward a batch: the summed loss over the scored tokens, and their logits, in the order of the scored
+        # positions, from which the loss at <mask> inputs is the same cross-entropy over a subset of rows.
+        output = model(**batch, logits_for_labels_only=True, num_items_in_batch=1)
+        scored = batch["labels"].ne(-100)  # (batch, L)
+        totals[0] += output.loss.double()
+        totals[1] += scored.sum()
         if mask_token_id is not None:
-            at_mask = {**batch, "labels": labels_at_mask_inputs(batch, mask_token_id)}
-            totals[2] += masked_lm_loss(model, at_mask, num_masked=1).double()
-            totals[3] += at_mask["labels"].ne(-100).sum()
+            at_mask = batch["input_ids"][scored].eq(mask_token_id)  # (num_scored,), the logits' rows
+            logits, labels = output.logits[at_mask].float(), batch["labels"][scored][at_mask]  # (num_at_mask, vocab)
+            totals[2] += F.cross_entropy(logits, labels, reduction="sum").double()
+            totals[3] += at_mask.sum()
     model.train()
     totals = accelerator.reduce(totals, reduction="sum")
     loss = (totals[0] / totals[1].clamp(min=1)).item()
