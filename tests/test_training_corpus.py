@@ -44,3 +44,57 @@ def test_corpus_and_tokenizer_scripts(tmp_path, capsys):
     assert tok.decode(ids, skip_special_tokens=True) == "The function returns a list."
     assert train_tokenizer.main(["--files", str(tmp_path / "missing.txt"), "--output_dir", str(tmp_path / "t2")]) == 2
     assert "not found" in capsys.readouterr().err and not os.path.exists(tmp_path / "t2")
+
+
+def test_docstrings_are_those_of_ast_walk_in_its_order(tmp_path):
+    """The docstring reader walks statements only: the same docstrings in the same order as a walk of the whole tree,
+    for definitions nested in every kind of block and for real files (the corpus, and its sha256, stay the same)."""
+    import ast
+    import glob
+    import textwrap
+
+    from linformer_hf.training import corpus
+
+    def reference(path):
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        return [d for n in ast.walk(tree) if isinstance(n, kinds) for d in [ast.get_docstring(n, clean=True)] if d]
+
+    nested = tmp_path / "nested.py"
+    nested.write_text(
+        textwrap.dedent('''
+        """module"""
+        if x:
+            def in_if(): "in if"
+        else:
+            class InElse:
+                """in else"""
+                def method(self): "method"
+        try:
+            def in_try(): "in try"
+        except E:
+            def in_except(): "in except"
+        finally:
+            async def in_finally(): "in finally"
+        with ctx:
+            for i in y:
+                while z:
+                    def deep(): "deep"
+        match v:
+            case 1:
+                def in_case(): "in case"
+        def outer():
+            "outer"
+            class Inner:
+                "inner"
+            f = lambda: "not a docstring"
+    ''')
+    )
+    found = corpus._docstrings(str(nested))
+    assert sorted(found) == sorted(["module", "in if", "in else", "method", "in try", "in except", "in finally", "deep",
+                                    "in case", "outer", "inner"])  # fmt: skip
+    files = [str(nested), corpus.__file__, ast.__file__, *sorted(glob.glob(os.path.join(os.path.dirname(os.__file__),
+                                                                                     "json", "*.py")))]  # fmt: skip
+    for path in files:
+        assert corpus._docstrings(path) == reference(path), path

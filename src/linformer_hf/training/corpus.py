@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+from collections import deque
 from importlib import metadata
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
@@ -22,6 +23,8 @@ _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 _URL = re.compile(r"<?https?://\S+>?")
 _MARKUP = re.compile(r"(`+|\*\*|:[a-z]+:|\\)")
+# the nodes that hold statements, and so may hold a module's, class's or function's docstring
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 def _clean(text: str) -> list[str]:
@@ -49,12 +52,16 @@ def _docstrings(path: str) -> list[str]:
             tree = ast.parse(fh.read(), filename=path)
     except (SyntaxError, UnicodeDecodeError, ValueError, OSError, RecursionError):
         return []
-    out = []
-    for node in ast.walk(tree):
+    # ast.walk's order (breadth first), over statements only: a module, class or function is never inside an
+    # expression, and skipping the expressions (most of the tree) makes this several times faster
+    out, queue = [], deque([tree])
+    while queue:
+        node = queue.popleft()
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node, clean=True)
             if doc:
                 out.append(doc)
+        queue.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, _HOLDS_STATEMENTS))
     return out
 
 

@@ -8,10 +8,13 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score
 
 
 def classification_metrics(predictions, labels, with_f1: bool = False) -> dict[str, float]:
+    # imported here: scikit-learn takes about half a second to import, and pretraining, which imports this module for
+    # the unigram baseline, never needs it
+    from sklearn.metrics import accuracy_score, f1_score
+
     predictions = np.asarray(predictions)
     labels = np.asarray(labels)
     if predictions.shape != labels.shape:
