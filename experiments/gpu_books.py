@@ -484,6 +484,17 @@ def _read(path: str) -> str:
         return ""
 
 
+def _vs_baseline(run: dict, baseline: dict | None) -> str:
+    """The run's perplexity at <mask> inputs over the baseline's, at the last update both evaluated (a time budget
+    stops runs at different updates), with that update named when it is not the run's last evaluation."""
+    common = sorted(set(run["evaluations"]) & set(baseline["evaluations"])) if baseline else []
+    if not common:
+        return "-"
+    step = common[-1]
+    ratio = run["evaluations"][step]["mask_input_perplexity"] / baseline["evaluations"][step]["mask_input_perplexity"]
+    return f"{ratio:.3f}" if step == max(run["evaluations"]) else f"{ratio:.3f} (at {step})"
+
+
 def report(work: str, curves: list[dict], summaries: list[dict], problems: list[str]) -> str:
     lines = [
         "# Issue 35 at base width on one GPU: Figure 3 and uptraining (experiments/gpu_books.sh)",
@@ -518,20 +529,16 @@ def report(work: str, curves: list[dict], summaries: list[dict], problems: list[
             f"## {plan}",
             "",
             "| run | finished | updates | tokens | perplexity | at <mask> | x unigram "
-            f"| at <mask> / {runs[0]['baseline']} | tokens/s | first update (s) | time budget hit | training s |",
+            f"| at <mask> / {runs[0]['baseline']} (same update) | tokens/s | first update (s) | time budget hit "
+            "| training s |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for s in runs:
-            ratio = (
-                s["mask_input_perplexity"] / baseline["mask_input_perplexity"]
-                if baseline and s["mask_input_perplexity"]
-                else None
-            )
             lines.append(
                 f"| {s['run']} | {'yes' if s['finished'] else 'no'} | {s['steps']} | {s['tokens']:,} "
                 f"| {_f(s['perplexity'])} | {_f(s['mask_input_perplexity'])} "
                 f"| {_f(s['mask_input_over_unigram'], '.3f')} "
-                f"| {_f(ratio, '.3f')} | {_f(s['tokens_per_s'], ',.0f')} | {_f(s['first_update_s'])} "
+                f"| {_vs_baseline(s, baseline)} | {_f(s['tokens_per_s'], ',.0f')} | {_f(s['first_update_s'])} "
                 f"| {'yes' if s['stopped_by_time_budget'] else 'no'} | {_f(s['train_seconds'])} |"
             )
         steps = sorted({step for s in runs for step in s["evaluations"]})

@@ -39,8 +39,8 @@
 # Files it returns (read-only, under the reply's files_at; at most 4 of the 8 allowed):
 #   report.md     the environment (device, versions, the carried shards), each stage's exit and seconds, per plan
 #                 the table of runs (updates, tokens, perplexity, at <mask>, x unigram, at <mask> against the
-#                 baseline, training tokens/s, the first update's seconds (the compile), whether the time budget cut
-#                 it) and every evaluation side by side; the uptraining table (teacher at 512, uptrained before and
+#                 baseline at the last update both evaluated, training tokens/s, the first update's seconds (the
+#                 compile), whether the time budget cut it) and every evaluation side by side; the uptraining table (teacher at 512, uptrained before and
 #                 after, control after); the exact commands
 #   curves.csv    one row per evaluation: plan, run, model_type, n, k, sharing, step, tokens, perplexity,
 #                 mask_input_perplexity, mask_input_over_unigram, eval_loss (books_pretraining's columns), then

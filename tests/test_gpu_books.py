@@ -150,6 +150,14 @@ def test_gathering_a_run_stopped_part_way_keeps_its_curve(carried, tmp_path):
         rows += [{"time": 115.0 + 0.1 * (s - 81), "step": s, "loss": 5.0} for s in range(81, 101)]
         with open(os.path.join(run_dir, "train_log.jsonl"), "w") as fh:
             fh.write("".join(json.dumps(row) + "\n" for row in rows))
+        # The Linformer, stopped by its time budget at update 90: against RoBERTa at update 80, the last both evaluated
+        linformer_dir = os.path.join(plan.output_dir, "linformer_n4096_k256")
+        os.makedirs(linformer_dir)
+        rows = [{"time": 100.0, "event": "start", "step": 0}]
+        rows += [{"time": 101.0 + s, "event": "eval", "step": s, **dict(metrics, mask_input_perplexity=m)}
+                 for s, m in ((0, 800.0), (80, 630.0), (90, 600.0))]  # fmt: skip
+        with open(os.path.join(linformer_dir, "train_log.jsonl"), "w") as fh:
+            fh.write("".join(json.dumps(row) + "\n" for row in rows))
         with open(work / "stages.tsv", "w") as fh:
             fh.write("roberta_n512\t124\t40\t128\t\n")
         out = tmp_path / "out"
@@ -159,7 +167,7 @@ def test_gathering_a_run_stopped_part_way_keeps_its_curve(carried, tmp_path):
     assert sorted(os.listdir(out)) == ["curves.csv", "report.md", "results.json"]
     with open(out / "curves.csv", newline="") as fh:
         curve = list(csv.DictReader(fh))
-    assert [(r["plan"], r["run"], r["n"], r["step"], r["tokens"], r["perplexity"]) for r in curve] == [
+    assert [(r["plan"], r["run"], r["n"], r["step"], r["tokens"], r["perplexity"]) for r in curve][:2] == [
         ("base", "roberta_n512", "512", "0", "0", "400.0"), ("base", "roberta_n512", "512", "80", "2621440", "300.0"),
     ]  # fmt: skip
     # 32,768 tokens an update every 0.05 s from update 2 to 80 (update 1's gap is its compile, not counted)
@@ -168,6 +176,8 @@ def test_gathering_a_run_stopped_part_way_keeps_its_curve(carried, tmp_path):
     report = (out / "report.md").read_text()
     assert "| roberta_n512 | 124 | 40 | 128 |" in report
     assert "| roberta_n512 | no | 80 | 2,621,440 | 300.0 | 700.0 | 0.900 | 1.000 |" in report
+    # 630 / 700 at update 80, not its last 600 against RoBERTa's last 700 (0.857)
+    assert "| linformer_n4096_k256 | no | 90 | 2,949,120 | 400.0 | 600.0 | 0.900 | 0.900 (at 80) |" in report
     assert "| 80 | 300.0 / 700.0 |" in report and "Uptraining" not in report  # no uptraining ran
 
 
