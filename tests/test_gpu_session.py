@@ -197,15 +197,17 @@ def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
 
 
 def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
-    """The exact script on CPU with tiny models (GPU_SESSION_TINY=1): both stages run, and the files come back."""
-    out = tmp_path / "out"
+    """The exact script on CPU with tiny models (GPU_SESSION_TINY=1): both stages run, and the files come back.
+    Its total is 1,200 s, not the GPU's 500: on a loaded CPU the stages' ends (fractions of the total) cut the last
+    compiled run (about 100 s from the start when the machine is quiet)."""
+    out, total = tmp_path / "out", 1200
     env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_WORK=str(tmp_path / "work"),
-               PYTHON=sys.executable)  # fmt: skip
+               PYTHON=sys.executable, GPU_SESSION_TOTAL_S=str(total))  # fmt: skip
     started = time.time()
     done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
-                          capture_output=True, text=True, timeout=500)  # fmt: skip
+                          capture_output=True, text=True, timeout=total)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert time.time() - started < 500
+    assert time.time() - started < total
     assert sorted(os.listdir(out)) == ["log.txt", "profile.csv", "profile.txt", "report.md", "results.csv"]
     assert all(re.fullmatch(r"[A-Za-z0-9._-]+", name) for name in os.listdir(out))  # what the device tool returns
     with open(out / "results.csv", newline="") as f:
@@ -236,7 +238,7 @@ def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
     log = (out / "log.txt").read_text()
     assert "stage 1 exit 0" in log and "stage 2 exit 0" in log and "stage 3 exit 0" in log
     assert "gpu session done" in log
-    assert "compiles within 125 s" in log and "linformer k=16 compiled in" in log
+    assert f"compiles within {total // 4} s" in log and "linformer k=16 compiled in" in log  # a quarter of the total
 
 
 def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_path):
