@@ -168,7 +168,17 @@ def run_shape(plan: BooksPlan, run: Run) -> dict:
     config = recipe(plan, run)
     fields = load_yaml(config.model.config_file) if config.model.config_file else {}
     fields.update(config.model.config or {})
-    fields.update(config.model.convert_from_roberta or {})  # an uptraining run's target shape
+    if config.model.convert_from_roberta:  # an uptraining run: the config its conversion builds (with its defaults)
+        from transformers import AutoConfig
+
+        from linformer_hf.conversion import converted_config, target_family
+
+        settings = dict(config.model.convert_from_roberta)
+        target = settings.pop("target", config.model.model_type)
+        names = {*target_family(target).setting_names, "max_sequence_length"}  # not the seed or noise of E, F
+        source = AutoConfig.from_pretrained(config.model.pretrained)
+        target_config = converted_config(source, target=target, **{k: v for k, v in settings.items() if k in names})
+        fields.update(target_config.to_dict())
     linformer = config.model.model_type == "linformer"
     return {
         "model_type": config.model.model_type,

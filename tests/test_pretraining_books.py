@@ -780,3 +780,45 @@ def test_each_run_is_compared_with_the_baseline_of_its_own_seed(tmp_path, monkey
     # at update 4: 510 against roberta_seed2's 750 there (0.680), not against its 500 at update 8 (1.020)
     assert "| k128_seed2 | yes | 4 | 16,384 | 510.0 | 1020.0 | 0.900 | roberta_seed2 | 0.680 / 0.680 |" in report
     assert "| k128_seed3 | yes | 8 | 32,768 | 450.0 | 900.0 | 0.900 | - | - / - |" in report
+
+
+def test_an_uptraining_runs_curve_rows_give_the_shape_its_conversion_builds(roberta_source, books, tmp_path):
+    """The curves' k, sharing and E, F start of a converted run are the conversion's (its defaults where the plan
+    gives none: k = n / 4, E, F as neighbour averages), not a fresh LinformerConfig's; a fresh run keeps its own."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    shared = {
+        "model.pretrained": roberta_source,
+        "data.datasets": [{"path": books, "split": "train"}],
+        "data.validation_datasets": [{"path": books, "split": "validation"}],
+        "data.block_size": 256,
+    }
+    runs = [
+        {"name": "defaults", "overrides": {"model.convert_from_roberta": {"max_sequence_length": 256}}},
+        {
+            "name": "given",
+            "overrides": {
+                "model.convert_from_roberta": {
+                    "max_sequence_length": 256,
+                    "projected_length": 32,
+                    "sharing": "key_value",
+                    "projection_init": "random",
+                    "projection_noise_std": 0.01,
+                    "seed": 3,
+                }
+            },
+        },  # fmt: skip
+    ]
+    plan_path = tmp_path / "plan.yaml"
+    plan_path.write_text(yaml.safe_dump({"recipe": os.path.join(REPO, "configs", "pretrain", "uptrain_books.yaml"),
+                                         "shared": shared, "runs": runs, "output_dir": str(tmp_path / "out"),
+                                         "baseline": "defaults"}))  # fmt: skip
+    plan = books_pretraining.load_plan(str(plan_path))
+    shapes = [books_pretraining.run_shape(plan, run) for run in plan.runs]
+    picked = [(s["model_type"], s["n"], s["k"], s["sharing"], s["projection_init"]) for s in shapes]
+    assert picked == [
+        ("linformer", 256, 64, "headwise", "neighbour_average"),
+        ("linformer", 256, 32, "key_value", "random"),
+    ]

@@ -492,6 +492,22 @@ def _describe_projection(module: modeling_linformer.LinformerProjection, project
     return f"neighbour average over bins of ~{module.n / module.k:g}"
 
 
+def converted_config(
+    source_config: PretrainedConfig, max_sequence_length: int | None = None, *, target: str = "linformer", **settings
+) -> PretrainedConfig:
+    """The config of the `target` family that `convert_model` gives a model converted from one with `source_config`,
+    with the same settings (the family's: see `convert_model`); ValueError for an unknown target or setting."""
+    family = target_family(target)
+    unknown = sorted(set(settings) - set(family.setting_names))
+    if unknown:
+        raise ValueError(
+            f"{unknown} are not {family.name} settings; the {family.name} ones are {family.setting_names}."
+        )
+    if "projection_init" in settings:
+        check_projection_init(settings["projection_init"])
+    return family.build_config(source_config, max_sequence_length, **settings)
+
+
 def convert_model(
     source: PreTrainedModel,
     max_sequence_length: int | None = None,
@@ -513,17 +529,10 @@ def convert_model(
     or a shape that differs other than the position table growing.
     """
     family = target_family(target)
-    unknown = sorted(set(settings) - set(family.setting_names))
-    if unknown:
-        raise ValueError(
-            f"{unknown} are not {family.name} settings; the {family.name} ones are {family.setting_names}."
-        )
     if projection_noise_std and target != "linformer":
         raise ValueError(f"projection_noise_std applies to Linformer's projections; {family.name} has none.")
-    if "projection_init" in settings:
-        check_projection_init(settings["projection_init"])
     source_architecture = _check_source_head(source, family)
-    config = family.build_config(source.config, max_sequence_length, **settings)
+    config = converted_config(source.config, max_sequence_length, target=target, **settings)
     target_class = next(
         cls for cls in family.heads.values() if cls.__name__ == family.architecture_map[source_architecture]
     )
