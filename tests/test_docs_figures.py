@@ -280,3 +280,36 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     twin, other_seed = by_label["Linformer, k = 128"], by_label["Linformer, k = 128, seed 2"]
     assert other_seed.get_color() == twin.get_color()
     assert (other_seed.get_linestyle(), twin.get_linestyle()) == (":", "-")
+
+
+def test_the_uptraining_figure_draws_the_converted_model_beside_its_control(tmp_path):
+    """An uptraining plan's curves.csv drawn: one line per run (the Linformer and the control at the teacher's n),
+    tokens seen in millions, both perplexities, and the unigram baseline at <mask> inputs from the recorded ratio."""
+    pytest.importorskip("matplotlib")
+    from experiments.books_pretraining import CURVE_COLUMNS
+
+    rows = [
+        dict(run="linformer_n4096_k256", model_type="linformer", n=4096, k=256, step=s, tokens=4096 * s,
+             perplexity=500 - s, mask_input_perplexity=700 - s, mask_input_over_unigram=(700 - s) / 650)
+        for s in (0, 41)
+    ] + [
+        dict(run="minilm_n512_control", model_type="bert", n=512, k="", step=s, tokens=4096 * s,
+             perplexity=400 - 2 * s, mask_input_perplexity=600 - 2 * s, mask_input_over_unigram=(600 - 2 * s) / 650)
+        for s in (0, 41)
+    ]  # fmt: skip
+    with open(tmp_path / "curves.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    figures = runpy.run_path(SCRIPT)
+    drawn = {}
+    figures["uptrain_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
+    figures["uptrain_figure"](str(tmp_path), str(tmp_path), "curves.csv")
+    everything, at_mask = drawn["books_uptrain_minilm.png"].axes
+    lines = {line.get_label(): line for line in at_mask.get_lines()}
+    linformer = lines["converted to a Linformer at n = 4096, k = 256, trained on"]
+    control = lines["the teacher trained on at n = 512 (control)"]
+    assert list(linformer.get_xdata()) == [0.0, 41 * 4096 / 1e6]
+    assert list(linformer.get_ydata()) == [700.0, 659.0] and list(control.get_ydata()) == [600.0, 518.0]
+    assert list(lines["unigram baseline"].get_ydata()) == pytest.approx([650.0, 650.0])
+    assert [list(line.get_ydata()) for line in everything.get_lines()] == [[500.0, 459.0], [400.0, 318.0]]

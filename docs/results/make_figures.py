@@ -7,7 +7,8 @@ speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,76
 (all-MiniLM-L6-v2 conversion and the small-scale replication), distillation_recovery.png (converted classifiers
 against their teacher, per update, on the CPU), distillation_recovery_h200.png (the same on one H200),
 compiled_gpu_h100.png and compiled_gpu_h200.png (each card's compiled steps against eager, bf16, 12 layers) and,
-once recorded, books_figure3.png (pretraining on whole books: perplexity against tokens seen). Needs matplotlib (the
+once recorded, books_figure3.png (pretraining on whole books: perplexity against tokens seen) and
+books_uptrain_minilm.png (all-MiniLM-L6-v2 uptrained to n = 4,096 against its control at 512). Needs matplotlib (the
 `tools` extra).
 """
 
@@ -50,6 +51,7 @@ COMPILED = {  # each card's GPU session (experiments/gpu_session.sh and a second
     ),
 }
 BOOKS_CURVES = "books_figure3_curves.csv"  # experiments/books_pretraining.py's curves.csv of configs/books/figure3.yaml
+UPTRAIN_MINILM = "books_uptrain_minilm_curves.csv"  # the same, of configs/books/uptrain_minilm.yaml
 
 
 def read_rows(path: str) -> list[dict]:
@@ -352,6 +354,40 @@ def recovery_figure(data_dir: str, out_dir: str, data_file: str, title: str, fil
     return save(fig, out_dir, filename)
 
 
+def uptrain_figure(data_dir: str, out_dir: str, data_file: str = UPTRAIN_MINILM) -> str:
+    """Uptraining against its control: validation perplexity on the held-out books against tokens seen, over all
+    scored tokens and at ``<mask>`` inputs, for the model converted to a Linformer at a longer n and for the teacher
+    trained on at its own n on the same tokens (the control, whose first evaluation is the teacher's); the unigram
+    baseline at ``<mask>`` inputs beside them (docs/results/books-pretraining.md)."""
+    rows = read_rows(os.path.join(data_dir, data_file))
+    runs = defaultdict(list)  # {run: [(tokens, perplexity, at <mask>), ...]}
+    label, unigram = {}, None
+    for r in rows:
+        runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), float(r["mask_input_perplexity"])))
+        if r["model_type"] == "linformer":
+            label[r["run"]] = f"converted to a Linformer at n = {r['n']}, k = {r['k']}, trained on"
+        else:
+            label[r["run"]] = f"the teacher trained on at n = {r['n']} (control)"
+        if r.get("mask_input_over_unigram"):
+            unigram = float(r["mask_input_perplexity"]) / float(r["mask_input_over_unigram"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=90, sharex=True)
+    for ax, column, title in ((axes[0], 1, "all scored tokens"), (axes[1], 2, "at <mask> inputs")):
+        for run in sorted(runs, key=lambda run: label[run]):
+            points = sorted(runs[run])
+            ax.plot([p[0] for p in points], [p[column] for p in points], "-", marker="o", markersize=3,
+                    label=label[run])  # fmt: skip
+        if column == 2 and unigram:
+            ax.axhline(unigram, color="grey", linewidth=0.8, linestyle="--", label="unigram baseline")
+        ax.set(xlabel="training tokens seen (millions)", ylabel="validation perplexity", title=title)
+        ax.set_yscale("log")
+        ax.set_yticks([50, 100, 200, 400, 800], labels=["50", "100", "200", "400", "800"])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("all-MiniLM-L6-v2 with a fitted masked-LM head, trained on whole books: the same tokens for both")
+    fig.tight_layout()
+    return save(fig, out_dir, "books_uptrain_minilm.png")
+
+
 def save(fig, out_dir: str, filename: str) -> str:
     path = os.path.join(out_dir, filename)
     fig.savefig(path)
@@ -388,6 +424,8 @@ def main(argv=None) -> list[str]:
         written.append(books_figure(args.data_dir, args.output_dir))
     else:  # until the plan's runs are recorded (docs/results/books-pretraining.md says how far they are)
         print(f"books_figure3.png not drawn: {BOOKS_CURVES} is not recorded yet")
+    if os.path.isfile(os.path.join(args.data_dir, UPTRAIN_MINILM)):
+        written.append(uptrain_figure(args.data_dir, args.output_dir))
     for path in written:
         print("wrote", os.path.relpath(path))
     return written
