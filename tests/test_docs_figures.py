@@ -19,6 +19,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
         "books_figure3.png",
+        "books_uptrain_minilm.png",
         "compiled_gpu_h100.png",
         "compiled_gpu_h200.png",
         "distillation_recovery.png",
