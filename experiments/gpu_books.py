@@ -5,13 +5,15 @@ budget and the call): the preparation run on this machine, and the steps the scr
     python -m experiments.gpu_books environment WORK DIR
     python -m experiments.gpu_books wheels DIR/whl # the carried wheels the image lacks (or has in a version unfit)
     python -m experiments.gpu_books tokenise --plan P --output_dir D [--set KEY=VALUE ...] [--environment WORK DIR]
-    python -m experiments.gpu_books run --plan P --only RUN --output_dir D [--set KEY=VALUE ...]
+    python -m experiments.gpu_books commands --plan P --output_dir D [--set KEY=VALUE ...]
     python -m experiments.gpu_books gather OUT WORK
 
 The runs are plans of experiments/books_pretraining.py (configs/books/gpu_base.yaml, gpu_uptrain.yaml) with their
 output directory and some shared keys replaced (``--set``: the carried data and tokenizer, the cache, the time budget,
 a tiny model for the CPU dry run); each run is that plan's command, the package's pretraining CLI
-(``python -m linformer_hf.training.pretrain --config RECIPE --key value ...``). The curves are collated from the runs'
+(``python -m linformer_hf.training.pretrain --config RECIPE --key value ...``), written to a file by `tokenise` (for
+its plan) or `commands` and started by the script itself: a Python process that only starts another would import the
+package for nothing (5-8 s each on the development machine). The curves are collated from the runs'
 train_log.jsonl by books_pretraining's own reader. Nothing here imports torch or ``datasets`` at module level: the
 environment step must be able to say that ``datasets`` is missing.
 """
@@ -26,7 +28,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -368,22 +369,19 @@ def tokenise(plan) -> int:
     return 0
 
 
-def run(plan, name: str) -> int:
-    """One run of the plan: its pretraining command (books_pretraining.command), its console on this one's."""
+def write_commands(plan) -> None:
+    """Each run's pretraining command (books_pretraining.command, from the interpreter's next argument on) into the
+    plan's output directory: ``RUN.args``, NUL-separated, for the script to start, and ``RUN.line``, the same as one
+    shell line (`python ...`), for the log and report.md."""
     from experiments.books_pretraining import command
 
-    (chosen,) = [r for r in plan.runs if r.name == name] or [None]
-    if chosen is None:
-        raise SystemExit(f"--only {name}: the plan's runs are {[r.name for r in plan.runs]}")
-    args = command(plan, chosen) + ["--no_progress"]
-    line = shlex.join(["python" if a == sys.executable else a for a in args])
-    with open(os.path.join(plan.output_dir, "commands.txt"), "a", encoding="utf-8") as fh:
-        fh.write(line + "\n")
-    print(f"$ {line}", flush=True)
-    # A stage's end signals the whole process group: the run stops after its update (its own SIGTERM handling), and
-    # this process waits for it rather than leave it running into the next stage.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    return subprocess.call(args)
+    for chosen in plan.runs:
+        args = command(plan, chosen)[1:] + ["--no_progress"]
+        path = os.path.join(plan.output_dir, chosen.name)
+        with open(f"{path}.args", "w", encoding="utf-8") as fh:
+            fh.write("".join(arg + "\0" for arg in args))
+        with open(f"{path}.line", "w", encoding="utf-8") as fh:
+            fh.write(shlex.join(["python", *args]) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -636,14 +634,13 @@ def main(argv=None) -> int:
     p.add_argument("data_dir")
     p = sub.add_parser("wheels", help="print the carried wheels this machine needs installed")
     p.add_argument("folder")
-    for name in ("tokenise", "run"):
-        p = sub.add_parser(name)
+    for name, what in (("tokenise", "tokenise the plan's data and write its runs' commands"),
+                       ("commands", "write the plan's runs' commands")):  # fmt: skip
+        p = sub.add_parser(name, help=what)
         p.add_argument("--plan", required=True)
         p.add_argument("--output_dir", required=True)
         p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a shared key of the plan")
-        if name == "run":
-            p.add_argument("--only", required=True, help="the run of the plan")
-        else:
+        if name == "tokenise":
             p.add_argument(
                 "--environment", nargs=2, metavar=("WORK", "DATA_DIR"), help="first the environment step (one process)"
             )
@@ -667,7 +664,8 @@ def main(argv=None) -> int:
             if status:
                 return status
         plan = gpu_plan(args.plan, args.output_dir, parse_sets(args.set))
-        return tokenise(plan) if args.what == "tokenise" else run(plan, args.only)
+        write_commands(plan)
+        return tokenise(plan) if args.what == "tokenise" else 0
     except PrepareError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

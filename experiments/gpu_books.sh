@@ -120,23 +120,45 @@ gather() {
     command -v flock >/dev/null && lock=(flock "$WORK/.gather.lock")
     "${lock[@]}" timeout 60 "$PY" -m experiments.gpu_books gather "$OUT" "$WORK" || echo "gather exit $?"
 }
-# stage NAME END MIN CMD...: CMD until the Unix time END (then SIGTERM, and SIGKILL 10 s later), unless fewer than
-# MIN seconds are left; one line of $WORK/stages.tsv either way (report.md's stage table)
-stage() {
-    local name=$1 end=$2 min=$3 now code
-    shift 3
+# too_late NAME END MIN: true, with the stage's line in $WORK/stages.tsv (report.md's stage table), when fewer than MIN
+# seconds are left before the Unix time END
+too_late() {
+    local name=$1 end=$2 min=$3 now
     now=$(date +%s)
-    if [ $((end - now)) -lt "$min" ]; then
-        printf '%s\tnot run\t%s\t\t%s\n' "$name" $((now - START)) "$((end - now)) s left, $min needed" >>"$WORK/stages.tsv"
-        echo "stage $name: not run ($((end - now)) s left before its end at $((end - START)) s, $min s needed)"
-        return 125
-    fi
+    [ $((end - now)) -ge "$min" ] && return 1
+    printf '%s\tnot run\t%s\t\t%s\n' "$name" $((now - START)) "$((end - now)) s left, $min needed" >>"$WORK/stages.tsv"
+    echo "stage $name: not run ($((end - now)) s left before its end at $((end - START)) s, $min s needed)"
+}
+# until_end NAME END CMD...: CMD until the Unix time END (then SIGTERM, and SIGKILL 10 s later); its line in stages.tsv
+until_end() {
+    local name=$1 end=$2 now code
+    shift 2
+    now=$(date +%s)
     echo "stage $name: from $((now - START)) s, hard end at $((end - START)) s"
     timeout -k 10 $((end - now)) "$@"
     code=$?
     printf '%s\t%s\t%s\t%s\t\n' "$name" "$code" $((now - START)) $(($(date +%s) - now)) >>"$WORK/stages.tsv"
     echo "stage $name exit $code at $(($(date +%s) - START)) s"
     return $code
+}
+# stage NAME END MIN CMD...: CMD until END, unless fewer than MIN seconds are left
+stage() {
+    too_late "$1" "$2" "$3" && return 125
+    until_end "$1" "$2" "${@:4}"
+}
+# run_stage NAME END MIN DIR RUN [ARG ...]: run RUN of the plan in DIR as stage NAME: its pretraining command as the
+# plan wrote it (DIR/RUN.args), ARG ... appended, started here, with no Python process between; the exact line is
+# printed and added to DIR/commands.txt (report.md's commands). A stage's end signals the run's process group: the run
+# stops after its update (its own SIGTERM handling), with its checkpoint.
+run_stage() {
+    local name=$1 end=$2 min=$3 dir=$4 run=$5 args line
+    shift 5
+    too_late "$name" "$end" "$min" && return 125
+    mapfile -d '' -t args <"$dir/$run.args" || return 1
+    line="$(<"$dir/$run.line")${*:+ $*}"
+    echo "$line" >>"$dir/commands.txt"
+    echo "\$ $line"
+    until_end "$name" "$end" "$PY" "${args[@]}" "$@"
 }
 finish() {
     [ -n "${GATHERER:-}" ] && kill "$GATHERER" 2>/dev/null && wait "$GATHERER" 2>/dev/null
@@ -170,23 +192,22 @@ if [ $? -eq 3 ] || [ ! -f "$WORK/environment.md" ]; then
     echo "error: stopping before any run (see the error above; report.md says it too)"
     finish
 fi
-# Stages 2-3: Figure 3 at base width, the baseline first.
+# Stages 2-3: Figure 3 at base width, the baseline first (the commands written by the tokenise stage).
 for name in roberta_n512 linformer_n4096_k256; do
     [ $name = roberta_n512 ] && end=$(at 600) || end=$(at 880)
-    stage "$name" "$end" 30 "$PY" -m experiments.gpu_books run --plan configs/books/gpu_base.yaml --only $name \
-        --output_dir "$WORK/base" "${DATA[@]}" "${BASE[@]}"
+    run_stage "$name" "$end" 30 "$WORK/base" $name
 done
 # Stages 4-5: uptraining from the RoBERTa just trained, then its control, as far as the time goes.
-if [ -f "$WORK/base/roberta_n512/final/config.json" ]; then
+if [ -f "$WORK/base/roberta_n512/final/config.json" ] && timeout 60 "$PY" -m experiments.gpu_books commands \
+    --plan configs/books/gpu_uptrain.yaml --output_dir "$WORK/uptrain" "${DATA[@]}" "${UP[@]}"; then
     for name in linformer_n4096_k256 roberta_n512_control; do
         [ $name = linformer_n4096_k256 ] && min=35 || min=25
         left=$(($(at 960) - $(date +%s) - 20))  # the uptraining run's own budget: what is left, less setup and saving
-        stage "uptrain_$name" "$(at 960)" $min "$PY" -m experiments.gpu_books run --plan configs/books/gpu_uptrain.yaml \
-            --only $name --output_dir "$WORK/uptrain" "${DATA[@]}" "${UP[@]}" \
-            --set "training.max_train_minutes=$(awk "BEGIN {print ($left > 6 ? $left : 6) / 60}")"
+        run_stage "uptrain_$name" "$(at 960)" $min "$WORK/uptrain" $name \
+            --training.max_train_minutes "$(awk "BEGIN {print ($left > 6 ? $left : 6) / 60}")"
     done
 else
-    echo "no teacher ($WORK/base/roberta_n512/final): no uptraining"
-    printf 'uptraining\tnot run\t%s\t\tno teacher saved\n' $(($(date +%s) - START)) >>"$WORK/stages.tsv"
+    echo "no teacher ($WORK/base/roberta_n512/final), or its commands not written: no uptraining"
+    printf 'uptraining\tnot run\t%s\t\tno teacher saved, or no commands\n' $(($(date +%s) - START)) >>"$WORK/stages.tsv"
 fi
 finish

@@ -5,6 +5,7 @@ wheels it installs there, the files it gathers (also from a run stopped part-way
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -232,6 +233,11 @@ def test_cpu_dry_run_runs_every_stage_and_returns_the_curves(carried, tmp_path):
     assert "| roberta_n512 | yes | 4 | 32,768 |" in report and "| linformer_n4096_k256 | yes | 4 | 32,768 |" in report
     assert "## Uptraining against the teacher reading 512" in report and "not measured" not in report
     assert "--model.convert_from_roberta" in report and "- datasets " in report
+    # the commands the stages printed and started are report.md's, the uptraining ones with their time budget
+    started = [line[2:] for line in log.splitlines() if line.startswith("$ python -m linformer_hf.training.pretrain")]
+    listed = report.split("## Commands", 1)[1].split("```")[1].strip().splitlines()
+    assert started == listed and len(started) == 4
+    assert all(re.search(r" --training\.max_train_minutes [0-9.]+$", line) for line in listed[2:]), listed[2:]
     results = json.loads((out / "results.json").read_text())
     assert [r["run"] for r in results["runs"]] == [
         "roberta_n512", "linformer_n4096_k256", "linformer_n4096_k256", "roberta_n512_control",
