@@ -18,6 +18,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     written = make_figures["main"](["--output_dir", str(tmp_path)])
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
+        "books_conversion_minilm.png",
         "books_figure3.png",
         "books_uptrain_minilm.png",
         "compiled_gpu_h100.png",
@@ -305,7 +306,7 @@ def test_the_uptraining_figure_draws_the_converted_model_beside_its_control(tmp_
     figures = runpy.run_path(SCRIPT)
     drawn = {}
     figures["uptrain_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
-    figures["uptrain_figure"](str(tmp_path), str(tmp_path), "curves.csv")
+    figures["uptrain_figure"](str(tmp_path), str(tmp_path), [("curves.csv", "from the fitted head", "-")])
     everything, at_mask = drawn["books_uptrain_minilm.png"].axes
     lines = {line.get_label(): line for line in at_mask.get_lines()}
     linformer = lines["converted to a Linformer at n = 4096, k = 256, trained on"]
@@ -314,3 +315,70 @@ def test_the_uptraining_figure_draws_the_converted_model_beside_its_control(tmp_
     assert list(linformer.get_ydata()) == [700.0, 659.0] and list(control.get_ydata()) == [600.0, 518.0]
     assert list(lines["unigram baseline"].get_ydata()) == pytest.approx([650.0, 650.0])
     assert [list(line.get_ydata()) for line in everything.get_lines()] == [[500.0, 459.0], [400.0, 318.0]]
+
+    # a second plan (another teacher, the same runs), and one not recorded yet: the recorded two, told apart by line
+    # style and named by their teacher, each role in one colour
+    os.rename(tmp_path / "curves.csv", tmp_path / "first.csv")
+    with open(tmp_path / "second.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
+        writer.writeheader()
+        writer.writerows([{**row, "mask_input_perplexity": row["mask_input_perplexity"] / 2} for row in rows])
+    plans = [("first.csv", "from A", "--"), ("missing.csv", "from B", ":"), ("second.csv", "from C", "-")]
+    drawn.clear()
+    figures["uptrain_figure"](str(tmp_path), str(tmp_path), plans)
+    lines = {line.get_label(): line for line in drawn["books_uptrain_minilm.png"].axes[1].get_lines()}
+    assert sorted(lines) == sorted(
+        f"{what}, from {teacher}"
+        for what in ("converted to a Linformer at n = 4096, k = 256, trained on", "the teacher trained on at n = 512 "
+                     "(control)", "unigram baseline") for teacher in "AC"
+    )  # fmt: skip
+    first, second = (lines[f"converted to a Linformer at n = 4096, k = 256, trained on, from {t}"] for t in "AC")
+    assert (first.get_linestyle(), second.get_linestyle()) == ("--", "-")
+    assert (
+        first.get_color()
+        == second.get_color()
+        != lines["the teacher trained on at n = 512 (control), from A"].get_color()
+    )
+    assert list(second.get_ydata()) == [350.0, 329.5]
+
+
+def test_the_conversion_figure_draws_update_0_by_k_and_full_attention_by_n_beside_the_teacher(tmp_path):
+    """A conversion plan's curves.csv drawn from its update-0 rows only: by k at the longest n (k = n among them),
+    full attention (k = n) by n with the teacher at its own n (update 0 of the uptraining plan's control) first, the
+    teacher and the unigram baseline at <mask> inputs as lines across."""
+    pytest.importorskip("matplotlib")
+    from experiments.books_pretraining import CURVE_COLUMNS
+
+    def row(run, model_type, n, k, step, everything, at_mask):
+        return dict(run=run, model_type=model_type, n=n, k=k, step=step, tokens=4096 * step, perplexity=everything,
+                    mask_input_perplexity=at_mask, mask_input_over_unigram=at_mask / 650)  # fmt: skip
+
+    converted = [
+        row("linformer_n4096_k256", "linformer", 4096, 256, 0, 500, 900),
+        row("linformer_n4096_k256", "linformer", 4096, 256, 1, 640, 1100),  # after an update: not drawn
+        row("full_n4096", "linformer", 4096, 4096, 0, 340, 600),
+        row("linformer_n4096_k1024", "linformer", 4096, 1024, 0, 460, 830),
+        row("full_n1024", "linformer", 1024, 1024, 0, 150, 250),
+    ]
+    teacher = [row("linformer_n4096_k256", "linformer", 4096, 256, 0, 500, 900)]
+    teacher += [row("minilm_n512_control", "bert", 512, "", s, 60 - s, 82 - s) for s in (0, 41)]
+    for name, rows in (("conversion.csv", converted), ("uptrain.csv", teacher)):
+        with open(tmp_path / name, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+    figures = runpy.run_path(SCRIPT)
+    drawn = {}
+    figures["conversion_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
+    figures["conversion_figure"](str(tmp_path), str(tmp_path), "conversion.csv", "uptrain.csv")
+    by_k, by_n = drawn["books_conversion_minilm.png"].axes
+    for ax, xs, everything, at_mask in (
+        (by_k, [256, 1024, 4096], [500, 460, 340], [900, 830, 600]),
+        (by_n, [512, 1024, 4096], [60, 150, 340], [82, 250, 600]),
+    ):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert list(lines["at <mask> inputs"].get_xdata()) == xs
+        assert list(lines["at <mask> inputs"].get_ydata()) == at_mask
+        assert list(lines["all scored tokens"].get_ydata()) == everything
+        assert list(lines["the teacher reading 512, at <mask> inputs"].get_ydata()) == [82.0, 82.0]
+        assert list(lines["unigram baseline, at <mask> inputs"].get_ydata()) == pytest.approx([650.0, 650.0])

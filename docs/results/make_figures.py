@@ -52,6 +52,15 @@ COMPILED = {  # each card's GPU session (experiments/gpu_session.sh and a second
 }
 BOOKS_CURVES = "books_figure3_curves.csv"  # experiments/books_pretraining.py's curves.csv of configs/books/figure3.yaml
 UPTRAIN_MINILM = "books_uptrain_minilm_curves.csv"  # the same, of configs/books/uptrain_minilm.yaml
+UPTRAIN_MINILM_MLM = "books_uptrain_minilm_mlm_curves.csv"  # the same, of configs/books/uptrain_minilm_mlm.yaml
+CONVERSION_MINILM_MLM = (
+    "books_conversion_minilm_mlm_curves.csv"  # the same, of configs/books/conversion_minilm_mlm.yaml
+)
+# The MiniLM uptraining plans drawn together: (curves, what the teacher was, line style)
+UPTRAIN_MINILM_PLANS = (
+    (UPTRAIN_MINILM, "from the fitted head", "--"),
+    (UPTRAIN_MINILM_MLM, "from the encoder trained on as a masked LM", "-"),
+)
 
 
 def read_rows(path: str) -> list[dict]:
@@ -354,39 +363,97 @@ def recovery_figure(data_dir: str, out_dir: str, data_file: str, title: str, fil
     return save(fig, out_dir, filename)
 
 
-def uptrain_figure(data_dir: str, out_dir: str, data_file: str = UPTRAIN_MINILM) -> str:
+def uptrain_figure(data_dir: str, out_dir: str, plans=UPTRAIN_MINILM_PLANS) -> str:
     """Uptraining against its control: validation perplexity on the held-out books against tokens seen, over all
     scored tokens and at ``<mask>`` inputs, for the model converted to a Linformer at a longer n and for the teacher
     trained on at its own n on the same tokens (the control, whose first evaluation is the teacher's); the unigram
-    baseline at ``<mask>`` inputs beside them (docs/results/books-pretraining.md)."""
-    rows = read_rows(os.path.join(data_dir, data_file))
-    runs = defaultdict(list)  # {run: [(tokens, perplexity, at <mask>), ...]}
-    label, unigram = {}, None
-    for r in rows:
-        runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), float(r["mask_input_perplexity"])))
-        if r["model_type"] == "linformer":
-            label[r["run"]] = f"converted to a Linformer at n = {r['n']}, k = {r['k']}, trained on"
-        else:
-            label[r["run"]] = f"the teacher trained on at n = {r['n']} (control)"
-        if r.get("mask_input_over_unigram"):
-            unigram = float(r["mask_input_perplexity"]) / float(r["mask_input_over_unigram"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=90, sharex=True)
-    for ax, column, title in ((axes[0], 1, "all scored tokens"), (axes[1], 2, "at <mask> inputs")):
-        for run in sorted(runs, key=lambda run: label[run]):
-            points = sorted(runs[run])
-            ax.plot([p[0] for p in points], [p[column] for p in points], "-", marker="o", markersize=3,
-                    label=label[run])  # fmt: skip
-        if column == 2 and unigram:
-            ax.axhline(unigram, color="grey", linewidth=0.8, linestyle="--", label="unigram baseline")
+    baseline at ``<mask>`` inputs beside them (docs/results/books-pretraining.md). ``plans``: (curves file, what the
+    teacher was, line style) of each plan drawn, those recorded so far; one colour per role (Linformer, control)."""
+    drawn = [(name, teacher, style) for name, teacher, style in plans if os.path.isfile(os.path.join(data_dir, name))]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.8), dpi=90, sharex=True)
+    for name, teacher, style in drawn:
+        rows = read_rows(os.path.join(data_dir, name))
+        runs = defaultdict(list)  # {run: [(tokens, perplexity, at <mask>), ...]}
+        label, colour, unigram = {}, {}, None
+        for r in rows:
+            runs[r["run"]].append((int(r["tokens"]) / 1e6, float(r["perplexity"]), float(r["mask_input_perplexity"])))
+            if r["model_type"] == "linformer":
+                label[r["run"]] = f"converted to a Linformer at n = {r['n']}, k = {r['k']}, trained on"
+                colour[r["run"]] = "C0"
+            else:
+                label[r["run"]] = f"the teacher trained on at n = {r['n']} (control)"
+                colour[r["run"]] = "C1"
+            if r.get("mask_input_over_unigram"):
+                unigram = float(r["mask_input_perplexity"]) / float(r["mask_input_over_unigram"])
+        suffix = f", {teacher}" if len(drawn) > 1 else ""
+        for ax, column in ((axes[0], 1), (axes[1], 2)):
+            for run in sorted(runs, key=lambda run: label[run]):
+                points = sorted(runs[run])
+                ax.plot([p[0] for p in points], [p[column] for p in points], style, color=colour[run], marker="o",
+                        markersize=3, label=label[run] + suffix)  # fmt: skip
+            if column == 2 and unigram:
+                ax.axhline(unigram, color="grey", linewidth=0.8, linestyle=style, label="unigram baseline" + suffix)
+    for ax, title in ((axes[0], "all scored tokens"), (axes[1], "at <mask> inputs")):
         ax.set(xlabel="training tokens seen (millions)", ylabel="validation perplexity", title=title)
         ax.set_yscale("log")
         ax.set_yticks([50, 100, 200, 400, 800], labels=["50", "100", "200", "400", "800"])
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("all-MiniLM-L6-v2 with a fitted masked-LM head, trained on whole books: the same tokens for both")
-    fig.tight_layout()
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2 if len(drawn) > 1 else 3, fontsize=8)
+    fig.suptitle("all-MiniLM-L6-v2 converted to n = 4,096 and trained on whole books, beside its control on the same "
+                 "tokens")  # fmt: skip
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * len(drawn), 1, 1))
     return save(fig, out_dir, "books_uptrain_minilm.png")
+
+
+def conversion_figure(data_dir: str, out_dir: str, data_file: str = CONVERSION_MINILM_MLM,
+                      teacher_file: str = UPTRAIN_MINILM_MLM) -> str:  # fmt: skip
+    """What converting a masked LM to a longer n costs before any training: validation perplexity at update 0 (over
+    all scored tokens and at ``<mask>`` inputs), by k at n = 4,096 (the run at k = n is full attention) and, for full
+    attention, by n; the teacher reading its own n (update 0 of the uptraining plan's control, on the same masked
+    tokens) and the unigram baseline at ``<mask>`` inputs beside them (docs/results/books-pretraining.md)."""
+    converted = [r for r in read_rows(os.path.join(data_dir, data_file)) if r["step"] == "0"]
+    teacher = next(
+        r
+        for r in read_rows(os.path.join(data_dir, teacher_file))
+        if r["model_type"] != "linformer" and r["step"] == "0"
+    )
+    longest = max(int(r["n"]) for r in converted)
+
+    def points(rows, x):
+        rows = sorted(rows, key=lambda r: int(r[x]))
+        return (
+            [int(r[x]) for r in rows],
+            [float(r["perplexity"]) for r in rows],
+            [float(r["mask_input_perplexity"]) for r in rows],
+        )
+
+    by_k = points([r for r in converted if int(r["n"]) == longest], "k")
+    full = points([r for r in converted if r["k"] == r["n"]] + [teacher], "n")
+    unigram = float(teacher["mask_input_perplexity"]) / float(teacher["mask_input_over_unigram"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), dpi=90, sharey=True)
+    panels = (
+        (axes[0], by_k, "k (E, F: n x k; k = n is full attention)", f"a Linformer at n = {longest:,}, by k"),
+        (axes[1], full, "n (the tokens one input holds)", "full attention, positions copied out, by n"),
+    )
+    for ax, (xs, everything, at_mask), xlabel, title in panels:
+        ax.plot(xs, at_mask, "-o", color="C0", markersize=4, label="at <mask> inputs")
+        ax.plot(xs, everything, "--o", color="C0", markersize=4, label="all scored tokens")
+        ax.axhline(float(teacher["mask_input_perplexity"]), color="C1", linewidth=1,
+                   label=f"the teacher reading {int(teacher['n']):,}, at <mask> inputs")  # fmt: skip
+        ax.axhline(unigram, color="grey", linewidth=0.8, linestyle="--", label="unigram baseline, at <mask> inputs")
+        plain_ticks(ax, xs)
+        ax.set(xlabel=xlabel, title=title)
+        ax.set_yscale("log")
+        ax.set_yticks([50, 100, 200, 400, 800], labels=["50", "100", "200", "400", "800"])
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("validation perplexity before any update")
+    axes[1].legend(fontsize=8)
+    fig.suptitle("all-MiniLM-L6-v2, trained on as a masked LM at 512, converted: the same masked held-out tokens")
+    fig.tight_layout()
+    return save(fig, out_dir, "books_conversion_minilm.png")
 
 
 def save(fig, out_dir: str, filename: str) -> str:
@@ -427,6 +494,8 @@ def main(argv=None) -> list[str]:
         print(f"books_figure3.png not drawn: {BOOKS_CURVES} is not recorded yet")
     if os.path.isfile(os.path.join(args.data_dir, UPTRAIN_MINILM)):
         written.append(uptrain_figure(args.data_dir, args.output_dir))
+    if os.path.isfile(os.path.join(args.data_dir, CONVERSION_MINILM_MLM)):
+        written.append(conversion_figure(args.data_dir, args.output_dir))
     for path in written:
         print("wrote", os.path.relpath(path))
     return written
