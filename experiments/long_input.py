@@ -14,6 +14,7 @@ measured here, against the teacher truncated to its own length:
   long documents, paired, so the standard error is that of the per-document difference.
 
     python -m experiments.long_input extend /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 --n 2048
+    python -m experiments.long_input extend MASKED_LM /tmp/masked-lm-n4096 --n 4096 --positions interpolate
     python -m experiments.long_input probe --data ../shared/data/imdb/train.csv \
         --models /tmp/minilm/all-MiniLM-L6-v2 /tmp/minilm-n2048 /tmp/linformer-n2048-k512 \
         --reference /tmp/minilm-n2048 --output outputs/long_input/probe.json
@@ -41,31 +42,56 @@ from linformer_hf.outputs import check_output_dir, check_output_file, publish_fo
 
 from .embedding_probe import embed, fit_probe
 
+POSITION_EXTENSIONS = ("copy", "interpolate")
 
-def extend_positions(source: str, output_dir: str, n: int) -> dict:
-    """Save the BERT or RoBERTa encoder `source` with room for n tokens; the new positions copy the learned ones.
 
-    Returns what was done: the source's length, n, and the number of position rows before and after.
+def interpolate_positions(weight: torch.Tensor, num_positions: int, position_offset: int) -> torch.Tensor:
+    """A RoBERTa-layout position table grown to `num_positions` rows by stretching its learned rows over them.
+
+    Rows below `position_offset` are kept; new position p of the n = num_positions - position_offset takes the learned
+    table read at the fractional row p (learned - 1) / (n - 1), linearly between its neighbours: every position is
+    distinct, and neighbours n / learned apart in the new table are neighbours in the learned one (position
+    interpolation, where `conversion.extend_position_embeddings` repeats the learned rows).
     """
+    learned = weight[position_offset:]  # (learned, hidden)
+    n = num_positions - position_offset
+    stretched = torch.nn.functional.interpolate(learned.T[None], size=n, mode="linear", align_corners=True)[0].T
+    return torch.cat([weight[:position_offset], stretched], dim=0)  # (num_positions, hidden)
+
+
+def extend_positions(source: str, output_dir: str, n: int, positions: str = "copy") -> dict:
+    """Save the BERT or RoBERTa encoder `source` (with its head, when it has one) with room for n tokens: the new
+    positions copy the learned ones (`copy`, conversion's) or stretch them over n (`interpolate`).
+
+    Returns what was done: the source's length, n, how, and the number of position rows before and after.
+    """
+    import transformers
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from linformer_hf.conversion import _check_source_config, extend_position_embeddings, source_position_layout
 
+    if positions not in POSITION_EXTENSIONS:
+        raise ValueError(f"positions={positions!r}: choose one of {POSITION_EXTENSIONS}.")
     config = AutoConfig.from_pretrained(source)
     _check_source_config(config)  # BERT or RoBERTa layout, absolute positions, a pad id
     first_row, learned = source_position_layout(config)
     if n <= learned:
         raise ValueError(f"n={n} is not longer than the source's {learned} positions: there is nothing to extend.")
     check_output_dir(output_dir, overwrite=False, flag=None, create=False)
-    model = AutoModel.from_pretrained(source)
-    positions = model.embeddings.position_embeddings.weight.detach()  # (first_row + learned, hidden)
+    # the class it was saved as (a masked LM keeps its head), else the bare encoder
+    architecture = getattr(transformers, (config.architectures or ["AutoModel"])[0], AutoModel)
+    model = architecture.from_pretrained(source)
+    embeddings = model.base_model.embeddings.position_embeddings
+    key = next(name for name, param in model.named_parameters() if param is embeddings.weight)
+    old = embeddings.weight.detach()  # (first_row + learned, hidden)
     rows = first_row + n
-    table = extend_position_embeddings(positions, rows, first_row)  # (first_row + n, hidden)
+    grow = extend_position_embeddings if positions == "copy" else interpolate_positions
+    table = grow(old, rows, first_row)  # (first_row + n, hidden)
 
     config.max_position_embeddings = rows
     extended = type(model)(config)
     state = model.state_dict()
-    state["embeddings.position_embeddings.weight"] = table
+    state[key] = table
     extended.load_state_dict(state, strict=True)  # the index buffers (position_ids, ...) are not persistent
     # Written beside output_dir under a temporary name and moved into place when whole: a kill part-way leaves no
     # folder that reads as a model.
@@ -76,7 +102,8 @@ def extend_positions(source: str, output_dir: str, n: int) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(source)
     tokenizer.model_max_length = n
     tokenizer.save_pretrained(staging)
-    report = {"source": source, "source_positions": learned, "n": n, "rows_before": positions.shape[0], "rows": rows}
+    report = {"source": source, "source_positions": learned, "n": n, "positions": positions,
+              "rows_before": old.shape[0], "rows": rows}  # fmt: skip
     with open(os.path.join(staging, "extension_report.json"), "w") as handle:
         json.dump(report, handle, indent=2)
     publish_folder(staging, output_dir)
@@ -360,6 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     extend.add_argument("source", help="a BERT or RoBERTa encoder: a local folder or a Hub name")
     extend.add_argument("output_dir")
     extend.add_argument("--n", type=int, required=True, help="the new maximum input length")
+    extend.add_argument(
+        "--positions", choices=POSITION_EXTENSIONS, default="copy",
+        help="copy: repeat the learned rows (conversion's, Longformer's); interpolate: stretch them over n",
+    )  # fmt: skip
     split = commands.add_parser("split", help="short.csv / long.csv by the teacher's length, for fine-tuning")
     split.add_argument("--data", required=True, help="CSV with text and label columns")
     split.add_argument("--tokenizer", required=True, help="the teacher (its tokenizer counts, its n is the default)")
@@ -401,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "extend":
-            print(json.dumps(extend_positions(args.source, args.output_dir, args.n), indent=2))
+            print(json.dumps(extend_positions(args.source, args.output_dir, args.n, args.positions), indent=2))
             return 0
         if args.command == "split":
             print(json.dumps(write_length_split(args.data, args.tokenizer, args.output_dir, args.threshold), indent=2))

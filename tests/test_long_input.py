@@ -275,3 +275,36 @@ def test_score_reads_each_classifier_to_its_own_length_and_pairs_it_with_the_fir
     write_labelled(tmp_path / "docs.csv", labels)
     assert main(argv) == 0 and json.loads(output.read_text())["documents"] == len(labels)
     assert main(argv) == 2  # never overwrites a result
+
+
+def test_a_masked_lm_keeps_its_head_and_interpolated_positions_stretch_the_learned_rows(tmp_path):
+    """A masked-LM teacher is written with its head (the same logits on inputs it could read); `interpolate` gives
+    every new position a distinct row read off the learned table at p (learned - 1) / (n - 1), linearly."""
+    from transformers import AutoModelForMaskedLM, BertForMaskedLM
+
+    source = str(tmp_path / "mlm")
+    tokenizer = build_wordpiece_tokenizer(source, model_max_length=SHORT_POSITIONS)
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny_bert_config(max_position_embeddings=SHORT_POSITIONS)).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    teacher = AutoModelForMaskedLM.from_pretrained(source).eval()
+    learned = teacher.bert.embeddings.position_embeddings.weight.detach()  # (16, hidden): BERT's rows start at 0
+    n = 4 * (SHORT_POSITIONS - 1) + 1  # new position 4 j is learned row j exactly
+    for how in ("copy", "interpolate"):
+        out = str(tmp_path / how)
+        report = extend_positions(source, out, n, positions=how)
+        assert report["positions"] == how and report["rows"] == n
+        extended = AutoModelForMaskedLM.from_pretrained(out).eval()  # loads with every weight: the head was written
+        table = extended.bert.embeddings.position_embeddings.weight.detach()
+        if how == "copy":
+            batch = padded_batch(tokenizer, SHORT_POSITIONS)
+            mask = batch["attention_mask"].bool()
+            with torch.no_grad():
+                torch.testing.assert_close(extended(**batch).logits[mask], teacher(**batch).logits[mask])
+            torch.testing.assert_close(table[SHORT_POSITIONS + 1], learned[1])
+            continue
+        torch.testing.assert_close(table[::4], learned)
+        torch.testing.assert_close(table[1], 0.75 * learned[0] + 0.25 * learned[1])
+        torch.testing.assert_close(table[6], 0.5 * learned[1] + 0.5 * learned[2])
+    with pytest.raises(ValueError, match="positions='nearest': choose one of"):
+        extend_positions(source, str(tmp_path / "bad"), n, positions="nearest")
