@@ -359,6 +359,8 @@ def test_the_conversion_figure_draws_update_0_by_k_and_full_attention_by_n_besid
         row("full_n4096", "linformer", 4096, 4096, 0, 340, 600),
         row("linformer_n4096_k1024", "linformer", 4096, 1024, 0, 460, 830),
         row("full_n1024", "linformer", 1024, 1024, 0, 150, 250),
+        row("bert_n4096_interpolate", "bert", 4096, "", 0, 460, 835),
+        row("bert_n4096_copy", "bert", 4096, "", 0, 340, 600),
     ]
     teacher = [row("linformer_n4096_k256", "linformer", 4096, 256, 0, 500, 900)]
     teacher += [row("minilm_n512_control", "bert", 512, "", s, 60 - s, 82 - s) for s in (0, 41)]
@@ -382,3 +384,6 @@ def test_the_conversion_figure_draws_update_0_by_k_and_full_attention_by_n_besid
         assert list(lines["all scored tokens"].get_ydata()) == everything
         assert list(lines["the teacher reading 512, at <mask> inputs"].get_ydata()) == [82.0, 82.0]
         assert list(lines["unigram baseline, at <mask> inputs"].get_ydata()) == pytest.approx([650.0, 650.0])
+    marks = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in by_n.get_lines()}
+    assert marks["BERT itself, positions interpolated, at <mask> inputs"] == ([4096], [835.0])
+    assert marks["BERT itself, positions copied, at <mask> inputs"] == ([4096], [600.0])

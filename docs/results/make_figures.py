@@ -412,8 +412,13 @@ def conversion_figure(data_dir: str, out_dir: str, data_file: str = CONVERSION_M
     """What converting a masked LM to a longer n costs before any training: validation perplexity at update 0 (over
     all scored tokens and at ``<mask>`` inputs), by k at n = 4,096 (the run at k = n is full attention) and, for full
     attention, by n; the teacher reading its own n (update 0 of the uptraining plan's control, on the same masked
-    tokens) and the unigram baseline at ``<mask>`` inputs beside them (docs/results/books-pretraining.md)."""
-    converted = [r for r in read_rows(os.path.join(data_dir, data_file)) if r["step"] == "0"]
+    tokens) and the unigram baseline at ``<mask>`` inputs beside them; the plan's runs of the teacher's own
+    architecture with its positions grown beforehand (copied, or interpolated: the run's name says) as single marks
+    at their n (docs/results/books-pretraining.md)."""
+    updated_0 = [r for r in read_rows(os.path.join(data_dir, data_file)) if r["step"] == "0"]
+    converted = [r for r in updated_0 if r["model_type"] == "linformer"]
+    # the source's own architecture at the longer n, its positions grown beforehand (copied or interpolated)
+    grown = [r for r in updated_0 if r["model_type"] != "linformer"]
     teacher = next(
         r
         for r in read_rows(os.path.join(data_dir, teacher_file))
@@ -449,8 +454,13 @@ def conversion_figure(data_dir: str, out_dir: str, data_file: str = CONVERSION_M
         ax.set_yticks([50, 100, 200, 400, 800], labels=["50", "100", "200", "400", "800"])
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(True, which="both", alpha=0.3)
+    for r in grown:
+        how = "interpolated" if "interpolate" in r["run"] else "copied"
+        axes[1].plot([int(r["n"])], [float(r["mask_input_perplexity"])], "x" if how == "interpolated" else "+",
+                     color="C3" if how == "interpolated" else "C2", markersize=9, linestyle="none",
+                     label=f"{teacher['model_type'].upper()} itself, positions {how}, at <mask> inputs")  # fmt: skip
     axes[0].set_ylabel("validation perplexity before any update")
-    axes[1].legend(fontsize=8)
+    axes[1].legend(fontsize=8, loc="upper left")
     fig.suptitle("all-MiniLM-L6-v2, trained on as a masked LM at 512, converted: the same masked held-out tokens")
     fig.tight_layout()
     return save(fig, out_dir, "books_conversion_minilm.png")
