@@ -284,11 +284,28 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     assert (other_seed.get_linestyle(), twin.get_linestyle()) == (":", "-")
 
 
+def write_curves(path, rows: list[dict]) -> None:
+    """A books plan's curves.csv (experiments/books_pretraining.py's columns) holding ``rows``."""
+    from experiments.books_pretraining import CURVE_COLUMNS
+
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def capturing(name: str):
+    """make_figures' function ``name``, with the figures it saves kept in the returned dict (by file name)."""
+    drawn = {}
+    function = runpy.run_path(SCRIPT)[name]
+    function.__globals__["save"] = lambda fig, out_dir, filename: drawn.setdefault(filename, fig)
+    return function, drawn
+
+
 def test_the_uptraining_figure_draws_the_converted_model_beside_its_control(tmp_path):
     """An uptraining plan's curves.csv drawn: one line per run (the Linformer and the control at the teacher's n),
     tokens seen in millions, both perplexities, and the unigram baseline at <mask> inputs from the recorded ratio."""
     pytest.importorskip("matplotlib")
-    from experiments.books_pretraining import CURVE_COLUMNS
 
     rows = [
         dict(run="linformer_n4096_k256", model_type="linformer", n=4096, k=256, step=s, tokens=4096 * s,
@@ -299,14 +316,9 @@ def test_the_uptraining_figure_draws_the_converted_model_beside_its_control(tmp_
              perplexity=400 - 2 * s, mask_input_perplexity=600 - 2 * s, mask_input_over_unigram=(600 - 2 * s) / 650)
         for s in (0, 41)
     ]  # fmt: skip
-    with open(tmp_path / "curves.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-    figures = runpy.run_path(SCRIPT)
-    drawn = {}
-    figures["uptrain_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
-    figures["uptrain_figure"](str(tmp_path), str(tmp_path), [("curves.csv", "from the fitted head", "-")])
+    write_curves(tmp_path / "curves.csv", rows)
+    uptrain_figure, drawn = capturing("uptrain_figure")
+    uptrain_figure(str(tmp_path), str(tmp_path), [("curves.csv", "from the fitted head", "-")])
     everything, at_mask = drawn["books_uptrain_minilm.png"].axes
     lines = {line.get_label(): line for line in at_mask.get_lines()}
     linformer = lines["converted to a Linformer at n = 4096, k = 256, trained on"]
@@ -319,13 +331,12 @@ def test_the_uptraining_figure_draws_the_converted_model_beside_its_control(tmp_
     # a second plan (another teacher, the same runs), and one not recorded yet: the recorded two, told apart by line
     # style and named by their teacher, each role in one colour
     os.rename(tmp_path / "curves.csv", tmp_path / "first.csv")
-    with open(tmp_path / "second.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
-        writer.writeheader()
-        writer.writerows([{**row, "mask_input_perplexity": row["mask_input_perplexity"] / 2} for row in rows])
+    write_curves(
+        tmp_path / "second.csv", [{**row, "mask_input_perplexity": row["mask_input_perplexity"] / 2} for row in rows]
+    )
     plans = [("first.csv", "from A", "--"), ("missing.csv", "from B", ":"), ("second.csv", "from C", "-")]
     drawn.clear()
-    figures["uptrain_figure"](str(tmp_path), str(tmp_path), plans)
+    uptrain_figure(str(tmp_path), str(tmp_path), plans)
     lines = {line.get_label(): line for line in drawn["books_uptrain_minilm.png"].axes[1].get_lines()}
     assert sorted(lines) == sorted(
         f"{what}, from {teacher}"
@@ -347,7 +358,6 @@ def test_the_conversion_figure_draws_update_0_by_k_and_full_attention_by_n_besid
     full attention (k = n) by n with the teacher at its own n (update 0 of the uptraining plan's control) first, the
     teacher and the unigram baseline at <mask> inputs as lines across."""
     pytest.importorskip("matplotlib")
-    from experiments.books_pretraining import CURVE_COLUMNS
 
     def row(run, model_type, n, k, step, everything, at_mask):
         return dict(run=run, model_type=model_type, n=n, k=k, step=step, tokens=4096 * step, perplexity=everything,
@@ -364,15 +374,10 @@ def test_the_conversion_figure_draws_update_0_by_k_and_full_attention_by_n_besid
     ]
     teacher = [row("linformer_n4096_k256", "linformer", 4096, 256, 0, 500, 900)]
     teacher += [row("minilm_n512_control", "bert", 512, "", s, 60 - s, 82 - s) for s in (0, 41)]
-    for name, rows in (("conversion.csv", converted), ("uptrain.csv", teacher)):
-        with open(tmp_path / name, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS, restval="")
-            writer.writeheader()
-            writer.writerows(rows)
-    figures = runpy.run_path(SCRIPT)
-    drawn = {}
-    figures["conversion_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
-    figures["conversion_figure"](str(tmp_path), str(tmp_path), "conversion.csv", "uptrain.csv")
+    write_curves(tmp_path / "conversion.csv", converted)
+    write_curves(tmp_path / "uptrain.csv", teacher)
+    conversion_figure, drawn = capturing("conversion_figure")
+    conversion_figure(str(tmp_path), str(tmp_path), "conversion.csv", "uptrain.csv")
     by_k, by_n = drawn["books_conversion_minilm.png"].axes
     for ax, xs, everything, at_mask in (
         (by_k, [256, 1024, 4096], [500, 460, 340], [900, 830, 600]),
