@@ -6,6 +6,22 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import prefork  # noqa: E402
+
+# The tests' subprocesses fork from pre-imported interpreters (tests/prefork.py; LINFORMER_TEST_PREFORK=0: real ones).
+_PREFORK_DIR = prefork.start_session()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _PREFORK_DIR:
+        terminalreporter.write_line(prefork.summary(_PREFORK_DIR))
+
+
+def pytest_unconfigure(config):
+    if _PREFORK_DIR:
+        prefork.end_session(_PREFORK_DIR)
+
+
 import inspect  # noqa: E402
 import warnings  # noqa: E402
 import weakref  # noqa: E402

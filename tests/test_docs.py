@@ -7,6 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
+import prefork
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,7 +302,6 @@ def docs_workspace(tmp_path_factory, request):
     data), with the stand-ins. Runs the demo, then starts the selected examples; returns (repo, environment,
     the examples' results by id, as futures)."""
     import shutil
-    import sys
     import threading
     from concurrent.futures import Future
 
@@ -312,6 +312,8 @@ def docs_workspace(tmp_path_factory, request):
     for name in os.listdir(REPO):
         if name not in (".git", "outputs", "out") and (not name.startswith(".") or name == ".venv"):
             os.symlink(os.path.join(REPO, name), os.path.join(repo, name))
+    # this interpreter's folder, or the stand-ins that fork from a pre-imported one (tests/prefork.py)
+    bin_dir = os.path.dirname(prefork.python_executable())
     env = dict(os.environ)
     env.update(
         HF_HUB_OFFLINE="1",
@@ -322,10 +324,10 @@ def docs_workspace(tmp_path_factory, request):
         HF_HOME=str(root / "hf_home"),  # nothing from this machine's Hub and datasets caches
         HF_HUB_CACHE=str(root / "hf_home" / "hub"),
         HF_DATASETS_CACHE=str(root / "hf_home" / "datasets"),
-        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),  # python, accelerate
+        PATH=bin_dir + os.pathsep + env.get("PATH", ""),  # python, accelerate
         PYTHONPATH=os.path.join(REPO, "src") + os.pathsep + env.get("PYTHONPATH", ""),
-        PYTHON=sys.executable,  # scripts/demo.sh's interpreter and launcher (.venv's by default)
-        ACCELERATE=os.path.join(os.path.dirname(sys.executable), "accelerate"),
+        PYTHON=os.path.join(bin_dir, "python"),  # scripts/demo.sh's interpreter and launcher (.venv's by default)
+        ACCELERATE=os.path.join(bin_dir, "accelerate"),
     )
     env.update(write_stand_ins(repo))
     demo = next(e for e in EXAMPLES if (e.page, e.text) == (DEMO[0], "scripts/demo.sh"))
@@ -363,10 +365,9 @@ def docs_workspace(tmp_path_factory, request):
 
 def run_example(repo: str, env: dict, example: Example):
     import subprocess
-    import sys
 
     if example.language == "python":
-        argv = [sys.executable, "-c", example.text]
+        argv = [prefork.python_executable(), "-c", example.text]
     else:
         argv = ["bash", "-c", " ".join([example.text, *entries(CUT, example)])]
     try:

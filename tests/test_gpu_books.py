@@ -7,11 +7,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import zipfile
 
 import pyarrow.parquet as pq
 import pytest
+from prefork import python_executable
 from training_utils import DATA, REPO, write_hub_dataset
 
 from experiments import gpu_books
@@ -185,7 +185,7 @@ def test_gathering_a_run_stopped_part_way_keeps_its_curve(carried, tmp_path):
 def test_missing_data_stops_at_once_and_still_returns_the_reason(tmp_path):
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), GPU_BOOKS_TINY="1", GPU_BOOKS_DIR=str(tmp_path / "nothing"),
-               GPU_BOOKS_WORK=str(tmp_path / "work"), PYTHON=sys.executable)  # fmt: skip
+               GPU_BOOKS_WORK=str(tmp_path / "work"), PYTHON=python_executable())  # fmt: skip
     done = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(os.listdir(out)) == ["log.txt", "report.md"]
@@ -201,7 +201,7 @@ def test_cpu_dry_run_runs_every_stage_and_returns_the_curves(carried, tmp_path):
     dest, _ = carried
     out, work = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, OUT=str(out), GPU_BOOKS_TINY="1", GPU_BOOKS_DIR=dest, GPU_BOOKS_WORK=str(work),
-               PYTHON=sys.executable, OMP_WAIT_POLICY="PASSIVE")  # fmt: skip
+               PYTHON=python_executable(), OMP_WAIT_POLICY="PASSIVE")  # fmt: skip
     done = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(os.listdir(out)) == ["curves.csv", "log.txt", "report.md", "results.json"]

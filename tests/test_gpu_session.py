@@ -6,10 +6,10 @@ import dataclasses
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
+from prefork import python_executable
 
 from experiments import gpu_checks, gpu_session
 from experiments.gpu_checks import GpuChecksConfig
@@ -202,7 +202,7 @@ def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
     compiled run (about 100 s from the start when the machine is quiet)."""
     out, total = tmp_path / "out", 1200
     env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_WORK=str(tmp_path / "work"),
-               PYTHON=sys.executable, GPU_SESSION_TOTAL_S=str(total))  # fmt: skip
+               PYTHON=python_executable(), GPU_SESSION_TOTAL_S=str(total))  # fmt: skip
     started = time.time()
     done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
                           capture_output=True, text=True, timeout=total)  # fmt: skip
@@ -245,7 +245,7 @@ def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_
     """With no time left every stage is stopped by `timeout` at once; the script still exits 0 with the report."""
     out = tmp_path / "out"
     env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_TOTAL_S="1",
-               GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=sys.executable)  # fmt: skip
+               GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=python_executable())  # fmt: skip
     done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

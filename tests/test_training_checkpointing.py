@@ -15,6 +15,7 @@ import time
 import pytest
 import torch
 import yaml
+from prefork import python_executable
 from training_utils import REPO, WIKITEXT, script_env, tiny_pretrain_overrides
 
 from linformer_hf.training.checkpointing import (
@@ -223,7 +224,7 @@ time.sleep(600)
 @contextlib.contextmanager
 def lock_held_by_another_process(out):
     """A live process holding `out`'s run lock, SIGKILLed (its lock left behind, as a crash leaves it) on exit."""
-    holder = subprocess.Popen(
+    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
         [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
     )
     try:
@@ -329,7 +330,7 @@ runpy.run_path("scripts/pretrain.py", run_name="__main__")
 
 
 def pretrain_command(recipe_path, *extra):
-    return [sys.executable, "scripts/pretrain.py", "--config", str(recipe_path), "--no_progress", *extra]
+    return [python_executable(), "scripts/pretrain.py", "--config", str(recipe_path), "--no_progress", *extra]
 
 
 def subprocess_env():
@@ -353,7 +354,7 @@ def test_sigkill_during_a_save_and_at_a_random_point_then_resume_matches(tokeniz
 
     # 1) killed during the save of checkpoint-4: its files are written, its marker is not.
     killed = subprocess.run(
-        [sys.executable, "-c", KILL_DURING_SAVE, "checkpoint-4", *pretrain_command(recipe)[2:]],
+        [python_executable(), "-c", KILL_DURING_SAVE, "checkpoint-4", *pretrain_command(recipe)[2:]],
         cwd=REPO,
         env=subprocess_env(),
         capture_output=True,
@@ -422,7 +423,7 @@ def test_lock_catches_the_training_process_a_killed_accelerate_launch_leaves(tok
     )
     launcher = subprocess.Popen(
         [
-            sys.executable,
+            python_executable(),
             "-m",
             "accelerate.commands.launch",
             "--cpu",
@@ -677,7 +678,7 @@ def test_a_run_ended_by_an_error_is_not_reported_as_killed(tmp_path, caplog):
     out.mkdir()
     ended = subprocess.run(
         [
-            sys.executable,
+            python_executable(),
             "-c",
             "import sys\nfrom linformer_hf.training.checkpointing import RunLock\n"
             "RunLock.acquire(sys.argv[1])\nraise SystemExit('error: a setting found wrong after the claim')",

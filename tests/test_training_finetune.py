@@ -4,10 +4,10 @@ import csv
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
+from prefork import python_executable
 from training_utils import (
     DATA,
     IMDB,
@@ -143,7 +143,7 @@ def test_pairs_qqp_layout_report_accuracy_and_f1_with_two_processes(pretrained_d
     write_pair_file(dev, 150)  # 150 rows: not a multiple of the 2 x 16 eval batch, so padding must be dropped
     out = tmp_path / "qqp"
     cmd = [
-        sys.executable,
+        python_executable(),
         "-m",
         "torch.distributed.run",
         "--nproc_per_node",

@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import test_training_checkpointing as checkpointing_tests
 import torch
+from prefork import python_executable
 from safetensors.torch import load_file
 from test_training_checkpointing import losses_by_step, pretrain_command, run, subprocess_env, write_recipe
 from training_utils import REPO, free_port, script_env, sst2_head, tiny_finetune_overrides
@@ -255,7 +255,7 @@ def test_ctrl_c_finishes_the_update_checkpoints_and_exits_resumable(tokenizer_di
 def accelerate_launch(recipe, *extra):
     """`accelerate launch` with two CPU processes (torchrun underneath: it passes SIGTERM on to both)."""
     return [
-        sys.executable,
+        python_executable(),
         "-m",
         "accelerate.commands.launch",
         "--multi_gpu",

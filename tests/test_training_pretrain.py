@@ -3,11 +3,11 @@
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+from prefork import python_executable
 from training_utils import REPO, WIKITEXT, as_argv, free_port, script_env, tiny_pretrain_overrides
 
 from linformer_hf.training.config import PretrainRecipe, load_recipe
@@ -136,7 +136,7 @@ def test_two_processes_and_accumulation_match_one_process(tokenizer_dir, small_c
     for step in range(1, 9):
         assert accumulated["train_losses"][step] == pytest.approx(one["train_losses"][step], abs=2e-5), step
     cmd = [
-        sys.executable,
+        python_executable(),
         "-m",
         "torch.distributed.run",
         "--nproc_per_node",

@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 import yaml
+from prefork import python_executable
 from safetensors.torch import load_file
 from test_training_checkpointing import subprocess_env
 from training_utils import REPO, sst2_head, tiny_finetune_overrides
@@ -120,7 +120,7 @@ def test_a_signal_stops_finetuning_with_a_checkpoint_and_latest_resumes_exactly(
     )
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(yaml.safe_dump(apply_overrides({}, overrides)))
-    command = [sys.executable, "scripts/finetune.py", "--config", str(recipe), "--no_progress"]
+    command = [python_executable(), "scripts/finetune.py", "--config", str(recipe), "--no_progress"]
 
     from linformer_hf.training.finetuning import run_finetuning
 
@@ -217,7 +217,14 @@ def test_a_signal_stops_attention_transfer_with_a_checkpoint_and_latest_resumes_
 
     out = tmp_path / "run"
     args = arguments(transfer_pair, out, **overrides)
-    command = [sys.executable, "scripts/transfer_attention.py", "--teacher", args.teacher, "--student", args.student]
+    command = [
+        python_executable(),
+        "scripts/transfer_attention.py",
+        "--teacher",
+        args.teacher,
+        "--student",
+        args.student,
+    ]
     command += ["--output_dir", args.output_dir, "--text_files", *args.text_files, "--lengths", *map(str, args.lengths)]
     for name in ("batch_size", "layer_steps", "end_to_end_steps", "projection_learning_rate", "warmup_steps"):
         command += [f"--{name}", str(getattr(args, name))]

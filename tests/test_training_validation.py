@@ -491,7 +491,7 @@ def test_finetuning_is_refused_while_another_run_holds_its_output_dir(model_dir,
     out = tmp_path / "ft"
     out.mkdir()
     (out / "checkpoint-2").mkdir()  # the live run's
-    holder = subprocess.Popen(
+    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
         [
             sys.executable,
             "-c",

@@ -3,7 +3,8 @@
 import os
 import socket
 import subprocess
-import sys
+
+from prefork import python_executable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(REPO, "..", "shared", "data")
@@ -33,7 +34,7 @@ def script_env(**extra):
 
 def run_script(args, timeout=300, **env):
     return subprocess.run(
-        [sys.executable, *args], cwd=REPO, env=script_env(**env), capture_output=True, text=True, timeout=timeout
+        [python_executable(), *args], cwd=REPO, env=script_env(**env), capture_output=True, text=True, timeout=timeout
     )
 
 
