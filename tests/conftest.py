@@ -6,10 +6,27 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import inspect  # noqa: E402
+import sys  # noqa: E402
+import warnings  # noqa: E402
+import weakref  # noqa: E402
+
 import prefork  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+import linformer_hf  # noqa: E402,F401  (registers the Auto classes)
+from linformer_hf import LinformerConfig  # noqa: E402
 
 # The tests' subprocesses fork from pre-imported interpreters (tests/prefork.py; LINFORMER_TEST_PREFORK=0: real ones).
 _PREFORK_DIR = prefork.start_session()
+
+
+@pytest.fixture
+def forked_subprocesses(monkeypatch):
+    """What the code under test starts with `sys.executable` forks from a pre-imported interpreter."""
+    monkeypatch.setattr(sys, "executable", prefork.python_executable())
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -21,17 +38,6 @@ def pytest_unconfigure(config):
     if _PREFORK_DIR:
         prefork.end_session(_PREFORK_DIR)
 
-
-import inspect  # noqa: E402
-import warnings  # noqa: E402
-import weakref  # noqa: E402
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-
-import linformer_hf  # noqa: E402,F401  (registers the Auto classes)
-from linformer_hf import LinformerConfig  # noqa: E402
 
 # Under pytest-xdist (`-n 2`, one worker a core) each worker computes on one thread: two workers of two threads each
 # on 2 cores would oversubscribe them. Subprocesses a test starts keep their own defaults.

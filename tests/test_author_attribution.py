@@ -179,7 +179,7 @@ def _tiny_roberta(out, tokenizer_dir, n: int = 64) -> str:
     return str(out)
 
 
-def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, monkeypatch):
+def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, monkeypatch, forked_subprocesses):
     """Each model's fine-tuning command, run in this process (the command's own main), once: a second compare
     finds every run finished and only reports."""
     from linformer_hf.training import finetune
@@ -236,7 +236,9 @@ def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
         load_task_data(recipe)
 
 
-def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(data, linformer, tmp_path):
+def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(
+    data, linformer, tmp_path, forked_subprocesses
+):
     run = {"name": "teacher", "model": linformer, "source": linformer, "n": None}
     out = str(tmp_path / "compare")
     fresh = author_attribution.command(run, data[0], out, author_attribution.RECIPE, {"training.seed": 2})

@@ -578,7 +578,7 @@ def test_a_head_fitted_on_a_frozen_sentence_encoder_makes_it_a_masked_lm_to_uptr
 
 
 def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_the_curves(
-    books, tokenizer_dir, tmp_path
+    books, tokenizer_dir, tmp_path, forked_subprocesses
 ):
     """experiments/books_pretraining.py: two models of different n read the same blocks (the shorter one as two
     inputs a block); a stopped run goes on from its checkpoint, a finished one is not run again; the curves and the

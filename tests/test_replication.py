@@ -175,7 +175,7 @@ class Stop(Exception):
     pass
 
 
-def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path, small_data):
+def test_tiny_plan_trains_every_variant_under_one_recipe_and_reports(tmp_path, small_data, forked_subprocesses):
     plan = load_plan(QUICK, tiny_overrides(tmp_path, small_data))
 
     # Stopped at the start of the second fine-tuning run: what finished is saved, marked incomplete.
