@@ -5,7 +5,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The commands the tests start compute beside the other xdist worker: OpenMP threads that spin while they wait (the
+# default) made a training step 20x slower on the busy 2-core machine (2.3 s against 0.12 s); idle ones sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import gc  # noqa: E402
 import inspect  # noqa: E402
 import sys  # noqa: E402
 import warnings  # noqa: E402
@@ -21,6 +25,11 @@ from linformer_hf import LinformerConfig  # noqa: E402
 
 # The tests' subprocesses fork from pre-imported interpreters (tests/prefork.py; LINFORMER_TEST_PREFORK=0: real ones).
 _PREFORK_DIR = prefork.start_session()
+
+# The ~400k objects of the imports above live as long as the worker: kept out of the collector's full passes, which
+# otherwise walk them again at each one (half of the full passes' time in the model tests).
+gc.collect()
+gc.freeze()
 
 
 @pytest.fixture

@@ -320,7 +320,6 @@ def docs_workspace(tmp_path_factory, request):
         HF_DATASETS_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
-        OMP_WAIT_POLICY="PASSIVE",
         HF_HOME=str(root / "hf_home"),  # nothing from this machine's Hub and datasets caches
         HF_HUB_CACHE=str(root / "hf_home" / "hub"),
         HF_DATASETS_CACHE=str(root / "hf_home" / "datasets"),

@@ -69,7 +69,7 @@ def installed_python(tmp_path_factory):
 
 def run_installed(python, args, cwd, timeout=300):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(OFFLINE_ENV, OMP_WAIT_POLICY="PASSIVE")
+    env.update(OFFLINE_ENV)
     return subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

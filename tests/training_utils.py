@@ -15,8 +15,6 @@ IMDB = os.path.join(DATA, "imdb", "train.csv")
 TINY_MODEL = os.path.join(REPO, "configs", "model", "tiny_test.yaml")
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-# Subprocesses: idle OpenMP threads sleep instead of spinning (spinning is 3-5x slower on a busy 2-core machine).
-SUBPROCESS_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 for key, value in OFFLINE_ENV.items():
     os.environ.setdefault(key, value)
 
@@ -24,8 +22,6 @@ for key, value in OFFLINE_ENV.items():
 def script_env(**extra):
     env = dict(os.environ)
     env.update(OFFLINE_ENV)
-    for key, value in SUBPROCESS_ENV.items():
-        env.setdefault(key, value)
     src = os.path.join(REPO, "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
