@@ -7,10 +7,10 @@ first line of work: about half of the suite's CPU time.
 
 How: `install(directory)` writes `python`, `python3` and `accelerate` stand-ins into `directory/bin` (tests put it
 first on PATH, or run `python_executable()`). A stand-in sends its command line, working directory, environment and
-standard streams to a server over a Unix socket; the server forks a child that takes them on and runs the command as
+open file descriptors (its standard streams, and any its caller passed on) to a server over a Unix socket; the server forks a child that takes them on and runs the command as
 `python -m mod`, `python -c code` or `python script` would, and the stand-in relays the child's exit status and
 forwards signals to it (a child whose stand-in is killed outright kills itself). The child's `sys.executable` is the
-stand-in, so what it starts (accelerate's launcher, a benchmark's timing process) forks too.
+stand-in, multiprocessing's too, so what it starts (accelerate's launcher, a benchmark's forkserver) forks too.
 
 What keeps a forked child equal to a fresh process:
 - One server per value of the environment variables that the pre-imported libraries read at import (HF_*,
@@ -20,11 +20,13 @@ What keeps a forked child equal to a fresh process:
 - The package under test is never pre-imported: every child imports linformer_hf (and registers its Auto classes)
   itself, from its own PYTHONPATH. A PYTHONPATH entry that would shadow a pre-imported module runs a real
   interpreter instead.
-- Any other interpreter option (-u, -X, -W, -I, a script on stdin ...) runs a real interpreter, as does everything
+- Any other interpreter option (-u, -X, -W, -I, a script on stdin ...; -B only where PYTHONDONTWRITEBYTECODE does
+  not already say it) runs a real interpreter, as does everything
   when LINFORMER_TEST_PREFORK=0 (CI's floor run: the oldest supported versions, real interpreters throughout).
 """
 
 import array
+import fcntl
 import gc
 import hashlib
 import json
@@ -57,6 +59,7 @@ IMPORT_TIME = re.compile(
 APPLIED = ("PYTHONPATH", "OMP_NUM_THREADS")
 IDLE_EXIT_S = 120  # a server nobody has asked for this long exits (a new one starts on the next request)
 STATUS = struct.Struct("!i")  # >= 0: exit code; < 0: killed by that signal
+MAX_FDS = 64  # descriptors a command may be given (one message carries them all)
 
 
 def enabled() -> bool:
@@ -136,6 +139,8 @@ def command_of(argv: list, script: str | None) -> tuple | None:
     """(mode, target, args) for a command line a forked child can run, or None."""
     if script is not None:  # the accelerate console script
         return ("script", script, argv)
+    if argv[:1] == ["-B"] and os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        argv = argv[1:]  # what the environment already says (multiprocessing passes it on to its helpers)
     if len(argv) >= 2 and argv[0] in ("-m", "-c"):
         return ("module" if argv[0] == "-m" else "code", argv[1], argv[2:])
     if argv and not argv[0].startswith("-"):
@@ -161,14 +166,18 @@ def stand_in(python: str, script: str | None, directory: str) -> None:
     if sock is None:
         run_real(f"no server yet for {server_key(env, python)}")
     # what the command starts with sys.executable (accelerate's launcher, a timing process) forks too
+    # every descriptor the command was given (its streams, and any its caller passed on: a forkserver's socket and
+    # pipe), to be taken on at the same numbers
+    numbers = open_descriptors(exclude=sock.fileno())
     request = {
         "command": command,
         "cwd": os.getcwd(),
         "env": env,
         "executable": os.path.join(directory, "bin", "python"),
+        "fds": numbers,
     }
     payload = json.dumps(request).encode()
-    fds = array.array("i", [0, 1, 2])
+    fds = array.array("i", numbers)
     sock.sendmsg([struct.pack("!I", len(payload)), payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     reply = receive_exactly(sock, 1 + STATUS.size)
     if reply is None or reply[:1] != b"P":  # the server runs no such command here: a real interpreter does
@@ -194,6 +203,23 @@ def stand_in(python: str, script: str | None, directory: str) -> None:
     os._exit(code)
 
 
+def open_descriptors(exclude: int) -> list:
+    """This process's open file descriptors (0, 1 and 2 first), but `exclude`."""
+    listed = [int(name) for name in os.listdir("/proc/self/fd")]  # the listing's own descriptor is closed by now
+    numbers = [fd for fd in sorted(listed) if fd != exclude and _is_open(fd)]
+    if numbers[:3] != [0, 1, 2]:
+        raise OSError("a command needs its standard streams open")
+    return numbers[:MAX_FDS]
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
 def receive_exactly(sock, size: int) -> bytes | None:
     data = b""
     while len(data) < size:
@@ -214,7 +240,6 @@ def connect(directory: str, env: dict, python: str):
     """A connection to the server for this environment. None on the first request in an environment (a real
     interpreter runs it, and a server starts for the next one: one-off environments, such as a benchmark's timing
     process with its own settings, would pay a server's longer imports for nothing), or if the server cannot start."""
-    import fcntl
     import subprocess
 
     stem = os.path.join(directory, server_key(env, python))
@@ -359,17 +384,19 @@ def serve(path: str) -> int | None:
 
 
 def receive_request(conn):
-    header, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * array.array("i").itemsize))
+    """The request and its descriptors, or (None, []) for anything malformed (its descriptors closed)."""
+    header, ancillary, _, _ = conn.recvmsg(4, socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize))
     fds = array.array("i")
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
-    if len(header) < 4 or len(fds) != 3:
+    payload = receive_exactly(conn, struct.unpack("!I", header)[0]) if len(header) == 4 else None
+    request = json.loads(payload) if payload else None
+    if request is None or len(request.get("fds", [])) != len(fds) or request["fds"][:3] != [0, 1, 2]:
         for fd in fds:
             os.close(fd)
         return None, []
-    payload = receive_exactly(conn, struct.unpack("!I", header)[0])
-    return (json.loads(payload) if payload else None), list(fds)
+    return request, list(fds)
 
 
 def refusal(request: dict, preloaded: set) -> str | None:
@@ -390,8 +417,19 @@ def run_child(request: dict, fds: list, conn, base_path: list) -> int:
     import traceback
     import types
 
-    for target, fd in zip((0, 1, 2), fds):
-        os.dup2(fd, target)
+    # The command's descriptors at their own numbers: first all of them (and this connection) above every target
+    # number, so that no dup2 below closes one still to be placed.
+    targets = request["fds"]
+    above = max(targets) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above) for fd in fds]
+    for fd in fds:
+        os.close(fd)
+    if conn.fileno() in targets:
+        old = conn.detach()
+        conn = socket.socket(fileno=fcntl.fcntl(old, fcntl.F_DUPFD_CLOEXEC, above))
+        os.close(old)
+    for target, fd in zip(targets, moved):
+        os.dup2(fd, target)  # inheritable, as the stand-in's own were
         os.close(fd)
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
@@ -412,6 +450,8 @@ def run_child(request: dict, fds: list, conn, base_path: list) -> int:
 
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     sys.executable = request["executable"]
+    if "multiprocessing.spawn" in sys.modules:  # read sys.executable when the server imported it
+        sys.modules["multiprocessing.spawn"].set_executable(sys.executable)
     mode, target, args = request["command"]
     python_path = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     first = {"module": os.getcwd(), "code": "", "script": os.path.dirname(os.path.realpath(target))}[mode]

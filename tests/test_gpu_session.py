@@ -242,10 +242,14 @@ def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
 
 
 def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_path):
-    """With no time left every stage is stopped by `timeout` at once; the script still exits 0 with the report."""
+    """With no time left every stage is stopped by `timeout` at once; the script still exits 0 with the report.
+    Its interpreter starts 3 s late, past each stage's 1 s: a forked one could otherwise end a tiny profile in it."""
     out = tmp_path / "out"
+    late_python = tmp_path / "late_python"
+    late_python.write_text(f'#!/bin/sh\nsleep 3\nexec {python_executable()} "$@"\n')
+    late_python.chmod(0o755)
     env = dict(os.environ, OUT=str(out), GPU_SESSION_TINY="1", GPU_SESSION_TOTAL_S="1",
-               GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=python_executable())  # fmt: skip
+               GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=str(late_python))  # fmt: skip
     done = subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")], env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -54,6 +54,42 @@ def test_a_forked_command_sees_its_own_arguments_streams_directory_and_environme
     assert len(forked(directory)) == before + 4  # forked, every one
 
 
+def test_descriptors_passed_on_reach_the_command_and_multiprocessing_helpers_fork_too(stand_ins):
+    """What a caller passes on (`pass_fds`: a forkserver's socket and pipe) is open in the command at the same number,
+    and multiprocessing starts its forkserver through the stand-in, forked as well (a benchmark's timing processes)."""
+    directory, python = stand_ins
+    before = len(forked(directory))
+    read_end, write_end = os.pipe()
+    spare = os.dup(write_end)  # a second one, above the first: both are placed at their own numbers
+    code = (
+        "import multiprocessing as mp, os, sys\n"
+        f"os.write({write_end}, b'first '); os.write({spare}, b'second ')\n"
+        "ctx = mp.get_context('forkserver')\n"
+        "with ctx.Pool(1) as pool:\n"
+        "    print(pool.apply(os.getppid) != os.getpid(), flush=True)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [python, "-c", code], env=env, pass_fds=(write_end, spare), capture_output=True, text=True, timeout=300
+    )
+    os.close(write_end)
+    os.close(spare)
+    with os.fdopen(read_end, "rb") as fh:
+        assert fh.read() == b"first second "
+    assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr
+    started = forked(directory)[before:]
+    assert any("-c import multiprocessing as mp" in line for line in started)
+    assert any("multiprocessing.forkserver import main" in line for line in started), started
+
+
+def test_an_option_the_environment_already_sets_is_no_reason_for_a_real_interpreter(monkeypatch):
+    """multiprocessing starts its helpers with -B where PYTHONDONTWRITEBYTECODE is set: the same interpreter."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert prefork.command_of(["-B", "-c", "pass", "x"], None) == ("code", "pass", ["x"])
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
+    assert prefork.command_of(["-B", "-c", "pass"], None) is None  # -B changes something: a real interpreter
+
+
 def test_signals_reach_the_command_and_its_end_is_the_stand_ins(stand_ins, tmp_path):
     directory, python = stand_ins
     handled = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(75))\n"
