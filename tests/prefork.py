@@ -7,10 +7,11 @@ first line of work: about half of the suite's CPU time.
 
 How: `install(directory)` writes `python`, `python3` and `accelerate` stand-ins into `directory/bin` (tests put it
 first on PATH, or run `python_executable()`). A stand-in sends its command line, working directory, environment and
-open file descriptors (its standard streams, and any its caller passed on) to a server over a Unix socket; the server forks a child that takes them on and runs the command as
-`python -m mod`, `python -c code` or `python script` would, and the stand-in relays the child's exit status and
-forwards signals to it (a child whose stand-in is killed outright kills itself). The child's `sys.executable` is the
-stand-in, multiprocessing's too, so what it starts (accelerate's launcher, a benchmark's forkserver) forks too.
+open file descriptors (its standard streams, and any its caller passed on) to a server over a Unix socket; the
+server forks a child that takes them on and runs the command as `python -m mod`, `python -c code` or `python script`
+would, and the stand-in relays the child's exit status and forwards signals to it (a child whose stand-in is killed
+outright kills itself). The child's `sys.executable` is the stand-in, multiprocessing's too, so what it starts
+(accelerate's launcher and torchrun's workers, a benchmark's forkserver) forks too.
 
 What keeps a forked child equal to a fresh process:
 - One server per value of the environment variables that the pre-imported libraries read at import (HF_*,
@@ -20,8 +21,8 @@ What keeps a forked child equal to a fresh process:
 - The package under test is never pre-imported: every child imports linformer_hf (and registers its Auto classes)
   itself, from its own PYTHONPATH. A PYTHONPATH entry that would shadow a pre-imported module runs a real
   interpreter instead.
-- Any other interpreter option (-u, -X, -W, -I, a script on stdin ...; -B only where PYTHONDONTWRITEBYTECODE does
-  not already say it) runs a real interpreter, as does everything
+- Any other interpreter option (-X, -W, -I, a script on stdin ...; -B and -u only where PYTHONDONTWRITEBYTECODE and
+  PYTHONUNBUFFERED do not already say them) runs a real interpreter, as does everything
   when LINFORMER_TEST_PREFORK=0 (CI's floor run: the oldest supported versions, real interpreters throughout).
 """
 
@@ -59,6 +60,11 @@ IMPORT_TIME = re.compile(
 APPLIED = ("PYTHONPATH", "OMP_NUM_THREADS")
 IDLE_EXIT_S = 120  # a server nobody has asked for this long exits (a new one starts on the next request)
 STATUS = struct.Struct("!i")  # >= 0: exit code; < 0: killed by that signal
+# Read when used, not at import: torchrun's per-launch and per-worker settings (a run id, an error file) would
+# otherwise give every launch's workers a server of their own, which is to say real interpreters.
+RUN_TIME = re.compile(r"^(TORCHELASTIC_|TORCH_NCCL_)")
+# Options that change nothing where a variable already says the same (the server was started with that variable).
+IMPLIED_BY_ENVIRONMENT = {"-B": "PYTHONDONTWRITEBYTECODE", "-u": "PYTHONUNBUFFERED"}
 MAX_FDS = 64  # descriptors a command may be given (one message carries them all)
 
 
@@ -67,7 +73,7 @@ def enabled() -> bool:
 
 
 def import_time_environment(env: dict) -> dict:
-    return {k: v for k, v in sorted(env.items()) if IMPORT_TIME.match(k) and k not in APPLIED}
+    return {k: v for k, v in sorted(env.items()) if IMPORT_TIME.match(k) and not RUN_TIME.match(k) and k not in APPLIED}
 
 
 def server_key(env: dict, python: str) -> str:
@@ -139,8 +145,8 @@ def command_of(argv: list, script: str | None) -> tuple | None:
     """(mode, target, args) for a command line a forked child can run, or None."""
     if script is not None:  # the accelerate console script
         return ("script", script, argv)
-    if argv[:1] == ["-B"] and os.environ.get("PYTHONDONTWRITEBYTECODE"):
-        argv = argv[1:]  # what the environment already says (multiprocessing passes it on to its helpers)
+    while argv and os.environ.get(IMPLIED_BY_ENVIRONMENT.get(argv[0], "")):
+        argv = argv[1:]  # what the environment already says (multiprocessing and torchrun pass it on)
     if len(argv) >= 2 and argv[0] in ("-m", "-c"):
         return ("module" if argv[0] == "-m" else "code", argv[1], argv[2:])
     if argv and not argv[0].startswith("-"):

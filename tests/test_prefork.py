@@ -83,11 +83,16 @@ def test_descriptors_passed_on_reach_the_command_and_multiprocessing_helpers_for
 
 
 def test_an_option_the_environment_already_sets_is_no_reason_for_a_real_interpreter(monkeypatch):
-    """multiprocessing starts its helpers with -B where PYTHONDONTWRITEBYTECODE is set: the same interpreter."""
+    """multiprocessing starts its helpers with -B where PYTHONDONTWRITEBYTECODE is set, and torchrun its workers with
+    -u: where the environment already says the same, the same interpreter."""
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
     assert prefork.command_of(["-B", "-c", "pass", "x"], None) == ("code", "pass", ["x"])
+    assert prefork.command_of(["-u", "-B", "script.py", "-u"], None) == ("script", "script.py", ["-u"])
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE")
     assert prefork.command_of(["-B", "-c", "pass"], None) is None  # -B changes something: a real interpreter
+    monkeypatch.setenv("PYTHONUNBUFFERED", "")
+    assert prefork.command_of(["-u", "-m", "mod"], None) is None
 
 
 def test_signals_reach_the_command_and_its_end_is_the_stand_ins(stand_ins, tmp_path):
@@ -135,3 +140,15 @@ def test_an_import_time_setting_gets_its_own_server_and_a_shadowing_path_a_real_
     assert (result.returncode, result.stdout) == (0, "True\n"), result.stderr
     with open(os.path.join(directory, "commands.log")) as fh:
         assert "refused by the server" in fh.read().splitlines()[-1]
+
+
+def test_torchruns_per_launch_settings_share_the_server_and_an_import_time_one_does_not():
+    """torchrun gives each launch a run id and each worker an error file: read when used, so the workers of every
+    launch fork from one server; a variable a library reads at import (HF_HOME) keys a server of its own."""
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/bin"}
+    key = prefork.server_key(env, "/usr/bin/python3")
+    worker = dict(env, TORCHELASTIC_RUN_ID="1234", TORCHELASTIC_ERROR_FILE="/tmp/x/error.json", LOCAL_RANK="1")
+    assert prefork.server_key(worker, "/usr/bin/python3") == key
+    assert prefork.server_key(dict(env, OMP_NUM_THREADS="1"), "/usr/bin/python3") == key  # applied in the child
+    assert prefork.server_key(dict(env, HF_HOME="/elsewhere"), "/usr/bin/python3") != key
+    assert prefork.server_key(dict(env, TORCH_HOME="/elsewhere"), "/usr/bin/python3") != key
