@@ -80,6 +80,12 @@ def test_descriptors_passed_on_reach_the_command_and_multiprocessing_helpers_for
     started = forked(directory)[before:]
     assert any("-c import multiprocessing as mp" in line for line in started)
     assert any("multiprocessing.forkserver import main" in line for line in started), started
+    # no standard input at all: a real interpreter runs it, as given
+    closed = subprocess.run(["bash", "-c", f"exec 0<&-; {python} -c 'print(\"ran\")'"], env=env, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert (closed.returncode, closed.stdout) == (0, "ran\n"), closed.stderr
+    with open(os.path.join(directory, "commands.log")) as fh:
+        assert fh.read().splitlines()[-1].startswith("real interpreter, descriptors [1, 2]")
 
 
 def test_an_option_the_environment_already_sets_is_no_reason_for_a_real_interpreter(monkeypatch):
