@@ -6,7 +6,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The commands the tests start compute beside the other xdist worker: OpenMP threads that spin while they wait (the
-# default) made a training step 20x slower on the busy 2-core machine (2.3 s against 0.12 s); idle ones sleep.
+# default) slow them severalfold (docs/training.md, "A CPU shared with other work"); idle ones sleep.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Output as it is written (a command cut by its timeout still shows what it printed), and what torchrun's `python -u`
 # workers get anyway: with it they fork from the pre-imported interpreters too (tests/prefork.py).
