@@ -49,6 +49,15 @@ time.
         --output_dir outputs/authors/data
     python -m experiments.author_attribution compare --data outputs/authors/data --linformer LINFORMER_DIR \\
         --teacher TEACHER_DIR --output_dir outputs/authors
+
+compare.json in the folder records the test passages, the models and the overrides; a compare with others into that
+folder is refused (its finished runs would be reported as the new ones). **Pooling** (`pool`): several compare
+folders of the same test passages (another fine-tuning seed each, or models from another pretraining seed), each
+run's accuracy per folder and their mean, and the differences passage by passage over all of them
+(`pooled_difference`):
+
+    python -m experiments.author_attribution pool outputs/authors outputs/authors-seed2 \\
+        --output_dir outputs/authors-pooled
 """
 
 from __future__ import annotations
@@ -56,6 +65,7 @@ from __future__ import annotations
 import csv
 import glob
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -70,6 +80,7 @@ from linformer_hf.training.errors import USER_ERRORS, report
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
 MANIFEST = "authors_manifest.json"
+COMPARISON = "compare.json"  # in a compare folder: the test passages its runs are scored on, the models, the overrides
 RECIPE = os.path.join("configs", "finetune", "authors.yaml")
 RESULT_COLUMNS = [
     "run",
@@ -87,6 +98,9 @@ RESULT_COLUMNS = [
     "vs_teacher_mcnemar_p",
 ]
 BOOTSTRAP_SAMPLES = 10_000
+POOLED_COLUMNS = ["run", "seeds", "test_accuracy_per_seed", "test_accuracy_mean"]
+PAIR_COLUMNS = ["run", "reference", "points", "ci95_low", "ci95_high", "p"]
+POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
 
 
 def vocabulary_sha256(tokenizer) -> str:
@@ -487,6 +501,18 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
             f"| {r['run']} | {r['n']} | {accuracy} | {against} | {100 * r['validation_accuracy']:.1f} | {per_passage} "
             f"| {r['updates']} | {training} |"
         )
+    done = [run["name"] for run in runs if finished(run_dir(output_dir, run))]
+    against_full = [(a, b) for a, b in reference_pairs(done) if b != "teacher"]
+    if against_full:
+        lines += ["", "The Linformer against full attention, the same way:", ""]
+        for a, b in against_full:
+            d = paired_difference(
+                test_correct(os.path.join(output_dir, "runs", a)), test_correct(os.path.join(output_dir, "runs", b))
+            )
+            lines.append(
+                f"- {a} against {b}: {d['vs_teacher_points']:+.1f} points ({d['vs_teacher_ci95_low']:+.1f} to "
+                f"{d['vs_teacher_ci95_high']:+.1f}; {d['vs_teacher_mcnemar_p']:.3f})"
+            )
     text = "\n".join(lines) + "\n"
     write_text_atomic(os.path.join(output_dir, "results.md"), text)
     return text
@@ -500,6 +526,193 @@ def read_manifest(data: str) -> dict:
         )
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
+
+
+def test_passages_sha256(data: str) -> str:
+    """Which test passages, in which order: the sha256 of the test split's (book, start, label) rows."""
+    import pyarrow.parquet as pq
+
+    paths = sorted(glob.glob(os.path.join(data, "test-*.parquet")))
+    if not paths:
+        raise ConfigError(
+            f"{data} has no test-*.parquet: build the data first (python -m experiments.author_attribution build ...)."
+        )
+    rows = [pq.read_table(path, columns=["book", "start", "label"]).to_pylist() for path in paths]
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+
+
+def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict) -> None:
+    """Write <output_dir>/compare.json (the test passages, the models, the overrides), or check that a folder holding
+    earlier runs was made with the same ones: a finished run is never repeated, so a compare of other data, another
+    seed or another model into the same folder would report the earlier runs under the new settings."""
+    record = {
+        "data": os.path.abspath(data),
+        "test_passages_sha256": test_passages_sha256(data),
+        "shared": shared,
+        "models": {run["name"]: os.path.abspath(run["source"]) for run in runs},
+    }
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, COMPARISON)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            earlier = json.load(fh)
+        changed = [key for key in ("test_passages_sha256", "shared") if earlier.get(key) != record[key]]
+        changed += [
+            f"the {name} model"
+            for name, model in record["models"].items()
+            if earlier["models"].get(name, model) != model
+        ]
+        if changed:
+            raise ConfigError(
+                f"{output_dir} holds a comparison made with other settings ({', '.join(changed)} differ: {path}); its "
+                "finished runs would be reported as this one's. Give another --output_dir."
+            )
+        record["models"] = {**earlier["models"], **record["models"]}
+    write_json_atomic(path, record)
+
+
+def read_comparison(folder: str) -> dict:
+    path = os.path.join(folder, COMPARISON)
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{folder} has no {COMPARISON} (no compare ran there, or one from before 2026-11-28 did): run compare "
+            "again with the same arguments, which repeats no finished run and writes it."
+        )
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def pooled_difference(correct, reference, seed: int = 0) -> dict:
+    """The accuracy of ``correct`` minus that of ``reference`` (both (seeds, passages) arrays of right / wrong, one row
+    per seed of the same passages), in points, averaged over the seeds. A passage is the unit: its difference is
+    averaged over the seeds first; the 95% interval is a bootstrap over passages and p a two-sided paired sign-flip
+    permutation test of the passages' differences (which for one seed is the McNemar test's statistic)."""
+    import numpy as np
+
+    delta = (np.asarray(correct, dtype=float) - np.asarray(reference, dtype=float)).mean(axis=0)  # (passages,)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(delta), size=(BOOTSTRAP_SAMPLES, len(delta)))
+    low, high = np.percentile(delta[draws].mean(axis=1), [2.5, 97.5])
+    signs = rng.choice([-1.0, 1.0], size=(BOOTSTRAP_SAMPLES, len(delta)))
+    extreme = int((np.abs((signs * delta).mean(axis=1)) >= abs(delta.mean()) - 1e-12).sum())
+    return {
+        "points": round(100 * float(delta.mean()), 1),
+        "ci95_low": round(100 * float(low), 1),
+        "ci95_high": round(100 * float(high), 1),
+        "p": round((extreme + 1) / (BOOTSTRAP_SAMPLES + 1), 4),
+    }
+
+
+def reference_pairs(names: list[str]) -> list[tuple[str, str]]:
+    """What each comparison asks: every run against the truncated teacher, and the Linformer against each full
+    attention run (does it read its n as well as full attention reads its own?)."""
+    pairs = [(name, "teacher") for name in names if name != "teacher" and "teacher" in names]
+    if "linformer" in names:
+        pairs += [("linformer", name) for name in names if name.startswith("full-n")]
+    return pairs
+
+
+def pool(folders: list[str], output_dir: str) -> str:
+    """Pool compare folders of the same test passages (another fine-tuning seed each, or other pretrained models of
+    the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
+    and the pairs of `reference_pairs` over all folders (`pooled_difference`). Runs not finished in every folder are
+    named, not pooled."""
+    import numpy as np
+
+    if len(folders) < 2:
+        raise ConfigError(f"pool takes two compare folders or more, got {len(folders)}.")
+    if any(os.path.realpath(output_dir) == os.path.realpath(folder) for folder in folders):
+        raise ConfigError(f"--output_dir {output_dir} is one of the pooled folders: its results.md is compare's.")
+    if os.path.isdir(output_dir) and set(os.listdir(output_dir)) - set(POOL_FILES):
+        raise FileExistsError(
+            f"{output_dir} holds files that pool did not write ({sorted(set(os.listdir(output_dir)) - set(POOL_FILES))}"
+            "): give an empty folder, or one an earlier pool wrote."
+        )
+    if len({os.path.realpath(folder) for folder in folders}) != len(folders):
+        raise ConfigError(f"pool was given the same folder twice: {folders}.")
+    records = [read_comparison(folder) for folder in folders]
+    if len({record["test_passages_sha256"] for record in records}) != 1:
+        raise ConfigError(
+            "the folders score other test passages (built from other data): "
+            + "; ".join(f"{folder}: {record['data']}" for folder, record in zip(folders, records, strict=True))
+            + ". Pool only comparisons of the same data set."
+        )
+    for i, j in itertools.combinations(range(len(records)), 2):
+        if all(records[i][key] == records[j][key] for key in ("shared", "models")):
+            raise ConfigError(
+                f"{folders[i]} and {folders[j]} ran the same models with the same overrides ({records[i]['shared']}): "
+                "the same comparison twice, not two. Give each another seed (--shared '{training.seed: 2}')."
+            )
+    order = [name for name in ("linformer", "teacher") if any(name in r["models"] for r in records)]
+    order += sorted(
+        {name for r in records for name in r["models"] if name.startswith("full-n")}, key=lambda x: int(x[6:])
+    )
+    done = {name: [finished(os.path.join(folder, "runs", name)) for folder in folders] for name in order}
+    names = [name for name in order if all(done[name])]
+    partial = {
+        name: [f for f, d in zip(folders, done[name], strict=True) if d]
+        for name in order
+        if any(done[name]) and not all(done[name])
+    }
+    if not names:
+        raise ConfigError(f"no run is finished in every folder ({', '.join(folders)}): nothing to pool.")
+    correct = {
+        name: np.array([test_correct(os.path.join(folder, "runs", name)) for folder in folders], dtype=float)
+        for name in names
+    }
+    lengths = {name: c.shape[1] for name, c in correct.items()}
+    if len(set(lengths.values())) != 1:
+        raise ConfigError(f"the runs' predictions cover different numbers of test passages ({lengths}).")
+    rows = [
+        {
+            "run": name,
+            "seeds": len(folders),
+            "test_accuracy_per_seed": " ".join(f"{100 * a:.1f}" for a in correct[name].mean(axis=1)),
+            "test_accuracy_mean": round(100 * float(correct[name].mean()), 1),
+        }
+        for name in names
+    ]
+    pairs = [{"run": a, "reference": b, **pooled_difference(correct[a], correct[b])} for a, b in reference_pairs(names)]
+    os.makedirs(output_dir, exist_ok=True)
+    for file, columns, table in (("pooled.csv", POOLED_COLUMNS, rows), ("pairs.csv", PAIR_COLUMNS, pairs)):
+        with open(os.path.join(output_dir, file + ".tmp"), "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(table)
+        os.replace(os.path.join(output_dir, file + ".tmp"), os.path.join(output_dir, file))
+    passages = next(iter(lengths.values()))
+    lines = [
+        f"# Author attribution over {len(folders)} comparisons of the same {passages} test passages",
+        "",
+        "Folders: "
+        + ", ".join(f"{folder} ({record['shared']})" for folder, record in zip(folders, records, strict=True))
+        + ".",
+        "",
+        "| run | test accuracy per folder | mean |",
+        "| --- | --- | --- |",
+        *[f"| {r['run']} | {r['test_accuracy_per_seed']} | {r['test_accuracy_mean']:.1f} |" for r in rows],
+        "",
+        "Differences in points over all folders (a passage's difference averaged over the folders first; 95% bootstrap "
+        "interval over passages; two-sided paired sign-flip permutation p):",
+        "",
+        "| run | against | points (95% interval) | p |",
+        "| --- | --- | --- | --- |",
+        *[
+            f"| {p['run']} | {p['reference']} | {p['points']:+.1f} ({p['ci95_low']:+.1f} to "
+            f"{p['ci95_high']:+.1f}) | {p['p']:.4f} |"
+            for p in pairs
+        ],
+    ]
+    if partial:
+        lines += [
+            "",
+            "Not pooled, as not finished in every folder: "
+            + "; ".join(f"{n} (finished in {', '.join(f)})" for n, f in partial.items())
+            + ".",
+        ]
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(os.path.join(output_dir, "results.md"), text)
+    return text
 
 
 def compare(
@@ -525,6 +738,7 @@ def compare(
             f"--full_lengths {short}: not longer than the teacher's n={model_length(teacher)}, so there is nothing to "
             "copy its positions out to; the teacher's own run reads that many tokens."
         )
+    record_comparison(output_dir, data, runs, shared or {})
     for run in runs:
         if (only and run["name"] not in only) or finished(run_dir(output_dir, run)):
             continue
@@ -569,8 +783,14 @@ def main(argv=None):
     run.add_argument("--recipe", default=RECIPE)
     run.add_argument("--shared", default="{}", help="recipe overrides every run takes, as YAML: '{training.seed: 2}'")
     run.add_argument("--only", nargs="+", help="run only these runs")
+    pooling = commands.add_parser("pool", help="pool compare folders of the same data (another seed each)")
+    pooling.add_argument("folders", nargs="+", help="compare output folders")
+    pooling.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     try:
+        if args.command == "pool":
+            print(pool(args.folders, args.output_dir), end="")
+            return
         if args.command == "build":
             manifest = build_dataset(
                 args.books,

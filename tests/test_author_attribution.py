@@ -206,11 +206,20 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     assert all(float(r["seconds_per_passage"]) > 0 and int(r["test_passages"]) == 9 for r in rows)
     assert "| full-n128 | 128 |" in text and os.path.isfile(os.path.join(out, "results.md"))
     assert rows[1]["vs_teacher_points"] == "" and rows[0]["vs_teacher_mcnemar_p"] != ""  # each against the teacher
+    assert "- linformer against full-n128: " in text  # and the Linformer against full attention
+    with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["test_passages_sha256"] == author_attribution.test_passages_sha256(data[0])
     with open(os.path.join(out, "models", f"teacher-n{PASSAGE}", "extension_report.json")) as fh:
         assert json.load(fh)["source_positions"] == 64  # the teacher's 64 positions copied out to 128
     calls.clear()
     author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared=shared)
     assert calls == []  # finished runs are not repeated
+    # another seed into the same folder would report these runs as its own: refused before any run
+    with pytest.raises(ConfigError, match=r"other settings \(shared differ"):
+        author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared={**shared, "training.seed": 3})
+    with pytest.raises(ConfigError, match="the teacher model differ"):
+        author_attribution.compare(data[0], out, teacher=linformer, full_lengths=(), shared=shared)
+    assert calls == []
 
 
 def test_compare_refuses_a_model_with_another_tokenizer(data, tmp_path):
@@ -270,3 +279,98 @@ def test_the_paired_difference_against_the_teacher():
     assert (same["vs_teacher_points"], same["vs_teacher_ci95_low"], same["vs_teacher_mcnemar_p"]) == (0.0, 0.0, 1.0)
     with pytest.raises(ValueError, match="not the same test passages"):
         author_attribution.paired_difference(better[:-1], teacher)
+
+
+def _fake_compare(folder, data, shared, answers):
+    """A compare folder as compare leaves it, without fine-tuning: compare.json, and each run's results.json and
+    predictions_test.tsv with the given right (1) / wrong (0) answers on the data's test passages."""
+    runs = [{"name": name, "source": f"/models/{name}"} for name in answers]
+    author_attribution.record_comparison(str(folder), data, runs, shared)
+    for name, right in answers.items():
+        run = folder / "runs" / name
+        run.mkdir(parents=True)
+        (run / "results.json").write_text("{}")
+        lines = ["index\tprediction\tlabel"] + [f"{i}\t{0 if ok else 1}\t0" for i, ok in enumerate(right)]
+        (run / "predictions_test.tsv").write_text("\n".join(lines) + "\n")
+    return str(folder)
+
+
+def test_pool_averages_seeds_passage_by_passage_and_refuses_what_is_not_the_same_test(data, tmp_path):
+    """Two seeds of the same 9 test passages: each run's accuracy per seed and its mean; each pair's difference is
+    the mean over passages of the seeds' mean difference. A run finished in one folder only is named, not pooled.
+    Refused: one folder, the same folder twice, the same comparison twice, other test passages, an output folder
+    that is a pooled one or holds other files."""
+    one = _fake_compare(
+        tmp_path / "seed1",
+        data[0],
+        {"training.seed": 1},
+        {"linformer": [1, 1, 1, 0, 0, 0, 0, 0, 1], "teacher": [1, 0, 0, 0, 0, 0, 0, 0, 1], "full-n4096": [1] * 9},
+    )
+    two = _fake_compare(
+        tmp_path / "seed2",
+        data[0],
+        {"training.seed": 2},
+        {"linformer": [1, 1, 0, 0, 0, 0, 0, 0, 0], "teacher": [1, 0, 1, 0, 0, 0, 0, 0, 0]},
+    )
+    out = str(tmp_path / "pooled")
+    text = author_attribution.pool([one, two], out)
+    with open(os.path.join(out, "pooled.csv"), encoding="utf-8") as fh:
+        rows = {r["run"]: r for r in csv.DictReader(fh)}
+    assert set(rows) == {"linformer", "teacher"}
+    assert (
+        rows["linformer"]["test_accuracy_per_seed"] == "44.4 22.2"
+        and float(rows["linformer"]["test_accuracy_mean"]) == 33.3
+    )
+    assert rows["teacher"]["test_accuracy_mean"] == "22.2"
+    with open(os.path.join(out, "pairs.csv"), encoding="utf-8") as fh:
+        (pair,) = list(csv.DictReader(fh))
+    # linformer - teacher, passage by passage: [0, 1, 1, 0, ...] and [0, 1, -1, 0, ...], averaged over the seeds
+    # [0, 1, 0, 0, ...]: 1/9
+    assert (pair["run"], pair["reference"], float(pair["points"])) == ("linformer", "teacher", 11.1)
+    assert float(pair["ci95_low"]) < 11.1 < float(pair["ci95_high"]) and 0 < float(pair["p"]) <= 1
+    assert "full-n4096 (finished in " in text and "Not pooled" in text
+    author_attribution.pool([one, two], out)  # an earlier pool's folder is written again
+    same = _fake_compare(
+        tmp_path / "again",
+        data[0],
+        {"training.seed": 1},
+        {"linformer": [1] * 9, "teacher": [0] * 9, "full-n4096": [0] * 9},
+    )
+    other_data = tmp_path / "other-data"
+    other_data.mkdir()
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(os.path.join(data[0], "test-00000-of-00001.parquet"))
+    pq.write_table(table.slice(1), str(other_data / "test-00000-of-00001.parquet"))  # one passage fewer
+    other = _fake_compare(tmp_path / "other", str(other_data), {"training.seed": 3}, {"teacher": [0] * 8})
+    for folders, output, match in [
+        ([one], out, "two compare folders or more"),
+        ([one, one], out, "the same folder twice"),
+        ([one, same], out, "the same comparison twice"),
+        ([one, other], out, "other test passages"),
+        ([one, two], one, "is one of the pooled folders"),
+        ([one, two], str(tmp_path / "seed2" / "runs"), "holds files that pool did not write"),
+    ]:
+        with pytest.raises((ConfigError, FileExistsError), match=match):
+            author_attribution.pool(folders, output)
+    assert not os.path.exists(os.path.join(one, "runs", "pooled.csv"))
+    with pytest.raises(ConfigError, match="has no compare.json"):
+        author_attribution.pool([one, str(tmp_path / "seed2" / "runs")], out)
+
+
+def test_the_pooled_difference_is_the_paired_one_for_one_seed_and_averages_seeds():
+    """One seed: the same points and interval as `paired_difference`, and a p near McNemar's. A passage's difference
+    is averaged over seeds: one seed +1 and the other -1 on every passage is 0 points, p = 1."""
+    teacher = [True] * 20 + [False] * 30
+    better = [True] * 20 + [True] * 10 + [False] * 20
+    pooled = author_attribution.pooled_difference([better], [teacher])
+    paired = author_attribution.paired_difference(better, teacher)
+    assert (pooled["points"], pooled["ci95_low"], pooled["ci95_high"]) == (
+        paired["vs_teacher_points"],
+        paired["vs_teacher_ci95_low"],
+        paired["vs_teacher_ci95_high"],
+    )
+    # 10 passages differ, all one way: the exact sign-flip p is 2 / 2^10 = 0.00195, McNemar's (sampled: within 0.0015)
+    assert paired["vs_teacher_mcnemar_p"] == 0.002 and abs(pooled["p"] - 2 / 2**10) < 0.0015
+    opposite = author_attribution.pooled_difference([better, teacher], [teacher, better])
+    assert (opposite["points"], opposite["ci95_low"], opposite["ci95_high"], opposite["p"]) == (0.0, 0.0, 0.0, 1.0)
