@@ -114,7 +114,9 @@ NOT_RUN = {
     "(hours on 2 cores); tests/test_pretraining_books.py runs the same recipe from a tiny RoBERTa",
     ("docs/training.md", r"experiments\.author_attribution compare"): "fine-tunes four models on passages of up "
     "to 4,096 tokens (hours on 2 cores), from the uptrained and the books RoBERTa; tests/test_author_attribution.py "
-    "runs the same comparison on tiny models, and pools stand-in compare folders",
+    "runs the same comparison on tiny models",
+    ("docs/training.md", r"experiments\.author_attribution pool"): "pools the two comparisons above (hours to make on "
+    "2 cores); tests/test_author_attribution.py pools stand-in compare folders",
     ("docs/deployment.md", r"long_document --mode both"): "65,536 tokens through 12 layers, minutes; the quick look "
     "after it runs the same code",
 }
