@@ -549,7 +549,8 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
         "data": os.path.abspath(data),
         "test_passages_sha256": test_passages_sha256(data),
         "shared": shared,
-        "models": {run["name"]: os.path.abspath(run["source"]) for run in runs},
+        # real paths: one folder reached through a link (a worktree's `outputs`) is the same model
+        "models": {run["name"]: os.path.realpath(run["source"]) for run in runs},
     }
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)
@@ -560,7 +561,7 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
         changed += [
             f"the {name} model"
             for name, model in record["models"].items()
-            if earlier["models"].get(name, model) != model
+            if os.path.realpath(earlier["models"].get(name, model)) != model
         ]
         if changed:
             raise ConfigError(

@@ -217,6 +217,11 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     # another seed into the same folder would report these runs as its own: refused before any run
     with pytest.raises(ConfigError, match=r"other settings \(shared differ"):
         author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared={**shared, "training.seed": 3})
+    linked = tmp_path / "linked"
+    linked.symlink_to(os.path.dirname(teacher))  # the same teacher through a link (a worktree's outputs) is accepted
+    author_attribution.record_comparison(
+        out, data[0], author_attribution.plan_runs(None, str(linked / os.path.basename(teacher)), [], out), shared
+    )
     with pytest.raises(ConfigError, match="the teacher model differ"):
         author_attribution.compare(data[0], out, teacher=linformer, full_lengths=(), shared=shared)
     assert calls == []
