@@ -65,6 +65,7 @@ from __future__ import annotations
 import csv
 import glob
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -434,6 +435,23 @@ def test_correct(directory: str) -> list[bool]:
         return [row["prediction"] == row["label"] for row in csv.DictReader(fh, delimiter="\t")]
 
 
+def bootstrap_interval(delta, rng) -> tuple[float, float]:
+    """The 95% interval of the mean of ``delta`` (one difference a passage) from a bootstrap over the passages."""
+    import numpy as np
+
+    draws = rng.integers(0, len(delta), size=(BOOTSTRAP_SAMPLES, len(delta)))
+    low, high = np.percentile(delta[draws].mean(axis=1), [2.5, 97.5])
+    return low, high
+
+
+def write_csv_atomic(path: str, columns: list[str], rows: list[dict]) -> None:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(path, text.getvalue())
+
+
 def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0) -> dict:
     """The accuracy of ``correct`` minus that of ``reference`` on the same passages, in points, with a 95% interval
     from a paired bootstrap over the passages, and the exact McNemar test's p (a two-sided binomial test on the
@@ -444,9 +462,7 @@ def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0)
     if len(correct) != len(reference):
         raise ValueError(f"{len(correct)} predictions against {len(reference)}: not the same test passages.")
     delta = np.asarray(correct, dtype=float) - np.asarray(reference, dtype=float)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(delta), size=(BOOTSTRAP_SAMPLES, len(delta)))
-    low, high = np.percentile(delta[draws].mean(axis=1), [2.5, 97.5])
+    low, high = bootstrap_interval(delta, np.random.default_rng(seed))
     wins, losses = int((delta > 0).sum()), int((delta < 0).sum())
     p = binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
     return {
@@ -466,11 +482,7 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
             if run["name"] != "teacher":
                 row.update(paired_difference(test_correct(run_dir(output_dir, run)), reference))
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, "results.csv.tmp"), "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=RESULT_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(os.path.join(output_dir, "results.csv.tmp"), os.path.join(output_dir, "results.csv"))
+    write_csv_atomic(os.path.join(output_dir, "results.csv"), RESULT_COLUMNS, rows)
     passages = manifest["passages"]
     lines = [
         "# Author attribution: accuracy on passages of held-out books",
@@ -592,8 +604,7 @@ def pooled_difference(correct, reference, seed: int = 0) -> dict:
 
     delta = (np.asarray(correct, dtype=float) - np.asarray(reference, dtype=float)).mean(axis=0)  # (passages,)
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(delta), size=(BOOTSTRAP_SAMPLES, len(delta)))
-    low, high = np.percentile(delta[draws].mean(axis=1), [2.5, 97.5])
+    low, high = bootstrap_interval(delta, rng)
     signs = rng.choice([-1.0, 1.0], size=(BOOTSTRAP_SAMPLES, len(delta)))
     extreme = int((np.abs((signs * delta).mean(axis=1)) >= abs(delta.mean()) - 1e-12).sum())
     return {
@@ -675,12 +686,8 @@ def pool(folders: list[str], output_dir: str) -> str:
     ]
     pairs = [{"run": a, "reference": b, **pooled_difference(correct[a], correct[b])} for a, b in reference_pairs(names)]
     os.makedirs(output_dir, exist_ok=True)
-    for file, columns, table in (("pooled.csv", POOLED_COLUMNS, rows), ("pairs.csv", PAIR_COLUMNS, pairs)):
-        with open(os.path.join(output_dir, file + ".tmp"), "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(table)
-        os.replace(os.path.join(output_dir, file + ".tmp"), os.path.join(output_dir, file))
+    write_csv_atomic(os.path.join(output_dir, "pooled.csv"), POOLED_COLUMNS, rows)
+    write_csv_atomic(os.path.join(output_dir, "pairs.csv"), PAIR_COLUMNS, pairs)
     passages = next(iter(lengths.values()))
     lines = [
         f"# Author attribution over {len(folders)} comparisons of the same {passages} test passages",
