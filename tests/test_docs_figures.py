@@ -18,6 +18,7 @@ def test_the_figures_script_draws_every_figure_from_the_committed_data(tmp_path)
     written = make_figures["main"](["--output_dir", str(tmp_path)])
     names = sorted(os.path.basename(path) for path in written)
     assert names == [
+        "author_attribution.png",
         "books_conversion_minilm.png",
         "books_figure3.png",
         "books_uptrain_minilm.png",
@@ -79,6 +80,44 @@ def test_the_plotted_data_match_the_results_pages():
             assert ", ".join(accuracies) in distillation_page, (task, run)
         else:
             assert f"| {run} | " + " | ".join(accuracies) + " |" in distillation_page, (task, run)
+
+
+def test_the_attribution_data_are_the_record_pages():
+    """Each attribution run's accuracy is in its model's row of the pooled table on docs/results/author-attribution.md
+    (the last section), and each pooled difference with its interval is on the page, as pool wrote them."""
+    with open(os.path.join(REPO, "docs", "results", "author-attribution.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    pooled_section = page[page.index("## Both seeds pooled") :]
+    rows = {
+        "teacher": "| teacher, truncated |",
+        "linformer": "| Linformer k = 256 (uptrained) |",
+        "full-n2048": "| full attention (positions copied) |",
+    }
+    table = {
+        run: next(line for line in pooled_section.splitlines() if line.startswith(start)) for run, start in rows.items()
+    }
+    with open(os.path.join(DATA, "author_attribution_runs.csv"), newline="") as fh:
+        runs = list(csv.DictReader(fh))
+    assert len(runs) == 9
+    for row in runs:
+        accuracy = 100 * int(row["test_correct"]) / int(row["test_passages"])
+        assert f"| {accuracy:.1f}" in table[row["run"]], row
+        if row["models"] == "rebuilt":
+            assert f"({row['test_correct']}" in table[row["run"]], row
+    for run in rows:  # the table's mean is the mean of the pooled (rebuilt) runs
+        pooled = [100 * int(r["test_correct"]) / int(r["test_passages"]) for r in runs
+                  if r["run"] == run and r["models"] == "rebuilt"]  # fmt: skip
+        assert f"| {sum(pooled) / len(pooled):.1f} |" in table[run], run
+    with open(os.path.join(DATA, "author_attribution_pooled.csv"), newline="") as fh:
+        pairs = list(csv.DictReader(fh))
+    assert {(p["run"], p["reference"]) for p in pairs} == {
+        ("linformer", "teacher"),
+        ("full-n2048", "teacher"),
+        ("linformer", "full-n2048"),
+    }
+    for pair in pairs:
+        points, low, high = (float(pair[key]) for key in ("points", "ci95_low", "ci95_high"))
+        assert f"{points:+.1f}" in pooled_section and f"({low:+.1f} to {high:+.1f}; " in pooled_section, pair
 
 
 @pytest.mark.parametrize("run", ["h100_realistic_bf16", "h100_realistic_bf16_padded"])

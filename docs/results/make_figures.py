@@ -8,8 +8,8 @@ speed_gpu_h100_realistic.png (the H100 at realistic load, bf16, 12 layers, 32,76
 against their teacher, per update, on the CPU), distillation_recovery_h200.png (the same on one H200),
 compiled_gpu_h100.png and compiled_gpu_h200.png (each card's compiled steps against eager, bf16, 12 layers) and,
 once recorded, books_figure3.png (pretraining on whole books: perplexity against tokens seen) and
-books_uptrain_minilm.png (all-MiniLM-L6-v2 uptrained to n = 4,096 against its control at 512). Needs matplotlib (the
-`tools` extra).
+books_uptrain_minilm.png (all-MiniLM-L6-v2 uptrained to n = 4,096 against its control at 512); author_attribution.png
+(the attribution runs and their seeds pooled). Needs matplotlib (the `tools` extra).
 """
 
 import argparse
@@ -56,6 +56,8 @@ UPTRAIN_MINILM_MLM = "books_uptrain_minilm_mlm_curves.csv"  # the same, of confi
 CONVERSION_MINILM_MLM = (
     "books_conversion_minilm_mlm_curves.csv"  # the same, of configs/books/conversion_minilm_mlm.yaml
 )
+ATTRIBUTION_RUNS = "author_attribution_runs.csv"  # each attribution run's correct test passages (compare's results)
+ATTRIBUTION_POOLED = "author_attribution_pooled.csv"  # experiments/author_attribution.py pool's pairs.csv
 # The MiniLM uptraining plans drawn together: (curves, what the teacher was, line style)
 UPTRAIN_MINILM_PLANS = (
     (UPTRAIN_MINILM, "from the fitted head", "--"),
@@ -466,6 +468,54 @@ def conversion_figure(data_dir: str, out_dir: str, data_file: str = CONVERSION_M
     return save(fig, out_dir, "books_conversion_minilm.png")
 
 
+def attribution_figure(data_dir: str, out_dir: str) -> str:
+    """Author attribution on passages of held-out books (docs/results/author-attribution.md): each run's test
+    accuracy by model, with the mean of the pooled runs (the rebuilt models, every seed) and chance; beside it the
+    pooled differences in points with their 95% intervals, and the issue's 5-point target."""
+    runs = read_rows(os.path.join(data_dir, ATTRIBUTION_RUNS))
+    pairs = read_rows(os.path.join(data_dir, ATTRIBUTION_POOLED))
+    label = {"teacher": "teacher, reads 512", "full-n2048": "full attention,\nreads 2,048",
+             "linformer": "Linformer k = 256,\nreads 4,096"}  # fmt: skip
+    order = ["teacher", "full-n2048", "linformer"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90, gridspec_kw={"width_ratios": [1.1, 1]})
+    ax = axes[0]
+    marks = {("first", "1"): ("s", "C7", "seed 1, first models (lost)"), ("rebuilt", "1"): ("o", "C0", "seed 1"),
+             ("rebuilt", "2"): ("D", "C1", "seed 2")}  # fmt: skip
+    for (models, seed), (marker, colour, name) in marks.items():
+        chosen = {r["run"]: r for r in runs if r["models"] == models and r["seed"] == seed}
+        xs = [order.index(run) + 0.12 * (list(marks).index((models, seed)) - 1) for run in chosen]
+        ys = [100 * int(r["test_correct"]) / int(r["test_passages"]) for r in chosen.values()]
+        ax.plot(xs, ys, marker, color=colour, linestyle="none", markersize=7, label=name)
+    for i, run in enumerate(order):
+        pooled = [r for r in runs if r["run"] == run and r["models"] == "rebuilt"]
+        accuracy = mean(100 * int(r["test_correct"]) / int(r["test_passages"]) for r in pooled)
+        ax.hlines(accuracy, i - 0.25, i + 0.25, color="black", linewidth=2,
+                  label="mean of the pooled seeds" if i == 0 else None)  # fmt: skip
+    passages = int(runs[0]["test_passages"])
+    authors = int(runs[0]["authors"])
+    ax.axhline(100 / authors, color="grey", linestyle="--", linewidth=0.8, label=f"chance ({authors} authors)")
+    ax.set_xticks(range(len(order)), [label[run] for run in order])
+    ax.set(ylabel=f"test accuracy, % of {passages} passages", title="each run", ylim=(0, 50))
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax = axes[1]
+    for i, pair in enumerate(pairs):
+        points, low, high = (float(pair[key]) for key in ("points", "ci95_low", "ci95_high"))
+        ax.errorbar(points, i, xerr=[[points - low], [high - points]], fmt="o", color="C0", capsize=4)
+        ax.annotate(f"p {float(pair['p']):.2f}", (high, i), xytext=(6, -3), textcoords="offset points", fontsize=8)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.axvline(5, color="C3", linestyle="--", linewidth=0.8, label="target: the Linformer 5 points above the teacher")
+    ax.set_yticks(range(len(pairs)), [f"{label[p['run']]}\nagainst {label[p['reference']]}".replace("\n", " ", 1)
+                                      for p in pairs], fontsize=8)  # fmt: skip
+    ax.set_ylim(len(pairs) + 0.1, -0.5)  # the first pair on top, room for the legend below the last
+    ax.set(xlabel="difference in points, seeds pooled (95% interval over passages)", title="pooled, passage by passage")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle("Which author wrote a passage of a held-out book? 4-layer, 256-wide models, 2-core CPU")
+    fig.tight_layout()
+    return save(fig, out_dir, "author_attribution.png")
+
+
 def save(fig, out_dir: str, filename: str) -> str:
     path = os.path.join(out_dir, filename)
     fig.savefig(path)
@@ -506,6 +556,7 @@ def main(argv=None) -> list[str]:
         written.append(uptrain_figure(args.data_dir, args.output_dir))
     if os.path.isfile(os.path.join(args.data_dir, CONVERSION_MINILM_MLM)):
         written.append(conversion_figure(args.data_dir, args.output_dir))
+    written.append(attribution_figure(args.data_dir, args.output_dir))
     for path in written:
         print("wrote", os.path.relpath(path))
     return written
