@@ -50,11 +50,11 @@ time.
     python -m experiments.author_attribution compare --data outputs/authors/data --linformer LINFORMER_DIR \\
         --teacher TEACHER_DIR --output_dir outputs/authors
 
-compare.json in the folder records the test passages, the models and the overrides; a compare with others into that
-folder is refused (its finished runs would be reported as the new ones). **Pooling** (`pool`): several compare
-folders of the same test passages (another fine-tuning seed each, or models from another pretraining seed), each
-run's accuracy per folder and their mean, and the differences passage by passage over all of them
-(`pooled_difference`):
+compare.json in the folder records the test passages, the models (each by the SHA-256 of its config and weights, so
+the folders may move) and the overrides; a compare with others into that folder is refused (its finished runs would be
+reported as the new ones). **Pooling** (`pool`): several compare folders of the same test passages (another
+fine-tuning seed each, or models from another pretraining seed), each run's accuracy per folder and their mean, and
+the differences passage by passage over all of them (`pooled_difference`):
 
     python -m experiments.author_attribution pool outputs/authors outputs/authors-seed2 \\
         --output_dir outputs/authors-pooled
@@ -77,6 +77,7 @@ import time
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
 from linformer_hf.training.config import ConfigError
+from linformer_hf.training.distillation import model_sha256
 from linformer_hf.training.errors import USER_ERRORS, report
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
@@ -553,6 +554,22 @@ def test_passages_sha256(data: str) -> str:
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
+def model_record(source: str) -> dict:
+    """A compared model as compare.json names it: its folder's real path and `model_sha256` (a Hub name: the name)."""
+    if not os.path.isdir(source):
+        return {"path": source, "sha256": None}
+    return {"path": os.path.realpath(source), "sha256": model_sha256(source)}
+
+
+def model_identity(record: dict | str) -> str:
+    """What makes two recorded models the same: their config's and weights' SHA-256, so that a folder moved, copied to
+    another disk or reached through a link (a worktree's `outputs`) is the same model; a record without one (a Hub
+    name, or a compare.json written before the hash was, which holds the path alone) is its path."""
+    if isinstance(record, str):
+        return os.path.realpath(record)
+    return record["sha256"] or record["path"]
+
+
 def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict) -> None:
     """Write <output_dir>/compare.json (the test passages, the models, the overrides), or check that a folder holding
     earlier runs was made with the same ones: a finished run is never repeated, so a compare of other data, another
@@ -561,8 +578,7 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
         "data": os.path.abspath(data),
         "test_passages_sha256": test_passages_sha256(data),
         "shared": shared,
-        # real paths: one folder reached through a link (a worktree's `outputs`) is the same model
-        "models": {run["name"]: os.path.realpath(run["source"]) for run in runs},
+        "models": {run["name"]: model_record(run["source"]) for run in runs},
     }
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)
@@ -573,7 +589,9 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
         changed += [
             f"the {name} model"
             for name, model in record["models"].items()
-            if os.path.realpath(earlier["models"].get(name, model)) != model
+            # an earlier record of the path alone matches that path
+            if name in earlier["models"]
+            and model_identity(earlier["models"][name]) not in (model_identity(model), os.path.realpath(model["path"]))
         ]
         if changed:
             raise ConfigError(
@@ -624,6 +642,10 @@ def reference_pairs(names: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def identities(record: dict) -> dict:
+    return {name: model_identity(model) for name, model in record["models"].items()}
+
+
 def pool(folders: list[str], output_dir: str) -> str:
     """Pool compare folders of the same test passages (another fine-tuning seed each, or other pretrained models of
     the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
@@ -650,7 +672,7 @@ def pool(folders: list[str], output_dir: str) -> str:
             + ". Pool only comparisons of the same data set."
         )
     for i, j in itertools.combinations(range(len(records)), 2):
-        if all(records[i][key] == records[j][key] for key in ("shared", "models")):
+        if records[i]["shared"] == records[j]["shared"] and identities(records[i]) == identities(records[j]):
             raise ConfigError(
                 f"{folders[i]} and {folders[j]} ran the same models with the same overrides ({records[i]['shared']}): "
                 "the same comparison twice, not two. Give each another seed (--shared '{training.seed: 2}')."

@@ -6,6 +6,7 @@ comparison running each model once (resumable) and reporting accuracy and time p
 import csv
 import json
 import os
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
@@ -225,6 +226,40 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     with pytest.raises(ConfigError, match="the teacher model differ"):
         author_attribution.compare(data[0], out, teacher=linformer, full_lengths=(), shared=shared)
     assert calls == []
+
+
+def test_a_compared_model_is_its_weights_not_its_path(data, linformer, tmp_path):
+    """A model folder moved or copied (a project moved to another disk) is the same model; one retrained in place is
+    another, though its path is the same. A compare.json that names a model by its path alone (as written before the
+    hash) is still accepted for that path."""
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    out = str(tmp_path / "compare")
+
+    def record(model):
+        runs = author_attribution.plan_runs(None, str(model), [PASSAGE], out)
+        author_attribution.record_comparison(out, data[0], runs, {})
+
+    record(teacher)
+    moved = tmp_path / "elsewhere" / "teacher"
+    shutil.copytree(teacher, moved)
+    record(moved)
+    with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
+        models = json.load(fh)["models"]
+    assert models["teacher"]["path"] == os.path.realpath(moved) and models["full-n128"] == models["teacher"]
+    with open(moved / "config.json", encoding="utf-8") as fh:
+        config = json.load(fh)
+    with open(moved / "config.json", "w", encoding="utf-8") as fh:
+        json.dump({**config, "layer_norm_eps": 1e-6}, fh)  # the same path, another model
+    with pytest.raises(ConfigError, match="the teacher model, the full-n128 model differ"):
+        record(moved)
+    with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
+        legacy = json.load(fh)
+    legacy["models"] = {name: os.path.realpath(moved) for name in legacy["models"]}
+    with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as fh:
+        json.dump(legacy, fh)
+    record(moved)  # the path alone: accepted for that path, and the hash written
+    with pytest.raises(ConfigError, match="the teacher model, the full-n128 model differ"):
+        record(teacher)
 
 
 def test_compare_refuses_a_model_with_another_tokenizer(data, tmp_path):

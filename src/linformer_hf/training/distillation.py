@@ -112,20 +112,23 @@ def check_teacher_length(teacher_path: str, max_length: int) -> None:
         )
 
 
-def teacher_record(section) -> dict:
-    """Which teacher a run learns from, and with which settings: its path and a SHA-256 of its config and weights."""
+def model_sha256(folder: str) -> str:
+    """The SHA-256 of a model folder's config and weights (names and bytes): the model, wherever the folder is."""
     digest = hashlib.sha256()
-    names = sorted(
-        name for name in os.listdir(section.teacher) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES)
-    )
+    names = sorted(name for name in os.listdir(folder) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES))
     for name in names:
         digest.update(name.encode())
-        with open(os.path.join(section.teacher, name), "rb") as handle:
+        with open(os.path.join(folder, name), "rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)
+    return digest.hexdigest()
+
+
+def teacher_record(section) -> dict:
+    """Which teacher a run learns from, and with which settings: its path and a SHA-256 of its config and weights."""
     return {
         "teacher": os.path.abspath(section.teacher),
-        "teacher_sha256": digest.hexdigest(),
+        "teacher_sha256": model_sha256(section.teacher),
         "kd_weight": section.kd_weight,
         "temperature": section.temperature,
         "hidden_weight": section.hidden_weight,
