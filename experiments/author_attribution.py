@@ -760,6 +760,12 @@ def compare(
     if not os.path.isfile(recipe):
         raise ConfigError(f"recipe {recipe} not found; run from the root of a checkout or give --recipe.")
     runs = plan_runs(linformer, teacher, list(full_lengths), output_dir)
+    unknown = sorted(set(only or []) - {run["name"] for run in runs})
+    if unknown:
+        raise ConfigError(
+            f"--only {' '.join(unknown)}: no such run in this comparison, whose runs are "
+            f"{', '.join(run['name'] for run in runs)} (full-n<n> for each of --full_lengths, which needs --teacher)."
+        )
     for source in {run["source"] for run in runs}:
         check_tokenizer(source, manifest)
     short = [run["n"] for run in runs if run["n"] is not None and run["n"] <= model_length(run["source"])]

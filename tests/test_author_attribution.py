@@ -271,6 +271,19 @@ def test_compare_refuses_a_model_with_another_tokenizer(data, tmp_path):
         author_attribution.compare(data[0], str(tmp_path / "out"), linformer=str(other))
 
 
+def test_compare_refuses_an_only_that_names_no_run(data, linformer, tmp_path):
+    """A misspelt --only, or one naming a run the other arguments do not make, would otherwise run nothing and report
+    the folder as if done: refused before any work."""
+    out = tmp_path / "out"
+    for only, kwargs in [
+        (["full-n4069"], {"teacher": linformer, "full_lengths": (4096,)}),
+        (["teacher", "linformer"], {"linformer": linformer, "full_lengths": ()}),
+    ]:
+        with pytest.raises(ConfigError, match=f"--only {only[0]}: no such run"):
+            author_attribution.compare(data[0], str(out), only=only, **kwargs)
+    assert not out.exists()
+
+
 def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
     """The authors task takes its classes from the training split's ClassLabel: a plain integer label column is
     refused before any model is loaded."""
