@@ -811,6 +811,43 @@ def test_a_kill_before_a_finetuning_checkpoint_is_marked_leaves_the_previous_one
     assert (out / "results.json").is_file() and not finetuning_checkpoints(out)
 
 
+def test_a_stop_in_mid_epoch_adds_no_evaluation_with_per_epoch_evaluation(pretrained_dir, tmp_path, monkeypatch):
+    """Evaluating once an epoch (no training.eval_steps, as the authors recipe does), a stop in the middle of an epoch
+    used to evaluate there too (the Trainer ends the epoch it breaks out of): an evaluation the uninterrupted run never
+    makes, which could become the best model. Now the stopped and resumed run evaluates, and chooses, as the whole
+    run does."""
+    from linformer_hf.training import finetuning
+    from linformer_hf.training.errors import Preempted
+    from linformer_hf.training.guards import StopSignal
+
+    epochs = {"max_steps": None, "eval_steps": None, "num_train_epochs": 2}  # 64 examples, 8 updates an epoch
+    whole = finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, tmp_path / "whole", **epochs), False)
+    assert [entry["step"] for entry in whole["history"]] == [8, 16]
+
+    requested, calls = StopSignal.requested, []
+
+    def signal_at_the_fifth_update(self, accelerator=None):
+        calls.append(1)
+        if len(calls) == 5:
+            self.received = signal.SIGTERM  # as the handler sets it
+        return requested(self, accelerator)
+
+    monkeypatch.setattr(StopSignal, "requested", signal_at_the_fifth_update)
+    out = tmp_path / "run"
+    with pytest.raises(Preempted):
+        finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out, **epochs), False)
+    (checkpoint,) = [name for name in os.listdir(out) if name.startswith("checkpoint-")]
+    assert int(checkpoint.split("-")[1]) % 8 != 0  # the middle of an epoch
+    with open(out / checkpoint / "trainer_state.json", encoding="utf-8") as fh:
+        state = json.load(fh)
+    assert [entry for entry in state["log_history"] if "eval_loss" in entry] == [] and state["best_metric"] is None
+    monkeypatch.setattr(StopSignal, "requested", requested)
+    resumed = finetuning.run_finetuning(
+        finetune_recipe(pretrained_dir, tmp_path, out, **epochs, resume_from_checkpoint="latest"), False
+    )
+    assert resumed["history"] == whole["history"] and resumed["best"] == whole["best"]
+
+
 def test_a_stopped_finetuning_run_keeps_its_newest_checkpoint_and_the_best(pretrained_dir, tmp_path, monkeypatch):
     """One checkpoint is kept, and the best one besides it when it is older (the Trainer's rule for
     ``save_total_limit: 1``), each only once the newest is complete. Before, the Trainer also deleted every checkpoint

@@ -250,6 +250,16 @@ def divergence_callback(guard: DivergenceGuard, update_loss=None):
     return DivergenceCallback()
 
 
+def skip_the_stopped_epochs_end(state, control):
+    """After a stop in the middle of an epoch, the Trainer still ends that epoch (`on_epoch_end`), which with
+    per-epoch evaluation evaluates and saves once more: an evaluation an uninterrupted run never makes, which could
+    become its best model. The stop's checkpoint is already written, so the epoch's end does nothing."""
+    if state.epoch is not None and not float(state.epoch).is_integer():
+        control.should_evaluate = False
+        control.should_save = False
+    return control
+
+
 def stop_after_steps_callback(steps: int):
     """A `TrainerCallback` that stops training after ``steps`` updates with a checkpoint, as an interruption would."""
     from transformers import TrainerCallback
@@ -285,5 +295,8 @@ def stop_signal_callback(stop: StopSignal):
                 control.should_save = True
                 self.stopped_at = state.global_step
             return control
+
+        def on_epoch_end(self, args, state, control, **kwargs):
+            return skip_the_stopped_epochs_end(state, control) if self.stopped_at is not None else control
 
     return StopOnSignal()
