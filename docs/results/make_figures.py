@@ -474,11 +474,11 @@ def attribution_figure(data_dir: str, out_dir: str) -> str:
     beside it the pooled differences in points with their 95% intervals, and the issue's 5-point target."""
     runs = read_rows(os.path.join(data_dir, ATTRIBUTION_RUNS))
     pairs = read_rows(os.path.join(data_dir, ATTRIBUTION_POOLED))
-    label = {"teacher": "teacher, reads 512", "full-n2048": "full attention,\nreads 2,048",
+    label = {"teacher": "teacher,\nreads 512", "full-n2048": "full attention,\nreads 2,048",
              "linformer": "Linformer k = 256,\nreads 4,096", "full-n4096": "full attention,\nreads 4,096"}  # fmt: skip
     order = [run for run in label if any(r["run"] == run for r in runs)]
     seeds = {r["seed"] for r in runs if r["models"] == "rebuilt"}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=90, gridspec_kw={"width_ratios": [1.1, 1]})
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.4), dpi=90, gridspec_kw={"width_ratios": [1.35, 1]})
     ax = axes[0]
     marks = {("first", "1"): ("s", "C7", "seed 1, first models (lost)"), ("rebuilt", "1"): ("o", "C0", "seed 1"),
              ("rebuilt", "2"): ("D", "C1", "seed 2")}  # fmt: skip
@@ -497,7 +497,7 @@ def attribution_figure(data_dir: str, out_dir: str) -> str:
     passages = int(runs[0]["test_passages"])
     authors = int(runs[0]["authors"])
     ax.axhline(100 / authors, color="grey", linestyle="--", linewidth=0.8, label=f"chance ({authors} authors)")
-    ax.set_xticks(range(len(order)), [label[run] for run in order])
+    ax.set_xticks(range(len(order)), [label[run] for run in order], fontsize=9)
     ax.set(ylabel=f"test accuracy, % of {passages} passages", title="each run", ylim=(0, 50))
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
