@@ -508,8 +508,8 @@ def attribution_figure(data_dir: str, out_dir: str) -> str:
         ax.annotate(f"p {float(pair['p']):.2f}", (high, i), xytext=(6, -3), textcoords="offset points", fontsize=8)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.axvline(5, color="C3", linestyle="--", linewidth=0.8, label="target: the Linformer 5 points above the teacher")
-    ax.set_yticks(range(len(pairs)), [f"{label[p['run']]}\nagainst {label[p['reference']]}".replace("\n", " ", 1)
-                                      for p in pairs], fontsize=8)  # fmt: skip
+    flat = {run: text.replace("\n", " ") for run, text in label.items()}
+    ax.set_yticks(range(len(pairs)), [f"{flat[p['run']]}\nagainst {flat[p['reference']]}" for p in pairs], fontsize=8)
     ax.set_ylim(len(pairs) + 0.1, -0.5)  # the first pair on top, room for the legend below the last
     ax.set(xlabel="difference in points, seeds pooled (95% interval over passages)", title="pooled, passage by passage")
     ax.grid(True, axis="x", alpha=0.3)
