@@ -595,7 +595,8 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
         ]
         if changed:
             raise ConfigError(
-                f"{output_dir} holds a comparison made with other settings ({', '.join(changed)} differ: {path}); its "
+                f"{output_dir} holds a comparison made with other settings ({', '.join(changed)} "
+                f"{'differs' if len(changed) == 1 else 'differ'}: {path}); its "
                 "finished runs would be reported as this one's. Give another --output_dir."
             )
         record["models"] = {**earlier["models"], **record["models"]}
