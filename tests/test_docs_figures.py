@@ -84,32 +84,28 @@ def test_the_plotted_data_match_the_results_pages():
 
 def test_the_attribution_data_are_the_record_pages():
     """Each attribution run's accuracy is in its model's row of the pooled table on docs/results/author-attribution.md
-    (the section "Both seeds pooled"; full attention at 4,096, not run with every seed yet, in its own section), the
-    mean of the pooled runs beside it, and each pooled difference with its interval is on the page, as pool wrote
-    them."""
+    (its last section, "All four models, both seeds pooled"), the mean of the pooled runs beside it, and each pooled
+    difference with its interval is on that section, as pool wrote them."""
     with open(os.path.join(REPO, "docs", "results", "author-attribution.md"), encoding="utf-8") as fh:
         page = fh.read()
-    pooled_section = page[page.index("## Both seeds pooled") :]
-    longest_section = page[page.index("## Full attention at 4,096, seed 2") :]
-    rows = {
-        "teacher": (pooled_section, "| teacher, truncated |"),
-        "linformer": (pooled_section, "| Linformer k = 256 (uptrained) |"),
-        "full-n2048": (pooled_section, "| full attention (positions copied) |"),
-        "full-n4096": (longest_section, "| full attention at 4,096 (positions copied) |"),
+    pooled_section = page[page.index("## All four models, both seeds pooled") :]
+    starts = {
+        "teacher": "| teacher, truncated |",
+        "linformer": "| Linformer k = 256 (uptrained) |",
+        "full-n2048": "| full attention (positions copied) |",
+        "full-n4096": "| full attention at 4,096 (positions copied) |",
     }
-    table = {
-        run: next(line for line in section.splitlines() if line.startswith(start))
-        for run, (section, start) in rows.items()
-    }
+    table = {run: next(line for line in pooled_section.splitlines() if line.startswith(start))
+             for run, start in starts.items()}  # fmt: skip
     with open(os.path.join(DATA, "author_attribution_runs.csv"), newline="") as fh:
         runs = list(csv.DictReader(fh))
-    assert len(runs) == 10
+    assert len(runs) == 11
     for row in runs:
         accuracy = 100 * int(row["test_correct"]) / int(row["test_passages"])
         assert f"| {accuracy:.1f}" in table[row["run"]], row
         if row["models"] == "rebuilt":
             assert f"({row['test_correct']}" in table[row["run"]], row
-    for run in ("teacher", "linformer", "full-n2048"):  # the table's mean is the mean of the pooled (rebuilt) runs
+    for run in starts:  # the table's mean is the mean of the pooled (rebuilt) runs
         pooled = [100 * int(r["test_correct"]) / int(r["test_passages"]) for r in runs
                   if r["run"] == run and r["models"] == "rebuilt"]  # fmt: skip
         assert len(pooled) == 2 and f"| {sum(pooled) / len(pooled):.1f} |" in table[run], run
@@ -118,11 +114,13 @@ def test_the_attribution_data_are_the_record_pages():
     assert {(p["run"], p["reference"]) for p in pairs} == {
         ("linformer", "teacher"),
         ("full-n2048", "teacher"),
+        ("full-n4096", "teacher"),
         ("linformer", "full-n2048"),
+        ("linformer", "full-n4096"),
     }
     for pair in pairs:
         points, low, high = (float(pair[key]) for key in ("points", "ci95_low", "ci95_high"))
-        assert f"{points:+.1f}" in pooled_section and f"({low:+.1f} to {high:+.1f}; " in pooled_section, pair
+        assert f"{points:+.1f} ({low:+.1f} to {high:+.1f}; " in pooled_section, pair
 
 
 @pytest.mark.parametrize("run", ["h100_realistic_bf16", "h100_realistic_bf16_padded"])
