@@ -75,9 +75,9 @@ import sys
 import time
 
 from linformer_hf.cli import ArgumentParser
+from linformer_hf.loading import model_sha256
 from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
 from linformer_hf.training.config import ConfigError
-from linformer_hf.training.distillation import model_sha256
 from linformer_hf.training.errors import USER_ERRORS, report
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
@@ -574,11 +574,12 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
     """Write <output_dir>/compare.json (the test passages, the models, the overrides), or check that a folder holding
     earlier runs was made with the same ones: a finished run is never repeated, so a compare of other data, another
     seed or another model into the same folder would report the earlier runs under the new settings."""
+    sources = {source: model_record(source) for source in {run["source"] for run in runs}}  # each folder hashed once
     record = {
         "data": os.path.abspath(data),
         "test_passages_sha256": test_passages_sha256(data),
         "shared": shared,
-        "models": {run["name"]: model_record(run["source"]) for run in runs},
+        "models": {run["name"]: sources[run["source"]] for run in runs},
     }
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)

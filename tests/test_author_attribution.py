@@ -13,6 +13,7 @@ import pytest
 from training_utils import DATA, REPO, WIKITEXT, save_tiny_pretrained_linformer, write_hub_dataset
 
 from experiments import author_attribution
+from linformer_hf.loading import model_sha256
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.finetuning import run_finetuning
 
@@ -228,18 +229,23 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     assert calls == []
 
 
-def test_a_compared_model_is_its_weights_not_its_path(data, linformer, tmp_path):
+def test_a_compared_model_is_its_weights_not_its_path(data, linformer, tmp_path, monkeypatch):
     """A model folder moved or copied (a project moved to another disk) is the same model; one retrained in place is
     another, though its path is the same. A compare.json that names a model by its path alone (as written before the
-    hash) is still accepted for that path."""
+    hash) is still accepted for that path. A folder that several runs start from is read once."""
     teacher = _tiny_roberta(tmp_path / "teacher", linformer)
     out = str(tmp_path / "compare")
+    hashed = []
+    monkeypatch.setattr(
+        author_attribution, "model_sha256", lambda folder: hashed.append(folder) or model_sha256(folder)
+    )
 
     def record(model):
         runs = author_attribution.plan_runs(None, str(model), [PASSAGE], out)
         author_attribution.record_comparison(out, data[0], runs, {})
 
     record(teacher)
+    assert hashed == [str(teacher)]  # the teacher and full-n128 start from it: hashed once
     moved = tmp_path / "elsewhere" / "teacher"
     shutil.copytree(teacher, moved)
     record(moved)

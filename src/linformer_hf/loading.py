@@ -3,12 +3,15 @@ checked first."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from transformers import PretrainedConfig, PreTrainedModel
 
 from .models.configuration_linformer import LinformerConfig
 from .registration import FAMILIES
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")  # the files of a model folder that hold its weights
 
 # Each family's heads table (Auto class name -> class), by model_type; derived from registration's table of families.
 HEADS_BY_MODEL_TYPE: dict[str, dict[str, type[PreTrainedModel]]] = {
@@ -110,3 +113,15 @@ def pad_as_the_model_takes(tokenizer, config: PretrainedConfig) -> None:
     tokenizer.padding_side = "right"
     # save_pretrained writes the keys of init_kwargs (with the current values): recorded, not left to the class default
     tokenizer.init_kwargs["padding_side"] = "right"
+
+
+def model_sha256(folder: str) -> str:
+    """The SHA-256 of a model folder's config and weights (names and bytes): the model, wherever the folder is."""
+    digest = hashlib.sha256()
+    names = sorted(name for name in os.listdir(folder) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES))
+    for name in names:
+        digest.update(name.encode())
+        with open(os.path.join(folder, name), "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()

@@ -17,7 +17,6 @@ the student alone (its own cross-entropy and accuracy), as it will be used.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections import defaultdict
@@ -25,10 +24,10 @@ from collections import defaultdict
 import torch
 from transformers import AutoConfig, Trainer
 
+from ..loading import model_sha256
 from .errors import ConfigError
 
 RECORD_FILE = "distillation.json"
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def _load_config(path: str, role: str):
@@ -110,18 +109,6 @@ def check_teacher_length(teacher_path: str, max_length: int) -> None:
             f"data.max_seq_length={max_length} is longer than distillation.teacher's {longest} positions: set "
             f"data.max_seq_length <= {longest}."
         )
-
-
-def model_sha256(folder: str) -> str:
-    """The SHA-256 of a model folder's config and weights (names and bytes): the model, wherever the folder is."""
-    digest = hashlib.sha256()
-    names = sorted(name for name in os.listdir(folder) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES))
-    for name in names:
-        digest.update(name.encode())
-        with open(os.path.join(folder, name), "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def teacher_record(section) -> dict:
