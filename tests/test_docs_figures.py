@@ -294,6 +294,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     assert panel_a == [
         "RoBERTa-SDPA, n = 512",
         "RoBERTa-SDPA, n = 512, seed 2",
+        "RoBERTa-SDPA, n = 512, seed 3",
         "Linformer, k = 64",
         "Linformer, k = 128",
         "Linformer, k = 128, seed 2",
@@ -307,6 +308,7 @@ def test_the_books_figure_groups_the_plans_runs_by_their_n_and_k(tmp_path):
     assert panel_b == [
         "RoBERTa-SDPA, n = 512",
         "RoBERTa-SDPA, n = 512, seed 2",
+        "RoBERTa-SDPA, n = 512, seed 3",
         "Linformer, n = 512",
         "Linformer, n = 512, seed 2",
         "Linformer, n = 1024",
