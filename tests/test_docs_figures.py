@@ -123,6 +123,36 @@ def test_the_attribution_data_are_the_record_pages():
         assert f"{points:+.1f} ({low:+.1f} to {high:+.1f}; " in pooled_section, pair
 
 
+def test_the_attribution_figure_draws_every_run_and_a_mean_only_where_every_seed_ran(tmp_path):
+    """Each row of the runs CSV is one point, whatever its seed (a third seed is drawn, not dropped), and a model's
+    mean line is drawn only when every seed of the rebuilt models ran it."""
+    pytest.importorskip("matplotlib")
+    figures = runpy.run_path(SCRIPT)
+    columns = ["models", "seed", "run", "n", "test_correct", "test_passages", "authors"]
+    rows = [("first", "1", "teacher", 512, 30), ("rebuilt", "1", "teacher", 512, 31),
+            ("rebuilt", "2", "teacher", 512, 44), ("rebuilt", "3", "teacher", 512, 40),
+            ("rebuilt", "1", "linformer", 4096, 45),
+            ("rebuilt", "2", "linformer", 4096, 51), ("rebuilt", "3", "linformer", 4096, 50),
+            ("rebuilt", "1", "full-n4096", 4096, 36), ("rebuilt", "2", "full-n4096", 4096, 55)]  # fmt: skip
+    with open(tmp_path / figures["ATTRIBUTION_RUNS"], "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        writer.writerows([*row, 137, 19] for row in rows)
+    with open(tmp_path / figures["ATTRIBUTION_POOLED"], "w", newline="") as fh:
+        fh.write("run,reference,points,ci95_low,ci95_high,p\nlinformer,teacher,7.7,0.7,14.6,0.0436\n")
+    drawn = {}
+    figures["attribution_figure"].__globals__["save"] = lambda fig, out_dir, name: drawn.setdefault(name, fig)
+    figures["attribution_figure"](str(tmp_path), str(tmp_path))
+    runs_axes = drawn["author_attribution.png"].axes[0]
+    points = {line.get_label(): len(line.get_xdata()) for line in runs_axes.get_lines() if line.get_marker() != "None"}
+    assert points == {"seed 1, first models (lost)": 1, "seed 1": 3, "seed 2": 3, "seed 3": 2}
+    means = [collection for collection in runs_axes.collections if collection.get_segments()]
+    assert sorted(round(segment[0][1], 1) for c in means for segment in c.get_segments()) == [
+        round(100 * (31 + 44 + 40) / 3 / 137, 1),  # teacher
+        round(100 * (45 + 51 + 50) / 3 / 137, 1),  # linformer; full-n4096 lacks seed 3: no mean
+    ]
+
+
 @pytest.mark.parametrize("run", ["h100_realistic_bf16", "h100_realistic_bf16_padded"])
 def test_the_realistic_load_page_quotes_its_csv(run):
     """Every measured point of the H100 realistic-load runs appears in the record's tables as the CSV gives it: real

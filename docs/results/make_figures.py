@@ -480,11 +480,14 @@ def attribution_figure(data_dir: str, out_dir: str) -> str:
     seeds = {r["seed"] for r in runs if r["models"] == "rebuilt"}
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.4), dpi=90, gridspec_kw={"width_ratios": [1.35, 1]})
     ax = axes[0]
-    marks = {("first", "1"): ("s", "C7", "seed 1, first models (lost)"), ("rebuilt", "1"): ("o", "C0", "seed 1"),
-             ("rebuilt", "2"): ("D", "C1", "seed 2")}  # fmt: skip
+    # every (models, seed) of the runs gets a mark: the lost first models in grey, then each seed of the rebuilt ones
+    first = sorted({("first", r["seed"]) for r in runs if r["models"] == "first"})
+    marks = {key: ("s", "C7", f"seed {key[1]}, first models (lost)") for key in first}
+    for i, seed in enumerate(sorted(seeds, key=int)):
+        marks[("rebuilt", seed)] = ("oD^v"[i % 4], f"C{i}", f"seed {seed}")
     for (models, seed), (marker, colour, name) in marks.items():
         chosen = {r["run"]: r for r in runs if r["models"] == models and r["seed"] == seed}
-        xs = [order.index(run) + 0.12 * (list(marks).index((models, seed)) - 1) for run in chosen]
+        xs = [order.index(run) + 0.12 * (list(marks).index((models, seed)) - (len(marks) - 1) / 2) for run in chosen]
         ys = [100 * int(r["test_correct"]) / int(r["test_passages"]) for r in chosen.values()]
         ax.plot(xs, ys, marker, color=colour, linestyle="none", markersize=7, label=name)
     for i, run in enumerate(order):
