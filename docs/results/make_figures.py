@@ -295,7 +295,8 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
             "n",
         ),
     ]
-    # One colour per model (a run's in both panels, its other seeds' too), dotted for a seed other than the first.
+    # One colour per model (a run's in both panels, its other seeds' too), dotted for the second seed, dash-dotted for a
+    # third.
     models = list(dict.fromkeys(shape[run] for run in roberta_512 + linformers))
     colors = {run: f"C{models.index(shape[run]) % 10}" for run in roberta_512 + linformers}
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), dpi=90, sharex=True)
@@ -310,7 +311,7 @@ def books_figure(data_dir: str, out_dir: str, data_file: str = BOOKS_CURVES) -> 
                 label += f", E, F from {init}" if init != "random" else ""
                 style = "-"
             if seed[run] != first_seed:
-                label, style = f"{label}, seed {seed[run]}", ":"
+                label, style = f"{label}, seed {seed[run]}", ":" if seed[run] == first_seed + 1 else "-."
             tokens, perplexity, over_unigram = zip(*sorted(runs[run]))
             for row, values in enumerate((perplexity, over_unigram)):
                 axes[row][column].plot(tokens, values, style, color=colors[run], marker="o", markersize=3, label=label)
