@@ -78,7 +78,7 @@ from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import model_sha256
 from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
 from linformer_hf.training.config import ConfigError
-from linformer_hf.training.errors import USER_ERRORS, report
+from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
 MANIFEST = "authors_manifest.json"
@@ -804,13 +804,13 @@ def main(argv=None):
     build.add_argument("--books", default=os.path.join("..", "shared", "data", "gutenberg"))
     build.add_argument("--tokenizer", required=True, help="the compared models' tokenizer (a folder)")
     build.add_argument("--output_dir", default=os.path.join("outputs", "authors", "data"))
-    build.add_argument("--passage_tokens", type=int, default=4096)
-    build.add_argument("--train_per_author", type=int, default=24)
-    build.add_argument("--dev_per_author", type=int, default=2)
-    build.add_argument("--test_per_author", type=int, default=8)
-    build.add_argument("--edge_characters", type=int, default=5000)
+    build.add_argument("--passage_tokens", type=positive_int, default=4096)
+    build.add_argument("--train_per_author", type=positive_int, default=24)
+    build.add_argument("--dev_per_author", type=positive_int, default=2)
+    build.add_argument("--test_per_author", type=positive_int, default=8)
+    build.add_argument("--edge_characters", type=non_negative_int, default=5000)
     build.add_argument("--seed", type=int, default=1)
-    build.add_argument("--max_authors", type=int, default=None, help="the first N authors by name (a small run)")
+    build.add_argument("--max_authors", type=positive_int, default=None, help="the first N authors (a small run)")
     build.add_argument("--overwrite", action="store_true")
     run = commands.add_parser("compare", help="fine-tune each model on the data set and report")
     run.add_argument("--data", default=os.path.join("outputs", "authors", "data"))

@@ -433,3 +433,17 @@ def test_the_pooled_difference_is_the_paired_one_for_one_seed_and_averages_seeds
     assert paired["vs_teacher_mcnemar_p"] == 0.002 and abs(pooled["p"] - 2 / 2**10) < 0.0015
     opposite = author_attribution.pooled_difference([better, teacher], [teacher, better])
     assert (opposite["points"], opposite["ci95_low"], opposite["ci95_high"], opposite["p"]) == (0.0, 0.0, 0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [("--test_per_author", "-1"), ("--dev_per_author", "0"), ("--edge_characters", "-5"), ("--max_authors", "0")],
+)
+def test_build_refuses_a_count_that_would_cut_nothing_or_wrap_around(flag, value, tmp_path, capsys):
+    """A negative count sliced all but the last slots (test -1: 24 passages an author), an empty validation split
+    crashed after all the cutting, a negative edge wrapped around the book: each is refused by the parser, naming it."""
+    with pytest.raises(SystemExit) as stop:
+        arguments = ["build", "--tokenizer", str(tmp_path), "--output_dir", str(tmp_path / "d"), flag, value]
+        author_attribution.main(arguments)
+    assert stop.value.code == 2 and flag in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
