@@ -50,9 +50,13 @@ time.
     python -m experiments.author_attribution compare --data outputs/authors/data --linformer LINFORMER_DIR \\
         --teacher TEACHER_DIR --output_dir outputs/authors
 
-compare.json in the folder records the test passages, the models (each by the SHA-256 of its config and weights, so
-the folders may move) and the overrides; a compare with others into that folder is refused (its finished runs would be
-reported as the new ones). **Pooling** (`pool`): several compare folders of the same test passages (another
+Before anything is written, compare refuses what could not run to its end or would report what it did not measure:
+an override the recipe does not take, a teacher that cannot be copied out to a longer n, a model reading more tokens
+than a passage holds (padding). A Ctrl-C or SIGTERM reaches the running fine-tuning once (it checkpoints and stops) and
+no later run starts. compare.json in the folder records the data (every split's passages), the recipe, the overrides,
+the seed and the models (each by the SHA-256 of its config and weights, so the folders may move); once a run there has
+a result or a checkpoint, a compare with others into that folder is refused (its runs would be reported as the new
+ones). **Pooling** (`pool`): several compare folders of the same test passages (another
 fine-tuning seed each, or models from another pretraining seed), each run's accuracy per folder and their mean, and
 the differences passage by passage over all of them (`pooled_difference`):
 
@@ -70,15 +74,16 @@ import itertools
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import model_sha256
 from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
-from linformer_hf.training.config import ConfigError
+from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
+
+from .child_process import run_child, stopped_message
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
 MANIFEST = "authors_manifest.json"
@@ -332,6 +337,8 @@ def build_dataset(
 def plan_runs(linformer: str | None, teacher: str | None, full_lengths: list[int], output_dir: str) -> list[dict]:
     """The runs: {name, model (the folder fine-tuned), source, n}. The teacher with copied positions is written to
     <output_dir>/models/teacher-n<n> when a run needs it (`prepare_model`)."""
+    if len(set(full_lengths)) != len(full_lengths):
+        raise ConfigError(f"--full_lengths {' '.join(map(str, full_lengths))} names an n twice: give each n once.")
     runs = []
     if linformer:
         runs.append({"name": "linformer", "model": linformer, "source": linformer, "n": None})
@@ -400,7 +407,60 @@ def model_length(model_dir: str) -> int:
     return max_input_length(AutoConfig.from_pretrained(model_dir))
 
 
-def collate(runs: list[dict], output_dir: str) -> list[dict]:
+def reading_length(run: dict, shared: dict) -> int:
+    """How many tokens of a passage the run reads: data.max_seq_length when the overrides set it, else the model's n
+    (the teacher's copied out to the run's n for a full-n<n> run)."""
+    return shared.get("data.max_seq_length") or run["n"] or model_length(run["source"])
+
+
+def check_runs(runs: list[dict], data: str, output_dir: str, recipe: str, shared: dict, manifest: dict) -> int:
+    """Refuse, before anything is written or run, a comparison that cannot run to its end or would report what it did
+    not measure: overrides the recipe does not take, a teacher that cannot be copied out to a longer n (only after its
+    own run would that fail), a data.max_seq_length longer than a model's n, or a run reading more tokens than a
+    passage holds (the rest would be padding, reported as text read). Returns the runs' fine-tuning seed."""
+    for run in runs:  # a misspelt or ill-typed override fails here, not in the first run's child
+        resolved = load_recipe(
+            FinetuneRecipe,
+            recipe,
+            extra={
+                **shared,
+                "model.pretrained": run["source"],
+                "data.dataset": {"path": data},
+                "training.output_dir": run_dir(output_dir, run),
+            },
+        )
+    extended = [run for run in runs if run["n"] is not None]
+    if extended:
+        from transformers import AutoConfig
+
+        from linformer_hf.conversion import _check_source_config
+
+        try:
+            _check_source_config(AutoConfig.from_pretrained(extended[0]["source"]))
+        except ValueError as err:
+            raise ConfigError(
+                f"--teacher {extended[0]['source']} cannot be run as full attention at a longer n: {err} Compare it "
+                "without --full_lengths (pass --full_lengths with no value)."
+            ) from None
+    asked = shared.get("data.max_seq_length")
+    for run in runs:
+        n = run["n"] or model_length(run["source"])
+        if asked is not None and asked > n:
+            raise ConfigError(
+                f"data.max_seq_length={asked} is longer than the {run['name']} model's n={n}: every model would have "
+                "to read that many tokens. Set it to at most the shortest model's n, or leave it out (each model "
+                "reads its own n)."
+            )
+        if reading_length(run, shared) > manifest["passage_tokens"]:
+            raise ConfigError(
+                f"the {run['name']} run reads {reading_length(run, shared):,} tokens, and the passages of {data} hold "
+                f"{manifest['passage_tokens']:,}: it would read padding, reported as text. Build the data with "
+                f"--passage_tokens {reading_length(run, shared)} or more, or leave that model out."
+            )
+    return resolved.training.seed
+
+
+def collate(runs: list[dict], output_dir: str, shared: dict) -> list[dict]:
     rows = []
     for run in runs:
         directory = run_dir(output_dir, run)
@@ -418,7 +478,7 @@ def collate(runs: list[dict], output_dir: str) -> list[dict]:
             {
                 "run": run["name"],
                 "model": run["model"],
-                "n": model_length(run["model"]),
+                "n": reading_length(run, shared),
                 "test_accuracy": test.get("accuracy"),
                 "test_passages": test.get("examples"),
                 "seconds_per_passage": test.get("seconds_per_example"),
@@ -474,8 +534,8 @@ def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0)
     }
 
 
-def write_report(runs: list[dict], output_dir: str, manifest: dict) -> str:
-    rows = collate(runs, output_dir)
+def write_report(runs: list[dict], output_dir: str, manifest: dict, shared: dict) -> str:
+    rows = collate(runs, output_dir, shared)
     teacher = [run for run in runs if run["name"] == "teacher" and finished(run_dir(output_dir, run))]
     if teacher:  # every other run against the truncated teacher, passage by passage
         reference = test_correct(run_dir(output_dir, teacher[0]))
@@ -541,17 +601,39 @@ def read_manifest(data: str) -> dict:
         return json.load(fh)
 
 
+def split_paths(data: str, split: str) -> list[str]:
+    paths = sorted(glob.glob(os.path.join(data, f"{split}-*.parquet")))
+    if not paths:
+        raise ConfigError(
+            f"{data} has no {split}-*.parquet: build the data first (python -m experiments.author_attribution build "
+            "...)."
+        )
+    return paths
+
+
 def test_passages_sha256(data: str) -> str:
     """Which test passages, in which order: the sha256 of the test split's (book, start, label) rows."""
     import pyarrow.parquet as pq
 
-    paths = sorted(glob.glob(os.path.join(data, "test-*.parquet")))
-    if not paths:
-        raise ConfigError(
-            f"{data} has no test-*.parquet: build the data first (python -m experiments.author_attribution build ...)."
-        )
-    rows = [pq.read_table(path, columns=["book", "start", "label"]).to_pylist() for path in paths]
+    rows = [pq.read_table(path, columns=["book", "start", "label"]).to_pylist() for path in split_paths(data, "test")]
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+
+
+def data_sha256(data: str) -> str:
+    """What every run learns from, is chosen on and is scored on: the sha256 of every split's rows, text and all (data
+    built with another --train_per_author, seed or tokenizer share the test passages but not what the runs learnt)."""
+    import pyarrow.parquet as pq
+
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(data, "*.parquet"))):
+        digest.update(os.path.basename(path).encode())
+        digest.update(json.dumps(pq.read_table(path).to_pylist(), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def file_sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
 
 
 def model_record(source: str) -> dict:
@@ -570,23 +652,52 @@ def model_identity(record: dict | str) -> str:
     return record["sha256"] or record["path"]
 
 
-def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict) -> None:
-    """Write <output_dir>/compare.json (the test passages, the models, the overrides), or check that a folder holding
-    earlier runs was made with the same ones: a finished run is never repeated, so a compare of other data, another
-    seed or another model into the same folder would report the earlier runs under the new settings."""
+# What a compare folder's runs were made with, besides the models: a folder's runs are only ever reported, and pooled,
+# with runs made with the same. A record written before a key was (compare.json of 2026-11-28) is not checked on it.
+RECORDED_SETTINGS = {
+    "test_passages_sha256": "the test passages",
+    "data_sha256": "the training and validation passages",
+    "recipe_sha256": "the recipe",
+    "shared": "the overrides (--shared)",
+}
+
+
+def has_results(output_dir: str) -> list[str]:
+    """The runs of a compare folder that hold something a later run would go on from or report: a result or a
+    checkpoint."""
+    return sorted(
+        os.path.basename(directory)
+        for directory in glob.glob(os.path.join(output_dir, "runs", "*"))
+        if finished(directory) or glob.glob(os.path.join(directory, "checkpoint-*"))
+    )
+
+
+def record_comparison(
+    output_dir: str, data: str, runs: list[dict], shared: dict, recipe: str = RECIPE, seed: int | None = None
+) -> None:
+    """Write <output_dir>/compare.json (the passages, the recipe, the overrides, the models), or check that a folder
+    holding earlier runs was made with the same ones: a finished run is never repeated, and a stopped one is resumed,
+    so a compare of other data, another seed or another model into the same folder would report the earlier runs
+    under the new settings. A record whose runs left nothing (a compare that failed before its first checkpoint) is
+    replaced."""
     sources = {source: model_record(source) for source in {run["source"] for run in runs}}  # each folder hashed once
     record = {
         "data": os.path.abspath(data),
         "test_passages_sha256": test_passages_sha256(data),
+        "data_sha256": data_sha256(data),
+        "recipe": os.path.abspath(recipe),
+        "recipe_sha256": file_sha256(recipe),
         "shared": shared,
+        "seed": seed,  # the fine-tuning seed, the recipe's own when --shared does not set it
         "models": {run["name"]: sources[run["source"]] for run in runs},
     }
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)
-    if os.path.isfile(path):
+    kept = has_results(output_dir)
+    if os.path.isfile(path) and kept:
         with open(path, encoding="utf-8") as fh:
             earlier = json.load(fh)
-        changed = [key for key in ("test_passages_sha256", "shared") if earlier.get(key) != record[key]]
+        changed = [label for key, label in RECORDED_SETTINGS.items() if key in earlier and earlier[key] != record[key]]
         changed += [
             f"the {name} model"
             for name, model in record["models"].items()
@@ -596,9 +707,9 @@ def record_comparison(output_dir: str, data: str, runs: list[dict], shared: dict
         ]
         if changed:
             raise ConfigError(
-                f"{output_dir} holds a comparison made with other settings ({', '.join(changed)} "
-                f"{'differs' if len(changed) == 1 else 'differ'}: {path}); its "
-                "finished runs would be reported as this one's. Give another --output_dir."
+                f"{output_dir} holds runs ({', '.join(kept)}) made with other settings ({', '.join(changed)} "
+                f"{'differs' if len(changed) == 1 else 'differ'}: {path}); they would be reported as this "
+                "comparison's. Give another --output_dir."
             )
         record["models"] = {**earlier["models"], **record["models"]}
     write_json_atomic(path, record)
@@ -644,6 +755,14 @@ def reference_pairs(names: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def settings(record: dict) -> dict:
+    """A compare folder's overrides, with the fine-tuning seed it resolved to when recorded: --shared
+    '{training.seed: 1}' against a recipe whose seed is 1 is the same run."""
+    if record.get("seed") is None:
+        return record["shared"]
+    return {**record["shared"], "training.seed": record["seed"]}
+
+
 def identities(record: dict) -> dict:
     return {name: model_identity(model) for name, model in record["models"].items()}
 
@@ -673,8 +792,19 @@ def pool(folders: list[str], output_dir: str) -> str:
             + "; ".join(f"{folder}: {record['data']}" for folder, record in zip(folders, records, strict=True))
             + ". Pool only comparisons of the same data set."
         )
+    for key, label in [("data_sha256", "training and validation passages"), ("recipe_sha256", "recipes")]:
+        values = {record[key] for record in records if key in record}  # a record from before the key: not checked
+        if len(values) > 1:
+            raise ConfigError(
+                f"the folders' runs were fine-tuned with other {label} ("
+                + "; ".join(
+                    f"{folder}: {record.get('data' if key == 'data_sha256' else 'recipe', '?')}"
+                    for folder, record in zip(folders, records, strict=True)
+                )
+                + "), so their differences would mix that change into the seeds'. Pool only comparisons made alike."
+            )
     for i, j in itertools.combinations(range(len(records)), 2):
-        if records[i]["shared"] == records[j]["shared"] and identities(records[i]) == identities(records[j]):
+        if settings(records[i]) == settings(records[j]) and identities(records[i]) == identities(records[j]):
             raise ConfigError(
                 f"{folders[i]} and {folders[j]} ran the same models with the same overrides ({records[i]['shared']}): "
                 "the same comparison twice, not two. Give each another seed (--shared '{training.seed: 2}')."
@@ -758,6 +888,7 @@ def compare(
     only: list[str] | None = None,
 ) -> str:
     """Fine-tune each model on the data (one run each, skipped when finished), then write results.md / .csv."""
+    shared = shared or {}
     manifest = read_manifest(data)
     if not os.path.isfile(recipe):
         raise ConfigError(f"recipe {recipe} not found; run from the root of a checkout or give --recipe.")
@@ -776,25 +907,30 @@ def compare(
             f"--full_lengths {short}: not longer than the teacher's n={model_length(teacher)}, so there is nothing to "
             "copy its positions out to; the teacher's own run reads that many tokens."
         )
-    record_comparison(output_dir, data, runs, shared or {})
+    seed = check_runs(runs, data, output_dir, recipe, shared, manifest)
+    record_comparison(output_dir, data, runs, shared, recipe, seed)
     for run in runs:
         if (only and run["name"] not in only) or finished(run_dir(output_dir, run)):
             continue
         prepare_model(run)
-        args = command(run, data, output_dir, recipe, shared or {})
+        args = command(run, data, output_dir, recipe, shared)
         os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
-        with open(os.path.join(output_dir, f"{run['name']}.log"), "a", encoding="utf-8") as log:
+        console = os.path.join(output_dir, f"{run['name']}.log")
+        with open(console, "a", encoding="utf-8") as log:
             log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
             log.flush()
             began = time.perf_counter()
-            code = subprocess.call(args, stdout=log, stderr=subprocess.STDOUT)
+            code, stopped_by = run_child(args, log)
         if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
             with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
+        if stopped_by is not None or code != 0:
+            write_report(runs, output_dir, manifest, shared)
+        if stopped_by is not None:
+            raise SystemExit(stopped_message(stopped_by, run["name"], code, console))
         if code != 0:
-            write_report(runs, output_dir, manifest)
-            raise SystemExit(f"run {run['name']} exited with {code}; its console is {output_dir}/{run['name']}.log")
-    return write_report(runs, output_dir, manifest)
+            raise SystemExit(f"run {run['name']} exited with {code}; its console is {console}")
+    return write_report(runs, output_dir, manifest, shared)
 
 
 def main(argv=None):

@@ -23,9 +23,7 @@ import csv
 import dataclasses
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 
@@ -36,6 +34,8 @@ from linformer_hf.training.checkpointing import list_checkpoints
 from linformer_hf.training.config import ConfigError, PretrainRecipe, build_section, load_recipe, load_yaml
 from linformer_hf.training.errors import USER_ERRORS, report
 from linformer_hf.training.pretraining import LOOP_CHECKPOINTS, read_final_summary
+
+from .child_process import run_child, stopped_message
 
 # A run reads its context once its perplexity at <mask> inputs is under this fraction of the unigram baseline's: 1%
 # below, beyond the evaluation's noise on the plateau (0.994-1.022 over 2,048 updates of the runs that never left it).
@@ -300,27 +300,6 @@ def write_report(plan: BooksPlan) -> str:
     return text
 
 
-def run_child(args: list[str], log) -> tuple[int, int | None]:
-    """Run one training run as a child process; a SIGTERM or SIGINT to this driver is passed on to it, once (it stops
-    after its current update with a checkpoint). The child has its own session, so a Ctrl-C in the terminal reaches
-    it only through here, not twice. Returns its exit code and the signal received, if any."""
-    child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    received: list[int] = []
-
-    def forward(signum, frame):
-        if not received:
-            received.append(signum)
-            child.send_signal(signum)
-
-    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        code = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    return code, (received[0] if received else None)
-
-
 def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
     for run in plan.runs:
         if (only and run.name not in only) or finished(run_dir(plan, run)):
@@ -333,11 +312,7 @@ def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
             code, stopped_by = run_child(args, log)
         write_report(plan)
         if stopped_by is not None:
-            raise SystemExit(
-                f"{signal.Signals(stopped_by).name} received: run {run.name} was stopped (exit code {code}; its "
-                f"console is {plan.output_dir}/{run.name}.log) and no later run was started. The same command "
-                "resumes the plan from the run's last checkpoint."
-            )
+            raise SystemExit(stopped_message(stopped_by, run.name, code, f"{plan.output_dir}/{run.name}.log"))
         if code != 0:
             raise SystemExit(f"run {run.name} exited with {code}; its console is {plan.output_dir}/{run.name}.log")
 

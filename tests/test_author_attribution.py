@@ -188,12 +188,12 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
 
     calls = []
 
-    def run_in_process(args, stdout=None, stderr=None):
+    def run_in_process(args, log):
         assert args[1:3] == ["-m", "linformer_hf.training.finetune"]
         calls.append(args)
-        return finetune.main(args[3:])
+        return finetune.main(args[3:]), None
 
-    monkeypatch.setattr(author_attribution.subprocess, "call", run_in_process)
+    monkeypatch.setattr(author_attribution, "run_child", run_in_process)
     monkeypatch.chdir(REPO)  # the recipe's path, as from a checkout
     teacher = _tiny_roberta(tmp_path / "teacher", linformer)
     out = str(tmp_path / "compare")
@@ -217,7 +217,7 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared=shared)
     assert calls == []  # finished runs are not repeated
     # another seed into the same folder would report these runs as its own: refused before any run
-    with pytest.raises(ConfigError, match=r"other settings \(shared differ"):
+    with pytest.raises(ConfigError, match=r"other settings \(the overrides \(--shared\) differs"):
         author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared={**shared, "training.seed": 3})
     linked = tmp_path / "linked"
     linked.symlink_to(os.path.dirname(teacher))  # the same teacher through a link (a worktree's outputs) is accepted
@@ -246,6 +246,9 @@ def test_a_compared_model_is_its_weights_not_its_path(data, linformer, tmp_path,
 
     record(teacher)
     assert hashed == [str(teacher)]  # the teacher and full-n128 start from it: hashed once
+    os.makedirs(os.path.join(out, "runs", "teacher"))
+    with open(os.path.join(out, "runs", "teacher", "results.json"), "w", encoding="utf-8") as fh:
+        fh.write("{}")  # a finished run: the record is checked from now on
     moved = tmp_path / "elsewhere" / "teacher"
     shutil.copytree(teacher, moved)
     record(moved)
@@ -340,11 +343,11 @@ def test_the_paired_difference_against_the_teacher():
         author_attribution.paired_difference(better[:-1], teacher)
 
 
-def _fake_compare(folder, data, shared, answers):
+def _fake_compare(folder, data, shared, answers, seed=None, recipe=author_attribution.RECIPE):
     """A compare folder as compare leaves it, without fine-tuning: compare.json, and each run's results.json and
     predictions_test.tsv with the given right (1) / wrong (0) answers on the data's test passages."""
     runs = [{"name": name, "source": f"/models/{name}"} for name in answers]
-    author_attribution.record_comparison(str(folder), data, runs, shared)
+    author_attribution.record_comparison(str(folder), data, runs, shared, os.path.join(REPO, recipe), seed)
     for name, right in answers.items():
         run = folder / "runs" / name
         run.mkdir(parents=True)
@@ -447,3 +450,113 @@ def test_build_refuses_a_count_that_would_cut_nothing_or_wrap_around(flag, value
         author_attribution.main(arguments)
     assert stop.value.code == 2 and flag in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linformer, tmp_path, monkeypatch):
+    """A misspelt override is refused before compare.json is written (it locked the folder against the corrected
+    command); a record whose runs left nothing behind (no result, no checkpoint) is replaced by the next compare, and
+    one whose runs did is not."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log: pytest.fail("a run started"))
+    out = tmp_path / "compare"
+    with pytest.raises(ConfigError, match="sed"):
+        author_attribution.compare(data[0], str(out), linformer, shared={"training.sed": 3})
+    assert not (out / "compare.json").exists()
+    runs = author_attribution.plan_runs(linformer, None, [], str(out))
+    author_attribution.record_comparison(str(out), data[0], runs, {"training.seed": 3})
+    os.makedirs(out / "runs" / "linformer")  # a run stopped before its first checkpoint: nothing kept
+    author_attribution.record_comparison(str(out), data[0], runs, {"training.seed": 2})
+    with open(out / "compare.json", encoding="utf-8") as fh:
+        assert json.load(fh)["shared"] == {"training.seed": 2}
+    os.makedirs(out / "runs" / "linformer" / "checkpoint-2")  # now a run would go on from this one
+    with pytest.raises(ConfigError, match=r"holds runs \(linformer\) made with other settings"):
+        author_attribution.record_comparison(str(out), data[0], runs, {"training.seed": 3})
+
+
+def test_what_a_run_cannot_read_or_finish_is_refused_before_any_run(data, linformer, tmp_path, monkeypatch):
+    """Refused before anything is written: a teacher that full attention cannot be copied out from (it failed only
+    after the teacher's own fine-tuning, as a raw ValueError), a data.max_seq_length longer than a model's n, a model
+    that would read more tokens than a passage holds (padding, reported as text), an n given twice. The n column is
+    what a run reads: data.max_seq_length when set."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log: pytest.fail("a run started"))
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)  # n = 64; the passages hold 128 tokens
+    out = tmp_path / "compare"
+    for kwargs, match in [
+        ({"teacher": linformer, "full_lengths": (256,)}, "cannot be run as full attention at a longer n"),
+        ({"linformer": linformer, "full_lengths": (), "shared": {"data.max_seq_length": 256}}, "longer than the lin"),
+        ({"teacher": teacher, "full_lengths": (256,)}, "the full-n256 run reads 256 tokens, and the passages of"),
+        ({"teacher": teacher, "full_lengths": (128, 128)}, "names an n twice"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            author_attribution.compare(data[0], str(out), **kwargs)
+    assert not out.exists()
+    run = author_attribution.plan_runs(linformer, None, [], str(out))[0]
+    assert author_attribution.reading_length(run, {}) == PASSAGE
+    assert author_attribution.reading_length(run, {"data.max_seq_length": 96}) == 96
+
+
+def test_a_compare_or_pool_of_other_training_data_or_recipe_is_refused(data, tmp_path):
+    """Data built with other settings (here one training passage fewer) score the same test passages but train
+    other models, and another recipe fine-tunes them otherwise: a folder's runs are not reported, nor pooled, with
+    runs of those. --shared '{training.seed: 1}' is the recipe's own seed: the same comparison as no --shared."""
+    other_data = tmp_path / "other-data"
+    shutil.copytree(data[0], other_data)
+    train = next(p for p in os.listdir(other_data) if p.startswith("train-"))
+    table = pq.read_table(os.path.join(data[0], train))
+    pq.write_table(table.slice(1), str(other_data / train))
+    assert author_attribution.test_passages_sha256(str(other_data)) == author_attribution.test_passages_sha256(data[0])
+    recipe = tmp_path / "authors.yaml"
+    recipe.write_text(open(os.path.join(REPO, author_attribution.RECIPE), encoding="utf-8").read() + "\n# edited\n")
+    answers = {"linformer": [1] * 9, "teacher": [0] * 9}
+    one = _fake_compare(tmp_path / "one", data[0], {"training.seed": 1}, answers, seed=1)
+    for folder, data_dir, path, match in [
+        ("data", str(other_data), author_attribution.RECIPE, "training and validation passages"),
+        ("recipe", data[0], str(recipe), "recipes"),
+    ]:
+        two = _fake_compare(tmp_path / folder, data_dir, {"training.seed": 2}, answers, seed=2, recipe=path)
+        with pytest.raises(ConfigError, match=f"fine-tuned with other {match}"):
+            author_attribution.pool([one, two], str(tmp_path / "pooled"))
+        runs = [{"name": name, "source": f"/models/{name}"} for name in answers]
+        with pytest.raises(ConfigError, match="made with other settings"):
+            author_attribution.record_comparison(one, data_dir, runs, {"training.seed": 1}, path, 1)
+    default_seed = _fake_compare(tmp_path / "default", data[0], {}, answers, seed=1)
+    with pytest.raises(ConfigError, match="the same comparison twice"):
+        author_attribution.pool([one, default_seed], str(tmp_path / "pooled"))
+
+
+def test_a_stop_signal_to_compare_reaches_the_running_fine_tuning_once(data, linformer, tmp_path, monkeypatch):
+    """Ctrl-C on compare: the fine-tuning run gets one SIGINT (it checkpoints and exits), compare names the signal
+    and starts no later run. Before, the run was SIGKILLed 0.25 s after the Ctrl-C, before its checkpoint, and a
+    SIGTERM left it orphaned."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    monkeypatch.chdir(REPO)
+    events = tmp_path / "events"
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import signal, sys, time\n"
+        f"events = open({str(events)!r}, 'a')\n"
+        "def stop(signum, frame):\n"
+        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.close(); sys.exit(75)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "events.write(f'{sys.argv[1]} started\\n'); events.flush()\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(author_attribution, "prepare_model", lambda run: None)
+    monkeypatch.setattr(author_attribution, "command", lambda run, *rest: [sys.executable, str(child), run["name"]])
+
+    def interrupt_when_started():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (events.exists() and "started" in events.read_text()):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    with pytest.raises(SystemExit, match="SIGINT received: run linformer was stopped .exit code 75"):
+        author_attribution.compare(data[0], str(tmp_path / "out"), linformer, teacher, full_lengths=())
+    assert events.read_text().splitlines() == ["linformer started", "linformer got SIGINT"]
