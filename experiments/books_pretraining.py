@@ -11,6 +11,8 @@ runs differ only in the model, and the curves compare perplexity on the same hel
 
 Runs go one after another (``python -m linformer_hf.training.pretrain``, output in <output_dir>/<run>/, its console
 in <run>.log). A finished run (it wrote its summary) is not repeated; a stopped one resumes from its last checkpoint.
+So that neither is reported under settings it was not trained with, <run>.settings.json records the run's resolved
+recipe when it starts, and a plan changed since for that run is refused (`check_settings`).
 After each run, <output_dir>/curves.csv (validation perplexity against tokens seen, per run) and results.md (the
 last evaluation, perplexity against the plan's baseline, and training tokens/s) are written again from every run's
 train_log.jsonl. Recorded as docs/results/data/books_figure3_curves.csv, the CSV is what docs/results/make_figures.py
@@ -82,6 +84,12 @@ class BooksPlan:
         for key in list(self.shared) + [key for run in self.runs for key in run.overrides]:
             if key in ("training.output_dir", "training.resume_from_checkpoint", "training.overwrite_output_dir"):
                 raise ConfigError(f"{key} is set by the plan itself (one directory per run); remove it.")
+        per_run = [run.name for run in self.runs if "data.block_size" in run.overrides]
+        if per_run:
+            raise ConfigError(
+                f"runs {per_run} set data.block_size: every run reads the same blocks (tokens are counted in them), so "
+                "it belongs in shared; set a run's n with data.input_length (a block read as several inputs)."
+            )
         if not isinstance(self.shared.get("data.block_size"), int):
             raise ConfigError(
                 "shared needs data.block_size (a number): every run reads the same blocks, shorter models as several "
@@ -95,6 +103,66 @@ def recipe(plan: BooksPlan, run: Run) -> PretrainRecipe:
     return load_recipe(
         PretrainRecipe, plan.recipe, extra={**plan.shared, **run.overrides, "training.output_dir": run_dir(plan, run)}
     )
+
+
+# Recipe keys that change how a run is carried out, not what it trains or measures: a finished run stays the plan's
+# when only these changed (a run stopped with training.stop_after_steps is finished without it).
+OPERATIONAL_KEYS = {
+    "training.output_dir",
+    "training.resume_from_checkpoint",
+    "training.overwrite_output_dir",
+    "training.stop_after_steps",
+    "training.max_train_minutes",
+    "training.checkpointing_steps",
+    "training.checkpoints_total_limit",
+    "training.logging_steps",
+    "training.report_to",
+    "training.per_device_eval_batch_size",
+    "training.torch_compile",
+    "training.torch_compile_mode",
+    "training.torch_compile_backend",
+    "data.preprocessing_num_workers",
+    "data.cache_dir",
+}
+
+
+def run_settings(plan: BooksPlan, run: Run) -> dict:
+    """What a run trains and measures: its recipe as the plan resolves it (recipe file, shared and own overrides), as
+    flat section.key, without OPERATIONAL_KEYS."""
+    resolved = dataclasses.asdict(recipe(plan, run))
+    flat = {f"{section}.{key}": value for section, fields in resolved.items() for key, value in fields.items()}
+    return json.loads(json.dumps({key: value for key, value in flat.items() if key not in OPERATIONAL_KEYS}))
+
+
+def settings_path(plan: BooksPlan, run: Run) -> str:
+    return os.path.join(plan.output_dir, f"{run.name}.settings.json")
+
+
+def check_settings(plan: BooksPlan) -> None:
+    """Refuse a plan whose runs were started with other settings: a finished run is not run again and a stopped one
+    is resumed, so either would be reported under the plan's new shape. A key the recorded settings lack (a recipe
+    field added since) is not compared."""
+    for run in plan.runs:
+        if not os.path.isfile(settings_path(plan, run)):
+            continue
+        with open(settings_path(plan, run), encoding="utf-8") as fh:
+            saved = json.load(fh)
+        now = run_settings(plan, run)
+        differs = [f"{k}: {saved[k]!r} then, {now.get(k)!r} now" for k in sorted(saved) if saved[k] != now.get(k)]
+        if differs:
+            raise ConfigError(
+                f"run {run.name} in {run_dir(plan, run)} was started with other settings ({'; '.join(differs)}; "
+                f"{settings_path(plan, run)}): it would be reported as the plan's. Restore them, or give the changed "
+                "run another name (or the plan another output_dir)."
+            )
+
+
+def record_settings(plan: BooksPlan, run: Run) -> None:
+    """Write the run's settings when it first starts (or, for a run from before they were recorded, when the plan
+    next goes on)."""
+    if not os.path.isfile(settings_path(plan, run)):
+        os.makedirs(plan.output_dir, exist_ok=True)
+        write_json_atomic(settings_path(plan, run), run_settings(plan, run))
 
 
 def baseline_for(plan: BooksPlan, run: Run) -> str | None:
@@ -301,8 +369,12 @@ def write_report(plan: BooksPlan) -> str:
 
 
 def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
+    check_settings(plan)
     for run in plan.runs:
-        if (only and run.name not in only) or finished(run_dir(plan, run)):
+        skipped = (only and run.name not in only) or finished(run_dir(plan, run))
+        if not skipped or os.path.isdir(run_dir(plan, run)):
+            record_settings(plan, run)
+        if skipped:
             continue
         args = command(plan, run)
         os.makedirs(plan.output_dir, exist_ok=True)
@@ -334,6 +406,7 @@ def main(argv=None):
         unknown = sorted(set(args.only or []) - {run.name for run in plan.runs})
         if unknown:
             raise ConfigError(f"--only names unknown runs {unknown}; the plan's are {[r.name for r in plan.runs]}.")
+        check_settings(plan)
     except USER_ERRORS as err:
         report(err)
         raise SystemExit(2) from None

@@ -578,12 +578,14 @@ def test_a_head_fitted_on_a_frozen_sentence_encoder_makes_it_a_masked_lm_to_uptr
 
 
 def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_the_curves(
-    books, tokenizer_dir, tmp_path, forked_subprocesses
+    books, tokenizer_dir, tmp_path, forked_subprocesses, capsys
 ):
     """experiments/books_pretraining.py: two models of different n read the same blocks (the shorter one as two
     inputs a block); a stopped run goes on from its checkpoint, a finished one is not run again; the curves and the
-    table are written from their logs."""
+    table are written from their logs. A plan changed for a run that has started is refused (a stop setting dropped is
+    not a change); a run's own data.block_size is refused."""
     import csv
+    import dataclasses
 
     import yaml
 
@@ -640,6 +642,26 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     report = (tmp_path / "out" / "results.md").read_text()
     assert "| n128 | yes | 2 | 512 |" in report and "| n256 | yes | 2 | 512 |" in report
 
+    # the plan changed for a finished run: it would be reported under the new shape, so the plan is refused, by the
+    # command (one line, --report too) and by run_plan
+    plan.runs[1].overrides["data.input_length"] = 64
+    plan_path.write_text(
+        yaml.safe_dump(
+            {
+                "recipe": plan.recipe,
+                "shared": shared,
+                "output_dir": plan.output_dir,
+                "runs": [dataclasses.asdict(run) for run in plan.runs],
+            }
+        )
+    )
+    with pytest.raises(SystemExit):
+        books_pretraining.main(["--plan", str(plan_path), "--report"])
+    err = capsys.readouterr().err
+    assert "run n128 in " in err and "data.input_length: 128 then, 64 now" in err and err.count("\n") == 1
+    with pytest.raises(ConfigError, match="data.input_length: 128 then, 64 now"):
+        books_pretraining.run_plan(plan)
+
     runs[0]["overrides"]["training.output_dir"] = "elsewhere"
     plan_path.write_text(
         yaml.safe_dump(
@@ -647,6 +669,10 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
         )
     )
     with pytest.raises(ConfigError, match="training.output_dir is set by the plan itself"):
+        books_pretraining.load_plan(str(plan_path))
+    runs[0]["overrides"] = {"data.block_size": 128}
+    plan_path.write_text(yaml.safe_dump({"recipe": plan.recipe, "shared": shared, "runs": runs}))
+    with pytest.raises(ConfigError, match=r"runs \['n256'\] set data.block_size"):
         books_pretraining.load_plan(str(plan_path))
 
 
@@ -680,6 +706,8 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
     monkeypatch.setattr(books_pretraining, "finished", lambda path: False)
     monkeypatch.setattr(books_pretraining, "run_dir", lambda plan, run: os.path.join(plan.output_dir, run.name))
     monkeypatch.setattr(books_pretraining, "write_report", lambda plan: None)
+    monkeypatch.setattr(books_pretraining, "check_settings", lambda plan: None)
+    monkeypatch.setattr(books_pretraining, "record_settings", lambda plan, run: None)
     monkeypatch.setattr(books_pretraining, "command", lambda plan, run: [sys.executable, str(child), run.name])
 
     def stop_when_started():
