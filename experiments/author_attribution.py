@@ -803,6 +803,14 @@ def pool(folders: list[str], output_dir: str) -> str:
                 )
                 + "), so their differences would mix that change into the seeds'. Pool only comparisons made alike."
             )
+    overrides = [{k: v for k, v in record["shared"].items() if k != "training.seed"} for record in records]
+    if any(o != overrides[0] for o in overrides):
+        raise ConfigError(
+            "the folders were fine-tuned with other overrides besides the seed ("
+            + "; ".join(f"{folder}: {o}" for folder, o in zip(folders, overrides, strict=True))
+            + "): pooled, that change would pass for seed noise. Pool only comparisons that differ in the seed (and "
+            "the models)."
+        )
     for i, j in itertools.combinations(range(len(records)), 2):
         if settings(records[i]) == settings(records[j]) and identities(records[i]) == identities(records[j]):
             raise ConfigError(

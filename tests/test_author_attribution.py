@@ -499,7 +499,8 @@ def test_what_a_run_cannot_read_or_finish_is_refused_before_any_run(data, linfor
 def test_a_compare_or_pool_of_other_training_data_or_recipe_is_refused(data, tmp_path):
     """Data built with other settings (here one training passage fewer) score the same test passages but train
     other models, and another recipe fine-tunes them otherwise: a folder's runs are not reported, nor pooled, with
-    runs of those. --shared '{training.seed: 1}' is the recipe's own seed: the same comparison as no --shared."""
+    runs of those; nor are folders of other overrides than the seed pooled. --shared '{training.seed: 1}' is the
+    recipe's own seed: the same comparison as no --shared."""
     other_data = tmp_path / "other-data"
     shutil.copytree(data[0], other_data)
     train = next(p for p in os.listdir(other_data) if p.startswith("train-"))
@@ -523,6 +524,9 @@ def test_a_compare_or_pool_of_other_training_data_or_recipe_is_refused(data, tmp
     default_seed = _fake_compare(tmp_path / "default", data[0], {}, answers, seed=1)
     with pytest.raises(ConfigError, match="the same comparison twice"):
         author_attribution.pool([one, default_seed], str(tmp_path / "pooled"))
+    faster = _fake_compare(tmp_path / "lr", data[0], {"training.seed": 2, "training.learning_rate": 1e-3}, answers)
+    with pytest.raises(ConfigError, match="other overrides besides the seed"):
+        author_attribution.pool([one, faster], str(tmp_path / "pooled"))
 
 
 def test_a_stop_signal_to_compare_reaches_the_running_fine_tuning_once(data, linformer, tmp_path, monkeypatch):
