@@ -10,7 +10,15 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from training_utils import DATA, REPO, WIKITEXT, save_tiny_pretrained_linformer, write_hub_dataset
+from training_utils import (
+    DATA,
+    REPO,
+    WIKITEXT,
+    save_tiny_pretrained_linformer,
+    signal_this_process_once_started,
+    stoppable_child,
+    write_hub_dataset,
+)
 
 from experiments import author_attribution
 from linformer_hf.loading import model_sha256
@@ -535,31 +543,12 @@ def test_a_stop_signal_to_compare_reaches_the_running_fine_tuning_once(data, lin
     SIGTERM left it orphaned."""
     import signal
     import sys
-    import threading
-    import time
 
     monkeypatch.chdir(REPO)
-    events = tmp_path / "events"
-    child = tmp_path / "child.py"
-    child.write_text(
-        "import signal, sys, time\n"
-        f"events = open({str(events)!r}, 'a')\n"
-        "def stop(signum, frame):\n"
-        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.close(); sys.exit(75)\n"
-        "signal.signal(signal.SIGINT, stop)\n"
-        "events.write(f'{sys.argv[1]} started\\n'); events.flush()\n"
-        "time.sleep(60)\n"
-    )
+    child, events = stoppable_child(tmp_path, signal.SIGINT, exit_code=75)
     monkeypatch.setattr(author_attribution, "prepare_model", lambda run: None)
     monkeypatch.setattr(author_attribution, "command", lambda run, *rest: [sys.executable, str(child), run["name"]])
-
-    def interrupt_when_started():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (events.exists() and "started" in events.read_text()):
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_when_started, daemon=True).start()
+    signal_this_process_once_started(events, signal.SIGINT)
     teacher = _tiny_roberta(tmp_path / "teacher", linformer)
     with pytest.raises(SystemExit, match="SIGINT received: run linformer was stopped .exit code 75"):
         author_attribution.compare(data[0], str(tmp_path / "out"), linformer, teacher, full_lengths=())

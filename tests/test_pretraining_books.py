@@ -9,7 +9,14 @@ import shutil
 
 import pyarrow.parquet as pq
 import pytest
-from training_utils import DATA, REPO, TINY_MODEL, write_hub_dataset
+from training_utils import (
+    DATA,
+    REPO,
+    TINY_MODEL,
+    signal_this_process_once_started,
+    stoppable_child,
+    write_hub_dataset,
+)
 
 from linformer_hf.training import data as pretraining_data
 from linformer_hf.training.config import ConfigError, PretrainRecipe, load_recipe
@@ -682,24 +689,12 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
     orphaned."""
     import signal
     import sys
-    import threading
     import time
     from types import SimpleNamespace
 
     from experiments import books_pretraining
 
-    events = tmp_path / "events"
-    child = tmp_path / "child.py"
-    child.write_text(
-        "import signal, sys, time\n"
-        f"events = open({str(events)!r}, 'a')\n"
-        "def stop(signum, frame):\n"
-        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.close(); sys.exit(0)\n"
-        "signal.signal(signal.SIGTERM, stop)\n"
-        "events.write(f'{sys.argv[1]} started\\n'); events.flush()\n"
-        "time.sleep(60)\n"
-        "events.write(f'{sys.argv[1]} ran to its end\\n')\n"
-    )
+    child, events = stoppable_child(tmp_path, signal.SIGTERM)
     plan = SimpleNamespace(
         output_dir=str(tmp_path / "out"), runs=[SimpleNamespace(name="a"), SimpleNamespace(name="b")]
     )
@@ -710,13 +705,7 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
     monkeypatch.setattr(books_pretraining, "record_settings", lambda plan, run: None)
     monkeypatch.setattr(books_pretraining, "command", lambda plan, run: [sys.executable, str(child), run.name])
 
-    def stop_when_started():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (events.exists() and "started" in events.read_text()):
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    threading.Thread(target=stop_when_started, daemon=True).start()
+    signal_this_process_once_started(events, signal.SIGTERM)
     handler_before, start = signal.getsignal(signal.SIGTERM), time.monotonic()
     with pytest.raises(SystemExit, match="SIGTERM received: run a was stopped .* no later run was started"):
         books_pretraining.run_plan(plan)

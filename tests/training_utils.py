@@ -163,3 +163,37 @@ def save_tiny_pretrained_linformer(out, n: int = 256, k: int = 32, layers: int =
     settings.update(config)
     LinformerForMaskedLM(LinformerConfig(**settings)).save_pretrained(out)
     return str(out)
+
+
+def stoppable_child(folder, signum: int, exit_code: int = 0):
+    """A script standing in for a training run, started as ``python child.py NAME``: it writes "NAME started" to the
+    events file, and on ``signum`` "NAME got SIGxxx" and exits with ``exit_code``; unstopped, it sleeps 60 s and writes
+    "NAME ran to its end". Returns (script, events)."""
+    events, child = folder / "events", folder / "child.py"
+    child.write_text(
+        "import signal, sys, time\n"
+        f"events = open({str(events)!r}, 'a')\n"
+        "def stop(signum, frame):\n"
+        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.close()\n"
+        f"    sys.exit({exit_code})\n"
+        f"signal.signal({int(signum)}, stop)\n"
+        "events.write(f'{sys.argv[1]} started\\n'); events.flush()\n"
+        "time.sleep(60)\n"
+        "events.write(f'{sys.argv[1]} ran to its end\\n')\n"
+    )
+    return child, events
+
+
+def signal_this_process_once_started(events, signum: int) -> None:
+    """From a thread: send ``signum`` to this (the driver's) process once the child has written that it started."""
+    import signal
+    import threading
+    import time
+
+    def send():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (events.exists() and "started" in events.read_text()):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.Signals(signum))
+
+    threading.Thread(target=send, daemon=True).start()
