@@ -74,6 +74,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -352,13 +353,26 @@ def plan_runs(linformer: str | None, teacher: str | None, full_lengths: list[int
     return runs
 
 
-def prepare_model(run: dict) -> None:
-    """The teacher with its positions copied out to n (full attention at n), written once."""
-    if run["n"] is None or os.path.isfile(os.path.join(run["model"], "config.json")):
+EXTENSION_REPORT = "extension_report.json"  # in a copied-out teacher: what it was copied from (`extend_positions`)
+
+
+def prepare_model(run: dict, source_sha256: str | None) -> None:
+    """The teacher with its positions copied out to n (full attention at n), written once for each teacher: a copy
+    of another teacher (the folder's record replaced since) is made again, never fine-tuned as this one's."""
+    if run["n"] is None:
         return
+    report_path = os.path.join(run["model"], EXTENSION_REPORT)
+    if os.path.isfile(os.path.join(run["model"], "config.json")) and os.path.isfile(report_path):
+        with open(report_path, encoding="utf-8") as fh:
+            if json.load(fh).get("source_sha256") == source_sha256:
+                return
     from .long_input import extend_positions
 
+    shutil.rmtree(run["model"], ignore_errors=True)
     extend_positions(run["source"], run["model"], run["n"])
+    with open(report_path, encoding="utf-8") as fh:
+        report = json.load(fh)
+    write_json_atomic(report_path, {**report, "source_sha256": source_sha256})
 
 
 def check_tokenizer(model_dir: str, manifest: dict) -> None:
@@ -407,17 +421,20 @@ def model_length(model_dir: str) -> int:
     return max_input_length(AutoConfig.from_pretrained(model_dir))
 
 
-def reading_length(run: dict, shared: dict) -> int:
-    """How many tokens of a passage the run reads: data.max_seq_length when the overrides set it, else the model's n
-    (the teacher's copied out to the run's n for a full-n<n> run)."""
-    return shared.get("data.max_seq_length") or run["n"] or model_length(run["source"])
+def reading_length(run: dict, max_seq_length: int | None) -> int:
+    """How many tokens of a passage the run reads: the recipe's data.max_seq_length (with the overrides) when set,
+    else the model's n (the teacher's copied out to the run's n for a full-n<n> run)."""
+    return max_seq_length or run["n"] or model_length(run["source"])
 
 
-def check_runs(runs: list[dict], data: str, output_dir: str, recipe: str, shared: dict, manifest: dict) -> int:
+def check_runs(
+    runs: list[dict], data: str, output_dir: str, recipe: str, shared: dict, manifest: dict
+) -> FinetuneRecipe:
     """Refuse, before anything is written or run, a comparison that cannot run to its end or would report what it did
     not measure: overrides the recipe does not take, a teacher that cannot be copied out to a longer n (only after its
     own run would that fail), a data.max_seq_length longer than a model's n, or a run reading more tokens than a
-    passage holds (the rest would be padding, reported as text read). Returns the runs' fine-tuning seed."""
+    passage holds (the rest would be padding, reported as text read). Returns the recipe as the runs read it (the
+    model, data and output folders aside)."""
     for run in runs:  # a misspelt or ill-typed override fails here, not in the first run's child
         resolved = load_recipe(
             FinetuneRecipe,
@@ -442,7 +459,7 @@ def check_runs(runs: list[dict], data: str, output_dir: str, recipe: str, shared
                 f"--teacher {extended[0]['source']} cannot be run as full attention at a longer n: {err} Compare it "
                 "without --full_lengths (pass --full_lengths with no value)."
             ) from None
-    asked = shared.get("data.max_seq_length")
+    asked = resolved.data.max_seq_length
     for run in runs:
         n = run["n"] or model_length(run["source"])
         if asked is not None and asked > n:
@@ -451,16 +468,16 @@ def check_runs(runs: list[dict], data: str, output_dir: str, recipe: str, shared
                 "to read that many tokens. Set it to at most the shortest model's n, or leave it out (each model "
                 "reads its own n)."
             )
-        if reading_length(run, shared) > manifest["passage_tokens"]:
+        if reading_length(run, asked) > manifest["passage_tokens"]:
             raise ConfigError(
-                f"the {run['name']} run reads {reading_length(run, shared):,} tokens, and the passages of {data} hold "
+                f"the {run['name']} run reads {reading_length(run, asked):,} tokens, and the passages of {data} hold "
                 f"{manifest['passage_tokens']:,}: it would read padding, reported as text. Build the data with "
-                f"--passage_tokens {reading_length(run, shared)} or more, or leave that model out."
+                f"--passage_tokens {reading_length(run, asked)} or more, or leave that model out."
             )
-    return resolved.training.seed
+    return resolved
 
 
-def collate(runs: list[dict], output_dir: str, shared: dict) -> list[dict]:
+def collate(runs: list[dict], output_dir: str, max_seq_length: int | None) -> list[dict]:
     rows = []
     for run in runs:
         directory = run_dir(output_dir, run)
@@ -478,7 +495,7 @@ def collate(runs: list[dict], output_dir: str, shared: dict) -> list[dict]:
             {
                 "run": run["name"],
                 "model": run["model"],
-                "n": reading_length(run, shared),
+                "n": reading_length(run, max_seq_length),
                 "test_accuracy": test.get("accuracy"),
                 "test_passages": test.get("examples"),
                 "seconds_per_passage": test.get("seconds_per_example"),
@@ -534,8 +551,8 @@ def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0)
     }
 
 
-def write_report(runs: list[dict], output_dir: str, manifest: dict, shared: dict) -> str:
-    rows = collate(runs, output_dir, shared)
+def write_report(runs: list[dict], output_dir: str, manifest: dict, max_seq_length: int | None) -> str:
+    rows = collate(runs, output_dir, max_seq_length)
     teacher = [run for run in runs if run["name"] == "teacher" and finished(run_dir(output_dir, run))]
     if teacher:  # every other run against the truncated teacher, passage by passage
         reference = test_correct(run_dir(output_dir, teacher[0]))
@@ -652,13 +669,13 @@ def model_identity(record: dict | str) -> str:
     return record["sha256"] or record["path"]
 
 
-# What a compare folder's runs were made with, besides the models: a folder's runs are only ever reported, and pooled,
-# with runs made with the same. A record written before a key was (compare.json of 2026-11-28) is not checked on it.
+# What a compare folder's runs were made with, besides the models and the overrides: a folder's runs are only ever
+# reported, and pooled, with runs made with the same. A record written before a key was (compare.json of 2026-11-28)
+# leaves it unknown: not checked, and not filled in for runs it cannot vouch for.
 RECORDED_SETTINGS = {
     "test_passages_sha256": "the test passages",
     "data_sha256": "the training and validation passages",
     "recipe_sha256": "the recipe",
-    "shared": "the overrides (--shared)",
 }
 
 
@@ -674,12 +691,12 @@ def has_results(output_dir: str) -> list[str]:
 
 def record_comparison(
     output_dir: str, data: str, runs: list[dict], shared: dict, recipe: str = RECIPE, seed: int | None = None
-) -> None:
-    """Write <output_dir>/compare.json (the passages, the recipe, the overrides, the models), or check that a folder
-    holding earlier runs was made with the same ones: a finished run is never repeated, and a stopped one is resumed,
-    so a compare of other data, another seed or another model into the same folder would report the earlier runs
-    under the new settings. A record whose runs left nothing (a compare that failed before its first checkpoint) is
-    replaced."""
+) -> dict:
+    """Write <output_dir>/compare.json (the passages, the recipe, the overrides and seed, the models) and return it,
+    or check that a folder holding earlier runs was made with the same ones: a finished run is never repeated, and a
+    stopped one is resumed, so a compare of other data, another seed or another model into the same folder would
+    report the earlier runs under the new settings. A record whose runs left nothing (a compare that failed before
+    its first checkpoint) is replaced."""
     sources = {source: model_record(source) for source in {run["source"] for run in runs}}  # each folder hashed once
     record = {
         "data": os.path.abspath(data),
@@ -697,7 +714,12 @@ def record_comparison(
     if os.path.isfile(path) and kept:
         with open(path, encoding="utf-8") as fh:
             earlier = json.load(fh)
+        for key in [*RECORDED_SETTINGS, "recipe", "seed"]:  # unknown for the earlier runs: left unknown
+            if key not in earlier:
+                record.pop(key)
         changed = [label for key, label in RECORDED_SETTINGS.items() if key in earlier and earlier[key] != record[key]]
+        if settings(earlier) != settings(record):
+            changed.append(f"the overrides and seed (then {settings(earlier)}, now {settings(record)})")
         changed += [
             f"the {name} model"
             for name, model in record["models"].items()
@@ -707,12 +729,13 @@ def record_comparison(
         ]
         if changed:
             raise ConfigError(
-                f"{output_dir} holds runs ({', '.join(kept)}) made with other settings ({', '.join(changed)} "
+                f"{output_dir} holds runs ({', '.join(kept)}) made with other settings ({'; '.join(changed)} "
                 f"{'differs' if len(changed) == 1 else 'differ'}: {path}); they would be reported as this "
-                "comparison's. Give another --output_dir."
+                "comparison's. Run the command they were made with, or give another --output_dir."
             )
         record["models"] = {**earlier["models"], **record["models"]}
     write_json_atomic(path, record)
+    return record
 
 
 def read_comparison(folder: str) -> dict:
@@ -915,12 +938,13 @@ def compare(
             f"--full_lengths {short}: not longer than the teacher's n={model_length(teacher)}, so there is nothing to "
             "copy its positions out to; the teacher's own run reads that many tokens."
         )
-    seed = check_runs(runs, data, output_dir, recipe, shared, manifest)
-    record_comparison(output_dir, data, runs, shared, recipe, seed)
+    resolved = check_runs(runs, data, output_dir, recipe, shared, manifest)
+    max_seq_length = resolved.data.max_seq_length
+    models = record_comparison(output_dir, data, runs, shared, recipe, resolved.training.seed)["models"]
     for run in runs:
         if (only and run["name"] not in only) or finished(run_dir(output_dir, run)):
             continue
-        prepare_model(run)
+        prepare_model(run, models[run["name"]]["sha256"])
         args = command(run, data, output_dir, recipe, shared)
         os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
         console = os.path.join(output_dir, f"{run['name']}.log")
@@ -933,12 +957,12 @@ def compare(
             with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
         if stopped_by is not None or code != 0:
-            write_report(runs, output_dir, manifest, shared)
+            write_report(runs, output_dir, manifest, max_seq_length)
         if stopped_by is not None:
             raise SystemExit(stopped_message(stopped_by, run["name"], code, console))
         if code != 0:
             raise SystemExit(f"run {run['name']} exited with {code}; its console is {console}")
-    return write_report(runs, output_dir, manifest, shared)
+    return write_report(runs, output_dir, manifest, max_seq_length)
 
 
 def main(argv=None):

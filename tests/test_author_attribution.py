@@ -225,12 +225,18 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared=shared)
     assert calls == []  # finished runs are not repeated
     # another seed into the same folder would report these runs as its own: refused before any run
-    with pytest.raises(ConfigError, match=r"other settings \(the overrides \(--shared\) differs"):
+    with pytest.raises(
+        ConfigError, match=r"other settings \(the overrides and seed \(then .*, now .*'training.seed': 3"
+    ):
         author_attribution.compare(data[0], out, linformer, teacher, (PASSAGE,), shared={**shared, "training.seed": 3})
     linked = tmp_path / "linked"
     linked.symlink_to(os.path.dirname(teacher))  # the same teacher through a link (a worktree's outputs) is accepted
     author_attribution.record_comparison(
-        out, data[0], author_attribution.plan_runs(None, str(linked / os.path.basename(teacher)), [], out), shared
+        out,
+        data[0],
+        author_attribution.plan_runs(None, str(linked / os.path.basename(teacher)), [], out),
+        shared,
+        seed=1,
     )
     with pytest.raises(ConfigError, match="the teacher model differ"):
         author_attribution.compare(data[0], out, teacher=linformer, full_lengths=(), shared=shared)
@@ -267,7 +273,7 @@ def test_a_compared_model_is_its_weights_not_its_path(data, linformer, tmp_path,
         config = json.load(fh)
     with open(moved / "config.json", "w", encoding="utf-8") as fh:
         json.dump({**config, "layer_norm_eps": 1e-6}, fh)  # the same path, another model
-    with pytest.raises(ConfigError, match="the teacher model, the full-n128 model differ"):
+    with pytest.raises(ConfigError, match="the teacher model; the full-n128 model differ"):
         record(moved)
     with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
         legacy = json.load(fh)
@@ -275,7 +281,7 @@ def test_a_compared_model_is_its_weights_not_its_path(data, linformer, tmp_path,
     with open(os.path.join(out, "compare.json"), "w", encoding="utf-8") as fh:
         json.dump(legacy, fh)
     record(moved)  # the path alone: accepted for that path, and the hash written
-    with pytest.raises(ConfigError, match="the teacher model, the full-n128 model differ"):
+    with pytest.raises(ConfigError, match="the teacher model; the full-n128 model differ"):
         record(teacher)
 
 
@@ -500,8 +506,8 @@ def test_what_a_run_cannot_read_or_finish_is_refused_before_any_run(data, linfor
             author_attribution.compare(data[0], str(out), **kwargs)
     assert not out.exists()
     run = author_attribution.plan_runs(linformer, None, [], str(out))[0]
-    assert author_attribution.reading_length(run, {}) == PASSAGE
-    assert author_attribution.reading_length(run, {"data.max_seq_length": 96}) == 96
+    assert author_attribution.reading_length(run, None) == PASSAGE
+    assert author_attribution.reading_length(run, 96) == 96
 
 
 def test_a_compare_or_pool_of_other_training_data_or_recipe_is_refused(data, tmp_path):
@@ -545,11 +551,72 @@ def test_a_stop_signal_to_compare_reaches_the_running_fine_tuning_once(data, lin
     import sys
 
     monkeypatch.chdir(REPO)
-    child, events = stoppable_child(tmp_path, signal.SIGINT, exit_code=75)
-    monkeypatch.setattr(author_attribution, "prepare_model", lambda run: None)
+    child, events = stoppable_child(tmp_path, exit_code=75)
+    monkeypatch.setattr(author_attribution, "prepare_model", lambda run, source_sha256: None)
     monkeypatch.setattr(author_attribution, "command", lambda run, *rest: [sys.executable, str(child), run["name"]])
     signal_this_process_once_started(events, signal.SIGINT)
     teacher = _tiny_roberta(tmp_path / "teacher", linformer)
     with pytest.raises(SystemExit, match="SIGINT received: run linformer was stopped .exit code 75"):
         author_attribution.compare(data[0], str(tmp_path / "out"), linformer, teacher, full_lengths=())
     assert events.read_text().splitlines() == ["linformer started", "linformer got SIGINT"]
+
+
+def test_a_copied_out_teacher_is_made_again_for_another_teacher(linformer, tmp_path, monkeypatch):
+    """models/teacher-n<n> of a teacher whose record was replaced (no run had a result) is not fine-tuned as the new
+    teacher's: it is made again from it, once."""
+    from experiments import long_input
+
+    first = _tiny_roberta(tmp_path / "first", linformer)
+    second = _tiny_roberta(tmp_path / "second", linformer, n=96)
+    out = str(tmp_path / "compare")
+    made = []
+    extend = long_input.extend_positions
+    monkeypatch.setattr(long_input, "extend_positions", lambda *args: made.append(args[0]) or extend(*args))
+    for teacher in (first, second, second):
+        (run,) = [r for r in author_attribution.plan_runs(None, teacher, [PASSAGE], out) if r["n"]]
+        author_attribution.prepare_model(run, model_sha256(teacher))
+    assert made == [first, second]
+    with open(os.path.join(out, "models", f"teacher-n{PASSAGE}", "extension_report.json"), encoding="utf-8") as fh:
+        report = json.load(fh)
+    assert (report["source_positions"], report["source_sha256"]) == (96, model_sha256(second))
+
+
+def test_a_recipe_files_max_seq_length_is_what_the_runs_read(data, linformer, tmp_path, monkeypatch):
+    """data.max_seq_length set in the recipe file, not only in --shared, is checked against the models' n."""
+    import yaml
+
+    monkeypatch.chdir(REPO)
+    with open(author_attribution.RECIPE, encoding="utf-8") as fh:
+        recipe = yaml.safe_load(fh)
+    recipe["data"]["max_seq_length"] = 4 * PASSAGE
+    path = tmp_path / "authors.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(ConfigError, match=f"data.max_seq_length={4 * PASSAGE} is longer than the linformer model"):
+        author_attribution.compare(data[0], str(tmp_path / "out"), linformer, recipe=str(path))
+
+
+def test_a_record_from_before_a_setting_was_recorded_resumes_and_leaves_it_unknown(data, tmp_path):
+    """A compare.json of 2026-11-28 (the test passages, overrides and models only) is resumed with the same overrides
+    (an explicit seed equal to the recipe's among them) and refused with others; the settings it never recorded are not
+    stamped on its runs."""
+    out = tmp_path / "compare"
+    runs = [{"name": "teacher", "source": "/models/teacher"}]
+    author_attribution.record_comparison(str(out), data[0], runs, {"training.num_train_epochs": 5})
+    os.makedirs(out / "runs" / "teacher")
+    (out / "runs" / "teacher" / "results.json").write_text("{}")
+    with open(out / "compare.json", encoding="utf-8") as fh:
+        legacy = {k: v for k, v in json.load(fh).items() if k in ("data", "test_passages_sha256", "shared", "models")}
+    (out / "compare.json").write_text(json.dumps(legacy))
+    record = author_attribution.record_comparison(str(out), data[0], runs, {"training.num_train_epochs": 5}, seed=1)
+    assert set(record) == set(legacy)
+    with pytest.raises(
+        ConfigError, match="then {'training.num_train_epochs': 5}, now {'training.num_train_epochs': 4}"
+    ):
+        author_attribution.record_comparison(str(out), data[0], runs, {"training.num_train_epochs": 4}, seed=1)
+    new = tmp_path / "new"
+    author_attribution.record_comparison(str(new), data[0], runs, {}, seed=1)
+    os.makedirs(new / "runs" / "teacher")
+    (new / "runs" / "teacher" / "results.json").write_text("{}")
+    author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 1}, seed=1)  # the same seed
+    with pytest.raises(ConfigError, match="'training.seed': 2"):
+        author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 2}, seed=2)

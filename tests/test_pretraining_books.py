@@ -694,7 +694,7 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
 
     from experiments import books_pretraining
 
-    child, events = stoppable_child(tmp_path, signal.SIGTERM)
+    child, events = stoppable_child(tmp_path)
     plan = SimpleNamespace(
         output_dir=str(tmp_path / "out"), runs=[SimpleNamespace(name="a"), SimpleNamespace(name="b")]
     )

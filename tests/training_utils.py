@@ -165,35 +165,45 @@ def save_tiny_pretrained_linformer(out, n: int = 256, k: int = 32, layers: int =
     return str(out)
 
 
-def stoppable_child(folder, signum: int, exit_code: int = 0):
+def stoppable_child(folder, exit_code: int = 0, stops_after: int = 1):
     """A script standing in for a training run, started as ``python child.py NAME``: it writes "NAME started" to the
-    events file, and on ``signum`` "NAME got SIGxxx" and exits with ``exit_code``; unstopped, it sleeps 60 s and writes
-    "NAME ran to its end". Returns (script, events)."""
+    events file, and on each SIGTERM or SIGINT "NAME got SIGxxx", exiting with ``exit_code`` at the ``stops_after``-th;
+    unstopped, it sleeps 60 s and writes "NAME ran to its end". Returns (script, events)."""
     events, child = folder / "events", folder / "child.py"
     child.write_text(
         "import signal, sys, time\n"
         f"events = open({str(events)!r}, 'a')\n"
+        "got = []\n"
         "def stop(signum, frame):\n"
-        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.close()\n"
-        f"    sys.exit({exit_code})\n"
-        f"signal.signal({int(signum)}, stop)\n"
+        "    got.append(signum)\n"
+        "    events.write(f'{sys.argv[1]} got {signal.Signals(signum).name}\\n'); events.flush()\n"
+        f"    if len(got) >= {stops_after}:\n"
+        f"        sys.exit({exit_code})\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
         "events.write(f'{sys.argv[1]} started\\n'); events.flush()\n"
-        "time.sleep(60)\n"
+        "deadline = time.monotonic() + 60\n"
+        "while time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
         "events.write(f'{sys.argv[1]} ran to its end\\n')\n"
     )
     return child, events
 
 
-def signal_this_process_once_started(events, signum: int) -> None:
-    """From a thread: send ``signum`` to this (the driver's) process once the child has written that it started."""
+def signal_this_process_once_started(events, *signums: int) -> None:
+    """From a thread: send each of ``signums`` to this (the driver's) process once the child has written that it
+    started, and each later one once the child has written that it got the one before."""
     import signal
     import threading
     import time
 
     def send():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (events.exists() and "started" in events.read_text()):
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.Signals(signum))
+        for i, signum in enumerate(signums):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (
+                events.exists() and events.read_text().count("\n") >= 1 + i and "started" in events.read_text()
+            ):
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.Signals(signum))
 
     threading.Thread(target=send, daemon=True).start()

@@ -1,0 +1,40 @@
+"""experiments/child_process.py: how an experiment driver runs a training run as its child and passes stop requests
+on to it."""
+
+import signal
+import subprocess
+import sys
+
+from training_utils import signal_this_process_once_started, stoppable_child
+
+from experiments.child_process import run_child
+
+
+def test_each_stop_request_reaches_the_child_and_a_closed_terminal_is_a_sigterm(tmp_path):
+    """A first Ctrl-C asks the run to checkpoint and stop; a second, passed on too, stops it at once (before, the
+    driver kept the second one). SIGHUP (the terminal closed) reaches the child as SIGTERM: before, the child, in its
+    own session, went on training alone behind a driver that had died."""
+    child, events = stoppable_child(tmp_path, exit_code=3, stops_after=2)
+    signal_this_process_once_started(events, signal.SIGINT, signal.SIGINT)
+    with open(tmp_path / "log", "w") as log:
+        code, stopped_by = run_child([sys.executable, str(child), "run"], log)
+    assert (code, stopped_by) == (3, signal.SIGINT)
+    assert events.read_text().splitlines() == ["run started", "run got SIGINT", "run got SIGINT"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the driver's handler is gone again
+
+    (tmp_path / "hup").mkdir()
+    child, events = stoppable_child(tmp_path / "hup")
+    signal_this_process_once_started(events, signal.SIGHUP)
+    with open(tmp_path / "log", "w") as log:
+        code, stopped_by = run_child([sys.executable, str(child), "run"], log)
+    assert stopped_by == signal.SIGHUP and events.read_text().splitlines() == ["run started", "run got SIGTERM"]
+
+
+def test_the_child_runs_in_its_own_session(tmp_path):
+    """So that a Ctrl-C in the terminal (sent to the foreground process group) reaches it once, through the driver."""
+    script = tmp_path / "sid.py"
+    script.write_text("import os; print(os.getsid(0) == os.getpid())")
+    with open(tmp_path / "log", "w") as log:
+        assert run_child([sys.executable, str(script)], log) == (0, None)
+    assert (tmp_path / "log").read_text().strip() == "True"
+    assert subprocess.run([sys.executable, str(script)], capture_output=True, text=True).stdout.strip() == "False"
