@@ -105,18 +105,22 @@ def recipe(plan: BooksPlan, run: Run) -> PretrainRecipe:
     )
 
 
-# Recipe keys that change how a run is carried out, not what it trains or measures: a finished run stays the plan's
-# when only these changed (a run stopped with training.stop_after_steps is finished without it).
+# Recipe keys that change how a run is carried out, not what it trains or measures: a started run stays the plan's
+# when only these changed (a run stopped with training.stop_after_steps goes on without it). Not among them:
+# training.max_train_minutes, as a run its budget ended early counts as finished.
 OPERATIONAL_KEYS = {
     "training.output_dir",
     "training.resume_from_checkpoint",
     "training.overwrite_output_dir",
     "training.stop_after_steps",
-    "training.max_train_minutes",
     "training.checkpointing_steps",
     "training.checkpoints_total_limit",
     "training.logging_steps",
     "training.report_to",
+    "training.save_final_model",
+    "training.nonfinite_patience",  # the guards stop a run (not finished then); they do not change its updates
+    "training.loss_spike_factor",
+    "training.loss_spike_action",
     "training.per_device_eval_batch_size",
     "training.torch_compile",
     "training.torch_compile_mode",
@@ -138,17 +142,27 @@ def settings_path(plan: BooksPlan, run: Run) -> str:
     return os.path.join(plan.output_dir, f"{run.name}.settings.json")
 
 
+def has_progress(directory: str) -> bool:
+    """Whether a run left something it would go on from, or be reported by: a checkpoint or a summary."""
+    try:
+        read_final_summary(directory)
+        return True
+    except FileNotFoundError:
+        return bool(list_checkpoints(directory) or list_checkpoints(directory, LOOP_CHECKPOINTS))
+
+
 def check_settings(plan: BooksPlan) -> None:
     """Refuse a plan whose runs were started with other settings: a finished run is not run again and a stopped one
-    is resumed, so either would be reported under the plan's new shape. A key the recorded settings lack (a recipe
-    field added since) is not compared."""
+    is resumed, so either would be reported under the plan's new shape. A run that left no checkpoint or summary (it
+    failed as it started) is not held to them: it starts over. A key only one side has (a recipe field added or
+    removed since) is not compared."""
     for run in plan.runs:
-        if not os.path.isfile(settings_path(plan, run)):
+        if not os.path.isfile(settings_path(plan, run)) or not has_progress(run_dir(plan, run)):
             continue
         with open(settings_path(plan, run), encoding="utf-8") as fh:
             saved = json.load(fh)
         now = run_settings(plan, run)
-        differs = [f"{k}: {saved[k]!r} then, {now.get(k)!r} now" for k in sorted(saved) if saved[k] != now.get(k)]
+        differs = [f"{k}: {saved[k]!r} then, {now[k]!r} now" for k in sorted(saved) if k in now and saved[k] != now[k]]
         if differs:
             raise ConfigError(
                 f"run {run.name} in {run_dir(plan, run)} was started with other settings ({'; '.join(differs)}; "
@@ -158,9 +172,9 @@ def check_settings(plan: BooksPlan) -> None:
 
 
 def record_settings(plan: BooksPlan, run: Run) -> None:
-    """Write the run's settings when it first starts (or, for a run from before they were recorded, when the plan
-    next goes on)."""
-    if not os.path.isfile(settings_path(plan, run)):
+    """Write the run's settings when it starts with nothing to go on from (or, for a run from before they were
+    recorded, when the plan next goes on)."""
+    if not os.path.isfile(settings_path(plan, run)) or not has_progress(run_dir(plan, run)):
         os.makedirs(plan.output_dir, exist_ok=True)
         write_json_atomic(settings_path(plan, run), run_settings(plan, run))
 

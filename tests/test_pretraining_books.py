@@ -593,6 +593,7 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     not a change); a run's own data.block_size is refused."""
     import csv
     import dataclasses
+    import json
 
     import yaml
 
@@ -668,6 +669,15 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     assert "run n128 in " in err and "data.input_length: 128 then, 64 now" in err and err.count("\n") == 1
     with pytest.raises(ConfigError, match="data.input_length: 128 then, 64 now"):
         books_pretraining.run_plan(plan)
+    # a run that failed as it started (no checkpoint, no summary) is not held to its settings: fixed, it starts over
+    failed = books_pretraining.Run("n64", {"model.config.max_sequence_length": 64, "data.input_length": 64})
+    plan.runs = [plan.runs[0], failed]
+    books_pretraining.record_settings(plan, failed)
+    failed.overrides["training.gradient_accumulation_steps"] = 2
+    books_pretraining.check_settings(plan)
+    books_pretraining.record_settings(plan, failed)
+    with open(books_pretraining.settings_path(plan, failed), encoding="utf-8") as fh:
+        assert json.load(fh)["training.gradient_accumulation_steps"] == 2
 
     runs[0]["overrides"]["training.output_dir"] = "elsewhere"
     plan_path.write_text(
