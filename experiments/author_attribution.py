@@ -52,13 +52,15 @@ time.
 
 Before anything is written, compare refuses what could not run to its end or would report what it did not measure:
 an override the recipe does not take, a teacher that cannot be copied out to a longer n, a model reading more tokens
-than a passage holds (padding). A Ctrl-C or SIGTERM reaches the running fine-tuning once (it checkpoints and stops) and
-no later run starts. compare.json in the folder records the data (every split's passages), the recipe, the overrides,
-the seed and the models (each by the SHA-256 of its config and weights, so the folders may move); once a run there has
-a result or a checkpoint, a compare with others into that folder is refused (its runs would be reported as the new
-ones). **Pooling** (`pool`): several compare folders of the same test passages (another
-fine-tuning seed each, or models from another pretraining seed), each run's accuracy per folder and their mean, and
-the differences passage by passage over all of them (`pooled_difference`):
+than a passage holds (padding). Each Ctrl-C or SIGTERM reaches the running fine-tuning (the first: it checkpoints and
+stops; a second: at once), and no later run starts. compare.json in the folder records the data (every split's
+passages), the recipe, the overrides, the seed and the models (each by the SHA-256 of its config and weights, so the
+folders may move); once a run there has a result or a checkpoint, a compare with others into that folder is refused
+(its runs would be reported as the new ones).
+
+**Pooling** (`pool`): several compare folders of the same test passages (another fine-tuning seed each, or models from
+another pretraining seed), each run's accuracy per folder and their mean, and the differences passage by passage over
+all of them (`pooled_difference`):
 
     python -m experiments.author_attribution pool outputs/authors outputs/authors-seed2 \\
         --output_dir outputs/authors-pooled
@@ -618,21 +620,16 @@ def read_manifest(data: str) -> dict:
         return json.load(fh)
 
 
-def split_paths(data: str, split: str) -> list[str]:
-    paths = sorted(glob.glob(os.path.join(data, f"{split}-*.parquet")))
-    if not paths:
-        raise ConfigError(
-            f"{data} has no {split}-*.parquet: build the data first (python -m experiments.author_attribution build "
-            "...)."
-        )
-    return paths
-
-
 def test_passages_sha256(data: str) -> str:
     """Which test passages, in which order: the sha256 of the test split's (book, start, label) rows."""
     import pyarrow.parquet as pq
 
-    rows = [pq.read_table(path, columns=["book", "start", "label"]).to_pylist() for path in split_paths(data, "test")]
+    paths = sorted(glob.glob(os.path.join(data, "test-*.parquet")))
+    if not paths:
+        raise ConfigError(
+            f"{data} has no test-*.parquet: build the data first (python -m experiments.author_attribution build ...)."
+        )
+    rows = [pq.read_table(path, columns=["book", "start", "label"]).to_pylist() for path in paths]
     return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
 
 
@@ -815,15 +812,15 @@ def pool(folders: list[str], output_dir: str) -> str:
             + "; ".join(f"{folder}: {record['data']}" for folder, record in zip(folders, records, strict=True))
             + ". Pool only comparisons of the same data set."
         )
-    for key, label in [("data_sha256", "training and validation passages"), ("recipe_sha256", "recipes")]:
+    for key, label, source in [
+        ("data_sha256", "training and validation passages", "data"),
+        ("recipe_sha256", "recipes", "recipe"),
+    ]:
         values = {record[key] for record in records if key in record}  # a record from before the key: not checked
         if len(values) > 1:
             raise ConfigError(
                 f"the folders' runs were fine-tuned with other {label} ("
-                + "; ".join(
-                    f"{folder}: {record.get('data' if key == 'data_sha256' else 'recipe', '?')}"
-                    for folder, record in zip(folders, records, strict=True)
-                )
+                + "; ".join(f"{f}: {r.get(source, '?')}" for f, r in zip(folders, records, strict=True))
                 + "), so their differences would mix that change into the seeds'. Pool only comparisons made alike."
             )
     overrides = [{k: v for k, v in record["shared"].items() if k != "training.seed"} for record in records]

@@ -28,8 +28,7 @@ def run_child(args: list[str], log) -> tuple[int, int | None]:
 
     previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}  # before the child: no gap
     try:
-        started = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        child = started
+        child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         for signum in pending:
             child.send_signal(FORWARDED[signum])
         code = child.wait()
