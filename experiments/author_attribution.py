@@ -55,8 +55,9 @@ an override the recipe does not take, a teacher that cannot be copied out to a l
 than a passage holds (padding). Each Ctrl-C or SIGTERM reaches the running fine-tuning (the first: it checkpoints and
 stops; a second: at once), and no later run starts. compare.json in the folder records the data (every split's
 passages), the recipe, the overrides, the seed and the models (each by the SHA-256 of its config and weights, so the
-folders may move); once a run there has a result or a checkpoint, a compare with others into that folder is refused
-(its runs would be reported as the new ones).
+folders may move); once a run there has a result or a checkpoint, or another compare is running one, a compare with
+others into that folder is refused (its runs would be reported as the new ones). Compares with the same settings may
+share a folder, each running other runs (`--only`); a run another compare is running is refused (`claim_runs`).
 
 **Pooling** (`pool`): several compare folders of the same test passages (another fine-tuning seed each, or models from
 another pretraining seed), each run's accuracy per folder and their mean, and the differences passage by passage over
@@ -86,7 +87,7 @@ from linformer_hf.outputs import check_output_dir, publish_folder, staging_folde
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
 
-from .child_process import run_child, stopped_message
+from .child_process import claim_runs, claimed_by_others, exclusive, run_child, stopped_message
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
 MANIFEST = "authors_manifest.json"
@@ -687,13 +688,19 @@ def has_results(output_dir: str) -> list[str]:
 
 
 def record_comparison(
-    output_dir: str, data: str, runs: list[dict], shared: dict, recipe: str = RECIPE, seed: int | None = None
+    output_dir: str,
+    data: str,
+    runs: list[dict],
+    shared: dict,
+    recipe: str = RECIPE,
+    seed: int | None = None,
+    running: list[str] = (),
 ) -> dict:
     """Write <output_dir>/compare.json (the passages, the recipe, the overrides and seed, the models) and return it,
-    or check that a folder holding earlier runs was made with the same ones: a finished run is never repeated, and a
-    stopped one is resumed, so a compare of other data, another seed or another model into the same folder would
-    report the earlier runs under the new settings. A record whose runs left nothing (a compare that failed before
-    its first checkpoint) is replaced."""
+    or check that a folder holding earlier runs, or runs another compare is running now (``running``), was made with
+    the same ones: a finished run is never repeated, and a stopped one is resumed, so a compare of other data, another
+    seed or another model into the same folder would report the earlier runs under the new settings. A record whose
+    runs left nothing (a compare that failed before its first checkpoint) is replaced."""
     sources = {source: model_record(source) for source in {run["source"] for run in runs}}  # each folder hashed once
     record = {
         "data": os.path.abspath(data),
@@ -707,7 +714,7 @@ def record_comparison(
     }
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)
-    kept = has_results(output_dir)
+    kept = has_results(output_dir) + [f"{name}, being run now" for name in running]
     if os.path.isfile(path) and kept:
         with open(path, encoding="utf-8") as fh:
             earlier = json.load(fh)
@@ -937,28 +944,33 @@ def compare(
         )
     resolved = check_runs(runs, data, output_dir, recipe, shared, manifest)
     max_seq_length = resolved.data.max_seq_length
-    models = record_comparison(output_dir, data, runs, shared, recipe, resolved.training.seed)["models"]
-    for run in runs:
-        if (only and run["name"] not in only) or finished(run_dir(output_dir, run)):
-            continue
-        prepare_model(run, models[run["name"]]["sha256"])
-        args = command(run, data, output_dir, recipe, shared)
-        os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
-        console = os.path.join(output_dir, f"{run['name']}.log")
-        with open(console, "a", encoding="utf-8") as log:
-            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
-            log.flush()
-            began = time.perf_counter()
-            code, stopped_by = run_child(args, log)
-        if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
-            with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
-        if stopped_by is not None or code != 0:
-            write_report(runs, output_dir, manifest, max_seq_length)
-        if stopped_by is not None:
-            raise SystemExit(stopped_message(stopped_by, run["name"], code, console))
-        if code != 0:
-            raise SystemExit(f"run {run['name']} exited with {code}; its console is {console}")
+    pending = [run for run in runs if not (only and run["name"] not in only) and not finished(run_dir(output_dir, run))]
+    mine = [run["name"] for run in pending]
+    with claim_runs(output_dir, mine):
+        # Claimed before the record, which another compare into the folder may be writing now: of two with other
+        # settings, one is refused.
+        with exclusive(os.path.join(output_dir, ".compare.lock")):
+            running = claimed_by_others(output_dir, mine)
+            record = record_comparison(output_dir, data, runs, shared, recipe, resolved.training.seed, running)
+        for run in pending:
+            prepare_model(run, record["models"][run["name"]]["sha256"])
+            args = command(run, data, output_dir, recipe, shared)
+            os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
+            console = os.path.join(output_dir, f"{run['name']}.log")
+            with open(console, "a", encoding="utf-8") as log:
+                log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
+                log.flush()
+                began = time.perf_counter()
+                code, stopped_by = run_child(args, log)
+            if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
+                with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
+            if stopped_by is not None or code != 0:
+                write_report(runs, output_dir, manifest, max_seq_length)
+            if stopped_by is not None:
+                raise SystemExit(stopped_message(stopped_by, run["name"], code, console))
+            if code != 0:
+                raise SystemExit(f"run {run['name']} exited with {code}; its console is {console}")
     return write_report(runs, output_dir, manifest, max_seq_length)
 
 

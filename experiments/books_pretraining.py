@@ -12,7 +12,8 @@ runs differ only in the model, and the curves compare perplexity on the same hel
 Runs go one after another (``python -m linformer_hf.training.pretrain``, output in <output_dir>/<run>/, its console
 in <run>.log). A finished run (it wrote its summary) is not repeated; a stopped one resumes from its last checkpoint.
 So that neither is reported under settings it was not trained with, <run>.settings.json records the run's resolved
-recipe when it starts, and a plan changed since for that run is refused (`check_settings`).
+recipe when it starts, and a plan changed since for that run is refused (`check_settings`), as is a second driver on a
+run another is running (`claim_runs`): runs of one plan may go side by side (``--only``), a run never twice.
 After each run, <output_dir>/curves.csv (validation perplexity against tokens seen, per run) and results.md (the
 last evaluation, perplexity against the plan's baseline, and training tokens/s) are written again from every run's
 train_log.jsonl. Recorded as docs/results/data/books_figure3_curves.csv, the CSV is what docs/results/make_figures.py
@@ -37,7 +38,7 @@ from linformer_hf.training.config import ConfigError, PretrainRecipe, build_sect
 from linformer_hf.training.errors import USER_ERRORS, report
 from linformer_hf.training.pretraining import LOOP_CHECKPOINTS, read_final_summary
 
-from .child_process import run_child, stopped_message
+from .child_process import claim_runs, claimed_by_others, run_child, stopped_message
 
 # A run reads its context once its perplexity at <mask> inputs is under this fraction of the unigram baseline's: 1%
 # below, beyond the evaluation's noise on the plateau (0.994-1.022 over 2,048 updates of the runs that never left it).
@@ -151,13 +152,16 @@ def has_progress(directory: str) -> bool:
         return bool(list_checkpoints(directory) or list_checkpoints(directory, LOOP_CHECKPOINTS))
 
 
-def check_settings(plan: BooksPlan) -> None:
+def check_settings(plan: BooksPlan, mine: list[str] = ()) -> None:
     """Refuse a plan whose runs were started with other settings: a finished run is not run again and a stopped one
     is resumed, so either would be reported under the plan's new shape. A run that left no checkpoint or summary (it
-    failed as it started) is not held to them: it starts over. A key only one side has (a recipe field added or
-    removed since) is not compared."""
+    failed as it started) is not held to them, and starts over, unless another driver is running it now (this
+    process' own runs are ``mine``). A key only one side has (a recipe field added or removed since) is not
+    compared."""
+    running = claimed_by_others(plan.output_dir, mine) if os.path.isdir(plan.output_dir) else []
     for run in plan.runs:
-        if not os.path.isfile(settings_path(plan, run)) or not has_progress(run_dir(plan, run)):
+        held = has_progress(run_dir(plan, run)) or run.name in running
+        if not os.path.isfile(settings_path(plan, run)) or not held:
             continue
         with open(settings_path(plan, run), encoding="utf-8") as fh:
             saved = json.load(fh)
@@ -383,24 +387,31 @@ def write_report(plan: BooksPlan) -> str:
 
 
 def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
-    check_settings(plan)
-    for run in plan.runs:
-        skipped = (only and run.name not in only) or finished(run_dir(plan, run))
-        if not skipped or os.path.isdir(run_dir(plan, run)):
-            record_settings(plan, run)
-        if skipped:
-            continue
-        args = command(plan, run)
-        os.makedirs(plan.output_dir, exist_ok=True)
-        with open(os.path.join(plan.output_dir, f"{run.name}.log"), "a", encoding="utf-8") as log:
-            log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
-            log.flush()
-            code, stopped_by = run_child(args, log)
-        write_report(plan)
-        if stopped_by is not None:
-            raise SystemExit(stopped_message(stopped_by, run.name, code, f"{plan.output_dir}/{run.name}.log"))
-        if code != 0:
-            raise SystemExit(f"run {run.name} exited with {code}; its console is {plan.output_dir}/{run.name}.log")
+    pending = [run for run in plan.runs if not (only and run.name not in only) and not finished(run_dir(plan, run))]
+    mine = [run.name for run in pending]
+    with claim_runs(plan.output_dir, mine):  # before their settings are checked and written
+        check_settings(plan, mine)
+        running = claimed_by_others(plan.output_dir, mine)
+        for run in plan.runs:
+            if run in pending or (os.path.isdir(run_dir(plan, run)) and run.name not in running):
+                record_settings(plan, run)
+        for run in pending:
+            run_one(plan, run)
+
+
+def run_one(plan: BooksPlan, run: Run) -> None:
+    """Run one run of the plan as a child, resumed from its last checkpoint, then write the report."""
+    args = command(plan, run)
+    os.makedirs(plan.output_dir, exist_ok=True)
+    with open(os.path.join(plan.output_dir, f"{run.name}.log"), "a", encoding="utf-8") as log:
+        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
+        log.flush()
+        code, stopped_by = run_child(args, log)
+    write_report(plan)
+    if stopped_by is not None:
+        raise SystemExit(stopped_message(stopped_by, run.name, code, f"{plan.output_dir}/{run.name}.log"))
+    if code != 0:
+        raise SystemExit(f"run {run.name} exited with {code}; its console is {plan.output_dir}/{run.name}.log")
 
 
 def load_plan(path: str) -> BooksPlan:
@@ -421,11 +432,11 @@ def main(argv=None):
         if unknown:
             raise ConfigError(f"--only names unknown runs {unknown}; the plan's are {[r.name for r in plan.runs]}.")
         check_settings(plan)
+        if not args.report:
+            run_plan(plan, args.only)
     except USER_ERRORS as err:
         report(err)
         raise SystemExit(2) from None
-    if not args.report:
-        run_plan(plan, args.only)
     print(write_report(plan), end="")
 
 

@@ -1,9 +1,21 @@
-"""One training run as a child process of an experiment driver (a books plan, an attribution comparison)."""
+"""One training run as a child process of an experiment driver (a books plan, an attribution comparison), and the
+claim a driver holds on the runs it is running."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import glob
+import json
+import os
 import signal
+import socket
 import subprocess
+import sys
+import time
+
+from linformer_hf.training.config import ConfigError
 
 # What the driver passes on: a stop request, as the training runs take it (SIGTERM / SIGINT: stop after the current
 # update with a checkpoint; a second one: at once). A closed terminal (SIGHUP) is passed on as SIGTERM.
@@ -44,3 +56,88 @@ def stopped_message(stopped_by: int, run: str, code: int, console: str) -> str:
         f"{signal.Signals(stopped_by).name} received: run {run} was stopped (exit code {code}; its console is "
         f"{console}) and no later run was started. The same command resumes it from the run's last checkpoint."
     )
+
+
+def claim_path(folder: str, name: str) -> str:
+    return os.path.join(folder, f".{name}.driver.lock")
+
+
+@contextlib.contextmanager
+def claim_runs(folder: str, names: list[str]):
+    """Claim the runs ``names`` of a driver's ``folder`` for as long as the block lasts: an flock on
+    ``<folder>/.<run>.driver.lock`` each, which the system releases when the driver ends, even when it is killed. A
+    second driver (the same command twice, or another plan or comparison into the folder) is refused here, before it
+    writes anything about them; drivers claiming other runs of the folder go on side by side. The run's own lock
+    (its output directory's ``.run.lock``) is taken only once its child has started, too late for the driver's
+    records."""
+    os.makedirs(folder, exist_ok=True)
+    with contextlib.ExitStack() as held:
+        for name in names:
+            handle = held.enter_context(open(claim_path(folder, name), "a+", encoding="utf-8"))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                handle.seek(0)
+                try:
+                    holder = json.loads(handle.read())
+                    holder = (
+                        f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: {holder['command']}"
+                    )
+                except (ValueError, KeyError, TypeError):
+                    holder = "a driver that has not yet said which"
+                raise ConfigError(
+                    f"run {name} in {folder} is being run by another driver ({holder}). Wait for it to end or stop it, "
+                    "or leave the run out of this one (--only the others)."
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                        "command": " ".join(sys.argv),
+                    }
+                )
+            )
+            handle.flush()
+        yield
+
+
+def claimed_elsewhere(folder: str, name: str) -> bool:
+    """Whether another driver holds run ``name`` of ``folder`` now (`claim_runs`; never ask it of a run this process
+    claims: its own claim counts as another's)."""
+    try:
+        handle = open(claim_path(folder, name), encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def claimed_by_others(folder: str, mine: list[str] = ()) -> list[str]:
+    """The runs of ``folder`` other drivers hold now, leaving out this process' own claims ``mine``."""
+    names = [os.path.basename(path)[1 : -len(".driver.lock")] for path in glob.glob(claim_path(folder, "*"))]
+    return sorted(name for name in names if name not in mine and claimed_elsewhere(folder, name))
+
+
+@contextlib.contextmanager
+def exclusive(path: str):
+    """Hold an flock on ``path`` for the block, waiting for it: one driver at a time reads and rewrites a record
+    the drivers of a folder share."""
+    with open(path, "a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

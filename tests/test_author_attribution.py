@@ -14,6 +14,7 @@ from training_utils import (
     DATA,
     REPO,
     WIKITEXT,
+    claimed_by_another_driver,
     save_tiny_pretrained_linformer,
     signal_this_process_once_started,
     stoppable_child,
@@ -620,3 +621,34 @@ def test_a_record_from_before_a_setting_was_recorded_resumes_and_leaves_it_unkno
     author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 1}, seed=1)  # the same seed
     with pytest.raises(ConfigError, match="'training.seed': 2"):
         author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 2}, seed=2)
+
+
+def test_a_compare_beside_a_running_one_shares_its_settings_and_never_its_runs(data, linformer, tmp_path, monkeypatch):
+    """While one compare runs a run that has no checkpoint yet, a second into the same folder with another seed is
+    refused (before, it replaced compare.json under the first, whose run was then reported with the new seed); one
+    with the same settings may run the other runs, and its models are added to the record; no compare runs a run
+    another is running."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log: pytest.fail("a run started"))
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    out = tmp_path / "compare"
+    runs = author_attribution.plan_runs(linformer, None, [], str(out))
+    author_attribution.record_comparison(str(out), data[0], runs, {"training.seed": 3}, seed=3)  # the first compare
+    before = (out / "compare.json").read_text()
+    with claimed_by_another_driver(out, "linformer"):  # ... running linformer, before its first checkpoint
+        with pytest.raises(ConfigError, match=r"holds runs \(linformer, being run now\) made with other settings"):
+            author_attribution.compare(
+                data[0], str(out), linformer, teacher, (), shared={"training.seed": 2}, only=["teacher"]
+            )
+        with pytest.raises(ConfigError, match="run linformer in .* is being run by another driver"):
+            author_attribution.compare(data[0], str(out), linformer, teacher, (), shared={"training.seed": 3})
+        assert (out / "compare.json").read_text() == before
+
+        started = []
+        monkeypatch.setattr(author_attribution, "prepare_model", lambda run, source_sha256: None)
+        monkeypatch.setattr(author_attribution, "run_child", lambda args, log: started.append(args) or (0, None))
+        kwargs = {"shared": {"training.seed": 3}, "only": ["teacher"]}
+        author_attribution.compare(data[0], str(out), linformer, teacher, (), **kwargs)
+    assert [args[args.index("--training.output_dir") + 1] for args in started] == [str(out / "runs" / "teacher")]
+    with open(out / "compare.json", encoding="utf-8") as fh:
+        assert sorted(json.load(fh)["models"]) == ["linformer", "teacher"]

@@ -5,9 +5,11 @@ import signal
 import subprocess
 import sys
 
-from training_utils import signal_this_process_once_started, stoppable_child
+import pytest
+from training_utils import claimed_by_another_driver, signal_this_process_once_started, stoppable_child
 
-from experiments.child_process import run_child
+from experiments.child_process import claim_runs, claimed_by_others, claimed_elsewhere, run_child
+from linformer_hf.training.config import ConfigError
 
 
 def test_each_stop_request_reaches_the_child_and_a_closed_terminal_is_a_sigterm(tmp_path):
@@ -38,3 +40,22 @@ def test_the_child_runs_in_its_own_session(tmp_path):
         assert run_child([sys.executable, str(script)], log) == (0, None)
     assert (tmp_path / "log").read_text().strip() == "True"
     assert subprocess.run([sys.executable, str(script)], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_a_run_another_driver_holds_is_refused_and_free_once_that_driver_is_killed(tmp_path):
+    """Two drivers (the same command twice, or two plans into one folder) never run one run: the second is refused,
+    naming the first, before it writes anything; other runs of the folder stay free, and a killed driver's claim
+    ends with it."""
+    folder = tmp_path / "plan"
+    with claimed_by_another_driver(folder, "a") as driver:
+        assert claimed_elsewhere(str(folder), "a") and not claimed_elsewhere(str(folder), "b")
+        with pytest.raises(ConfigError, match=rf"run a in {folder} is being run by another driver \(pid {driver.pid} "):
+            with claim_runs(str(folder), ["b", "a"]):
+                pytest.fail("claimed a run another driver holds")
+        with claim_runs(str(folder), ["b"]):
+            assert claimed_by_others(str(folder), ["b"]) == ["a"]
+            assert claimed_by_others(str(folder)) == ["a", "b"]  # this process' own claim, asked of, counts too
+        assert claimed_by_others(str(folder)) == ["a"]  # b freed at the block's end, and when refused above
+    assert not claimed_elsewhere(str(folder), "a")  # killed: its claim went with it
+    with claim_runs(str(folder), ["a"]):
+        pass

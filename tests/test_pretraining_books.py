@@ -4,6 +4,7 @@ for the Hub names; held-out validation books; missing, corrupt and unreachable s
 tokenising a large corpus in cached pieces."""
 
 import glob
+import json
 import os
 import shutil
 
@@ -13,6 +14,7 @@ from training_utils import (
     DATA,
     REPO,
     TINY_MODEL,
+    claimed_by_another_driver,
     signal_this_process_once_started,
     stoppable_child,
     write_hub_dataset,
@@ -711,7 +713,7 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
     monkeypatch.setattr(books_pretraining, "finished", lambda path: False)
     monkeypatch.setattr(books_pretraining, "run_dir", lambda plan, run: os.path.join(plan.output_dir, run.name))
     monkeypatch.setattr(books_pretraining, "write_report", lambda plan: None)
-    monkeypatch.setattr(books_pretraining, "check_settings", lambda plan: None)
+    monkeypatch.setattr(books_pretraining, "check_settings", lambda plan, mine: None)
     monkeypatch.setattr(books_pretraining, "record_settings", lambda plan, run: None)
     monkeypatch.setattr(books_pretraining, "command", lambda plan, run: [sys.executable, str(child), run.name])
 
@@ -722,6 +724,51 @@ def test_a_stop_signal_to_the_plan_reaches_the_running_run_once_and_starts_no_la
     assert events.read_text().splitlines() == ["a started", "a got SIGTERM"]
     assert time.monotonic() - start < 30
     assert signal.getsignal(signal.SIGTERM) == handler_before  # the driver's handler is gone again
+
+
+def test_a_plan_beside_a_running_one_keeps_to_its_settings_and_never_runs_its_runs(
+    books, tokenizer_dir, tmp_path, monkeypatch
+):
+    """While one driver runs a plan's run that has no checkpoint yet, a second plan into the folder that changes that
+    run is refused, naming the change (before, it rewrote the run's settings under it), and no second driver runs the
+    run; the plan's other runs are free to a second driver."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    shared = {
+        "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+        "tokenizer.name_or_path": tokenizer_dir,
+        "data.datasets": [{"path": books, "split": "train"}],
+        "data.validation_datasets": [{"path": books, "split": "validation"}],
+        "data.block_size": 256,
+    }
+    runs = [{"name": "a", "overrides": {"model.config.projected_length": 32}}, {"name": "b", "overrides": {}}]
+    plan_path = tmp_path / "plan.yaml"
+    plan = {"recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"), "output_dir": str(tmp_path / "out")}
+    plan_path.write_text(yaml.safe_dump({**plan, "shared": shared, "runs": runs}))
+    first = books_pretraining.load_plan(str(plan_path))
+    started = []
+    monkeypatch.setattr(books_pretraining, "run_one", lambda plan, run: started.append(run.name))
+    monkeypatch.setattr(books_pretraining, "write_report", lambda plan: None)
+    books_pretraining.record_settings(first, first.runs[0])  # the first driver started run a ...
+    with claimed_by_another_driver(tmp_path / "out", "a"):  # ... and is running it
+        with pytest.raises(ConfigError, match="run a in .* is being run by another driver"):
+            books_pretraining.run_plan(first)
+        runs[0]["overrides"]["model.config.projected_length"] = 64
+        plan_path.write_text(yaml.safe_dump({**plan, "shared": shared, "runs": runs}))
+        second = books_pretraining.load_plan(str(plan_path))
+        with pytest.raises(
+            ConfigError, match="model.config: {'projected_length': 32} then, {'projected_length': 64} now"
+        ):
+            books_pretraining.run_plan(second, only=["b"])
+        with pytest.raises(SystemExit):  # the command, --report too: it would report run a as the changed plan's
+            books_pretraining.main(["--plan", str(plan_path), "--report"])
+        books_pretraining.run_plan(first, only=["b"])
+    assert started == ["b"]
+    with open(books_pretraining.settings_path(first, first.runs[0]), encoding="utf-8") as fh:
+        assert json.load(fh)["model.config"] == {"projected_length": 32}
+    books_pretraining.check_settings(second)  # the first driver gone, with nothing kept: run a may start over
 
 
 @pytest.mark.parametrize(

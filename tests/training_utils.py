@@ -1,5 +1,6 @@
 """Shared helpers for the training tests: tiny recipes on the real data in ../shared/data."""
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -207,3 +208,32 @@ def signal_this_process_once_started(events, *signums: int) -> None:
             os.kill(os.getpid(), signal.Signals(signum))
 
     threading.Thread(target=send, daemon=True).start()
+
+
+@contextlib.contextmanager
+def claimed_by_another_driver(folder, *names: str):
+    """For the block's length, a process standing in for another experiment driver that is running the runs
+    ``names`` of ``folder`` (`experiments.child_process.claim_runs`); killed at the end, as a driver may be."""
+    import sys
+
+    script = (
+        "import sys\n"
+        "from experiments.child_process import claim_runs\n"
+        "with claim_runs(sys.argv[1], sys.argv[2:]):\n"
+        "    print('claimed', flush=True)\n"
+        "    sys.stdin.read()\n"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script, str(folder), *names],
+        cwd=REPO,
+        env=script_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert driver.stdout.readline().strip() == "claimed"
+        yield driver
+    finally:
+        driver.kill()
+        driver.wait()
