@@ -946,7 +946,7 @@ def compare(
     max_seq_length = resolved.data.max_seq_length
     pending = [run for run in runs if not (only and run["name"] not in only) and not finished(run_dir(output_dir, run))]
     mine = [run["name"] for run in pending]
-    with claim_runs(output_dir, mine):
+    with claim_runs(output_dir, mine) as claims:
         # Claimed before the record, which another compare into the folder may be writing now: of two with other
         # settings, one is refused.
         with exclusive(os.path.join(output_dir, ".compare.lock")):
@@ -961,7 +961,7 @@ def compare(
                 log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
                 log.flush()
                 began = time.perf_counter()
-                code, stopped_by = run_child(args, log)
+                code, stopped_by = run_child(args, log, claims[run["name"]])
             if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
                 with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")

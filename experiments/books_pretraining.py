@@ -389,24 +389,24 @@ def write_report(plan: BooksPlan) -> str:
 def run_plan(plan: BooksPlan, only: list[str] | None = None) -> None:
     pending = [run for run in plan.runs if not (only and run.name not in only) and not finished(run_dir(plan, run))]
     mine = [run.name for run in pending]
-    with claim_runs(plan.output_dir, mine):  # before their settings are checked and written
+    with claim_runs(plan.output_dir, mine) as claims:  # before their settings are checked and written
         check_settings(plan, mine)
         running = claimed_by_others(plan.output_dir, mine)
         for run in plan.runs:
             if run in pending or (os.path.isdir(run_dir(plan, run)) and run.name not in running):
                 record_settings(plan, run)
         for run in pending:
-            run_one(plan, run)
+            run_one(plan, run, claims[run.name])
 
 
-def run_one(plan: BooksPlan, run: Run) -> None:
+def run_one(plan: BooksPlan, run: Run, claim: int | None = None) -> None:
     """Run one run of the plan as a child, resumed from its last checkpoint, then write the report."""
     args = command(plan, run)
     os.makedirs(plan.output_dir, exist_ok=True)
     with open(os.path.join(plan.output_dir, f"{run.name}.log"), "a", encoding="utf-8") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
         log.flush()
-        code, stopped_by = run_child(args, log)
+        code, stopped_by = run_child(args, log, claim)
     write_report(plan)
     if stopped_by is not None:
         raise SystemExit(stopped_message(stopped_by, run.name, code, f"{plan.output_dir}/{run.name}.log"))

@@ -22,11 +22,14 @@ from linformer_hf.training.config import ConfigError
 FORWARDED = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
 
 
-def run_child(args: list[str], log) -> tuple[int, int | None]:
+def run_child(args: list[str], log, claim: int | None = None, env: dict | None = None) -> tuple[int, int | None]:
     """Run ``args`` as a child process writing to ``log``. Each SIGTERM, SIGINT or SIGHUP this driver receives while it
     runs is passed on to it (`FORWARDED`), so it checkpoints and stops, and a second Ctrl-C stops it at once. The child
     has its own session, so a Ctrl-C in the terminal reaches it only through here, not twice at once, and it is never
-    left training behind a driver that died. Returns its exit code and the first signal received, if any."""
+    left training behind a driver that died. ``claim``, the file descriptor of the driver's claim on the run
+    (`claim_runs`), is inherited by the child, so the run stays claimed while it trains, even if the driver is killed.
+    ``env``: the child's environment (this process' by default). Returns its exit code and the first signal received,
+    if any."""
     received: list[int] = []
     pending: list[int] = []  # received before the child existed
     child: subprocess.Popen | None = None
@@ -40,7 +43,14 @@ def run_child(args: list[str], log) -> tuple[int, int | None]:
 
     previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}  # before the child: no gap
     try:
-        child = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        child = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=() if claim is None else (claim,),
+            env=env,
+        )
         for signum in pending:
             child.send_signal(FORWARDED[signum])
         code = child.wait()
@@ -50,11 +60,13 @@ def run_child(args: list[str], log) -> tuple[int, int | None]:
     return code, (received[0] if received else None)
 
 
-def stopped_message(stopped_by: int, run: str, code: int, console: str) -> str:
-    """What a driver says when it stopped because a signal stopped its run."""
+def stopped_message(stopped_by: int, run: str, code: int, console: str, resumed: bool = True) -> str:
+    """What a driver says when it stopped because a signal stopped its run (``resumed``: whether the driver's next
+    start goes on from the run's last checkpoint, or runs it again from its start)."""
+    again = "resumes it from the run's last checkpoint" if resumed else "runs it again from its start"
     return (
         f"{signal.Signals(stopped_by).name} received: run {run} was stopped (exit code {code}; its console is "
-        f"{console}) and no later run was started. The same command resumes it from the run's last checkpoint."
+        f"{console}) and no later run was started. The same command {again}."
     )
 
 
@@ -65,12 +77,13 @@ def claim_path(folder: str, name: str) -> str:
 @contextlib.contextmanager
 def claim_runs(folder: str, names: list[str]):
     """Claim the runs ``names`` of a driver's ``folder`` for as long as the block lasts: an flock on
-    ``<folder>/.<run>.driver.lock`` each, which the system releases when the driver ends, even when it is killed. A
-    second driver (the same command twice, or another plan or comparison into the folder) is refused here, before it
-    writes anything about them; drivers claiming other runs of the folder go on side by side. The run's own lock
-    (its output directory's ``.run.lock``) is taken only once its child has started, too late for the driver's
-    records."""
+    ``<folder>/.<run>.driver.lock`` each, which the system releases when the driver, and the run's child it passed the
+    claim to, have ended, even when killed. A second driver (the same command twice, or another plan or comparison
+    into the folder) is refused here, before it writes anything about them; drivers claiming other runs of the folder
+    go on side by side. The run's own lock (its output directory's ``.run.lock``) is taken only once its child has
+    started, too late for the driver's records. Yields each run's claim as a file descriptor, for `run_child`."""
     os.makedirs(folder, exist_ok=True)
+    claims = {}
     with contextlib.ExitStack() as held:
         for name in names:
             handle = held.enter_context(open(claim_path(folder, name), "a+", encoding="utf-8"))
@@ -104,7 +117,8 @@ def claim_runs(folder: str, names: list[str]):
                 )
             )
             handle.flush()
-        yield
+            claims[name] = handle.fileno()
+        yield claims
 
 
 def claimed_elsewhere(folder: str, name: str) -> bool:

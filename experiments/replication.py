@@ -22,7 +22,8 @@ Plan keys are overridden as recipe keys are, --key value (YAML values) and --sec
 --output_dir outputs/replication/try2 --seeds [1,2] --pretrain.seed 43. --only_variants [a,b] runs only those variants
 of the plan (its tokenizer and recipe unchanged), e.g. ones added since the plan was run; the other variants'
 finished results in output_dir are reported beside them. Results: <output_dir>/results.json,
-results.md and perplexity.png. (`experiments/replication.py` is the same command.)
+results.md and perplexity.png. A Ctrl-C or SIGTERM stops the running run and the plan; a run without its result
+file starts over.
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Literal
 
 import yaml
 
+import linformer_hf
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.models import max_input_length
 from linformer_hf.outputs import write_json_atomic, write_text_atomic
@@ -67,10 +68,12 @@ from linformer_hf.training.model_setup import make_config
 from linformer_hf.training.pretraining import read_final_summary
 from linformer_hf.training.tokenizer import SPECIAL_TOKENS
 
+from .child_process import run_child, stopped_message
+
 PAD_TOKEN_ID = SPECIAL_TOKENS.index("<pad>")  # of the tokenizer the replication trains
 
-# The directory this package was imported from: the runs import the same code, installed or from a checkout.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The directory linformer_hf was imported from: the runs import the same code, installed or from a checkout.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(linformer_hf.__file__)))
 
 
 @dataclasses.dataclass
@@ -258,7 +261,8 @@ def _module_command(module: str, *args: str) -> list[str]:
 
 
 def _run(command: list[str], log_path: str) -> float:
-    """Run a command to completion with its output in log_path; returns the wall-clock seconds."""
+    """Run a command to completion with its output in log_path; returns the wall-clock seconds. A Ctrl-C or SIGTERM
+    to the plan is passed on to it (`run_child`): it stops, and so does the plan, leaving no run training alone."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
@@ -266,11 +270,14 @@ def _run(command: list[str], log_path: str) -> float:
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
-        result = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    if result.returncode != 0:
+        code, stopped_by = run_child(command, log, env=env)
+    name = os.path.splitext(os.path.basename(log_path))[0]
+    if stopped_by is not None:  # a run without a result file starts over: nothing to resume
+        raise SystemExit(stopped_message(stopped_by, name, code, log_path, resumed=False))
+    if code != 0:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-3000:]
-        raise RuntimeError(f"{shlex.join(command)} failed (exit {result.returncode}); log {log_path}:\n{tail}")
+        raise RuntimeError(f"{shlex.join(command)} failed (exit {code}); log {log_path}:\n{tail}")
     return time.perf_counter() - start
 
 

@@ -197,7 +197,7 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
 
     calls = []
 
-    def run_in_process(args, log):
+    def run_in_process(args, log, claim):
         assert args[1:3] == ["-m", "linformer_hf.training.finetune"]
         calls.append(args)
         return finetune.main(args[3:]), None
@@ -472,7 +472,7 @@ def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linfor
     command); a record whose runs left nothing behind (no result, no checkpoint) is replaced by the next compare, and
     one whose runs did is not."""
     monkeypatch.chdir(REPO)
-    monkeypatch.setattr(author_attribution, "run_child", lambda args, log: pytest.fail("a run started"))
+    monkeypatch.setattr(author_attribution, "run_child", lambda *args: pytest.fail("a run started"))
     out = tmp_path / "compare"
     with pytest.raises(ConfigError, match="sed"):
         author_attribution.compare(data[0], str(out), linformer, shared={"training.sed": 3})
@@ -494,7 +494,7 @@ def test_what_a_run_cannot_read_or_finish_is_refused_before_any_run(data, linfor
     that would read more tokens than a passage holds (padding, reported as text), an n given twice. The n column is
     what a run reads: data.max_seq_length when set."""
     monkeypatch.chdir(REPO)
-    monkeypatch.setattr(author_attribution, "run_child", lambda args, log: pytest.fail("a run started"))
+    monkeypatch.setattr(author_attribution, "run_child", lambda *args: pytest.fail("a run started"))
     teacher = _tiny_roberta(tmp_path / "teacher", linformer)  # n = 64; the passages hold 128 tokens
     out = tmp_path / "compare"
     for kwargs, match in [
@@ -629,7 +629,7 @@ def test_a_compare_beside_a_running_one_shares_its_settings_and_never_its_runs(d
     with the same settings may run the other runs, and its models are added to the record; no compare runs a run
     another is running."""
     monkeypatch.chdir(REPO)
-    monkeypatch.setattr(author_attribution, "run_child", lambda args, log: pytest.fail("a run started"))
+    monkeypatch.setattr(author_attribution, "run_child", lambda *args: pytest.fail("a run started"))
     teacher = _tiny_roberta(tmp_path / "teacher", linformer)
     out = tmp_path / "compare"
     runs = author_attribution.plan_runs(linformer, None, [], str(out))
@@ -646,7 +646,7 @@ def test_a_compare_beside_a_running_one_shares_its_settings_and_never_its_runs(d
 
         started = []
         monkeypatch.setattr(author_attribution, "prepare_model", lambda run, source_sha256: None)
-        monkeypatch.setattr(author_attribution, "run_child", lambda args, log: started.append(args) or (0, None))
+        monkeypatch.setattr(author_attribution, "run_child", lambda args, *rest: started.append(args) or (0, None))
         kwargs = {"shared": {"training.seed": 3}, "only": ["teacher"]}
         author_attribution.compare(data[0], str(out), linformer, teacher, (), **kwargs)
     assert [args[args.index("--training.output_dir") + 1] for args in started] == [str(out / "runs" / "teacher")]

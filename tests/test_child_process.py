@@ -59,3 +59,44 @@ def test_a_run_another_driver_holds_is_refused_and_free_once_that_driver_is_kill
     assert not claimed_elsewhere(str(folder), "a")  # killed: its claim went with it
     with claim_runs(str(folder), ["a"]):
         pass
+
+
+def test_the_run_stays_claimed_while_its_child_trains_even_if_the_driver_is_killed(tmp_path):
+    """The child inherits the driver's claim: a SIGKILLed driver leaves its run training (in its own session), and a
+    second driver must not take the run and rewrite its records under it. The claim ends with the child."""
+    import os
+    import time
+
+    from training_utils import REPO, script_env
+
+    folder, events = tmp_path / "plan", tmp_path / "events"
+    child = tmp_path / "child.py"
+    child.write_text(f"import time\nopen({str(events)!r}, 'w').write('started')\ntime.sleep(60)\n")
+    driver_script = (
+        "import sys\n"
+        "from experiments.child_process import claim_runs, run_child\n"
+        "with claim_runs(sys.argv[1], ['a']) as claims:\n"
+        "    run_child([sys.executable, sys.argv[2]], sys.stdout, claims['a'])\n"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", driver_script, str(folder), str(child)], cwd=REPO, env=script_env()
+    )
+    deadline = time.monotonic() + 60
+    while not events.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert events.exists()
+    driver.kill()
+    driver.wait()
+    try:
+        assert claimed_elsewhere(str(folder), "a")
+        with pytest.raises(ConfigError, match="run a in .* is being run by another driver"):
+            with claim_runs(str(folder), ["a"]):
+                pass
+    finally:
+        pids = subprocess.run(["pgrep", "-f", str(child)], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while claimed_elsewhere(str(folder), "a") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not claimed_elsewhere(str(folder), "a")

@@ -749,7 +749,7 @@ def test_a_plan_beside_a_running_one_keeps_to_its_settings_and_never_runs_its_ru
     plan_path.write_text(yaml.safe_dump({**plan, "shared": shared, "runs": runs}))
     first = books_pretraining.load_plan(str(plan_path))
     started = []
-    monkeypatch.setattr(books_pretraining, "run_one", lambda plan, run: started.append(run.name))
+    monkeypatch.setattr(books_pretraining, "run_one", lambda plan, run, claim: started.append(run.name))
     monkeypatch.setattr(books_pretraining, "write_report", lambda plan: None)
     books_pretraining.record_settings(first, first.runs[0])  # the first driver started run a ...
     with claimed_by_another_driver(tmp_path / "out", "a"):  # ... and is running it

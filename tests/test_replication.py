@@ -351,3 +351,24 @@ def test_a_time_budget_without_max_steps_reports_the_updates_actually_run(tmp_pa
     assert result["steps"] == 1 and result["tokens"] == 1 * 4 * 64
     assert [e["step"] for e in result["evals"]] == [1]
     assert result["final_perplexity"] == result["evals"][-1]["perplexity"]
+
+
+def test_a_stop_signal_to_the_plan_stops_its_running_run_and_the_plan(tmp_path):
+    """SIGTERM to the replication driver reaches its running run, which stops, and the plan stops naming the signal
+    and what the next start does. Before, the driver died at once and left the run training alone; a Ctrl-C SIGKILLed
+    the run a quarter of a second later."""
+    import signal
+    import sys
+
+    from training_utils import signal_this_process_once_started, stoppable_child
+
+    from experiments import replication
+
+    child, events = stoppable_child(tmp_path, exit_code=75)
+    signal_this_process_once_started(events, signal.SIGTERM)
+    log_path = str(tmp_path / "logs" / "pretrain_roberta.log")
+    with pytest.raises(
+        SystemExit, match="SIGTERM received: run pretrain_roberta was stopped .exit code 75.* again from"
+    ):
+        replication._run([sys.executable, str(child), "run"], log_path)
+    assert events.read_text().splitlines() == ["run started", "run got SIGTERM"]
