@@ -126,6 +126,7 @@ OPERATIONAL_KEYS = {
     "training.torch_compile",
     "training.torch_compile_mode",
     "training.torch_compile_backend",
+    "training.optim",  # the same AdamW update, as a loop or one fused kernel
     "data.preprocessing_num_workers",
     "data.cache_dir",
 }

@@ -211,3 +211,35 @@ def test_flags_take_the_dashed_and_the_underscored_form():
         "training.max_steps": 5,
         "data.max_seq_length": 8,
     }
+
+
+@pytest.mark.parametrize("cls", [PretrainRecipe, FinetuneRecipe])
+def test_the_adamw_kernel_is_a_setting_that_reaches_the_trainers_optimizer(cls, tmp_path):
+    """training.optim picks torch's AdamW kernel for either command (null: pretraining's unfused update of the
+    recorded runs, fine-tuning's fused Trainer default), and the Trainer builds that optimizer; an optimizer that the
+    adam_* fields do not describe is refused at load."""
+    import torch
+    from transformers import Trainer
+
+    from linformer_hf.training import finetuning, pretraining
+
+    base = {"data.train_files": [WIKITEXT]} if cls is PretrainRecipe else {"model.pretrained": str(tmp_path)}
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="training.optim must be adamw_torch or adamw_torch_fused .*got 'adafactor'"):
+        load_recipe(cls, None, extra={**base, "training.optim": "adafactor"})
+
+    def optimizer(optim):
+        recipe = load_recipe(cls, None, extra={**base, "training.optim": optim, "training.output_dir": str(tmp_path)})
+        if cls is PretrainRecipe:
+            args = pretraining.training_arguments(recipe, resuming=False, show_progress=False)
+        else:
+            args = finetuning.training_arguments(recipe)
+        args.use_cpu = True
+        trainer = Trainer(model=torch.nn.Linear(2, 2), args=args, eval_dataset=[{}])
+        return trainer.create_optimizer()
+
+    default = optimizer(None)
+    assert isinstance(default, torch.optim.AdamW)
+    assert bool(default.defaults.get("fused")) == (cls is FinetuneRecipe)
+    assert optimizer("adamw_torch_fused").defaults["fused"] is True
+    assert not optimizer("adamw_torch").defaults.get("fused")

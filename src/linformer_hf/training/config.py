@@ -456,6 +456,9 @@ class PretrainDataSection:
                 raise ConfigError(f"data.{name} must be >= 1, got {value}.")
 
 
+ADAMW_KERNELS = ("adamw_torch", "adamw_torch_fused")  # `training.optim`: torch's AdamW, as a loop or fused
+
+
 @dataclasses.dataclass
 class OptimizerSection:
     """AdamW and its learning-rate schedule: the fields both training sections share (they inherit them).
@@ -470,6 +473,10 @@ class OptimizerSection:
     weight_decay: float = 0.01  # not applied to biases and LayerNorm gains (the Trainer's rule)
     lr_scheduler_type: str = "polynomial"  # any transformers.get_scheduler name
     max_grad_norm: float | None = None  # fairseq's RoBERTa recipe does not clip; set e.g. 1.0 to clip
+    # The same AdamW update in one of torch's two kernels (`TrainingArguments.optim`): adamw_torch (a loop, or foreach
+    # on a GPU) or adamw_torch_fused (one fused kernel: fewer launches on a GPU). null: the command's own, adamw_torch
+    # for pretraining (fairseq's, and the recorded runs') and the Trainer's adamw_torch_fused for fine-tuning.
+    optim: str | None = None
     # The divergence guard (training/guards.py): an update with a non-finite loss or gradients is skipped, and this
     # many in a row stop the run (an isolated fp16 overflow, which the grad scaler skips, is not a divergence).
     nonfinite_patience: int = 10
@@ -492,6 +499,11 @@ class OptimizerSection:
         if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
             raise ConfigError(
                 f"training.adam_beta1 / adam_beta2 must be in [0, 1), got {self.adam_beta1} / {self.adam_beta2}."
+            )
+        if self.optim not in (None, *ADAMW_KERNELS):
+            raise ConfigError(
+                f"training.optim must be {' or '.join(ADAMW_KERNELS)} (or null: the command's own), got "
+                f"{self.optim!r}: the recipe's adam_* fields are AdamW's, so only its kernels are offered."
             )
         schedulers = [kind.value for kind in SchedulerType]
         if self.lr_scheduler_type not in schedulers:

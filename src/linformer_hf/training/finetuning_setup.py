@@ -80,6 +80,7 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
         lr_scheduler_type=tcfg.lr_scheduler_type,
         warmup_steps=tcfg.warmup_ratio,  # a float in [0, 1): a share of the updates
         max_grad_norm=tcfg.max_grad_norm or 0.0,  # 0: no clipping
+        **({"optim": tcfg.optim} if tcfg.optim else {}),  # null: the Trainer's default (fused)
         fp16=tcfg.mixed_precision == "fp16",
         bf16=tcfg.mixed_precision == "bf16",
         eval_strategy=strategy,

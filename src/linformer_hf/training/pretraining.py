@@ -303,7 +303,8 @@ def training_arguments(recipe: PretrainRecipe, resuming: bool, show_progress: bo
         per_device_eval_batch_size=tcfg.per_device_eval_batch_size,
         gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
         max_steps=tcfg.max_steps,
-        optim="adamw_torch",  # not fused: the AdamW of fairseq's recipe, and of this command before it ran on Trainer
+        # null: not fused, the AdamW of fairseq's recipe and of this command before it ran on Trainer
+        optim=tcfg.optim or "adamw_torch",
         learning_rate=tcfg.learning_rate,
         adam_beta1=tcfg.adam_beta1,
         adam_beta2=tcfg.adam_beta2,
