@@ -2,7 +2,7 @@
 # Issue 35 item 6 on a GPU in one device call: items 2 (Figure 3) and 4 (uptraining) at base width (12 layers, 768,
 # 12 heads), on books carried as files. Every run is the package's pretraining CLI (`python -m
 # linformer_hf.training.pretrain --config RECIPE --key value ...`, through experiments/books_pretraining.py's plans),
-# bf16 autocast, each encoder layer compiled (`training.torch_compile: layers`):
+# bf16 autocast, each encoder layer compiled (`training.torch_compile: layers`), fused AdamW (`training.optim`):
 #   1. configs/books/gpu_base.yaml: RoBERTa-SDPA at n = 512 and a Linformer at n = 4,096, k = 256, on the same
 #      4,096-token blocks in the same order with the same masks (RoBERTa reads each block as 8 inputs of 512), 32,768
 #      tokens an update for 576 updates (18.9 M tokens each), validation masked-LM perplexity (all scored tokens and at
