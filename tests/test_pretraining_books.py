@@ -345,6 +345,13 @@ def test_uptraining_converts_the_source_to_n_and_trains_on(roberta_source, books
     assert moved.abs().max() < 0.05
     tokenizer = AutoTokenizer.from_pretrained(summary["final_dir"])
     assert tokenizer.model_max_length == 128 and len(tokenizer) == len(AutoTokenizer.from_pretrained(roberta_source))
+    # What it was converted from travels with it (before, the report was dropped: the model card named no source)
+    with open(os.path.join(summary["final_dir"], "conversion_report.json"), encoding="utf-8") as fh:
+        report = json.load(fh)
+    assert report["source"] == roberta_source and report["max_sequence_length"] == 128
+    from linformer_hf.hub import find_provenance
+
+    assert find_provenance(summary["final_dir"])["conversion_report.json"][1]["source"] == roberta_source
 
 
 def test_an_uptrained_folder_reloads_and_scores_the_held_out_books_as_its_run_did(roberta_source, books, tmp_path):

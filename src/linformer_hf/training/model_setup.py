@@ -166,8 +166,9 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
 def convert_masked_lm(section: ModelSection):
     """The RoBERTa or BERT masked LM in ``section.pretrained`` converted in memory to ``section.model_type`` with the
     settings of ``section.convert_from_roberta`` (`linformer_hf.conversion.convert_model`: every weight carried over,
-    the learned positions copied out to n). Its masked-LM head must have been trained: a checkpoint saved without one
-    (a sentence encoder) is refused, not given a random head."""
+    the learned positions copied out to n), and the conversion's `ConversionReport` (what the run's ``final/`` says
+    it came from). Its masked-LM head must have been trained: a checkpoint saved without one (a sentence encoder) is
+    refused, not given a random head."""
     from ..conversion import convert_model, load_source
 
     settings = dict(section.convert_from_roberta)
@@ -185,14 +186,16 @@ def convert_masked_lm(section: ModelSection):
                 f"uptraining needs one: fit a head on the frozen encoder first (model.trainable: lm_head, "
                 f"configs/pretrain/fit_mlm_head_books.yaml)"
             )
-        model, _ = convert_model(source, target=target, source_name=section.pretrained, **settings)
+        model, report = convert_model(source, target=target, source_name=section.pretrained, **settings)
+        report.source_missing = sorted(loading.get("missing_keys", []))
+        report.source_unexpected = sorted(loading.get("unexpected_keys", []))
     except (OSError, ValueError, StrictDataclassError) as err:
         if hub_unreachable(err):
             raise hub_unreachable_error("model.pretrained", section.pretrained, err, LOCAL_MODEL) from None
         raise ConfigError(
             f"Could not convert model.pretrained={section.pretrained}: {' '.join(str(err).split())}"
         ) from None
-    return model
+    return model, report
 
 
 def build_mlm_model(section: ModelSection, tokenizer):

@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import time
 
 import numpy as np
@@ -557,6 +558,9 @@ class RunEvents(TrainerCallback):
         self.trainer.record_checkpoint()
 
 
+CONVERSION_REPORT = "conversion_report.json"  # an uptraining run's conversion, in its output_dir and final/
+
+
 def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_progress: bool = True):
     """Check the inputs and claim the output directory, then build the data, the model, its optimizer and schedule,
     and the `MaskedLMTrainer` that runs them (stopped after the update in which ``stop`` is set, with a checkpoint;
@@ -572,7 +576,9 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     tokenizer = load_tokenizer(recipe.tokenizer.name_or_path)
     # Uptraining: the source converted once here (a resumed run converts it again, then loads the checkpoint over it).
-    converted = convert_masked_lm(recipe.model) if recipe.model.convert_from_roberta is not None else None
+    converted, conversion = (
+        convert_masked_lm(recipe.model) if recipe.model.convert_from_roberta is not None else (None, None)
+    )
     if converted is not None:
         model_config = converted.config
     elif recipe.model.pretrained:
@@ -608,6 +614,9 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
             "data.validation_files": dcfg.validation_files,
         },
     )
+    if conversion is not None and processes.is_main_process:  # what final/ (and its model card) came from
+        write_json_atomic(os.path.join(tcfg.output_dir, CONVERSION_REPORT), conversion.to_dict())
+        print(conversion.summary(), flush=True)
     compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
 
@@ -709,6 +718,9 @@ def save_final_model(trainer: MaskedLMTrainer, metrics: dict[str, float]) -> str
         tokenizer.model_max_length = max_input_length(model.config)
         tokenizer.save_pretrained(final_tmp)
         write_json_atomic(os.path.join(final_tmp, "eval_results.json"), {"step": trainer.state.global_step, **metrics})
+        conversion = os.path.join(trainer.args.output_dir, CONVERSION_REPORT)
+        if os.path.isfile(conversion):  # an uptraining run's: the source and how it was converted
+            shutil.copy(conversion, os.path.join(final_tmp, CONVERSION_REPORT))
         publish_dir(final_tmp, final_dir)
     accelerator.wait_for_everyone()
     return final_dir
