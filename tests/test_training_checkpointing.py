@@ -861,3 +861,35 @@ def test_a_stopped_finetuning_run_keeps_its_newest_checkpoint_and_the_best(pretr
     assert stopped == {"stopped_at": 5}
     assert finetuning_checkpoints(out) == {2: True, 5: True}  # the best (step 2) and the newest; step 4 pruned
     assert resolve_checkpoint("latest", str(out), FINETUNING) == str(out / "checkpoint-5")
+
+
+def test_a_finetuning_checkpoint_resumes_only_under_its_own_recipe(pretrained_dir, tmp_path, caplog):
+    """Each fine-tuning checkpoint records its recipe; a resume with another seed, task data or max_seq_length is
+    refused, naming each field, as is one past max_steps (before, a checkpoint of another recipe was resumed without
+    a word, and its run reported as the new one). A checkpoint from before the record is resumed with a warning."""
+    import json
+
+    from linformer_hf.training import finetuning
+    from linformer_hf.training.checkpointing import RECIPE_FILE, write_completion_marker
+
+    out = tmp_path / "run"
+    assert finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out, stop_after_steps=2), False) == {
+        "stopped_at": 2
+    }
+    with open(out / "checkpoint-2" / RECIPE_FILE, encoding="utf-8") as fh:
+        assert json.load(fh)["must_match"]["training.seed"] == 42
+
+    def resumed(**training):
+        return finetune_recipe(pretrained_dir, tmp_path, out, resume_from_checkpoint="latest", **training)
+
+    other = resumed(seed=7)
+    other.data.max_seq_length = 16
+    with pytest.raises(ConfigError, match=r"written by another run: its recipe differs in 2 field\(s\): data.max_seq"):
+        finetuning.run_finetuning(other, False)
+    with pytest.raises(ConfigError, match="it is at step 2, past training.max_steps=1"):
+        finetuning.run_finetuning(resumed(max_steps=1), False)
+    os.remove(out / "checkpoint-2" / RECIPE_FILE)  # as a checkpoint made before fine-tuning recorded its recipe
+    write_completion_marker(str(out / "checkpoint-2"))
+    with caplog.at_level("WARNING"):
+        result = finetuning.run_finetuning(resumed(), False)
+    assert result["steps"] == 6 and "records no recipe" in caplog.text

@@ -325,17 +325,18 @@ def mark_checkpoint_complete(
     return path
 
 
-def completion_marker_callback(processes, limit: int | None = None):
+def completion_marker_callback(processes, limit: int | None = None, records: dict[str, dict] | None = None):
     """A `TrainerCallback` that marks each ``checkpoint-N`` complete once written (`mark_checkpoint_complete`):
     ``latest`` then never takes a checkpoint a kill cut short, and a corrupt one is refused. The newest ``limit``
     complete checkpoints and the best one are kept (None: all), in place of the Trainer's ``save_total_limit``,
-    whose rotation deletes the older ones before the marker: a kill there left none complete."""
+    whose rotation deletes the older ones before the marker: a kill there left none complete. ``records``: written
+    into each (`mark_checkpoint_complete`)."""
     from transformers import TrainerCallback
 
     class MarkComplete(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             best = state.best_model_checkpoint
-            mark_checkpoint_complete(processes, args.output_dir, state.global_step, limit, keep=best)
+            mark_checkpoint_complete(processes, args.output_dir, state.global_step, limit, records, keep=best)
             return control
 
     return MarkComplete()
@@ -360,36 +361,49 @@ _SCHEDULE_FIELDS = (
 )
 
 
+# Fine-tuning's: its schedule is set in epochs or updates and warms up over a share of them.
+_FINETUNE_SCHEDULE_FIELDS = (*(f for f in _SCHEDULE_FIELDS if f != "warmup_steps"), "warmup_ratio", "num_train_epochs")
+
+
 def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> dict:
-    """What a checkpoint must agree with to be resumed: {"must_match": {...}, "schedule": {...}}, flat dotted keys."""
+    """What a checkpoint must agree with to be resumed: {"must_match": {...}, "schedule": {...}}, flat dotted keys.
+    ``recipe``: a pretraining or a fine-tuning recipe (then also its distillation section, and the files it reads);
+    ``model_config``: the trained model's."""
     model = json.loads(model_config.to_json_string(use_diff=False))
     for volatile in ("transformers_version", "_name_or_path"):
         model.pop(volatile, None)
     vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
     data = {k: v for k, v in dataclasses.asdict(recipe.data).items() if k not in _DATA_FIELDS_NOT_COMPARED}
-    files = list(recipe.data.train_files) + list(recipe.data.validation_files)
+    finetuning = hasattr(recipe, "distillation")
+    if finetuning:
+        files = [recipe.data.train_file, recipe.data.validation_file, recipe.data.test_file]
+    else:
+        files = list(recipe.data.train_files) + list(recipe.data.validation_files)
     tcfg = recipe.training
     must_match = {
         **{f"model.{k}": v for k, v in model.items()},
         "tokenizer.vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
         **{f"data.{k}": v for k, v in data.items()},
-        **{f"data.size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},
+        **{f"data.size_of {path}": os.path.getsize(path) for path in files if path and os.path.isfile(path)},
+        **({f"distillation.{k}": v for k, v in dataclasses.asdict(recipe.distillation).items()} if finetuning else {}),
         "training.seed": tcfg.seed,
         "training.per_device_train_batch_size": tcfg.per_device_train_batch_size,
         "training.gradient_accumulation_steps": tcfg.gradient_accumulation_steps,
         "processes": num_processes,
     }
-    schedule = {f"training.{k}": getattr(tcfg, k) for k in _SCHEDULE_FIELDS}
+    fields = _FINETUNE_SCHEDULE_FIELDS if finetuning else _SCHEDULE_FIELDS
+    schedule = {f"training.{k}": getattr(tcfg, k) for k in fields}
     return json.loads(json.dumps({"must_match": must_match, "schedule": schedule}))  # tuples -> lists, as saved
 
 
 def _differences(saved: dict, now: dict) -> list[str]:
     """The fields that differ; a data field added after the checkpoint was made agrees with it at its default."""
-    from .config import PretrainDataSection
+    from .config import FinetuneDataSection, PretrainDataSection
 
     defaults = {
         f"data.{field.name}": field.default
-        for field in dataclasses.fields(PretrainDataSection)
+        for section in (PretrainDataSection, FinetuneDataSection)
+        for field in dataclasses.fields(section)
         if field.default is not dataclasses.MISSING
     }
     keys = sorted(set(saved) | set(now))
@@ -401,9 +415,16 @@ def _differences(saved: dict, now: dict) -> list[str]:
 
 
 def check_resume_compatible(
-    checkpoint: str, fingerprint: dict, max_steps: int, latest: bool, options: RunOptions = PRETRAINING
+    checkpoint: str,
+    fingerprint: dict,
+    max_steps: int | None,
+    latest: bool,
+    options: RunOptions = PRETRAINING,
+    unrecorded_ok: bool = False,
 ) -> None:
-    """Refuse to resume ``checkpoint`` with a recipe that trains something else; warn when the schedule changed."""
+    """Refuse to resume ``checkpoint`` with a recipe that trains something else, or past ``max_steps`` (None: no
+    limit in updates); warn when the schedule changed. ``unrecorded_ok``: a checkpoint from before its command
+    recorded the recipe is resumed with a warning, not refused."""
     whose = (
         f"The newest checkpoint under {os.path.dirname(checkpoint)} ({os.path.basename(checkpoint)}) was written "
         f"by another run"
@@ -411,6 +432,11 @@ def check_resume_compatible(
         else f"Checkpoint {checkpoint} was made with another recipe"
     )
     path = os.path.join(checkpoint, RECIPE_FILE)
+    if not os.path.isfile(path) and unrecorded_ok:
+        logger.warning(
+            "%s records no recipe (%s, made before it was recorded): resumed unchecked.", checkpoint, RECIPE_FILE
+        )
+        return
     if not os.path.isfile(path):
         raise ConfigError(
             f"{whose}: it records no recipe ({RECIPE_FILE}), so resuming cannot be checked. "
@@ -425,7 +451,7 @@ def check_resume_compatible(
             f"recipe it was made with, {options.start_over}."
         )
     step = read_checkpoint_state(checkpoint)["global_step"]
-    if step > max_steps:
+    if max_steps is not None and step > max_steps:
         raise ConfigError(
             f"{whose}: it is at step {step}, past {options.max_steps}={max_steps}. Raise {options.max_steps} to "
             f"continue it, or {options.start_over}."

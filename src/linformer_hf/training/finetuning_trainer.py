@@ -8,7 +8,13 @@ import os
 from typing import TYPE_CHECKING
 
 from . import compiling
-from .checkpointing import completion_marker_callback
+from .checkpointing import (
+    FINETUNING,
+    RECIPE_FILE,
+    check_resume_compatible,
+    completion_marker_callback,
+    recipe_fingerprint,
+)
 from .config import FinetuneRecipe
 from .errors import Preempted
 from .guards import StopSignal, divergence_callback, resume_hint, stop_after_steps_callback
@@ -31,6 +37,12 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
     from transformers import DataCollatorWithPadding, Trainer
 
     tcfg = recipe.training
+    # What each checkpoint records, and what the one resumed must agree with: the task, the files, the model, the
+    # seed and batch (before, a resume took a checkpoint of another recipe without a word).
+    fingerprint = recipe_fingerprint(recipe, classifier.model.config, classifier.tokenizer, run.processes.num_processes)
+    if run.checkpoint:
+        latest = tcfg.resume_from_checkpoint == "latest"
+        check_resume_compatible(run.checkpoint, fingerprint, tcfg.max_steps, latest, FINETUNING, unrecorded_ok=True)
     compiles = compiling.compile_target(tcfg.torch_compile) != "no"
     compile_record = compiling.compile_record_callback() if compiles else None
     guard = finetune_guard(tcfg)
@@ -51,7 +63,11 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
         processing_class=classifier.tokenizer,
         compute_metrics=metrics_function(task, run.processes.is_main_process),
         # The stop first: a checkpoint it asks for is checked for non-finite weights as any other.
-        callbacks=[stopping, divergence_callback(guard), completion_marker_callback(run.processes, CHECKPOINTS_KEPT)]
+        callbacks=[
+            stopping,
+            divergence_callback(guard),
+            completion_marker_callback(run.processes, CHECKPOINTS_KEPT, {RECIPE_FILE: fingerprint}),
+        ]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])
         + ([compile_record] if compile_record else []),
         **extra,
