@@ -701,3 +701,26 @@ def test_overwrite_never_deletes_the_model_the_run_reads(model_dir, tmp_path):
     with pytest.raises(ConfigError, match=rf"model.pretrained={out}/best is inside {out}/best, which training.over"):
         run_finetuning(recipe, show_progress=False)
     assert (out / "best" / "config.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "name, text, line, fix",
+    [  # every row one field more: pandas took the first as an index and trained on the second, without a word
+        ("all.tsv", "sentence\tlabel\na\tb\t1\nc\td\t0\n", 2, "replace the tabs"),
+        ("some.tsv", "sentence\tlabel\na fine film\t1\nc\td\t0\ndull\t0\n", 3, "replace the tabs"),
+        ("comma.csv", 'sentence,label\nhello, world,1\n"quoted, fine",0\n', 2, "quote texts"),
+        ("short.csv", "sentence,label\nhello\n", 2, "quote texts"),
+    ],
+)
+def test_a_row_with_another_number_of_fields_than_the_header_is_named(model_dir, tmp_path, name, text, line, fix):
+    from linformer_hf.training.finetuning import load_task_data
+
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{name}, line {line}: \d fields, but the header .* has 2\..*{fix}"):
+        load_task_data(finetune(model_dir, **{"data.train_file": str(path)}))
+    good = tmp_path / "good.csv"
+    good.write_text('sentence,label\n"hello, world",1\n\n"fine",0\n', encoding="utf-8")  # quoted; a blank line
+    assert load_task_data(finetune(model_dir, **{"data.train_file": str(good), "data.validation_file": str(good)}))[
+        "train"
+    ]["sentence"] == ["hello, world", "fine"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from .config import ConfigError, FinetuneRecipe
 from .errors import hub_unreachable_error
 from .tasks import TASKS, Task, with_classes_of
-from .validation import check_has_rows, check_labels, unreadable_file_error
+from .validation import check_field_counts, check_has_rows, check_labels, unreadable_file_error
 
 
 @dataclass
@@ -93,6 +93,8 @@ def _load_file(path: str, split: str):
     else:
         raise ConfigError(f"Unsupported file type for {path}: use .tsv, .csv, .json or .jsonl.")
     check_has_rows(path, header_rows=1 if builder == "csv" else 0)
+    if builder == "csv":
+        check_field_counts(path, **options)
     try:
         return load_dataset(builder, data_files={split: path}, **options)[split]
     except DatasetGenerationError as err:  # e.g. bytes that are not UTF-8: said with the file and the line

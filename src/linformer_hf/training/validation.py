@@ -7,6 +7,7 @@ fixed in the data instead of crashing mid-training or being scored silently as a
 
 from __future__ import annotations
 
+import csv
 import logging
 import math
 import numbers
@@ -59,13 +60,25 @@ def check_labels(ds, label_column: str, num_labels: int, source: str, header_row
     )
 
 
+def runs_on_cpu() -> bool:
+    """`TrainingArguments.use_cpu`: as the Accelerate launcher says (its ``--cpu``, or a config's ``use_cpu``), and
+    wherever torch sees no accelerator. Without it the Trainer refuses bf16 on a CPU (which autocasts in bf16 well)
+    with "Your setup doesn't support bf16/gpu", and only when the command runs outside the launcher."""
+    import torch
+    from accelerate.utils import parse_flag_from_env
+
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6: CUDA, XPU, MPS, ...
+    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    return parse_flag_from_env("ACCELERATE_USE_CPU") or not available
+
+
 def warn_if_mixed_precision_ignored(accelerator) -> str | None:
     """Say so when fp16 was asked for but the device runs fp32 (Accelerate ignores fp16 on a CPU without a word)."""
     if accelerator.mixed_precision == "fp16" and not accelerator.native_amp:
         message = (
             f"mixed_precision fp16 was asked for, but the device {accelerator.device.type!r} has no fp16 autocast: "
-            f"this run computes in fp32 (speed and numbers are fp32's). Set mixed_precision: no (or bf16) to "
-            f"silence this."
+            f"this run computes in fp32 (speed and numbers are fp32's). Set mixed_precision: no (or bf16, which a "
+            f"CPU autocasts) to silence this."
         )
         if accelerator.is_main_process:
             logger.warning(message)
@@ -186,6 +199,28 @@ def check_has_rows(path: str, header_rows: int) -> None:
     if count_documents(path, header_rows + 1) <= header_rows:
         what = "only a header" if count_documents(path, 1) else "no text (it is empty or only blank lines)"
         raise ConfigError(f"Data file {path} has {what}: give a file with the task's columns and at least one row.")
+
+
+def check_field_counts(path: str, **dialect) -> None:
+    """Every row of a CSV / TSV file has as many fields as its header (``dialect``: `csv.reader`'s options, as the
+    file is loaded with). A row with one more is read by pandas with its first field as an index, and every other
+    shifted one column left: a text cut at an unquoted comma, say, trains in place of the whole text, without a word."""
+    csv.field_size_limit(2**31 - 1)  # a long document is one field (the default limit is 128 KiB)
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        rows = csv.reader(handle, **dialect)
+        header = next(rows, [])
+        for row in rows:
+            if row and len(row) != len(header):
+                separator = "tab" if dialect.get("delimiter") == "\t" else "comma"
+                raise ConfigError(
+                    f"Data file {path}, line {rows.line_num}: {len(row)} fields, but the header {header} has "
+                    f"{len(header)}. A {separator} inside a text splits it: "
+                    + (
+                        "replace the tabs inside texts with spaces."
+                        if separator == "tab"
+                        else 'quote texts that hold commas ("a, b"), as CSV writers do.'
+                    )
+                )
 
 
 DATASET_ENTRY_KEYS = ("path", "name", "split", "text_column", "revision")
