@@ -243,3 +243,23 @@ def test_the_adamw_kernel_is_a_setting_that_reaches_the_trainers_optimizer(cls, 
     assert bool(default.defaults.get("fused")) == (cls is FinetuneRecipe)
     assert optimizer("adamw_torch_fused").defaults["fused"] is True
     assert not optimizer("adamw_torch").defaults.get("fused")
+
+
+@pytest.mark.parametrize("cls", [PretrainRecipe, FinetuneRecipe])
+def test_bf16_on_a_machine_without_an_accelerator_is_a_cpu_run(cls, tmp_path, monkeypatch):
+    """bf16 autocasts on a CPU, and the fp16 warning suggests it; but run outside the Accelerate launcher, the
+    Trainer refused it with "Your setup doesn't support bf16/gpu" unless told the run is on the CPU."""
+    import torch
+
+    from linformer_hf.training import finetuning, pretraining
+
+    monkeypatch.delenv("ACCELERATE_USE_CPU", raising=False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    base = {"data.train_files": [WIKITEXT]} if cls is PretrainRecipe else {"model.pretrained": str(tmp_path)}
+    (tmp_path / "config.json").write_text("{}")
+    recipe = load_recipe(cls, None, extra={**base, "training.mixed_precision": "bf16", "training.output_dir": "x"})
+    if cls is PretrainRecipe:
+        args = pretraining.training_arguments(recipe, resuming=False, show_progress=False)
+    else:
+        args = finetuning.training_arguments(recipe)
+    assert args.bf16 and args.use_cpu and args.device.type == "cpu"

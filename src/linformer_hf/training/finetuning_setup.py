@@ -12,6 +12,7 @@ from .checkpointing import FINETUNING, RunLock, claim_output_dir, resolve_checkp
 from .config import FinetuneRecipe
 from .loop import finish_trainer
 from .tasks import TASKS
+from .validation import runs_on_cpu
 
 
 @dataclass
@@ -83,6 +84,7 @@ def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
         **({"optim": tcfg.optim} if tcfg.optim else {}),  # null: the Trainer's default (fused)
         fp16=tcfg.mixed_precision == "fp16",
         bf16=tcfg.mixed_precision == "bf16",
+        use_cpu=runs_on_cpu(),
         eval_strategy=strategy,
         eval_steps=tcfg.eval_steps,
         eval_on_start=tcfg.eval_on_start,

@@ -76,7 +76,7 @@ from .loop import finish_trainer, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import build_mlm_model, build_model_config, convert_masked_lm, init_output_bias
 from .tokenizer import load_tokenizer
-from .validation import check_model_files, check_tokenizer_fits_model, warn_if_mixed_precision_ignored
+from .validation import check_model_files, check_tokenizer_fits_model, runs_on_cpu, warn_if_mixed_precision_ignored
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,6 @@ def refuse_loop_checkpoint(spec: str | None, output_dir: str) -> None:
 
 def training_arguments(recipe: PretrainRecipe, resuming: bool, show_progress: bool = True) -> TrainingArguments:
     """The recipe's ``training`` section as `TrainingArguments` (the optimizer's fields carry the same names)."""
-    from accelerate.utils import parse_flag_from_env
 
     tcfg = recipe.training
     evaluates, saves = tcfg.eval_steps is not None, tcfg.checkpointing_steps is not None
@@ -327,7 +326,7 @@ def training_arguments(recipe: PretrainRecipe, resuming: bool, show_progress: bo
         dataloader_drop_last=True,
         fp16=tcfg.mixed_precision == "fp16",
         bf16=tcfg.mixed_precision == "bf16",
-        use_cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
+        use_cpu=runs_on_cpu(),
         **({"eval_steps": tcfg.eval_steps} if evaluates else {}),
         **({"save_steps": tcfg.checkpointing_steps} if saves else {}),
     )

@@ -21,6 +21,7 @@ from .transfer_arguments import TransferArguments
 from .transfer_data import training_batch
 from .transfer_losses import end_to_end_loss, layer_local_loss, layer_log_key
 from .transfer_schedule import TransferSchedule, learning_rates, parameter_groups, trained_groups
+from .validation import runs_on_cpu
 
 # What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
 # the model's weights and config, so that nothing of the earlier run is taken as this one's. ("checkpoints": those of
@@ -58,7 +59,6 @@ def training_arguments(args: TransferArguments) -> TrainingArguments:
     """What the Trainer takes from the transfer's options: one step's index per batch (`AttentionTransferTrainer`
     turns it into that step's windows), the steps, checkpoints every --checkpoint_every steps; no clipping, no mixed
     precision (the loop it replaced had neither), and no logging of the Trainer's own (the transfer log is ours)."""
-    from accelerate.utils import parse_flag_from_env
 
     training = TrainingArguments(
         output_dir=args.output_dir,  # checkpoint-N
@@ -74,7 +74,7 @@ def training_arguments(args: TransferArguments) -> TrainingArguments:
         report_to="none",
         disable_tqdm=not args.show_progress,
         remove_unused_columns=False,
-        use_cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
+        use_cpu=runs_on_cpu(),
     )
     training.mixed_precision = "no"  # not the Accelerate config's: the losses are float32, as the loop's were
     return training
