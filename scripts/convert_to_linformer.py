@@ -88,7 +88,9 @@ def main(argv=None):
     performer.add_argument("--kernel_epsilon", type=float, help="default: the kernel's (1e-6 softmax, 1e-3 relu)")
     parser.add_argument("--no_tokenizer", action="store_true", help="do not copy the tokenizer")
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace an earlier model in a non-empty output_dir (same-named files)"
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier model in output_dir (the whole folder; into a folder without a model, add it)",
     )
     parser.add_argument(
         "--seed",

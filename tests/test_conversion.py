@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -438,6 +439,35 @@ def test_sentence_transformers_pooling_is_copied(tmp_path, wordpiece):
     }
     assert (tmp_path / "linformer" / "modules.json").exists()
     assert any("sentence-transformers modules copied" in note for note in report.notes)
+    # a model shorter than the sentence length: sentence-transformers truncates to n, which the model takes (before,
+    # every long input failed with the model's own "exceeds max_sequence_length")
+    report = convert_checkpoint(
+        str(tmp_path / "st"), str(tmp_path / "short"), max_sequence_length=8, projected_length=4
+    )
+    assert json.loads((tmp_path / "short" / "sentence_bert_config.json").read_text())["max_seq_length"] == 8
+    assert any("max_seq_length 16 lowered to the model's n = 8" in note for note in report.notes)
+
+
+def test_overwrite_replaces_an_earlier_model_whole(tmp_path, wordpiece):
+    """--overwrite over an earlier conversion leaves none of its files: not its tokenizer of another length beside the
+    new weights (inputs were truncated to the old n without a word), nor another family's modeling code. A folder
+    that holds no model keeps its files; a source inside the folder the overwrite replaces is refused."""
+    save_bert("BertForMaskedLM", tmp_path / "bert", wordpiece)
+    out = tmp_path / "out"
+    convert_checkpoint(str(tmp_path / "bert"), str(out), target="performer", num_random_features=8)
+    assert (out / "modeling_performer.py").exists() and (out / "tokenizer.json").exists()
+    convert_checkpoint(str(tmp_path / "bert"), str(out), copy_tokenizer=False, overwrite=True, projected_length=4)
+    assert not (out / "modeling_performer.py").exists() and not (out / "tokenizer.json").exists()
+    assert linformer_hf.LinformerConfig.from_pretrained(str(out)).projected_length == 4
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "mine.txt").write_text("kept")
+    convert_checkpoint(str(tmp_path / "bert"), str(notes), overwrite=True, projected_length=4)
+    assert (notes / "mine.txt").read_text() == "kept" and (notes / "config.json").exists()
+    shutil.copytree(tmp_path / "bert", out / "source")
+    with pytest.raises(ValueError, match="lies inside output_dir .* which --overwrite replaces"):
+        convert_checkpoint(str(out / "source"), str(out), overwrite=True, projected_length=4)
+    assert (out / "source" / "config.json").exists()
 
 
 # ---- Performer as the target family ----

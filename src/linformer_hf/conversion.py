@@ -47,12 +47,12 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
 from .loading import pad_as_the_model_takes
-from .models import modeling_linformer, modeling_performer
+from .models import max_input_length, modeling_linformer, modeling_performer
 from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
 from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
 from .models.modeling_performer import PERFORMER_HEADS
-from .outputs import check_output_dir, publish_folder, staging_folder
+from .outputs import check_output_dir, publish_folder, replace_folder, staging_folder
 from .registration import TOKENIZER_FILES
 
 # The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
@@ -716,6 +716,26 @@ def copy_sentence_transformers_modules(source: str, output_dir: str) -> list[str
     return copied
 
 
+def cap_sentence_length(folder: str, n: int) -> str | None:
+    """Lower a copied sentence-transformers ``max_seq_length`` to the converted model's n: sentence-transformers
+    truncates inputs to it, and the model refuses inputs longer than n. Returns the note saying so, if it did."""
+    path = os.path.join(folder, "sentence_bert_config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as handle:
+        settings = json.load(handle)
+    length = settings.get("max_seq_length")
+    if not isinstance(length, int) or length <= n:
+        return None
+    settings["max_seq_length"] = n
+    with open(path, "w") as handle:
+        json.dump(settings, handle, indent=2)
+    return (
+        f"sentence_bert_config.json: max_seq_length {length} lowered to the model's n = {n} (sentence-transformers "
+        "truncates to it; the model takes no longer input)"
+    )
+
+
 def convert_checkpoint(
     source: str,
     output_dir: str,
@@ -731,11 +751,20 @@ def convert_checkpoint(
     Writes the weights (safetensors), the config with the full `auto_map`, the modeling files, the source's tokenizer
     (with `model_max_length` set to n), a sentence-transformers folder's pooling modules, and
     `conversion_report.json`; prints the report's summary. A non-empty `output_dir` (an earlier model) is refused
-    unless `overwrite`. The folder is written beside `output_dir` under a temporary name and moved into place when
-    whole, so a conversion killed part-way leaves no folder that reads as a model.
+    unless `overwrite`, which replaces an earlier model's folder whole (none of its files stays beside the new one)
+    and adds the model to a folder that holds no model. The folder is written beside `output_dir` under a temporary
+    name and moved into place when whole, so a conversion killed part-way leaves no folder that reads as a model.
     """
     if os.path.abspath(source) == os.path.abspath(output_dir):
         raise ValueError(f"output_dir must differ from the source {source}: the conversion would replace it.")
+    inside = os.path.commonpath([os.path.realpath(source), os.path.realpath(output_dir)]) == os.path.realpath(
+        output_dir
+    )
+    if overwrite and os.path.isdir(source) and inside:
+        raise ValueError(
+            f"the source {source} lies inside output_dir {output_dir}, which --overwrite replaces: give another "
+            "output_dir."
+        )
     check_output_dir(output_dir, overwrite, create=False)
     model, loading_info = load_source(source, architecture, target)
     converted, report = convert_model(model, target=target, source_name=source, **conversion_options)
@@ -754,9 +783,15 @@ def convert_checkpoint(
             f"sentence-transformers modules copied as they are: {copied} (pooling runs on the encoder's token "
             "outputs, so it carries over unchanged; see docs/pretrained.md)"
         )
+        note = cap_sentence_length(staging, max_input_length(converted.config))
+        if note:
+            report.notes.append(note)
     with open(os.path.join(staging, "conversion_report.json"), "w") as handle:
         json.dump(report.to_dict(), handle, indent=2)
-    publish_folder(staging, output_dir)
+    if os.path.isfile(os.path.join(output_dir, "config.json")):  # an earlier model, overwritten: replaced whole
+        replace_folder(staging, output_dir)
+    else:
+        publish_folder(staging, output_dir)
     print(report.summary())
     return report
 

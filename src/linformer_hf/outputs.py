@@ -113,6 +113,20 @@ def staging_folder(output_dir: str) -> str:
     return os.path.join(os.path.dirname(output_dir), f".tmp-{os.path.basename(output_dir)}")
 
 
+def replace_folder(staging: str, output_dir: str) -> None:
+    """Move the whole folder `staging` to `output_dir`, replacing the whole folder there (an overwritten model: no
+    file of the earlier one may outlive it, such as a tokenizer of another length beside the new weights, or another
+    family's modeling code). The earlier folder is moved aside first and deleted once the new one is in place."""
+    if not os.path.isdir(output_dir):
+        os.replace(staging, output_dir)
+        return
+    earlier = f"{staging}-replaced"
+    shutil.rmtree(earlier, ignore_errors=True)  # what a killed replacement left
+    os.replace(output_dir, earlier)
+    os.replace(staging, output_dir)
+    shutil.rmtree(earlier)
+
+
 def publish_folder(staging: str, output_dir: str) -> None:
     """Move the whole folder `staging` to `output_dir`: one rename when `output_dir` does not exist; otherwise (an
     overwrite) each entry replaces the one of the same name, and other files there are kept."""
