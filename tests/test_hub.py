@@ -451,8 +451,9 @@ def test_a_transferred_card_without_modules_or_copied_report(transferred, tmp_pa
     rows = fidelity_table(content)
     cosine = rows["2 windows of 16 tokens"][0]
     assert cosine[:2] == [before["windows"]["16"][key] for key in ("embedding_cosine_mean", "embedding_cosine_min")]
-    # the teacher's license: neither found nor given, and the card says so
-    assert "not found in its folder and not given" in content
+    # the teacher's license: neither found nor given, and the card says so, and claims none (before: apache-2.0,
+    # this package's own, for weights made from another's)
+    assert "not found in its folder and not given" in content and validate_model_card(content)["license"] == "unknown"
 
 
 def test_transferred_card_inputs_that_contradict_the_reports_are_errors(transferred, tmp_path):
@@ -469,7 +470,9 @@ def test_transferred_card_inputs_that_contradict_the_reports_are_errors(transfer
     shutil.copy(tmp_path / "README.md", os.path.join(teacher, "README.md"))
     try:
         content = render_model_card(model, "someone/x", model_dir=folder)
-        assert "mit (from its model card)" in content
+        assert "mit (from its model card)" in content and validate_model_card(content)["license"] == "mit"
+        given = render_model_card(model, "someone/x", model_dir=folder, card_info={"license": "cc-by-4.0"})
+        assert validate_model_card(given)["license"] == "cc-by-4.0"  # the owner's word on the weights comes first
         with pytest.raises(ValueError, match="contradicts the license 'mit'"):
             render_model_card(model, "someone/x", model_dir=folder, card_info={"base_model_license": "apache-2.0"})
     finally:

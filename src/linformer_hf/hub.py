@@ -35,9 +35,11 @@ Card inputs (`card_info` JSON, every key optional; an unknown key is an error, n
 `base_model` is the Hub name of the source checkpoint (and teacher) where it was read from a local folder (a local
 path means nothing on the Hub); where the reports already name it on the Hub, it must agree. `base_model_license` is
 that model's license, stated in the card; a local source folder's own model card (README.md), where it has one, gives
-it instead. `eval_results` entries take the fields of `huggingface_hub.EvalResult` and become the card's
-`model-index`. Efficiency figures come from a CSV or a JSON list of rows (rendered as a table as given); a training
-recipe from a YAML or JSON file (rendered verbatim).
+it instead. `license` is the weights' license: by default, for a model made from a source's weights, the source's
+(found or given), or `unknown` where neither is known; for a model trained from scratch, apache-2.0.
+`eval_results` entries take the fields of `huggingface_hub.EvalResult` and become the card's `model-index`.
+Efficiency figures come from a CSV or a JSON list of rows (rendered as a table as given); a training recipe from a
+YAML or JSON file (rendered verbatim).
 """
 
 from __future__ import annotations
@@ -501,7 +503,7 @@ def render_model_card(
         teacher_display = _hub_name(transfer["teacher"], local_source, base_model) or transfer["teacher"]
     hub_base_model = _hub_name(recorded_source, local_source, base_model) if recorded_source else None
 
-    base_model_license = None
+    base_model_license = source_license = None
     if recorded_source:
         found = _source_license(recorded_source) if local_source else None
         given = card_info.get("base_model_license")
@@ -514,6 +516,7 @@ def render_model_card(
             base_model_license = f"{found} (from its model card)"
         else:
             base_model_license = given
+        source_license = found or given
 
     eval_results = [EvalResult(**entry) for entry in card_info.get("eval_results", [])]
     eval_rows = [
@@ -536,7 +539,9 @@ def render_model_card(
 
     card_data = ModelCardData(
         model_name=model_name,
-        license=card_info.get("license", "apache-2.0"),
+        # A model made from another's weights is under that one's license unless its owner says otherwise: where
+        # neither is known, the card claims none ("unknown"), rather than this package's own.
+        license=card_info.get("license") or (source_license or "unknown" if recorded_source else "apache-2.0"),
         language=card_info.get("language"),
         library_name="transformers",
         pipeline_tag=PIPELINE_TAGS[architecture],
