@@ -17,6 +17,7 @@ from tiny_bert import build_wordpiece_tokenizer, randomize_all, tiny_bert_config
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, RobertaConfig, RobertaModel
 
 from linformer_hf import (
+    LinformerForMaskedLM,
     LinformerForMultipleChoice,
     LinformerForSequenceClassification,
     LinformerModel,
@@ -345,6 +346,21 @@ def test_an_unknown_head_is_refused(tmp_path):
     tiny_model(LinformerModel).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="Unknown head 'AutoModelForCausalLM'"):
         load_linformer(str(tmp_path), head="AutoModelForCausalLM")
+
+
+def test_a_head_whose_weights_the_folder_lacks_is_refused_before_any_export(tmp_path):
+    """A masked LM exported as a classifier had a random classifier, exported without a word (exit 0); dropping the
+    head (the bare model) is fine."""
+    model_dir = tmp_path / "mlm"
+    tiny_model(LinformerForMaskedLM).save_pretrained(model_dir)
+    with pytest.raises(
+        ValueError,
+        match=r"no weights for \d+ tensor\(s\) of AutoModelForSequenceClassification .*"
+        r"saved as LinformerForMaskedLM",
+    ):
+        export_folder(str(model_dir), str(tmp_path / "out"), head="AutoModelForSequenceClassification", int8=False)
+    assert not (tmp_path / "out").exists()
+    assert type(load_linformer(str(model_dir), head="AutoModel")).__name__ == "LinformerModel"
 
 
 def test_weights_are_written_beside_the_graph(encoder_export):

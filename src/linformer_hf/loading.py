@@ -4,12 +4,15 @@ checked first."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 from transformers import PretrainedConfig, PreTrainedModel
 
 from .models.configuration_linformer import LinformerConfig
 from .registration import FAMILIES
+
+logger = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")  # the files of a model folder that hold its weights
 
@@ -45,7 +48,7 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
         model_types: the families accepted (default: every family, `HEADS_BY_MODEL_TYPE`).
     Raises:
         ValueError (before any weights are read): no config.json, a config of another model type (read as written,
-        before any class of this package touches it), an unknown head.
+        before any class of this package touches it), an unknown head; (after) a head whose weights the folder lacks.
     """
     model_types = tuple(model_types or HEADS_BY_MODEL_TYPE)
     if not os.path.isfile(os.path.join(model_dir, "config.json")):
@@ -73,7 +76,22 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
             f"the {family_name(model_type)} class names)."
         )
     check_weight_files(model_dir)
-    return heads[head].from_pretrained(model_dir).eval()
+    model, loading = heads[head].from_pretrained(model_dir, output_loading_info=True)
+    # The bare model's pooler is the one head a folder saved with another may lack and still be used without: its
+    # token outputs are the encoder's own (as a RoBERTa masked LM loaded as RobertaModel).
+    missing = [key for key in loading.get("missing_keys") or [] if not key.startswith("pooler.")]
+    if len(missing) < len(loading.get("missing_keys") or []):
+        logger.warning(
+            "%s has no trained pooler: %s's pooler_output is random; use last_hidden_state.", model_dir, head
+        )
+    if missing:  # the folder was saved as another head: these tensors would be random, and its outputs with them
+        saved = (config_dict.get("architectures") or [bare])[0]
+        raise ValueError(
+            f"{model_dir} holds no weights for {len(missing)} tensor(s) of {head} (e.g. {sorted(missing)[0]}): it was "
+            f"saved as {saved}, so they would be random. Give that head, or one whose weights the folder holds (the "
+            f"bare model, {bare}, drops a head); fine-tune the model to make a new head."
+        )
+    return model.eval()
 
 
 def check_weight_files(model_dir: str) -> None:
