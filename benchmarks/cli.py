@@ -3,6 +3,7 @@ preset sets the defaults, and flags given override it. `python -m benchmarks --h
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import sys
@@ -13,12 +14,12 @@ from linformer_hf.outputs import check_output_dir, write_json_atomic, write_text
 from linformer_hf.training.errors import report
 
 from .config import PRESETS, BenchmarkConfig
-from .report import load_average, machine_description, plot, report_markdown
+from .report import FIGURES, load_average, machine_description, plot, report_markdown
 from .results import write_csv
 from .run import run_benchmark
 
-# What a run writes in output_dir (besides its PNGs); --overwrite deletes these of the earlier run.
-RUN_FILES = ("results.csv", "results_partial.csv", "results.md", "run_info.json")
+# What a run writes in output_dir; --overwrite deletes these of the earlier run, and nothing else there.
+RUN_FILES = ("results.csv", "results_partial.csv", "results.md", "run_info.json", *(f[-1] for f in FIGURES))
 
 
 @dataclass
@@ -59,14 +60,41 @@ def parse_args(argv: list[str] | None = None) -> tuple[CommandLine, BenchmarkCon
 
 
 def check_device(cfg: BenchmarkConfig) -> None:
-    """A CUDA run on a machine without CUDA is refused before any work (the presets for a GPU set device=cuda)."""
+    """A CUDA run on a machine without CUDA is refused before any work (the presets for a GPU set device=cuda), as is
+    --peer without the package it times."""
     import torch
 
+    if cfg.peer and importlib.util.find_spec("linformer") is None:  # else every peer point fails, at the run's end
+        raise RuntimeError("--peer needs the `linformer` package (PyPI): pip install linformer --no-deps")
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(
             f"--device {cfg.device}, but this torch ({torch.__version__}) sees no CUDA device; run on a CUDA machine, "
             "or on CPU with --device cpu --dtype fp32 --no_autocast (and a CPU preset: quick, default, peers)"
         )
+
+
+def remove_earlier_run(out_dir: str) -> None:
+    """Delete an earlier run's own files (`RUN_FILES`; a partial CSV of it would read as this run's), and nothing
+    else of the folder."""
+    for name in os.listdir(out_dir):
+        if name in RUN_FILES:
+            os.remove(os.path.join(out_dir, name))
+
+
+def lock_output_dir(out_dir: str) -> int:
+    """An flock on the output folder itself, held while the run lasts: a second benchmark into it, started before
+    the first wrote anything (both found it empty), is refused rather than left to overwrite the first's results."""
+    import fcntl
+
+    handle = os.open(out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        raise RuntimeError(
+            f"another benchmark is writing to {out_dir}: wait for it to end, or give another --output_dir"
+        ) from None
+    return handle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before any work: an earlier run's results are never overwritten silently
         check_device(cfg)
         check_output_dir(out_dir, command_line.overwrite)
+        lock = lock_output_dir(out_dir)  # noqa: F841 (held to the end: released when the process ends)
     except (OSError, RuntimeError) as err:
         return report(err)
-    if command_line.overwrite:  # the earlier run's own files only; a partial CSV of it would read as this run's
-        for name in os.listdir(out_dir):
-            if name in RUN_FILES or name.endswith(".png"):
-                os.remove(os.path.join(out_dir, name))
+    if command_line.overwrite:
+        remove_earlier_run(out_dir)
     command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in argv)
     machine_before = machine_description(cfg)
     print(f"machine: {machine_before}", flush=True)

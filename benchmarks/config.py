@@ -153,6 +153,21 @@ class BenchmarkConfig:
             bad = [value for value in getattr(self, name) if value < 1]
             if bad:
                 raise ValueError(f"{name} must hold positive lengths, got {bad}")
+        for name, least in (
+            ("layers", 1), ("heads", 1), ("hidden_size", 1), ("intermediate_size", 1), ("vocab_size", 4),
+            ("reps", 1), ("warmup", 0), ("threads", 1),
+        ):  # fmt: skip
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{name} must be >= {least}, got {value}")
+        if self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size {self.hidden_size} must be a multiple of heads {self.heads}")
+        for name in ("timeout_s", "memory_budget_gb"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+        if self.device.split(":")[0] not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda[:i], got {self.device!r}")
         unknown = set(self.models) - set(MODELS)
         if unknown:
             raise ValueError(f"unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")

@@ -367,6 +367,17 @@ def test_fast_path_compression_equals_masked_projection(sharing, projection):
     [
         (["--ns", "0"], "ns must hold positive lengths, got [0]"),
         (["--batch", "2", "--tokens_per_batch", "512"], "both set; give one of them"),
+        # each failed part-way with a traceback, or ran every point to a failure and exited 0
+        (["--heads", "0"], "heads must be >= 1, got 0"),
+        (["--intermediate_size", "0"], "intermediate_size must be >= 1, got 0"),
+        (["--layers", "0"], "layers must be >= 1, got 0"),
+        (["--hidden_size", "100"], "hidden_size 100 must be a multiple of heads 12"),
+        (["--reps", "0"], "reps must be >= 1, got 0"),
+        (["--warmup", "-1"], "warmup must be >= 0, got -1"),
+        (["--threads", "0"], "threads must be >= 1, got 0"),
+        (["--timeout_s", "0"], "timeout_s must be > 0, got 0.0"),
+        (["--memory_budget_gb", "-1"], "memory_budget_gb must be > 0, got -1.0"),
+        (["--device", "gpu"], "device must be cpu or cuda[:i], got 'gpu'"),
     ],
 )
 def test_an_invalid_setting_is_one_error_line_before_any_work(flags, message, tmp_path, capsys):
@@ -610,3 +621,41 @@ def test_a_slow_compile_cut_by_the_timing_process_end_fails_alone_end_to_end(mon
     assert performer.status == Status.FAILED and performer.compile_s is None
     assert re.fullmatch(r"compile timed out after \d+ s \(the timing process's end was \d+ s away, \d+ s of them "
                         r"kept to time the models\)", performer.reason), performer.reason  # fmt: skip
+
+
+def test_overwrite_deletes_the_earlier_runs_files_only_and_a_second_run_into_the_folder_is_refused(tmp_path, capsys):
+    """--overwrite deleted every PNG of the folder, a user's own figure too; two runs started into one empty folder
+    both wrote there, the second's results replacing the first's without a word."""
+    import fcntl
+
+    from benchmarks import cli
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "my_figure.png").write_text("mine")
+    (out / "results.md").write_text("an earlier run's")
+    (out / "inference_time.png").write_text("an earlier run's")
+    handle = os.open(out, os.O_RDONLY)
+    fcntl.flock(handle, fcntl.LOCK_EX)  # as a run in progress holds it
+    try:
+        assert cli.main(["--preset", "quick", "--output_dir", str(out), "--overwrite"]) != 0
+        assert "another benchmark is writing to" in capsys.readouterr().err
+    finally:
+        os.close(handle)
+    assert (out / "results.md").exists()  # refused before deleting anything
+    os.close(cli.lock_output_dir(str(out)))  # free again
+    cli.remove_earlier_run(str(out))
+    assert sorted(os.listdir(out)) == ["my_figure.png"]
+
+
+def test_peer_without_its_package_is_refused_before_any_work(tmp_path, capsys):
+    """Every peer point failed at the end of the run (exit 0) when the `linformer` package was missing."""
+    import importlib.util
+
+    from benchmarks import cli
+
+    if importlib.util.find_spec("linformer") is not None:
+        pytest.skip("the `linformer` package is installed here")
+    assert cli.main(["--preset", "quick", "--peer", "--peer_k", "8", "--output_dir", str(tmp_path / "out")]) != 0
+    assert "--peer needs the `linformer` package" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
