@@ -724,3 +724,25 @@ def test_a_row_with_another_number_of_fields_than_the_header_is_named(model_dir,
     assert load_task_data(finetune(model_dir, **{"data.train_file": str(good), "data.validation_file": str(good)}))[
         "train"
     ]["sentence"] == ["hello, world", "fine"]
+
+
+def test_files_that_would_be_ignored_or_too_few_rows_to_hold_out_are_refused(model_dir, tmp_path):
+    """A validation or test file beside a data set (no train_file) was never read, and a train_file beside a data set
+    left the data set unread, without a word; one row, or a percentage that holds out all, failed in sklearn."""
+    from linformer_hf.training.finetuning import load_task_data
+
+    good = write_sst2(tmp_path / "good.tsv", ["0", "1"] * 10)
+    with pytest.raises(ConfigError, match="data.validation_file and data.test_file without data.train_file"):
+        finetune(model_dir, **{"data.dataset": {"path": str(tmp_path)}, "data.train_file": None,
+                               "data.validation_file": good, "data.test_file": good})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"both given: local files or a data set, not both.*--data.dataset null"):
+        finetune(model_dir, **{"data.dataset": {"path": str(tmp_path)}, "data.train_file": good})
+    one = write_sst2(tmp_path / "one.tsv", ["1"])
+    split = {"data.validation_file": None}
+    with pytest.raises(ConfigError, match=r"one.tsv has 1 row\(s\).* leaves no training row"):
+        load_task_data(finetune(model_dir, **{"data.train_file": one, **split}))
+    with pytest.raises(ConfigError, match=r"good.tsv has 20 row\(s\).*=99.0 of them leaves no training row"):
+        load_task_data(
+            finetune(model_dir, **{"data.train_file": good, "data.validation_split_percentage": 99, **split})
+        )
+    assert len(load_task_data(finetune(model_dir, **{"data.train_file": good, **split}))["validation"]) == 2

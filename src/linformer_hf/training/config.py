@@ -639,6 +639,18 @@ class FinetuneDataSection:
                 raise ConfigError(f"data.{name} not found: {f}.")
         if self.train_file is None and self.dataset is None and TASKS[self.task].hub is None:
             raise ConfigError(f"data: task {self.task} needs data.train_file or data.dataset.")
+        # Local files or a data set, never parts of both: the one not read would be ignored without a word.
+        if self.train_file is not None and self.dataset is not None:
+            raise ConfigError(
+                f"data.train_file ({self.train_file}) and data.dataset ({self.dataset}) are both given: local files "
+                "or a data set, not both. Drop one (--data.dataset null)."
+            )
+        unread = [name for name in ("validation_file", "test_file") if getattr(self, name) and not self.train_file]
+        if unread:
+            raise ConfigError(
+                f"data.{' and data.'.join(unread)} without data.train_file: the data set's own splits would be read "
+                "and the file ignored. Give data.train_file too, or drop it."
+            )
         _check_percentage("validation_split_percentage", self.validation_split_percentage)
         for name in ("max_seq_length", "max_train_samples", "max_eval_samples"):
             value = getattr(self, name)

@@ -4,6 +4,7 @@ the task's Hub data set, their columns and labels checked, and the names of the 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 
 from .config import ConfigError, FinetuneRecipe
@@ -43,6 +44,15 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
             splits["validation"] = _load_file(dcfg.validation_file, "validation")
             check_columns(splits["validation"], task, dcfg.validation_file)
         else:
+            rows = len(splits["train"])
+            held_out = math.ceil(rows * dcfg.validation_split_percentage / 100)  # as `train_test_split` rounds it
+            if not 1 <= held_out < rows:
+                left = "no validation row" if held_out < 1 else "no training row"
+                raise ConfigError(
+                    f"{dcfg.train_file} has {rows} row(s): holding out data.validation_split_percentage="
+                    f"{dcfg.validation_split_percentage} of them leaves {left}. Give data.validation_file, more rows "
+                    "or another percentage."
+                )
             parts = splits["train"].train_test_split(test_size=dcfg.validation_split_percentage / 100, seed=seed)
             splits["train"], splits["validation"] = parts["train"], parts["test"]
         if dcfg.test_file:
