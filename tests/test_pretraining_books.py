@@ -903,3 +903,18 @@ def test_an_uptraining_runs_curve_rows_give_the_shape_its_conversion_builds(robe
         ("linformer", 256, 64, "headwise", "neighbour_average"),
         ("linformer", 256, 32, "key_value", "random"),
     ]
+
+
+def test_uptraining_into_an_earlier_runs_folder_is_refused_before_the_source_is_read(
+    roberta_source, books, tmp_path, monkeypatch
+):
+    """Before, the source was loaded and converted (a download of roberta-base, online) and only then was the folder
+    refused."""
+    from linformer_hf.training import pretraining
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "train_log.jsonl").write_text("{}\n")  # an earlier run's
+    monkeypatch.setattr(pretraining, "convert_masked_lm", lambda section: pytest.fail("the source was converted"))
+    with pytest.raises(ConfigError, match="is not empty .* it belongs to an earlier run"):
+        run_pretraining(uptrain_recipe(roberta_source, books, run), show_progress=False)

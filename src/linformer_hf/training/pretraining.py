@@ -51,6 +51,7 @@ from .checkpointing import (
     STATE_FILE,
     RunOptions,
     UpdateLog,
+    check_output_dir_unused,
     check_resume_compatible,
     claim_output_dir,
     list_checkpoints,
@@ -573,6 +574,8 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     # model are built.
     refuse_loop_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
+    # An earlier run's folder, before a source is downloaded or converted (claim_output_dir checks it again, locked)
+    check_output_dir_unused(tcfg.output_dir, resume_dir is not None, tcfg.overwrite_output_dir)
     tokenizer = load_tokenizer(recipe.tokenizer.name_or_path)
     # Uptraining: the source converted once here (a resumed run converts it again, then loads the checkpoint over it).
     converted, conversion = (
