@@ -746,3 +746,14 @@ def test_files_that_would_be_ignored_or_too_few_rows_to_hold_out_are_refused(mod
             finetune(model_dir, **{"data.train_file": good, "data.validation_split_percentage": 99, **split})
         )
     assert len(load_task_data(finetune(model_dir, **{"data.train_file": good, **split}))["validation"]) == 2
+
+
+def test_a_model_config_field_that_reshapes_the_trained_weights_is_refused_before_any_work(model_dir, tmp_path):
+    """--model.config '{max_sequence_length: 64}' on a trained Linformer failed after the tokenising, blaming an edited
+    config.json; a field that does not reshape (dropout) is taken."""
+    from linformer_hf.training.finetuning import run_finetuning
+
+    out = tmp_path / "ft"
+    with pytest.raises(ConfigError, match=r"model.config max_sequence_length=64 \(saved: \d+\).* keeps its sizes, n"):
+        run_finetuning(finetune(model_dir, **{"model.config": {"max_sequence_length": 64},
+                                              "training.output_dir": str(out)}), False)  # fmt: skip

@@ -81,6 +81,22 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
     return Classifier(model, tokenizer, encoded, max_length, record)
 
 
+# Config fields that set the shapes of saved weights: a pretrained model cannot take another value of them.
+WEIGHT_SHAPE_FIELDS = {
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "max_sequence_length",
+    "projected_length",
+    "sharing",
+    "projection",
+}
+
+
 def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
     """The tokenizer and the model's config for the task, checked against each other and against ``model.config``;
     the tokenizer pads as the model takes its padding."""
@@ -96,6 +112,14 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
     unknown = sorted(set(mcfg.config) - set(config.to_dict()))
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
+    reshaped = sorted(k for k, v in mcfg.config.items() if k in WEIGHT_SHAPE_FIELDS and getattr(config, k) != v)
+    if reshaped:  # else the load fails after the tokenising, blaming an edited config.json
+        given = ", ".join(f"{k}={mcfg.config[k]!r} (saved: {getattr(config, k)!r})" for k in reshaped)
+        raise ConfigError(
+            f"model.config {given} would change the shape of {mcfg.pretrained}'s trained weights: a trained model "
+            "keeps its sizes, n and k. For another n, uptrain it (docs/pretrained.md, long documents) or convert its "
+            "RoBERTa/BERT source again (model.convert_from_roberta)."
+        )
     config.id2label, config.label2id = dict(enumerate(class_names)), {name: i for i, name in enumerate(class_names)}
     for k, v in mcfg.config.items():  # after the names: model.config.id2label / label2id in the recipe win
         setattr(config, k, v)
