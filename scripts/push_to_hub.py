@@ -16,8 +16,10 @@ import os
 import sys
 import tempfile
 
+from huggingface_hub.utils import validate_repo_id
+
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.hub import check_remote_loading, prepare_model_folder, push_folder
+from linformer_hf.hub import check_can_push, check_remote_loading, prepare_model_folder, push_folder
 from linformer_hf.training.errors import USER_ERRORS, report
 
 
@@ -54,6 +56,9 @@ def main(argv=None):
 
 
 def run(args):
+    validate_repo_id(args.repo_id)  # a dry run too: its card and config name the repo
+    if not args.dry_run:  # before the folder is built and checked (minutes for a base model)
+        args.token = check_can_push(args.repo_id, args.token)
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="hub-folder-")
     prepare_model_folder(
         args.model_dir,

@@ -228,6 +228,26 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
     assert "'sharing' expected one of" in capsys.readouterr().err
 
 
+def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
+    """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
+    (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""
+    import push_to_hub as script
+    from huggingface_hub import constants
+
+    root, folders = converted
+    folder = folders["RobertaForMaskedLM"]
+    monkeypatch.setattr(script, "prepare_model_folder", lambda *a, **k: pytest.fail("the folder was built"))
+    assert script.main([folder, "not-a-valid-repo-id!!", "--dry_run", "--output_dir", str(tmp_path / "o")]) == 2
+    assert "not-a-valid-repo-id!!" in capsys.readouterr().err
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert script.main([folder, "someone/x", "--token", "hf_x"]) == 2
+    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    assert script.main([folder, "someone/x"]) == 2
+    assert "No Hugging Face credentials" in capsys.readouterr().err
+
+
 def test_the_card_template_is_package_data_and_pipeline_tags_come_from_transformers():
     import linformer_hf
     from linformer_hf.conversion import SOURCE_CONFIGS, TARGET_FAMILIES

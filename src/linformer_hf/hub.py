@@ -771,6 +771,27 @@ def check_remote_loading(
         return torch.load(result_path, weights_only=False)
 
 
+def check_can_push(repo_id: str, token: str | None = None) -> str:
+    """Before a folder is built for the Hub: a well-formed `repo_id`, the Hub not switched off (HF_HUB_OFFLINE), and
+    credentials; returns the token. (Whether the token may write to the repo only the Hub can say, at the push.)"""
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import validate_repo_id
+
+    validate_repo_id(repo_id)  # HFValidationError, a ValueError, naming what is wrong
+    if constants.HF_HUB_OFFLINE:
+        raise RuntimeError(
+            "HF_HUB_OFFLINE is set: the Hub cannot be reached to push. Unset it, or use --dry_run to only write and "
+            "check the folder."
+        )
+    token = token or get_token()
+    if not token:
+        raise RuntimeError(
+            "No Hugging Face credentials: run `hf auth login`, set HF_TOKEN, or pass --token. "
+            "Use --dry_run to only write the folder."
+        )
+    return token
+
+
 def push_folder(
     folder: str,
     repo_id: str,
@@ -779,15 +800,9 @@ def push_folder(
     commit_message: str = "Upload model",
 ) -> str:
     """Create `repo_id` if needed and upload `folder`; returns the commit URL."""
-    from huggingface_hub import HfApi, get_token
+    from huggingface_hub import HfApi
 
-    token = token or get_token()
-    if not token:
-        raise RuntimeError(
-            "No Hugging Face credentials: run `hf auth login`, set HF_TOKEN, or pass --token. "
-            "Use --dry_run to only write the folder."
-        )
-    api = HfApi(token=token)
+    api = HfApi(token=check_can_push(repo_id, token))
     api.create_repo(repo_id, private=private, exist_ok=True)
     commit = api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=commit_message)
     return commit.commit_url
@@ -798,6 +813,7 @@ __all__ = [
     "CARD_FAMILIES",
     "PIPELINE_TAGS",
     "TEMPLATE",
+    "check_can_push",
     "check_remote_loading",
     "describe_tokenizer",
     "find_provenance",
