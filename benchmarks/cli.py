@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in argv)
     machine_before = machine_description(cfg)
     print(f"machine: {machine_before}", flush=True)
+    for where in cfg.unmeasured_ks():  # a Linformer's k is at most n
+        print(f"not measured: {where}", flush=True)
     partial = os.path.join(out_dir, "results_partial.csv")  # the rows so far, should the run be stopped
     rows, info = run_benchmark(
         cfg, log=lambda message: print(message, flush=True), on_measured=lambda rows: write_csv(rows, partial)

@@ -371,7 +371,7 @@ def test_fast_path_compression_equals_masked_projection(sharing, projection):
         (["--heads", "0"], "heads must be >= 1, got 0"),
         (["--intermediate_size", "0"], "intermediate_size must be >= 1, got 0"),
         (["--layers", "0"], "layers must be >= 1, got 0"),
-        (["--hidden_size", "100"], "hidden_size 100 must be a multiple of heads 12"),
+        (["--hidden_size", "100"], "hidden_size 100 is not a multiple of heads 12"),
         (["--reps", "0"], "reps must be >= 1, got 0"),
         (["--warmup", "-1"], "warmup must be >= 0, got -1"),
         (["--threads", "0"], "threads must be >= 1, got 0"),
@@ -659,3 +659,11 @@ def test_peer_without_its_package_is_refused_before_any_work(tmp_path, capsys):
     assert cli.main(["--preset", "quick", "--peer", "--peer_k", "8", "--output_dir", str(tmp_path / "out")]) != 0
     assert "--peer needs the `linformer` package" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_k_longer_than_n_is_named_not_dropped_without_a_word():
+    """--ns 100 --ks 200 measured no Linformer at n = 100 and said nothing."""
+    cfg = tiny_benchmark(ns=[100, 256], train_ns=[], scaling_ns=[], ks=[64, 200])
+    assert cfg.unmeasured_ks() == ["ns n=100: k [200] > n"]
+    assert ("linformer", 200) not in cfg.points(100) and ("linformer", 64) in cfg.points(100)
+    assert tiny_benchmark(ns=[100], ks=[200], models=["roberta-sdpa"]).unmeasured_ks() == []
