@@ -440,7 +440,8 @@ def test_books_recipe_trains_its_roberta_baseline(books, tokenizer_dir, tmp_path
 
 def test_uptraining_from_a_hub_name_offline_is_one_line(books, tmp_path, monkeypatch):
     """The recipe's own source, FacebookAI/roberta-base (and its tokenizer, read first), where the Hub cannot be
-    reached: named, with the fix, in one line."""
+    reached: named as the model (the recipe sets no tokenizer: before, the line named one, and the fix was to give a
+    tokenizer), with the fix, in one line."""
     monkeypatch.chdir(tmp_path)
     recipe = load_recipe(
         PretrainRecipe,
@@ -450,7 +451,7 @@ def test_uptraining_from_a_hub_name_offline_is_one_line(books, tmp_path, monkeyp
             "data.validation_datasets": [{"path": books, "split": "validation"}],
         },
     )
-    one_line = "^tokenizer 'FacebookAI/roberta-base' is not a local path[^\\n]*folder of a saved tokenizer"
+    one_line = "^model.pretrained 'FacebookAI/roberta-base' is not a local path[^\\n]*folder of a saved model"
     with pytest.raises(ConfigError, match=one_line):
         run_pretraining(recipe, show_progress=False)
 

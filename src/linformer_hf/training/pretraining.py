@@ -576,7 +576,9 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     # An earlier run's folder, before a source is downloaded or converted (claim_output_dir checks it again, locked)
     check_output_dir_unused(tcfg.output_dir, resume_dir is not None, tcfg.overwrite_output_dir)
-    tokenizer = load_tokenizer(recipe.tokenizer.name_or_path)
+    tokenizer = load_tokenizer(
+        recipe.tokenizer.name_or_path, of_model=recipe.tokenizer.name_or_path == recipe.model.pretrained
+    )
     # Uptraining: the source converted once here (a resumed run converts it again, then loads the checkpoint over it).
     converted, conversion = (
         convert_masked_lm(recipe.model) if recipe.model.convert_from_roberta is not None else (None, None)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 
 from ..outputs import publish_folder, staging_folder
 from .config import ConfigError
-from .errors import hub_unreachable, hub_unreachable_error, one_line
+from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,9 @@ def train_bpe_tokenizer(
     return tokenizer
 
 
-def load_tokenizer(name_or_path: str):
+def load_tokenizer(name_or_path: str, of_model: bool = False):
+    """The tokenizer in a folder or of a Hub name; ``of_model``: the name is model.pretrained's (the recipe gives no
+    tokenizer of its own), so an unreachable name is reported as the model's."""
     from transformers import AutoTokenizer
 
     if os.path.isdir(name_or_path) or os.path.exists(name_or_path):
@@ -112,6 +114,8 @@ def load_tokenizer(name_or_path: str):
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except OSError as err:
+        if hub_unreachable(err) and of_model:
+            raise hub_unreachable_error("model.pretrained", name_or_path, err, LOCAL_MODEL) from None
         if hub_unreachable(err):
             raise hub_unreachable_error(
                 "tokenizer", name_or_path, err, "give the folder of a saved tokenizer (or model) instead"
