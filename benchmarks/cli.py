@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     machine = f"{machine_before}; after the run: {load_average()}"
     write_csv(rows, os.path.join(out_dir, "results.csv"))
+    if os.path.exists(partial):  # the whole run is in results.csv: the rows-so-far file was for a stopped run
+        os.remove(partial)
     write_text_atomic(os.path.join(out_dir, "results.md"), report_markdown(rows, info, cfg, command, machine))
     write_json_atomic(
         os.path.join(out_dir, "run_info.json"),

@@ -263,3 +263,17 @@ def test_bf16_on_a_machine_without_an_accelerator_is_a_cpu_run(cls, tmp_path, mo
     else:
         args = finetuning.training_arguments(recipe)
     assert args.bf16 and args.use_cpu and args.device.type == "cpu"
+
+
+@pytest.mark.parametrize("cls", [PretrainRecipe, FinetuneRecipe])
+def test_a_tracker_that_is_not_installed_is_refused_when_the_recipe_is_read(cls, tmp_path):
+    """The Trainer failed on it with a traceback, after the data was tokenised."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    if "wandb" in get_available_reporting_integrations():
+        pytest.skip("wandb is installed here")
+    base = {"data.train_files": [WIKITEXT]} if cls is PretrainRecipe else {"model.pretrained": str(tmp_path)}
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"report_to names \['wandb'\], not installed here: pip install wandb"):
+        load_recipe(cls, None, extra={**base, "training.report_to": ["wandb"]})
+    assert load_recipe(cls, None, extra={**base, "training.report_to": ["none"]}).training.report_to == ["none"]

@@ -169,7 +169,16 @@ class RunOptions:
 PRETRAINING = RunOptions()
 FINETUNING = dataclasses.replace(
     PRETRAINING,
-    no_checkpoint_advice="Checkpoints are written at each evaluation; start the run without resume_from_checkpoint.",
+    # A finished fine-tuning run keeps no checkpoint (results.json says it finished): resuming it is no way out.
+    refusal_advice=(
+        "If that run was stopped, resume it with --resume_from_checkpoint latest; a finished one (results.json) keeps "
+        "no checkpoint: start over there with --training.overwrite_output_dir true (deletes its checkpoints, best "
+        "model and results), or use another training.output_dir."
+    ),
+    no_checkpoint_advice=(
+        "Checkpoints are written at each evaluation and removed when the run finishes; start the run without "
+        "resume_from_checkpoint (with --training.overwrite_output_dir true over a finished run's folder)."
+    ),
 )
 
 

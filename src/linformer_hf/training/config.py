@@ -55,6 +55,20 @@ def _check_at_least(section, names: tuple[str, ...], minimum, optional_means: st
             raise ConfigError(f"training.{name} must be >= {minimum}{hint}, got {value}.")
 
 
+def _check_report_to(section) -> None:
+    """Each tracker of ``training.report_to`` is installed: the Trainer fails on one that is not, after the data is
+    tokenised."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    wanted = [name for name in section.report_to if name not in ("none", "all")]
+    missing = sorted(set(wanted) - set(get_available_reporting_integrations()))
+    if missing:
+        raise ConfigError(
+            f"training.report_to names {missing}, not installed here: pip install {' '.join(missing)}, or drop it "
+            f"(installed: {get_available_reporting_integrations() or 'none'})."
+        )
+
+
 def _check_percentage(name: str, value: float):
     if not 0 < value < 100:
         raise ConfigError(
@@ -556,6 +570,7 @@ class PretrainTrainingSection(CompileSection, OptimizerSection):
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
         self.validate_compile()
+        _check_report_to(self)
         _check_at_least(
             self,
             (
@@ -688,6 +703,7 @@ class FinetuneTrainingSection(CompileSection, OptimizerSection):
     def validate(self):
         super().validate()  # learning rate, betas, scheduler name
         self.validate_compile()
+        _check_report_to(self)
         _check_at_least(
             self,
             (
@@ -740,7 +756,11 @@ class FinetuneModelSection:
                 f"(linformer_hf.training.pretrain writes <output_dir>/final) or point it at a saved model dir."
             )
         if not os.path.isfile(os.path.join(self.pretrained, "config.json")):
-            raise ConfigError(f"model.pretrained={self.pretrained} has no config.json; it is not a saved model dir.")
+            final = os.path.join(self.pretrained, "final")
+            hint = f" A pretraining run's model is its final/: {final}." if os.path.isdir(final) else ""
+            raise ConfigError(
+                f"model.pretrained={self.pretrained} has no config.json; it is not a saved model dir.{hint}"
+            )
 
 
 @dataclasses.dataclass

@@ -73,6 +73,7 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
             max_length,
             dcfg.preprocessing_num_workers,
             say=run.processes.is_main_process,
+            limit="data.max_seq_length" if dcfg.max_seq_length else "the model's n",
         )
     set_seed(tcfg.seed)  # the classification head's initialisation
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
@@ -161,10 +162,18 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
     return dataclasses.replace(mcfg, pretrained=target, tokenizer=tokenizer, convert_from_roberta=None)
 
 
-def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc=None, say: bool = True) -> dict:
+def tokenize_task(
+    splits: dict,
+    tokenizer,
+    task: Task,
+    max_length: int,
+    num_proc=None,
+    say: bool = True,
+    limit: str = "data.max_seq_length",
+) -> dict:
     """Each split tokenised to at most `max_length` tokens. Examples that are longer are cut (for pairs, the longer
     text first, as the tokenizer's `longest_first`), and how many were cut is reported, split by split (where
-    ``say``: by the main process)."""
+    ``say``: by the main process), naming what set the length (``limit``)."""
 
     def encode(batch):
         texts = [[("" if t is None else str(t)) for t in batch[c]] for c in task.text_columns]
@@ -186,11 +195,13 @@ def tokenize_task(splits: dict, tokenizer, task: Task, max_length: int, num_proc
         )
         truncated = sum(encoded["truncated"])
         if truncated:
-            cut.append(f"{truncated:,} of {len(encoded):,} {name} examples ({100 * truncated / len(encoded):.0f}%)")
+            share = f"{100 * truncated / len(encoded):.0f}%" if truncated < len(encoded) else "all"
+            share = "99%" if share == "100%" else share  # not all: a share rounded up to all would say so
+            cut.append(f"{truncated:,} of {len(encoded):,} {name} examples ({share})")
         out[name] = encoded.remove_columns("truncated")
     if cut and say:
         print(
-            f"Truncated to data.max_seq_length={max_length} tokens: {'; '.join(cut)}. The model reads only their "
+            f"Truncated to {limit}={max_length} tokens: {'; '.join(cut)}. The model reads only their "
             "first tokens; raise data.max_seq_length (up to the model's n) or convert at a larger n to read them whole."
         )
     return out
