@@ -4,7 +4,7 @@ checkpoints."""
 import os
 
 import pytest
-from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, run_script, tiny_pretrain_overrides
+from training_utils import REPO, SST2_DEV, SST2_TRAIN, WIKITEXT, run_script, tiny_pretrain_overrides
 
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, PretrainRecipe, load_recipe, parse_overrides
 from linformer_hf.training.pretraining import run_pretraining
@@ -277,3 +277,9 @@ def test_a_tracker_that_is_not_installed_is_refused_when_the_recipe_is_read(cls,
     with pytest.raises(ConfigError, match=r"report_to names \['wandb'\], not installed here: pip install wandb"):
         load_recipe(cls, None, extra={**base, "training.report_to": ["wandb"]})
     assert load_recipe(cls, None, extra={**base, "training.report_to": ["none"]}).training.report_to == ["none"]
+
+
+def test_a_recipe_given_to_the_other_command_says_so():
+    """A pretraining recipe given to fine-tuning said only "Unknown section(s) 'tokenizer'"."""
+    with pytest.raises(ConfigError, match=r"'tokenizer' .* looks like a pretraining recipe \(configs/pretrain/\)"):
+        load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "pretrain", "demo.yaml"))

@@ -247,9 +247,14 @@ def build_recipe(cls, data: dict[str, Any]):
     sections = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(sections))
     if unknown:
+        # A recipe of the other command (its own sections give it away): say which, not only what is unknown.
+        other = {"tokenizer": "a pretraining recipe (configs/pretrain/)", "distillation": "a fine-tuning recipe "
+                 "(configs/finetune/)"}  # fmt: skip
+        whose = next((other[name] for name in unknown if name in other), None)
         raise ConfigError(
             f"Unknown section(s) {', '.join(map(repr, unknown))} in the config. "
             f"Allowed sections: {', '.join(sorted(sections))}."
+            + (f" It looks like {whose}: give it to that command." if whose else "")
         )
     hints = typing.get_type_hints(cls)
     kwargs = {name: build_section(hints[name], data.get(name), name) for name in sections}

@@ -1,7 +1,7 @@
 """Fine-tune a pretrained Linformer on SST-2, QNLI, QQP or IMDB (Hub names, or local csv/tsv/json files).
 
-    accelerate launch --config_file configs/accelerate/cpu.yaml -m linformer_hf.training.finetune \
-        --config configs/finetune/sst2.yaml --model.pretrained outputs/demo/pretrain/final \
+    accelerate launch --config_file configs/accelerate/cpu.yaml -m linformer_hf.training.finetune \\
+        --config configs/finetune/sst2.yaml --model.pretrained outputs/demo/pretrain/final \\
         --data.train_file ../shared/data/sst2/train.tsv --data.validation_file ../shared/data/sst2/dev.tsv
 
 (`python -m linformer_hf.training.finetune` runs it in one process; `scripts/finetune.py` is the same command.)

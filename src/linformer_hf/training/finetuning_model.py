@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .finetuning_data import TaskData
     from .finetuning_setup import RunSetup
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class Classifier:
@@ -110,6 +112,13 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
         raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
     check_model_files(mcfg.pretrained, "model.pretrained")
+    if config.model_type not in ("linformer", "performer"):  # a teacher to distil from, say; or a conversion forgotten
+        logger.warning(
+            "model.pretrained=%s is a %r model: it is fine-tuned as it is, with its own attention. For a Linformer, "
+            "convert it (model.convert_from_roberta).",
+            mcfg.pretrained,
+            config.model_type,
+        )
     unknown = sorted(set(mcfg.config) - set(config.to_dict()))
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")

@@ -1,8 +1,8 @@
 """Masked-LM pretraining of a Linformer (or the RoBERTa baseline) on transformers' `Trainer`.
 
-    accelerate launch --config_file configs/accelerate/cpu.yaml -m linformer_hf.training.pretrain \
+    accelerate launch --config_file configs/accelerate/cpu.yaml -m linformer_hf.training.pretrain \\
         --config configs/pretrain/demo.yaml
-    accelerate launch --config_file configs/accelerate/v100x8_fp16.yaml -m linformer_hf.training.pretrain \
+    accelerate launch --config_file configs/accelerate/v100x8_fp16.yaml -m linformer_hf.training.pretrain \\
         --config configs/pretrain/paper_bookwiki.yaml --training.output_dir outputs/linformer_k128
 
 (`python -m linformer_hf.training.pretrain` runs it in one process; `scripts/pretrain.py` is the same command.)

@@ -1,8 +1,8 @@
 """Train a RoBERTa-style byte-level BPE tokenizer on text files (one document a line) or a Hub dataset.
 
-    python -m linformer_hf.training.train_tokenizer --files outputs/corpus/docs.train.txt --vocab_size 8192 \
+    python -m linformer_hf.training.train_tokenizer --files outputs/corpus/docs.train.txt --vocab_size 8192 \\
         --output_dir outputs/tokenizer
-    python -m linformer_hf.training.train_tokenizer --dataset wikitext --dataset_config wikitext-103-raw-v1 \
+    python -m linformer_hf.training.train_tokenizer --dataset wikitext --dataset_config wikitext-103-raw-v1 \\
         --output_dir outputs/tok
 
 The result loads with AutoTokenizer.from_pretrained(output_dir). To use an existing tokenizer instead (roberta-base
