@@ -737,6 +737,8 @@ def test_files_that_would_be_ignored_or_too_few_rows_to_hold_out_are_refused(mod
                                "data.validation_file": good, "data.test_file": good})  # fmt: skip
     with pytest.raises(ConfigError, match=r"both given: local files or a data set, not both.*--data.dataset null"):
         finetune(model_dir, **{"data.dataset": {"path": str(tmp_path)}, "data.train_file": good})
+    with pytest.raises(ConfigError, match=r"data.train_file=.* is a folder: .* data.dataset: \{path: FOLDER\}"):
+        finetune(model_dir, **{"data.train_file": str(tmp_path)})
     one = write_sst2(tmp_path / "one.tsv", ["1"])
     split = {"data.validation_file": None}
     with pytest.raises(ConfigError, match=r"one.tsv has 1 row\(s\).* leaves no training row"):

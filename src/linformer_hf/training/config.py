@@ -655,6 +655,11 @@ class FinetuneDataSection:
             raise ConfigError(f"data.task must be one of {sorted(TASKS)}, got {self.task!r}.")
         for name in ("train_file", "validation_file", "test_file"):
             f = getattr(self, name)
+            if f is not None and os.path.isdir(f):
+                raise ConfigError(
+                    f"data.{name}={f} is a folder: give a .tsv, .csv or .json(l) file, or a folder in a Hub dataset's "
+                    "layout as data.dataset: {path: FOLDER}."
+                )
             if f is not None and not os.path.isfile(f):
                 raise ConfigError(f"data.{name} not found: {f}.")
         if self.train_file is None and self.dataset is None and TASKS[self.task].hub is None:
