@@ -15,7 +15,7 @@ from linformer_hf.training.errors import report
 
 from .config import PRESETS, BenchmarkConfig
 from .report import FIGURES, load_average, machine_description, plot, report_markdown
-from .results import write_csv
+from .results import Status, write_csv
 from .run import run_benchmark
 
 # What a run writes in output_dir; --overwrite deletes these of the earlier run, and nothing else there.
@@ -130,4 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in plot(rows, cfg, out_dir):
         print(f"wrote {path}")
     print(f"wrote {out_dir}/results.csv, results.md, run_info.json")
+    if rows and all(row.status == Status.FAILED for row in rows):  # nothing measured: a script must not read success
+        print(f"error: every point failed (the reasons: {out_dir}/results.md)", file=sys.stderr)
+        return 1
     return 0

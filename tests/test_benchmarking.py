@@ -667,3 +667,18 @@ def test_a_k_longer_than_n_is_named_not_dropped_without_a_word():
     assert cfg.unmeasured_ks() == ["ns n=100: k [200] > n"]
     assert ("linformer", 200) not in cfg.points(100) and ("linformer", 64) in cfg.points(100)
     assert tiny_benchmark(ns=[100], ks=[200], models=["roberta-sdpa"]).unmeasured_ks() == []
+
+
+def test_a_run_whose_every_point_failed_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """It wrote its tables of failures and exited 0: a script read success."""
+    from benchmarks import cli
+    from benchmarks.run import RunInfo
+
+    failed = BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, status=Status.FAILED, reason="timing: timed out")
+    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: ([failed], RunInfo(1.0, 1.0)))
+    argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--models", "linformer"]
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 1
+    assert "every point failed" in capsys.readouterr().err and (tmp_path / "out" / "results.md").exists()
+    measured = dataclasses.replace(failed, status=Status.OK, reason=None, time_s=0.5)
+    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: ([failed, measured], RunInfo(1.0, 1.0)))
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "out2")]) == 0
