@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import logging
 import os
 
 import torch
@@ -56,6 +57,8 @@ from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreT
 from .outputs import check_output_dir
 from .registration import FAMILIES
 from .training.errors import MissingExtra
+
+logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
@@ -208,8 +211,32 @@ def quantize_int8(onnx_path: str, int8_path: str) -> str:
     stale = data_file_path(int8_path)
     if os.path.isfile(stale):
         os.remove(stale)
-    quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8, use_external_data_format=True)
+    with one_line_per_kind_of_skip() as skipped:
+        quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8, use_external_data_format=True)
+    if skipped:
+        logger.warning("int8: %d tensors that are not float (masks, indices) were left as they are.", len(skipped))
     return int8_path
+
+
+@contextlib.contextmanager
+def one_line_per_kind_of_skip():
+    """Collect the quantiser's warning for each tensor it leaves alone (a mask, an index: not float), which it writes
+    to the root logger with the tensor's whole protobuf type, pages of them for a model; yields their list."""
+    skipped = []
+
+    class Collect(logging.Filter):
+        def filter(self, record):
+            if str(record.msg).startswith("Inference failed or unsupported type to quantize for tensor"):
+                skipped.append(record)
+                return False
+            return True
+
+    root, collect = logging.getLogger(), Collect()
+    root.addFilter(collect)
+    try:
+        yield skipped
+    finally:
+        root.removeFilter(collect)
 
 
 def data_file_path(onnx_path: str) -> str:
