@@ -269,6 +269,15 @@ def test_multiple_choice_exports_with_a_dynamic_choice_axis(tmp_path):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
+def test_an_input_longer_than_n_is_refused_as_the_model_refuses_it(encoder_export):
+    """ONNX Runtime failed on it with an index error in a Gather node; the graph records n in its metadata."""
+    model, session, _ = encoder_export
+    n = model.config.max_sequence_length
+    with pytest.raises(ValueError, match=f"Input length {n + 1} exceeds the model's longest input n={n}"):
+        run_onnx(session, torch.ones(1, n + 1, dtype=torch.long), torch.ones(1, n + 1, dtype=torch.long))
+    assert run_onnx(session, torch.ones(1, n, dtype=torch.long), torch.ones(1, n, dtype=torch.long))
+
+
 def test_the_exported_mask_is_used(encoder_export):
     """Padding changes nothing at real positions and something at padded ones: the graph reads the mask input."""
     _, session, _ = encoder_export

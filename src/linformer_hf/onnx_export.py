@@ -176,7 +176,21 @@ def export_onnx(
             external_data=True,  # weights in `<file>.data` beside the graph, for every size: see the module docstring
             verbose=False,
         )
+    record_input_length(path, max_input_length(model.config))
     return output_names
+
+
+INPUT_LENGTH_KEY = "max_input_length"  # in a graph's metadata: the longest input its model takes (n for Linformer)
+
+
+def record_input_length(path: str, n: int) -> None:
+    """Write the longest input into the graph's metadata (its weights stay in their data file), so that `run_onnx`
+    refuses a longer one as the model would, not with ONNX Runtime's index error deep in the graph."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False)
+    onnx.helper.set_model_props(graph, {**{p.key: p.value for p in graph.metadata_props}, INPUT_LENGTH_KEY: str(n)})
+    onnx.save(graph, path)
 
 
 @contextlib.contextmanager
@@ -353,6 +367,12 @@ def run_onnx(
     `token_type_ids` as the PyTorch model takes them: a graph of a two-segment model reads them (zeros when not given,
     the forward's default); a one-segment graph has no such input, and only all-zero types may be given to it.
     """
+    n = session.get_modelmeta().custom_metadata_map.get(INPUT_LENGTH_KEY)  # absent in a graph exported before
+    if n is not None and input_ids.shape[-1] > int(n):
+        raise ValueError(
+            f"Input length {input_ids.shape[-1]} exceeds the model's longest input n={n}: truncate the inputs to n "
+            "(the tokenizer saved with the model does, with truncation=True)."
+        )
     feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
     takes = [graph_input.name for graph_input in session.get_inputs()]
     if "token_type_ids" in takes:
