@@ -115,9 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     for where in cfg.unmeasured_ks():  # a Linformer's k is at most n
         print(f"not measured: {where}", flush=True)
     partial = os.path.join(out_dir, "results_partial.csv")  # the rows so far, should the run be stopped
-    rows, info = run_benchmark(
-        cfg, log=lambda message: print(message, flush=True), on_measured=lambda rows: write_csv(rows, partial)
-    )
+    try:
+        rows, info = run_benchmark(
+            cfg, log=lambda message: print(message, flush=True), on_measured=lambda rows: write_csv(rows, partial)
+        )
+    except KeyboardInterrupt:  # one line, not the traceback of wherever the run was
+        kept = f"the points measured so far are in {partial}" if os.path.exists(partial) else "no point was measured"
+        print(f"stopped (Ctrl-C): {kept}; the same command with --overwrite runs it again.", file=sys.stderr)
+        return 130
     machine = f"{machine_before}; after the run: {load_average()}"
     write_csv(rows, os.path.join(out_dir, "results.csv"))
     if os.path.exists(partial):  # the whole run is in results.csv: the rows-so-far file was for a stopped run

@@ -682,3 +682,18 @@ def test_a_run_whose_every_point_failed_exits_non_zero(tmp_path, monkeypatch, ca
     measured = dataclasses.replace(failed, status=Status.OK, reason=None, time_s=0.5)
     monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: ([failed, measured], RunInfo(1.0, 1.0)))
     assert cli.main([*argv, "--output_dir", str(tmp_path / "out2")]) == 0
+
+
+def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch, capsys):
+    from benchmarks import cli
+
+    def interrupted(cfg, log, on_measured):
+        on_measured([BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, time_s=0.5)])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_benchmark", interrupted)
+    out = tmp_path / "out"
+    argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--output_dir", str(out)]
+    assert cli.main(argv) == 130
+    assert f"the points measured so far are in {out}/results_partial.csv" in capsys.readouterr().err
+    assert (out / "results_partial.csv").exists()
