@@ -680,8 +680,14 @@ def test_a_run_whose_every_point_failed_exits_non_zero(tmp_path, monkeypatch, ca
     assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 1
     assert "every point failed" in capsys.readouterr().err and (tmp_path / "out" / "results.md").exists()
     measured = dataclasses.replace(failed, status=Status.OK, reason=None, time_s=0.5)
-    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: ([failed, measured], RunInfo(1.0, 1.0)))
+
+    def one_measured(cfg, log, on_measured):
+        on_measured([failed, measured])  # the rows-so-far file, kept should the run be stopped
+        return [failed, measured], RunInfo(1.0, 1.0)
+
+    monkeypatch.setattr(cli, "run_benchmark", one_measured)
     assert cli.main([*argv, "--output_dir", str(tmp_path / "out2")]) == 0
+    assert not (tmp_path / "out2" / "results_partial.csv").exists()  # the whole run is in results.csv
 
 
 def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch, capsys):

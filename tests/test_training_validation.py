@@ -3,6 +3,7 @@ message that names the problem: schedule and step counts, held-out percentages, 
 and the scripts' `error:` line instead of a traceback."""
 
 import os
+import shutil
 
 import pytest
 from training_utils import SST2_DEV, SST2_TRAIN, WIKITEXT, tiny_pretrain_overrides
@@ -759,3 +760,10 @@ def test_a_model_config_field_that_reshapes_the_trained_weights_is_refused_befor
     with pytest.raises(ConfigError, match=r"model.config max_sequence_length=64 \(saved: \d+\).* keeps its sizes, n"):
         run_finetuning(finetune(model_dir, **{"model.config": {"max_sequence_length": 64},
                                               "training.output_dir": str(out)}), False)  # fmt: skip
+
+
+def test_a_pretraining_run_folder_given_as_the_model_points_to_its_final(model_dir, tmp_path):
+    run = tmp_path / "pretrain"
+    shutil.copytree(model_dir, run / "final")
+    with pytest.raises(ConfigError, match=rf"has no config.json; .* A pretraining run's model is its final/: {run}"):
+        finetune(str(run))

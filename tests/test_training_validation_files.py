@@ -231,6 +231,14 @@ def test_a_one_megabyte_line_is_truncated_to_the_model_length_and_the_other_rows
         encoded[1]["input_ids"]
         == tokenizer(splits["train"][1]["sentence"], truncation=True, max_length=32)["input_ids"]
     )
+    # Without data.max_seq_length the length is the model's n, and the line says so (it named the unset option); a
+    # share just under all is not rounded up to 100%.
+    from datasets import Dataset
+
+    many = Dataset.from_dict({"sentence": ["one two three four five six"] * 999 + ["one"], "label": [0] * 1000})
+    tokenize_task({"train": many}, tokenizer, TASKS["sst2"], max_length=4, limit="the model's n")
+    printed = capsys.readouterr().out
+    assert "Truncated to the model's n=4 tokens:" in printed and "(100%)" not in printed
 
 
 # ------------------------------------------------------------------------------------------------------------------
