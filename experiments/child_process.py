@@ -7,14 +7,11 @@ import contextlib
 import errno
 import fcntl
 import glob
-import json
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 
+from linformer_hf.training.checkpointing import describe_holder, read_holder, write_holder
 from linformer_hf.training.config import ConfigError
 
 # What the driver passes on: a stop request, as the training runs take it (SIGTERM / SIGINT: stop after the current
@@ -92,31 +89,11 @@ def claim_runs(folder: str, names: list[str]):
             except OSError as err:
                 if err.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                handle.seek(0)
-                try:
-                    holder = json.loads(handle.read())
-                    holder = (
-                        f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: {holder['command']}"
-                    )
-                except (ValueError, KeyError, TypeError):
-                    holder = "a driver that has not yet said which"
                 raise ConfigError(
-                    f"run {name} in {folder} is being run by another driver ({holder}). Wait for it to end or stop it, "
-                    "or leave the run out of this one (--only the others)."
+                    f"run {name} in {folder} is being run by another driver: {describe_holder(read_holder(handle))}. "
+                    "Wait for it to end or stop it, or leave the run out of this one (--only the others)."
                 ) from None
-            handle.seek(0)
-            handle.truncate()
-            handle.write(
-                json.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                        "command": " ".join(sys.argv),
-                    }
-                )
-            )
-            handle.flush()
+            write_holder(handle)
             claims[name] = handle.fileno()
         yield claims
 

@@ -56,8 +56,10 @@ def main(argv=None):
 
 
 def run(args):
-    validate_repo_id(args.repo_id)  # a dry run too: its card and config name the repo
-    if not args.dry_run:  # before the folder is built and checked (minutes for a base model)
+    # Before the folder is built and checked (minutes for a base model); a dry run's card names the repo too.
+    if args.dry_run:
+        validate_repo_id(args.repo_id)
+    else:
         args.token = check_can_push(args.repo_id, args.token)
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="hub-folder-")
     prepare_model_folder(

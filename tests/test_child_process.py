@@ -49,7 +49,9 @@ def test_a_run_another_driver_holds_is_refused_and_free_once_that_driver_is_kill
     folder = tmp_path / "plan"
     with claimed_by_another_driver(folder, "a") as driver:
         assert claimed_elsewhere(str(folder), "a") and not claimed_elsewhere(str(folder), "b")
-        with pytest.raises(ConfigError, match=rf"run a in {folder} is being run by another driver \(pid {driver.pid} "):
+        with pytest.raises(
+            ConfigError, match=rf"run a in {folder} is being run by another driver: the run of pid {driver.pid} "
+        ):
             with claim_runs(str(folder), ["b", "a"]):
                 pytest.fail("claimed a run another driver holds")
         with claim_runs(str(folder), ["b"]):

@@ -383,7 +383,9 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
         model.pop(volatile, None)
     vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
     data = {k: v for k, v in dataclasses.asdict(recipe.data).items() if k not in _DATA_FIELDS_NOT_COMPARED}
-    finetuning = hasattr(recipe, "distillation")
+    from .config import FinetuneRecipe
+
+    finetuning = isinstance(recipe, FinetuneRecipe)
     if finetuning:
         files = [recipe.data.train_file, recipe.data.validation_file, recipe.data.test_file]
     else:
@@ -499,34 +501,23 @@ class RunLock:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
-            holder = _read_holder(handle)
+            holder = read_holder(handle)
             handle.close()
             if err.errno not in (errno.EAGAIN, errno.EACCES):
                 raise ConfigError(f"Cannot lock {path}: {err}.") from None
             raise ConfigError(
-                f"Another run is writing to {output_dir}: {_describe(holder)} holds {LOCK_FILE}. Wait for it to end, "
-                f"stop it (kill {holder.get('pid', '<pid>')}; if its `accelerate launch` was killed, this is the "
-                f"training process it left running), or use another training.output_dir."
+                f"Another run is writing to {output_dir}: {describe_holder(holder)} holds {LOCK_FILE}. Wait for it "
+                f"to end, stop it (kill {holder.get('pid', '<pid>')}; if its `accelerate launch` was killed, this is "
+                f"the training process it left running), or use another training.output_dir."
             ) from None
-        previous = _read_holder(handle)
+        previous = read_holder(handle)
         if previous:
             logger.warning(
                 "Taking over the lock of %s in %s: that run ended without releasing it (it was killed).",
-                _describe(previous),
+                describe_holder(previous),
                 output_dir,
             )
-        handle.seek(0)
-        handle.truncate()
-        json.dump(
-            {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                "command": " ".join(sys.argv),
-            },
-            handle,
-        )
-        handle.flush()
+        write_holder(handle)
         os.fsync(handle.fileno())
         lock = cls(path, handle)
         cls._held[path] = lock
@@ -548,7 +539,24 @@ class RunLock:
         RunLock._held.pop(self.path, None)
 
 
-def _read_holder(handle) -> dict:
+def write_holder(handle) -> None:
+    """Record this process as a lock's holder in the lock file ``handle`` (its pid, host, start and command), for the
+    refusal of the next one to name it (`read_holder`, `describe_holder`)."""
+    handle.seek(0)
+    handle.truncate()
+    json.dump(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv),
+        },
+        handle,
+    )
+    handle.flush()
+
+
+def read_holder(handle) -> dict:
     handle.seek(0)
     try:
         return json.loads(handle.read() or "{}")
@@ -556,7 +564,7 @@ def _read_holder(handle) -> dict:
         return {}
 
 
-def _describe(holder: dict) -> str:
+def describe_holder(holder: dict) -> str:
     if not holder:
         return "a run"
     return (
