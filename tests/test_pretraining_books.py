@@ -919,3 +919,48 @@ def test_uptraining_into_an_earlier_runs_folder_is_refused_before_the_source_is_
     monkeypatch.setattr(pretraining, "convert_masked_lm", lambda section: pytest.fail("the source was converted"))
     with pytest.raises(ConfigError, match="is not empty .* it belongs to an earlier run"):
         run_pretraining(uptrain_recipe(roberta_source, books, run), show_progress=False)
+
+
+def test_a_resumed_uptraining_reads_its_checkpoint_not_the_source_and_repeats_the_uninterrupted_run(
+    roberta_source, books, tmp_path, monkeypatch, capsys
+):
+    """A stopped uptraining resumes with its source gone (a folder moved, a Hub name offline): the converted model and
+    the tokenizer come from the checkpoint, and the resumed run makes the uninterrupted run's updates. Before, the
+    resume read and converted the source again and stopped where it was out of reach. Changed conversion settings
+    are still refused, naming the field."""
+    from linformer_hf.training import model_setup, pretraining
+
+    common = {"training.checkpointing_steps": 1, "training.max_steps": 3, "training.eval_steps": 3}
+    full = run_pretraining(uptrain_recipe(roberta_source, books, tmp_path / "full", **common), show_progress=False)
+    source = tmp_path / "source"
+    shutil.copytree(roberta_source, source)
+    part = run_pretraining(
+        uptrain_recipe(str(source), books, tmp_path / "part", **common, **{"training.stop_after_steps": 1}),
+        show_progress=False,
+    )
+    assert part["completed_steps"] == 1
+    shutil.rmtree(source)  # the source is gone, and must not be read
+    monkeypatch.setattr(pretraining, "convert_masked_lm", lambda section: pytest.fail("the source was converted"))
+    monkeypatch.setattr(model_setup, "load_source", lambda *a, **k: pytest.fail("the source was read"), raising=False)
+    latest = {**common, "training.resume_from_checkpoint": "latest"}
+    with pytest.raises(ConfigError, match=r"model.convert_from_roberta: .*'projected_length': 32.* in the checkpoint"):
+        run_pretraining(
+            uptrain_recipe(
+                str(source),
+                books,
+                tmp_path / "part",
+                **latest,
+                **{"model.convert_from_roberta": {"max_sequence_length": 128, "projected_length": 16}},
+            ),
+            show_progress=False,
+        )
+    capsys.readouterr()
+    resumed = run_pretraining(uptrain_recipe(str(source), books, tmp_path / "part", **latest), show_progress=False)
+    assert "converted model and tokenizer are read from the checkpoint" in capsys.readouterr().out
+    assert resumed["resumed_from"].endswith("checkpoint-1")
+    for step in (2, 3):
+        assert resumed["train_losses"][step] == pytest.approx(full["train_losses"][step], abs=1e-6), step
+    assert resumed["final_eval"]["eval_loss"] == pytest.approx(full["final_eval"]["eval_loss"], abs=1e-6)
+    # final/ still names the source the run was converted from
+    with open(os.path.join(resumed["final_dir"], "conversion_report.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["source"] == str(source)

@@ -276,24 +276,14 @@ def test_a_run_that_learns_one_class_says_so_at_each_evaluation_and_in_its_resul
         assert json.load(fh)["warnings"] == result["warnings"]
 
 
-@pytest.mark.parametrize(
-    "conversion,expected",
-    [
-        ({"projected_length": 16}, {"model_type": "linformer", "projected_length": 16, "max_sequence_length": 64}),
-        (
-            {"target": "performer", "num_random_features": 16, "kernel": "relu"},
-            {"model_type": "performer", "num_random_features": 16, "kernel": "relu"},
-        ),
-    ],
-)
-def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path, conversion, expected):
+def tiny_roberta_dir(folder) -> str:
+    """A tiny RoBERTa masked LM at 64 positions with its tokenizer, saved in ``folder``: a source to convert."""
     import torch
-    from transformers import AutoConfig, RobertaConfig, RobertaForMaskedLM
+    from transformers import RobertaConfig, RobertaForMaskedLM
 
     from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
 
-    roberta_dir = tmp_path / "roberta"
-    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(roberta_dir), vocab_size=500, model_max_length=64)
+    tok = train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(folder), vocab_size=500, model_max_length=64)
     torch.manual_seed(0)
     RobertaForMaskedLM(
         RobertaConfig(
@@ -305,27 +295,73 @@ def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path, conve
             max_position_embeddings=66,
             pad_token_id=1,
         )
-    ).save_pretrained(roberta_dir)
-    recipe = load_recipe(
+    ).save_pretrained(folder)
+    return str(folder)
+
+
+def converting_recipe(source, conversion, output_dir, **overrides):
+    return load_recipe(
         FinetuneRecipe,
         None,
         extra={
-            "model.pretrained": str(roberta_dir),
+            "model.pretrained": source,
             "model.convert_from_roberta": conversion,
             "data.task": "sst2",
             "data.train_file": SST2_TRAIN,
             "data.validation_file": SST2_DEV,
             "data.max_train_samples": 64,
             "data.max_eval_samples": 64,
-            "training.output_dir": str(tmp_path / "out"),
+            "training.output_dir": str(output_dir),
             "training.num_train_epochs": 1,
             "training.per_device_train_batch_size": 16,
+            **overrides,
         },
     )
+
+
+@pytest.mark.parametrize(
+    "conversion,expected",
+    [
+        ({"projected_length": 16}, {"model_type": "linformer", "projected_length": 16, "max_sequence_length": 64}),
+        (
+            {"target": "performer", "num_random_features": 16, "kernel": "relu"},
+            {"model_type": "performer", "num_random_features": 16, "kernel": "relu"},
+        ),
+    ],
+)
+def test_finetune_from_a_roberta_checkpoint_converted_on_the_fly(tmp_path, conversion, expected):
+    from transformers import AutoConfig
+
+    recipe = converting_recipe(tiny_roberta_dir(tmp_path / "roberta"), conversion, tmp_path / "out")
     result = run_finetuning(recipe, show_progress=False)
     assert result["steps"] == 4
     config = AutoConfig.from_pretrained(tmp_path / "out" / "best")
     assert {key: getattr(config, key) for key in expected} == expected
+
+
+def test_a_resumed_run_on_a_converted_source_needs_no_source_and_keeps_its_conversion_settings(tmp_path):
+    """The conversion the run's first part saved is resumed, with the source gone (before, the recipe was refused
+    for a source that no longer existed); other conversion settings are refused, naming the field (before, the
+    saved conversion was taken and the new settings ignored)."""
+    import shutil
+
+    from linformer_hf.training.config import ConfigError
+
+    source = tiny_roberta_dir(tmp_path / "roberta")
+    conversion = {"max_sequence_length": 64, "projected_length": 16}
+    schedule = {"training.eval_steps": 2}
+    part = run_finetuning(
+        converting_recipe(source, conversion, tmp_path / "out", **schedule, **{"training.stop_after_steps": 2}),
+        show_progress=False,
+    )
+    assert part == {"stopped_at": 2}
+    shutil.rmtree(source)
+    latest = {**schedule, "training.resume_from_checkpoint": "latest"}
+    other = {**conversion, "projected_length": 8}
+    with pytest.raises(ConfigError, match=r"model.convert_from_roberta: .*'projected_length': 16.* in the checkpoint"):
+        run_finetuning(converting_recipe(source, other, tmp_path / "out", **latest), show_progress=False)
+    resumed = run_finetuning(converting_recipe(source, conversion, tmp_path / "out", **latest), show_progress=False)
+    assert resumed["steps"] == 4
 
 
 @pytest.mark.parametrize(

@@ -357,6 +357,13 @@ def completion_marker_callback(processes, limit: int | None = None, records: dic
 
 # Fields that change what is trained (refused on resume) and fields that change only how (a warning).
 _DATA_FIELDS_NOT_COMPARED = ("preprocessing_num_workers", "cache_dir", "max_eval_blocks")
+# Model config fields that say how a model is loaded or run, not what it is: a saved config adds auto_map, and the
+# Trainer saves use_cache off. Never compared, so that a config read back from a checkpoint agrees with the one the
+# run started from (an older checkpoint records them too).
+_MODEL_FIELDS_NOT_COMPARED = ("transformers_version", "_name_or_path", "auto_map", "use_cache")
+# The uptraining's conversion settings (model.convert_from_roberta, with its target). A checkpoint that records them
+# is resumed from its own converted model, without reading model.pretrained again; an older one lacks the key.
+CONVERSION_KEY = "model.convert_from_roberta"
 _SCHEDULE_FIELDS = (
     "learning_rate",
     "lr_scheduler_type",
@@ -379,8 +386,12 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
     ``recipe``: a pretraining or a fine-tuning recipe (then also its distillation section, and the files it reads);
     ``model_config``: the trained model's."""
     model = json.loads(model_config.to_json_string(use_diff=False))
-    for volatile in ("transformers_version", "_name_or_path"):
+    for volatile in _MODEL_FIELDS_NOT_COMPARED:
         model.pop(volatile, None)
+    conversion = recipe.model.convert_from_roberta
+    if conversion is not None:
+        # the target as the recipe's model.model_type implies it (fine-tuning's default: a Linformer)
+        conversion = {"target": getattr(recipe.model, "model_type", "linformer"), **conversion}
     vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
     data = {k: v for k, v in dataclasses.asdict(recipe.data).items() if k not in _DATA_FIELDS_NOT_COMPARED}
     from .config import FinetuneRecipe
@@ -393,6 +404,7 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
     tcfg = recipe.training
     must_match = {
         **{f"model.{k}": v for k, v in model.items()},
+        **({CONVERSION_KEY: conversion} if conversion is not None else {}),
         "tokenizer.vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
         **{f"data.{k}": v for k, v in data.items()},
         **{f"data.size_of {path}": os.path.getsize(path) for path in files if path and os.path.isfile(path)},
@@ -417,12 +429,25 @@ def _differences(saved: dict, now: dict) -> list[str]:
         for field in dataclasses.fields(section)
         if field.default is not dataclasses.MISSING
     }
-    keys = sorted(set(saved) | set(now))
+    not_compared = {f"model.{k}" for k in _MODEL_FIELDS_NOT_COMPARED}
+    # A checkpoint from before the conversion was recorded: its converted model's config is compared instead.
+    not_recorded = {k for k in (CONVERSION_KEY,) if k not in saved}
+    keys = sorted((set(saved) | set(now)) - not_compared - not_recorded)
     return [
         f"{k}: {saved.get(k, '(absent)')!r} in the checkpoint, {now.get(k, '(absent)')!r} now"
         for k in keys
         if saved.get(k) != now.get(k) and not (k not in saved and k in defaults and now.get(k) == defaults[k])
     ]
+
+
+def records_conversion(checkpoint: str) -> bool:
+    """Whether ``checkpoint`` records the uptraining conversion it was made from (`CONVERSION_KEY`), so that it can
+    be resumed from its own converted model and tokenizer."""
+    path = os.path.join(checkpoint, RECIPE_FILE)
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8") as fh:
+        return CONVERSION_KEY in json.load(fh).get("must_match", {})
 
 
 def check_resume_compatible(

@@ -302,7 +302,9 @@ class ModelSection:
     # and the log frequencies span more than 10).
     output_bias_init: str = "zeros"
 
-    def validate(self):
+    def validate(self, resuming: bool = False):
+        """``resuming``: the run resumes a checkpoint, which may hold the uptraining's converted model, so a source
+        out of reach is not refused here (`build_trainer` reads it only for an older checkpoint)."""
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model.model_type must be one of {MODEL_TYPES}, got {self.model_type!r}.")
         if self.trainable not in TRAINABLE:
@@ -345,7 +347,9 @@ class ModelSection:
                     "model.config_file / model.config are not read when model.convert_from_roberta is set (the "
                     "source's config is carried over): give n, k and the other settings in model.convert_from_roberta."
                 )
-            check_conversion(self.convert_from_roberta, self.pretrained, default_target=self.model_type)
+            check_conversion(
+                self.convert_from_roberta, self.pretrained, default_target=self.model_type, check_source=not resuming
+            )
         elif self.pretrained is not None:
             from .validation import check_model_source
 
@@ -365,8 +369,11 @@ def conversion_keys(settings: dict, default_target: str = "linformer") -> tuple[
     return ("target", "max_sequence_length", "seed", *noise, *family.setting_names)
 
 
-def check_conversion(settings: dict, pretrained: str, default_target: str = "linformer") -> None:
-    """model.convert_from_roberta names only known keys, and model.pretrained can be a checkpoint to convert."""
+def check_conversion(
+    settings: dict, pretrained: str, default_target: str = "linformer", check_source: bool = True
+) -> None:
+    """model.convert_from_roberta names only known keys, and (``check_source``) model.pretrained can be a checkpoint
+    to convert."""
     allowed = conversion_keys(settings, default_target)
     unknown = sorted(set(settings) - set(allowed))
     if unknown:
@@ -374,6 +381,8 @@ def check_conversion(settings: dict, pretrained: str, default_target: str = "lin
             f"Unknown key(s) {unknown} in model.convert_from_roberta (target "
             f"{settings.get('target', default_target)}); allowed: {', '.join(allowed)}."
         )
+    if not check_source:
+        return
     from .validation import check_model_source
 
     check_model_source(pretrained, "model.pretrained")
@@ -616,7 +625,7 @@ class PretrainRecipe:
     training: PretrainTrainingSection
 
     def validate(self):
-        self.model.validate()
+        self.model.validate(resuming=bool(self.training.resume_from_checkpoint))
         if self.tokenizer.name_or_path is None:
             if self.model.pretrained is None:
                 raise ConfigError(
@@ -756,9 +765,11 @@ class FinetuneModelSection:
     # projected_length: 128}, or {target: performer, num_random_features: 256, kernel: softmax} for a Performer.
     convert_from_roberta: dict | None = None
 
-    def validate(self):
+    def validate(self, resuming: bool = False):
+        """``resuming``: a resumed run takes the conversion its first part saved, so a source out of reach is not
+        refused here (`convert_roberta_for_finetuning` reads it only where there is none)."""
         if self.convert_from_roberta is not None:
-            check_conversion(self.convert_from_roberta, self.pretrained)
+            check_conversion(self.convert_from_roberta, self.pretrained, check_source=not resuming)
             return
         if not os.path.isdir(self.pretrained):
             raise ConfigError(
@@ -836,6 +847,6 @@ class FinetuneRecipe:
 
     def validate(self):
         self.data.validate()
-        self.model.validate()
+        self.model.validate(resuming=bool(self.training.resume_from_checkpoint))
         self.training.validate()
         self.distillation.validate()

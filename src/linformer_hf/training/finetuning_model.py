@@ -157,6 +157,9 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
     state = PartialState()
     with state.main_process_first():
         if state.is_main_process and not (reuse and os.path.isfile(os.path.join(target, "config.json"))):
+            from .validation import check_model_source
+
+            check_model_source(mcfg.pretrained, "model.pretrained")  # a resumed recipe's was not checked
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
             except (OSError, ValueError, StrictDataclassError) as err:

@@ -170,7 +170,9 @@ def convert_masked_lm(section: ModelSection):
     it came from). Its masked-LM head must have been trained: a checkpoint saved without one (a sentence encoder) is
     refused, not given a random head."""
     from ..conversion import convert_model, load_source
+    from .validation import check_model_source
 
+    check_model_source(section.pretrained, "model.pretrained")
     settings = dict(section.convert_from_roberta)
     target = settings.pop("target", section.model_type)
     try:
@@ -196,6 +198,27 @@ def convert_masked_lm(section: ModelSection):
             f"Could not convert model.pretrained={section.pretrained}: {' '.join(str(err).split())}"
         ) from None
     return model, report
+
+
+def load_uptrained_checkpoint(section: ModelSection, checkpoint: str):
+    """The converted model that an uptraining run saved in ``checkpoint``, to resume it without reading
+    model.pretrained again: a Hub name offline, or a folder since moved, would stop the resume. The checkpoint's
+    recipe records the conversion's settings, and the resume compares them with the recipe's."""
+    config_cls, model_cls = _classes(section.model_type)
+    saved_type = config_cls.from_pretrained(checkpoint).model_type
+    if saved_type != section.model_type:
+        raise ConfigError(
+            f"Checkpoint {checkpoint} holds a {saved_type!r} model but model.model_type is {section.model_type!r}: "
+            f"resume it with the recipe it was made with."
+        )
+    model, loading = model_cls.from_pretrained(checkpoint, output_loading_info=True)
+    if loading["missing_keys"]:
+        missing = loading["missing_keys"]
+        raise ConfigError(
+            f"Checkpoint {checkpoint} lacks {len(missing)} weight(s) of its model (e.g. {missing[0]}): it is torn. "
+            f"Resume an earlier checkpoint by its folder, or start over."
+        )
+    return model
 
 
 def build_mlm_model(section: ModelSection, tokenizer):

@@ -59,6 +59,7 @@ from .checkpointing import (
     publish_dir,
     read_checkpoint_state,
     recipe_fingerprint,
+    records_conversion,
     resolve_checkpoint,
     temporary_name,
 )
@@ -75,7 +76,13 @@ from .guards import (
 )
 from .loop import finish_trainer, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
-from .model_setup import build_mlm_model, build_model_config, convert_masked_lm, init_output_bias
+from .model_setup import (
+    build_mlm_model,
+    build_model_config,
+    convert_masked_lm,
+    init_output_bias,
+    load_uptrained_checkpoint,
+)
 from .tokenizer import load_tokenizer
 from .validation import check_model_files, check_tokenizer_fits_model, runs_on_cpu, warn_if_mixed_precision_ignored
 
@@ -561,6 +568,25 @@ class RunEvents(TrainerCallback):
 CONVERSION_REPORT = "conversion_report.json"  # an uptraining run's conversion, in its output_dir and final/
 
 
+def resumed_uptraining_line(recipe: PretrainRecipe, checkpoint: str, output_dir: str) -> str:
+    """What a resumed uptraining reads: its checkpoint's converted model, not model.pretrained (named, with the
+    source the run's conversion report gives where that differs)."""
+    path = os.path.join(output_dir, CONVERSION_REPORT)
+    source = None
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            source = json.load(fh).get("source")
+    line = (
+        f"Resuming the uptraining from {checkpoint}: its converted model and tokenizer are read from the checkpoint; "
+        f"model.pretrained={recipe.model.pretrained} is not read again."
+    )
+    if source is None:
+        return line + f" ({path} is missing: final/ will not name the source.)"
+    if source != recipe.model.pretrained:
+        return line + f" The run was converted from {source} ({CONVERSION_REPORT})."
+    return line
+
+
 def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_progress: bool = True):
     """Check the inputs and claim the output directory, then build the data, the model, its optimizer and schedule,
     and the `MaskedLMTrainer` that runs them (stopped after the update in which ``stop`` is set, with a checkpoint;
@@ -576,13 +602,20 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     # An earlier run's folder, before a source is downloaded or converted (claim_output_dir checks it again, locked)
     check_output_dir_unused(tcfg.output_dir, resume_dir is not None, tcfg.overwrite_output_dir)
+    uptraining = recipe.model.convert_from_roberta is not None
+    # Uptraining: the source converted once, when the run starts. A resumed run reads the converted model (and the
+    # source's tokenizer, when the recipe names no other) from its checkpoint instead, so the source may be out of
+    # reach by then; a checkpoint from before the conversion was recorded converts the source again.
+    resumed_uptraining = uptraining and resume_dir is not None and records_conversion(resume_dir)
+    of_model = recipe.tokenizer.name_or_path == recipe.model.pretrained
     tokenizer = load_tokenizer(
-        recipe.tokenizer.name_or_path, of_model=recipe.tokenizer.name_or_path == recipe.model.pretrained
+        resume_dir if resumed_uptraining and of_model else recipe.tokenizer.name_or_path,
+        of_model=of_model and not resumed_uptraining,
     )
-    # Uptraining: the source converted once here (a resumed run converts it again, then loads the checkpoint over it).
-    converted, conversion = (
-        convert_masked_lm(recipe.model) if recipe.model.convert_from_roberta is not None else (None, None)
-    )
+    if resumed_uptraining:
+        converted, conversion = load_uptrained_checkpoint(recipe.model, resume_dir), None
+    else:
+        converted, conversion = convert_masked_lm(recipe.model) if uptraining else (None, None)
     if converted is not None:
         model_config = converted.config
     elif recipe.model.pretrained:
@@ -621,6 +654,8 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     if conversion is not None and processes.is_main_process:  # what final/ (and its model card) came from
         write_json_atomic(os.path.join(tcfg.output_dir, CONVERSION_REPORT), conversion.to_dict())
         print(conversion.summary(), flush=True)
+    if resumed_uptraining and processes.is_main_process:
+        print(resumed_uptraining_line(recipe, resume_dir, tcfg.output_dir), flush=True)
     compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
 
