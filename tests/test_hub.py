@@ -94,6 +94,10 @@ def test_dry_run_folder_loads_in_a_clean_process_without_the_package(converted, 
         config = json.loads(open(os.path.join(output_dir, "config.json")).read())
         assert config["auto_map"]["AutoModel"] == "modeling_linformer.LinformerModel"
         assert len(config["auto_map"]) == 7
+        # transformers 5 saves where the tokenizer was loaded from (here: a local folder, offline); a Hub repo is not
+        tokenizer_config = json.loads(open(os.path.join(output_dir, "tokenizer_config.json")).read())
+        assert not {"is_local", "local_files_only"} & set(tokenizer_config)
+        assert tokenizer_config["tokenizer_class"]
 
         prepared[architecture] = output_dir
 
@@ -698,3 +702,32 @@ def test_a_performer_pretrained_from_scratch_gets_its_card_from_the_config_and_e
     assert "Masked-LM validation (from `eval_results.json`): eval_loss = 5.0, perplexity = 148.41." in content
     assert "Warm-started" not in content and "Distilled" not in content and "Converted from" not in content
     assert "eval_results.json" in os.listdir(tmp_path / "folder")
+
+
+def test_the_cards_loading_snippet_runs_as_written_without_the_package_and_asks_nothing(converted, tmp_path):
+    """The card's "How to load" code, with the repo id pointing at the dry-run folder, in a fresh process that does
+    not import linformer_hf and has no terminal to answer with. Before, its AutoTokenizer line (no
+    trust_remote_code) made transformers 5 ask whether to run the folder's code: a prompt in every notebook."""
+    import subprocess
+
+    _, folders = converted
+    output_dir = str(tmp_path / "folder")
+    repo_id = "someone/linformer-mlm"
+    push_to_hub.main(
+        [folders["RobertaForMaskedLM"], repo_id, "--dry_run", "--output_dir", output_dir, "--skip_remote_check"]
+    )
+    card = open(os.path.join(output_dir, "README.md"), encoding="utf-8").read()
+    loading = card.split("## How to load", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", loading, re.S).group(1)
+    assert "AutoTokenizer.from_pretrained" in snippet
+    script = snippet.replace(f'"{repo_id}"', repr(output_dir)) + (
+        "\nimport sys\nassert 'linformer_hf' not in sys.modules\n"
+        "print(type(model).__module__, tuple(outputs.logits.shape))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    completed = subprocess.run(
+        [sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "run the custom code" not in completed.stdout + completed.stderr
+    assert completed.stdout.startswith("transformers_modules.")

@@ -636,6 +636,24 @@ def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+# What transformers 5 writes into a saved tokenizer_config.json about the machine that loaded it (a local folder, an
+# offline run), not about the tokenizer; a repository on the Hub is neither.
+MACHINE_TOKENIZER_SETTINGS = ("is_local", "local_files_only")
+
+
+def drop_machine_settings(tokenizer_config: str) -> None:
+    """Remove `MACHINE_TOKENIZER_SETTINGS` from a tokenizer_config.json that is about to be published."""
+    if not os.path.isfile(tokenizer_config):
+        return
+    settings = _read_json(tokenizer_config)
+    if any(key in settings for key in MACHINE_TOKENIZER_SETTINGS):
+        for key in MACHINE_TOKENIZER_SETTINGS:
+            settings.pop(key, None)
+        with open(tokenizer_config, "w", encoding="utf-8") as handle:
+            json.dump(settings, handle, indent=2, ensure_ascii=False)
+            handle.write("\n")
+
+
 def prepare_model_folder(
     model_dir: str,
     output_dir: str,
@@ -692,6 +710,7 @@ def prepare_model_folder(
         shutil.rmtree(output_dir)
     model.save_pretrained(output_dir)  # safetensors + config with the full auto_map + the modeling files
     tokenizer.save_pretrained(output_dir)
+    drop_machine_settings(os.path.join(output_dir, "tokenizer_config.json"))
     copy_sentence_transformers_modules(model_dir, output_dir)  # what the card's sentence-encoder section uses
     for name, (path, _) in find_provenance(model_dir).items():
         shutil.copy(path, os.path.join(output_dir, name))
