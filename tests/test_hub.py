@@ -731,3 +731,31 @@ def test_the_cards_loading_snippet_runs_as_written_without_the_package_and_asks_
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "run the custom code" not in completed.stdout + completed.stderr
     assert completed.stdout.startswith("transformers_modules.")
+
+
+def test_a_local_source_is_named_by_its_folder_only_and_the_push_says_how_to_name_it(converted, tmp_path, capsys):
+    """A card shows a local source by its folder's name, never its full path; one from another machine (a path that
+    does not exist here) is not taken for a Hub name. Before, the card printed the whole path, and such a path went
+    into the base_model metadata."""
+    _, folders = converted
+    folder = folders["RobertaForMaskedLM"]
+    report = json.loads(open(os.path.join(folder, "conversion_report.json")).read())
+    source = report["source"]
+    output_dir = str(tmp_path / "folder")
+    push_to_hub.main([folder, "someone/x", "--dry_run", "--output_dir", output_dir, "--skip_remote_check"])
+    card = open(os.path.join(output_dir, "README.md"), encoding="utf-8").read()
+    assert source not in card and os.path.dirname(source) not in card
+    name = os.path.basename(source)
+    assert f"checkpoint `{name}` (a local folder; its Hub name was not given)" in card
+    assert f"names the source {source} by its folder name only" in capsys.readouterr().err
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "conversion_report.json").write_text(json.dumps(dict(report, source="/home/alice/models/roberta")))
+    content = render_model_card(load_linformer(folder), "someone/x", model_dir=str(elsewhere))
+    assert validate_model_card(content).get("base_model") is None
+    assert "`roberta` (a local folder" in content and "/home/alice" not in content
+    named = render_model_card(
+        load_linformer(folder), "someone/x", model_dir=str(elsewhere), card_info={"base_model": "owner/roberta"}
+    )
+    assert validate_model_card(named)["base_model"] == "owner/roberta" and "a local folder" not in named

@@ -270,7 +270,26 @@ def _read_recipe(path: str) -> str:
 
 
 def _is_local(path: str) -> bool:
-    return os.path.exists(path)
+    """A local folder: one here, or a path that cannot be a Hub repo id (a folder of the machine the model was made
+    on, which a card must not present as a Hub name)."""
+    if os.path.exists(path):
+        return True
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(path)
+    except HFValidationError:
+        return True
+    return False
+
+
+def _display_name(path: str, hub_name: str | None) -> tuple[str, bool]:
+    """How a card names a source or teacher: its Hub name, else only its local folder's name (a full path means
+    nothing to a reader and may say more about the machine than its owner wants); and whether it is the latter."""
+    if hub_name:
+        return hub_name, False
+    return os.path.basename(os.path.normpath(path)) or path, True
 
 
 def find_provenance(model_dir: str | None) -> dict[str, tuple[str, object]]:
@@ -496,11 +515,16 @@ def render_model_card(
         )
     if base_model and not recorded_source:
         raise ValueError("card_info base_model is given but the folder has no conversion or transfer report.")
+    source_is_local = teacher_is_local = False
     if conversion:
-        source_display = _hub_name(conversion["source"], local_source, base_model) or conversion["source"]
+        source_display, source_is_local = _display_name(
+            conversion["source"], _hub_name(conversion["source"], local_source, base_model)
+        )
     teacher_display = None
     if transfer:
-        teacher_display = _hub_name(transfer["teacher"], local_source, base_model) or transfer["teacher"]
+        teacher_display, teacher_is_local = _display_name(
+            transfer["teacher"], _hub_name(transfer["teacher"], local_source, base_model)
+        )
     hub_base_model = _hub_name(recorded_source, local_source, base_model) if recorded_source else None
 
     base_model_license = source_license = None
@@ -584,6 +608,7 @@ def render_model_card(
         conversion=conversion,
         source_family=source_family,
         source_display=source_display,
+        source_is_local=source_is_local,
         conversion_inits="; ".join(sorted(set(conversion["initialised"].values()))) or "none (parameter-free pooling)"
         if conversion
         else None,
@@ -597,6 +622,7 @@ def render_model_card(
         ),
         transfer=describe_transfer(transfer, before_fallback, family.transfer_trainable(model)) if transfer else None,
         teacher_display=teacher_display,
+        teacher_is_local=teacher_is_local,
         base_model_license=base_model_license,
         sentence_encoder=sentence_encoder,
         provenance_files=sorted(provenance),
@@ -654,6 +680,17 @@ def drop_machine_settings(tokenizer_config: str) -> None:
             handle.write("\n")
 
 
+def unnamed_local_source(model_dir: str, card_info: dict | None) -> str | None:
+    """The local folder a model was converted or transferred from, where card_info gives no Hub name for it."""
+    provenance = find_provenance(model_dir)
+    conversion = provenance.get("conversion_report.json", (None, None))[1]
+    transfer = provenance.get("transfer_report.json", (None, None))[1]
+    source = conversion["source"] if conversion else transfer["teacher"] if transfer else None
+    if source and _is_local(source) and not (card_info or {}).get("base_model"):
+        return source
+    return None
+
+
 def prepare_model_folder(
     model_dir: str,
     output_dir: str,
@@ -705,6 +742,13 @@ def prepare_model_folder(
     card = render_model_card(
         model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path, tokenizer=tokenizer
     )
+    unnamed = unnamed_local_source(model_dir, card_info)
+    if unnamed:
+        print(
+            f"note: the card names the source {unnamed} by its folder name only: give its Hub name as card_info "
+            f"base_model (owner/name) to name and link it (the card's base_model).",
+            file=sys.stderr,
+        )
 
     if os.path.isdir(output_dir):
         shutil.rmtree(output_dir)
