@@ -942,3 +942,13 @@ def test_favor_precision_script_measures_every_variant_and_counts_ops(tmp_path, 
     assert "| 0.5 | 32 | 16 |" in capsys.readouterr().out
     ops = favor_precision.count_ops()
     assert ops["bmm"] == 3 and ops["exp"] == 2  # phi(K)^T V, phi(Q) (.), the normaliser; one exp per side
+
+
+def test_a_causal_lm_from_an_encoders_folder_is_refused_with_the_fix_and_the_fix_loads_it(tmp_path):
+    """A masked LM's folder under the causal-LM class: the error names the keyword that makes it load, and it does."""
+    torch.manual_seed(0)
+    PerformerForMaskedLM(tiny_performer()).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"from_pretrained\(path, is_decoder=True\)"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, is_decoder=True)
+    assert isinstance(model, PerformerForCausalLM) and model.config.is_decoder

@@ -825,7 +825,9 @@ class PerformerForCausalLM(PerformerPreTrainedModel, GenerationMixin):
         if not config.is_decoder:
             raise ValueError(
                 f"{type(self).__name__} needs `is_decoder=True` in its config: a bidirectional encoder sees the "
-                "tokens it is asked to predict, so next-token training would learn to copy them."
+                "tokens it is asked to predict, so next-token training would learn to copy them. Set it: "
+                "`PerformerConfig(..., is_decoder=True)`, or `from_pretrained(path, is_decoder=True)` for a saved "
+                "model (its encoder's weights then attend causally)."
             )
         super().__init__(config)
         self.roberta = PerformerModel(config, add_pooling_layer=False)
