@@ -3,6 +3,7 @@ message that names the problem: schedule and step counts, held-out percentages, 
 and the scripts' `error:` line instead of a traceback."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -725,6 +726,31 @@ def test_a_row_with_another_number_of_fields_than_the_header_is_named(model_dir,
     assert load_task_data(finetune(model_dir, **{"data.train_file": str(good), "data.validation_file": str(good)}))[
         "train"
     ]["sentence"] == ["hello, world", "fine"]
+
+
+def test_empty_text_cells_are_counted_and_named_by_line(model_dir, tmp_path, caplog):
+    """An empty or blank text cell (TSV, CSV, JSON lines) is read as empty text, and said, with its line; before,
+    nothing was said. Files without one say nothing."""
+    from linformer_hf.training.finetuning import load_task_data
+
+    files = {
+        "a.tsv": "sentence\tlabel\na fine film\t1\n\t0\n   \t1\ndull\t0\n",
+        "b.csv": 'sentence,label\n"fine",1\n,0\n"dull",0\n',
+        "c.jsonl": '{"sentence": "fine", "label": 1}\n{"sentence": "", "label": 0}\n{"label": 1}\n',
+    }
+    expected = {"a.tsv": "2 of 4 row\\(s\\) .* \\(line 3, line 4\\)", "b.csv": "1 of 3 .* \\(line 3\\)",
+                "c.jsonl": "2 of 3 .* \\(line 2, line 3\\)"}  # fmt: skip
+    good = write_sst2(tmp_path / "good.tsv", ["0", "1"] * 4)
+    for name, text in files.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            splits = load_task_data(finetune(model_dir, **{"data.train_file": str(path), "data.validation_file": good}))
+        said = [r.getMessage() for r in caplog.records if "empty or missing 'sentence'" in r.getMessage()]
+        assert len(said) == 1 and re.search(f"{name}: {expected[name]}; they are read as empty text", said[0]), said
+        assert len(splits["train"]) == len(text.strip().splitlines()) - (name != "c.jsonl")  # no row dropped
+    assert not [r for r in caplog.records if good in r.getMessage()]
 
 
 def test_files_that_would_be_ignored_or_too_few_rows_to_hold_out_are_refused(model_dir, tmp_path):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .config import ConfigError, FinetuneRecipe
 from .errors import hub_unreachable_error
 from .tasks import TASKS, Task, with_classes_of
-from .validation import check_field_counts, check_has_rows, check_labels, unreadable_file_error
+from .validation import check_field_counts, check_has_rows, check_labels, unreadable_file_error, warn_empty_texts
 
 
 @dataclass
@@ -119,11 +119,10 @@ def check_columns(ds, task: Task, source: str, need_labels: bool = True):
             f"{source} lacks column(s) {missing} needed by this task; it has {ds.column_names}. "
             f"The task expects columns {needed}."
         )
+    header_rows = 1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
     if task.label_column in ds.column_names:
-        header_rows = (
-            1 if source.lower().endswith((".csv", ".tsv")) else 0 if source.lower().endswith(".jsonl") else None
-        )
         check_labels(ds, task.label_column, task.num_labels, source, header_rows)
+    warn_empty_texts(ds, task.text_columns, source, header_rows)
 
 
 def _split_names(hub: dict) -> list[str]:

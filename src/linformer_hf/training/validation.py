@@ -51,13 +51,41 @@ def check_labels(ds, label_column: str, num_labels: int, source: str, header_row
             bad.append((row, value))
     if not bad:
         return
-    where = (lambda row: f"row {row + 1}") if header_rows is None else (lambda row: f"line {row + 1 + header_rows}")
+    where = _row_name(header_rows)
     shown = "; ".join(f"{where(row)}: {'missing' if value is None else repr(value)}" for row, value in bad[:MAX_LISTED])
     more = f" (and {len(bad) - MAX_LISTED} more)" if len(bad) > MAX_LISTED else ""
     raise ConfigError(
         f"{source}: {len(bad)} row(s) of column {label_column!r} are not a class index in [0, {num_labels}) "
         f"(integers 0..{num_labels - 1}, one per row): {shown}{more}. Fix or remove these rows."
     )
+
+
+def _row_name(header_rows: int | None):
+    """How a message names row ``row`` (0-based) of a data set: by its file line where the file has a line per row."""
+    return (lambda row: f"row {row + 1}") if header_rows is None else (lambda row: f"line {row + 1 + header_rows}")
+
+
+def warn_empty_texts(ds, text_columns, source: str, header_rows: int | None = None) -> int:
+    """Say how many rows have an empty or missing text cell (read as empty text: the model sees only its special
+    tokens), naming the first; returns that count. A warning, not an error: real data sets hold a few (GLUE's QQP)."""
+    empty = sorted(
+        {row for column in text_columns for row, text in enumerate(ds[column]) if text is None or not str(text).strip()}
+    )
+    if empty:
+        where = _row_name(header_rows)
+        shown = ", ".join(where(row) for row in empty[:MAX_LISTED])
+        more = f" (and {len(empty) - MAX_LISTED} more)" if len(empty) > MAX_LISTED else ""
+        logger.warning(
+            "%s: %d of %d row(s) have an empty or missing %s (%s%s); they are read as empty text. Fix or remove them "
+            "if that is not meant.",
+            source,
+            len(empty),
+            len(ds),
+            " or ".join(repr(c) for c in text_columns),
+            shown,
+            more,
+        )
+    return len(empty)
 
 
 def runs_on_cpu() -> bool:
