@@ -571,13 +571,14 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict, max_seq_leng
         f"{manifest['authors']} authors; passages of {manifest['passage_tokens']} tokens: {passages['train']} "
         f"training, {passages['validation']} validation (model choice), {passages['test']} test (held-out books; "
         "the score). Each model reads a passage's first n tokens. Time per passage: inference on the test split. "
+        "Run s: each run's wall time, tokenising, evaluations and test included. "
         f"Load average when written: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}.",
         "",
         "Against the teacher: the test accuracy's difference in points, passage by passage, with its 95% paired "
         "bootstrap interval and the exact McNemar test's p.",
         "",
         "| run | n | test accuracy | against the teacher (95% interval; p) | validation accuracy "
-        "| s / passage (inference) | updates | training s |",
+        "| s / passage (inference) | updates | run s (wall) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
