@@ -33,7 +33,7 @@ import time
 from linformer_hf import LinformerConfig
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.outputs import write_json_atomic, write_text_atomic
-from linformer_hf.training.checkpointing import list_checkpoints
+from linformer_hf.training.checkpointing import list_checkpoints, moved_files_hint
 from linformer_hf.training.config import ConfigError, PretrainRecipe, build_section, load_recipe, load_yaml
 from linformer_hf.training.errors import USER_ERRORS, report
 from linformer_hf.training.pretraining import LOOP_CHECKPOINTS, read_final_summary
@@ -172,7 +172,7 @@ def check_settings(plan: BooksPlan, mine: list[str] = ()) -> None:
             raise ConfigError(
                 f"run {run.name} in {run_dir(plan, run)} was started with other settings ({'; '.join(differs)}; "
                 f"{settings_path(plan, run)}): it would be reported as the plan's. Restore them, or give the changed "
-                "run another name (or the plan another output_dir)."
+                "run another name (or the plan another output_dir)." + moved_files_hint(differs)
             )
 
 

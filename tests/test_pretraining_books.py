@@ -679,6 +679,13 @@ def test_the_figure3_plan_runs_each_model_once_on_the_same_tokens_and_collates_t
     assert "run n128 in " in err and "data.input_length: 128 then, 64 now" in err and err.count("\n") == 1
     with pytest.raises(ConfigError, match="data.input_length: 128 then, 64 now"):
         books_pretraining.run_plan(plan)
+    assert "ln -s" not in err  # not a moved file
+    plan.runs[1].overrides["data.input_length"] = 128
+    moved = shutil.copytree(tokenizer_dir, tmp_path / "tokenizer-moved")  # the same tokenizer, elsewhere
+    plan.shared = {**plan.shared, "tokenizer.name_or_path": str(moved)}
+    with pytest.raises(ConfigError, match=r"tokenizer.name_or_path: .* If only files moved .*\(ln -s NEW OLD\)"):
+        books_pretraining.check_settings(plan)
+    plan.shared["tokenizer.name_or_path"] = tokenizer_dir
     # a run that failed as it started (no checkpoint, no summary) is not held to its settings: fixed, it starts over
     failed = books_pretraining.Run("n64", {"model.config.max_sequence_length": 64, "data.input_length": 64})
     plan.runs = [plan.runs[0], failed]

@@ -105,6 +105,26 @@ def test_a_checkpoint_made_before_a_data_field_existed_resumes_while_the_field_i
     assert run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")["completed_steps"] == 4
 
 
+def test_a_run_whose_data_moved_is_told_how_to_go_on_and_the_way_works(tokenizer_dir, small_corpus, tmp_path):
+    """A record knows its data by path: moved data is refused, with the link that resumes it (and it does)."""
+    out = tmp_path / "run"
+    data = tmp_path / "data"
+    data.mkdir()
+    old = data / "corpus.txt"
+    shutil.copy(small_corpus, old)
+    run(tokenizer_dir, str(old), out, max_steps=4, stop_after_steps=2)
+    moved = tmp_path / "moved.txt"
+    os.replace(old, moved)
+    with pytest.raises(ConfigError, match=r"data.train_files: .* If only files moved .* \(ln -s NEW OLD\)"):
+        run(tokenizer_dir, str(moved), out, max_steps=4, resume_from_checkpoint="latest")
+    os.symlink(moved, old)
+    assert run(tokenizer_dir, str(old), out, max_steps=4, resume_from_checkpoint="latest")["completed_steps"] == 4
+    # a difference that is not a location gets no such hint
+    with pytest.raises(ConfigError, match="training.seed") as refused:
+        run(tokenizer_dir, str(old), tmp_path / "run", max_steps=6, seed=7, resume_from_checkpoint="latest")
+    assert "ln -s" not in str(refused.value)
+
+
 # ------------------------------------------------------------------------------------------------------------------
 # whose output directory
 # ------------------------------------------------------------------------------------------------------------------

@@ -440,6 +440,33 @@ def _differences(saved: dict, now: dict) -> list[str]:
     ]
 
 
+# The recipe fields that name where a run's inputs are read from: its record knows them by these paths.
+LOCATION_FIELDS = (
+    "tokenizer.name_or_path",
+    "model.config_file",
+    "data.train_files",
+    "data.validation_files",
+    "data.train_file",
+    "data.validation_file",
+    "data.test_file",
+    "data.datasets",
+    "data.validation_datasets",
+    "data.dataset",
+    "data.size_of ",
+)
+
+
+def moved_files_hint(differences: list[str]) -> str:
+    """A way out for a run whose inputs only moved (``differences``: "field: ..." lines): its record knows them by
+    path (`LOCATION_FIELDS`)."""
+    if not any(difference.startswith(LOCATION_FIELDS) for difference in differences):
+        return ""
+    return (
+        " If only files moved (the same data or tokenizer under another path), link the old path to the new one "
+        "(ln -s NEW OLD) and go on with the old path."
+    )
+
+
 def records_conversion(checkpoint: str) -> bool:
     """Whether ``checkpoint`` records the uptraining conversion it was made from (`CONVERSION_KEY`), so that it can
     be resumed from its own converted model and tokenizer."""
@@ -484,7 +511,7 @@ def check_resume_compatible(
     if differs:
         raise ConfigError(
             f"{whose}: its recipe differs in {len(differs)} field(s): " + "; ".join(differs) + ". Resume with the "
-            f"recipe it was made with, {options.start_over}."
+            f"recipe it was made with, {options.start_over}." + moved_files_hint(differs)
         )
     step = read_checkpoint_state(checkpoint)["global_step"]
     if max_steps is not None and step > max_steps:
