@@ -11,7 +11,7 @@ def test_defaults_follow_the_paper_and_fairseq():
     config = LinformerConfig()
     assert (config.max_sequence_length, config.projected_length) == (512, 128)
     assert config.sharing == "headwise" and config.projection == "linear"
-    assert config.max_position_embeddings == 514  # n + RoBERTa's offset of 2
+    assert config.max_position_embeddings == 514  # n + RoBERTa's offset of pad_token_id + 1 = 2
     assert not config.is_decoder
 
 
@@ -54,6 +54,7 @@ def test_round_trip_through_json_and_auto_config(tmp_path):
         ),
         (dict(is_decoder=True), "Linformer cannot be a decoder"),
         (dict(add_cross_attention=True), "Linformer cannot be a decoder"),
+        (dict(num_hidden_layers=0), "`num_hidden_layers` must be at least 1"),
     ],
 )
 def test_impossible_settings_fail_at_construction_naming_the_field(settings, message):
@@ -81,3 +82,50 @@ def test_assigning_a_bad_option_is_rejected():
     with pytest.raises(StrictDataclassError, match="'projection' expected one of"):
         config.projection = "median"
     assert config.projection == "linear"
+
+
+SMALL = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    max_sequence_length=16,
+    projected_length=8,
+)
+
+
+def test_settings_changed_after_the_config_was_built_are_checked_when_a_model_is_made(tmp_path):
+    """from_pretrained's keyword overrides and assignments had only each field's type checked: a decoder, an n past
+    the position table or a k > n went through, and failed later with an index error, or silently (a Linformer asked
+    to be causal stayed bidirectional)."""
+    from transformers import AutoModel
+
+    from linformer_hf import LinformerModel
+
+    LinformerModel(LinformerConfig(**SMALL)).save_pretrained(tmp_path)
+    with pytest.raises(StrictDataclassError, match="Linformer cannot be a decoder"):
+        AutoModel.from_pretrained(tmp_path, is_decoder=True)
+    with pytest.raises(StrictDataclassError, match=r"`max_position_embeddings`=18 is too small .* at least 34"):
+        AutoModel.from_config(AutoConfig.from_pretrained(tmp_path, max_sequence_length=32))
+    config = AutoConfig.from_pretrained(tmp_path)
+    config.max_sequence_length = 4
+    with pytest.raises(StrictDataclassError, match="k=8 is larger than `max_sequence_length` n=4"):
+        LinformerModel(config)
+    assert isinstance(AutoModel.from_pretrained(tmp_path, hidden_dropout_prob=0.3), LinformerModel)  # a valid change
+
+
+def test_the_position_table_follows_the_pad_id():
+    """RoBERTa numbers positions from pad_token_id + 1: with a pad id of 10, n + 2 rows were too few, and inputs
+    near n failed with an index error."""
+    import torch
+
+    from linformer_hf import LinformerModel
+
+    config = LinformerConfig(**{**SMALL, "pad_token_id": 10})
+    assert config.max_position_embeddings == 16 + 11
+    ids = torch.randint(11, 99, (1, 16))
+    assert LinformerModel(config).eval()(ids).last_hidden_state.shape == (1, 16, 32)
+    assert LinformerConfig(**{**SMALL, "pad_token_id": 0}).max_position_embeddings == 17
+    with pytest.raises(StrictDataclassError, match="`pad_token_id`=10\\), so it needs at least 27"):
+        LinformerConfig(**{**SMALL, "pad_token_id": 10, "max_position_embeddings": 18})

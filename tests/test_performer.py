@@ -952,3 +952,39 @@ def test_a_causal_lm_from_an_encoders_folder_is_refused_with_the_fix_and_the_fix
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
     model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, is_decoder=True)
     assert isinstance(model, PerformerForCausalLM) and model.config.is_decoder
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_left_padding_of_any_id_or_as_embeddings_leaves_the_real_tokens_outputs_alone(is_decoder):
+    """Positions count the tokens the mask says are real. Before, they counted the ids that were not pad_token_id
+    (RoBERTa's rule): left padding with another id (</s>, as decoders often pad) or passed as inputs_embeds moved every
+    real token onto other positions, and changed their outputs by about 2.7, without a word."""
+    torch.manual_seed(0)
+    config = tiny_performer(is_decoder=is_decoder)
+    model = PerformerModel(config).eval()
+    ids = random_batch(1, 10)
+    mask = torch.cat([torch.zeros(1, 4), torch.ones(1, 10)], 1).long()
+    with torch.no_grad():
+        alone = model(ids).last_hidden_state
+        for pad_id in (config.pad_token_id, config.eos_token_id):
+            padded = torch.cat([torch.full((1, 4), pad_id), ids], 1)
+            out = model(padded, attention_mask=mask).last_hidden_state[:, 4:]
+            torch.testing.assert_close(out, alone, atol=1e-5, rtol=0, msg=f"padded with id {pad_id}")
+            embedded = model(inputs_embeds=model.embeddings.word_embeddings(padded), attention_mask=mask)
+            torch.testing.assert_close(embedded.last_hidden_state[:, 4:], alone, atol=1e-5, rtol=0)
+
+
+def test_settings_that_cannot_work_are_refused_however_they_reach_the_model(tmp_path):
+    """A from_pretrained override is checked as the constructor checks it (before: torch.cat's or range()'s error at
+    the first forward); an attention kernel is refused with the reason (before: transformers' "not supported yet");
+    a position table that holds no token is refused (before: "max_length=0" at the forward)."""
+    PerformerModel(tiny_performer()).save_pretrained(tmp_path)
+    with pytest.raises(StrictDataclassError, match="`num_random_features` must be a positive integer, got 0"):
+        AutoModel.from_pretrained(tmp_path, num_random_features=0)
+    with pytest.raises(StrictDataclassError, match="`causal_chunk_size` must be a positive integer"):
+        AutoModel.from_pretrained(tmp_path, is_decoder=True, causal_chunk_size=0)
+    with pytest.raises(ValueError, match="Performer cannot run attn_implementation='sdpa': FAVOR\\+ forms no"):
+        AutoModel.from_pretrained(tmp_path, attn_implementation="sdpa")
+    with pytest.raises(StrictDataclassError, match="`max_position_embeddings`=2 holds no token"):
+        tiny_performer(max_position_embeddings=2)
+    assert AutoModel.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"

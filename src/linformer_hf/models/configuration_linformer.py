@@ -41,7 +41,8 @@ class LinformerConfig(RobertaConfig):
     r"""
     max_sequence_length (`int`, defaults to 512):
         n: the longest input the model accepts, and the width of E and F. Inputs shorter than n use the first
-        columns of E and F. `max_position_embeddings` defaults to n + 2 (RoBERTa's position offset).
+        columns of E and F. `max_position_embeddings` defaults to n + 2 (RoBERTa numbers positions from
+        pad_token_id + 1).
     projected_length (`int` or `list[int]`, defaults to 128):
         k: the number of compressed key/value rows. A list gives one k per layer (the paper's nonuniform
         projected dimension).
@@ -77,14 +78,19 @@ class LinformerConfig(RobertaConfig):
     projection: ProjectionKind = "linear"
     freeze_projections: bool = False
     projection_init: ProjectionInit = "random"
-    # None means "n + 2", derived in __post_init__.
+    # None means "n + pad_token_id + 1" (n + 2), derived in __post_init__.
     max_position_embeddings: int | None = None
 
     def __post_init__(self, **kwargs):
         if self.max_position_embeddings is None and isinstance(self.max_sequence_length, int):
-            # RoBERTa numbers positions from padding_idx + 1, hence the offset of 2.
-            self.max_position_embeddings = self.max_sequence_length + 2
+            # RoBERTa numbers positions from padding_idx + 1: n + 2 for its pad id, 1.
+            self.max_position_embeddings = self.max_sequence_length + self.first_position
         super().__post_init__(**kwargs)
+
+    @property
+    def first_position(self) -> int:
+        """The position id of the first token: RoBERTa's embeddings number positions from padding_idx + 1."""
+        return (self.pad_token_id if isinstance(self.pad_token_id, int) else 1) + 1
 
     def projected_length_of_layer(self, layer_idx: int) -> int:
         """k of layer `layer_idx`."""
@@ -143,12 +149,14 @@ class LinformerConfig(RobertaConfig):
                     f"n={n} must be a multiple of `projected_length` k={k}."
                 )
 
-        if self.max_position_embeddings < n + 2:
+        if self.max_position_embeddings < n + self.first_position:
             raise ValueError(
                 f"`max_position_embeddings`={self.max_position_embeddings} is too small for "
-                f"`max_sequence_length` n={n}: RoBERTa's positions start at padding_idx + 1, so it needs at least "
-                f"n + 2 = {n + 2} (or leave it unset)."
+                f"`max_sequence_length` n={n}: RoBERTa's positions start at padding_idx + 1 (`pad_token_id`="
+                f"{self.pad_token_id}), so it needs at least {n + self.first_position} (or leave it unset)."
             )
+        if not isinstance(self.num_hidden_layers, int) or self.num_hidden_layers < 1:
+            raise ValueError(f"`num_hidden_layers` must be at least 1, got {self.num_hidden_layers!r}.")
         if self.is_decoder or self.add_cross_attention:
             raise ValueError(
                 "Linformer cannot be a decoder (`is_decoder`/`add_cross_attention` must be False): projecting keys "

@@ -128,6 +128,13 @@ class PerformerConfig(RobertaConfig):
 
         positive_int("num_random_features")
         positive_int("causal_chunk_size")
+        first_position = (self.pad_token_id if isinstance(self.pad_token_id, int) else 1) + 1
+        if self.max_position_embeddings <= first_position:
+            raise ValueError(
+                f"`max_position_embeddings`={self.max_position_embeddings} holds no token: RoBERTa's positions start "
+                f"at padding_idx + 1 = {first_position} (`pad_token_id`={self.pad_token_id}), so inputs of up to L "
+                f"tokens need {first_position} + L."
+            )
         if self.feature_redraw_interval is not None:
             positive_int("feature_redraw_interval")
         eps = self.kernel_epsilon

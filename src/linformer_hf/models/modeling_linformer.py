@@ -686,6 +686,7 @@ class LinformerEncoder(nn.Module):
     `config.projection_init`, and the check that a checkpoint's E, F fit the config).
     """
 )
+# trf-ignore: TRF013 (the family's base class: each model's own __init__ calls post_init once its modules exist)
 class LinformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     config_class = LinformerConfig
     config: LinformerConfig
@@ -705,6 +706,13 @@ class LinformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
         "hidden_states": LinformerLayer,
         "attentions": LinformerSelfAttention,
     }
+
+    def __init__(self, config: LinformerConfig, *inputs, **kwargs):
+        # A config checks every setting when it is built, but one changed afterwards (from_pretrained's keyword
+        # overrides, an assignment) only has each field's type checked: the checks across fields (n against the
+        # position table, k <= n, no decoder) run again before any weight is made.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
 
     def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
         # Called by __init__, from_pretrained and set_attn_implementation, before any hub kernel is fetched.
@@ -742,7 +750,8 @@ class LinformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
                 f"(sharing={self.config.sharing!r}, projected_length={self.config.projected_length}, "
                 f"max_sequence_length={self.config.max_sequence_length}): {key} is {tuple(saved)} in the weights but "
                 f"the config asks for {tuple(now)} ({len(mismatched)} projection weight(s) differ). Likely cause: one "
-                "of these was edited in config.json after the model was saved; restore the values it was saved with."
+                "of these was edited in config.json, or passed to from_pretrained, after the model was saved; restore "
+                "the values it was saved with."
             )
         missing = sorted(key for key in missing_keys if PROJECTION_KEY.search(key))
         unexpected = sorted(key for key in unexpected_keys if PROJECTION_KEY.search(key))
@@ -758,8 +767,9 @@ class LinformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
             raise ValueError(
                 f"The projection weights in {source} do not fit its config ({settings}): the checkpoint holds "
                 f"{listed(unexpected)}, which this model cannot take, and the model {expects}. Loading would drop "
-                "the trained E, F. Likely cause: `sharing` or `projection` in config.json was edited after the model "
-                "was saved; restore the values it was saved with."
+                "the trained E, F. Likely cause: a config other than the one it was saved with (`sharing`, "
+                "`projection` or `num_hidden_layers` edited in config.json, or passed to from_pretrained); restore "
+                "the values it was saved with."
             )
         expected = [key for key in self.state_dict() if PROJECTION_KEY.search(key)]
         if missing and len(missing) < len(expected):

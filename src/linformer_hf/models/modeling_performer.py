@@ -545,6 +545,7 @@ class PerformerEncoder(nn.Module):
     checkpoint has none) and their redraw count.
     """
 )
+# trf-ignore: TRF013 (the family's base class: each model's own __init__ calls post_init once its modules exist)
 class PerformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     config_class = PerformerConfig
     config: PerformerConfig
@@ -558,6 +559,24 @@ class PerformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
     _supports_attention_backend = False
     _no_split_modules = ["RobertaEmbeddings", "PerformerLayer"]
     _can_record_outputs = {"hidden_states": PerformerLayer}  # no attention weights: FAVOR+ forms no (L x L) matrix
+
+    def __init__(self, config: PerformerConfig, *inputs, **kwargs):
+        # A config checks every setting when it is built, but one changed afterwards (from_pretrained's keyword
+        # overrides, an assignment) only has each field's type checked: the checks across fields run again before
+        # any weight is made.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
+    def _check_and_adjust_attn_implementation(self, attn_implementation, is_init_check=False, **kwargs):
+        # Called by __init__, from_pretrained and set_attn_implementation: said here instead of transformers' "does
+        # not support ... yet", which suggests that support may come.
+        if attn_implementation is not None and attn_implementation != "eager":
+            raise ValueError(
+                f"Performer cannot run attn_implementation={attn_implementation!r}: FAVOR+ forms no (L x L) score "
+                "matrix for an attention kernel to compute; it runs its own computation, which is linear in L. Leave "
+                "attn_implementation unset (or 'eager')."
+            )
+        return super()._check_and_adjust_attn_implementation(attn_implementation, is_init_check, **kwargs)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers records only the saved class in `auto_map`; a shared model must load as any head.
@@ -720,6 +739,11 @@ class PerformerModel(PerformerPreTrainedModel):
             check_padding_mask(attention_mask, input_shape)
 
         check_token_ids(self.config, input_ids, token_type_ids)
+        if position_ids is None and attention_mask is not None:
+            # Positions count the tokens the mask says are real (RoBERTa's embeddings count those that are not
+            # pad_token_id): padding of any id, on either side, or inputs_embeds, leaves real tokens' outputs alone.
+            real = (attention_mask != 0).long()  # (batch, L)
+            position_ids = torch.cumsum(real, dim=1) * real + self.config.pad_token_id
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
