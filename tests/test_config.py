@@ -106,7 +106,7 @@ def test_settings_changed_after_the_config_was_built_are_checked_when_a_model_is
     LinformerModel(LinformerConfig(**SMALL)).save_pretrained(tmp_path)
     with pytest.raises(StrictDataclassError, match="Linformer cannot be a decoder"):
         AutoModel.from_pretrained(tmp_path, is_decoder=True)
-    with pytest.raises(StrictDataclassError, match=r"`max_position_embeddings`=18 is too small .* at least 34"):
+    with pytest.raises(StrictDataclassError, match=r"`max_position_embeddings`=18 is too small .* at least n \+ 2 = 34"):
         AutoModel.from_config(AutoConfig.from_pretrained(tmp_path, max_sequence_length=32))
     config = AutoConfig.from_pretrained(tmp_path)
     config.max_sequence_length = 4
@@ -126,6 +126,9 @@ def test_the_position_table_follows_the_pad_id():
     assert config.max_position_embeddings == 16 + 11
     ids = torch.randint(11, 99, (1, 16))
     assert LinformerModel(config).eval()(ids).last_hidden_state.shape == (1, 16, 32)
-    assert LinformerConfig(**{**SMALL, "pad_token_id": 0}).max_position_embeddings == 17
-    with pytest.raises(StrictDataclassError, match="`pad_token_id`=10\\), so it needs at least 27"):
-        LinformerConfig(**{**SMALL, "pad_token_id": 10, "max_position_embeddings": 18})
+    assert LinformerConfig(**{**SMALL, "pad_token_id": 0}).max_position_embeddings == 18  # never below n + 2
+    # a table of n + 2 (RoBERTa's pad id) with pad id 10 holds 7 tokens: a longer input is refused with the fix
+    short = LinformerModel(LinformerConfig(**{**SMALL, "pad_token_id": 10, "max_position_embeddings": 18})).eval()
+    assert short(ids[:, :7]).last_hidden_state.shape == (1, 7, 32)
+    with pytest.raises(ValueError, match="exceeds the 7 positions .* max_position_embeddings >= 27"):
+        short(ids)

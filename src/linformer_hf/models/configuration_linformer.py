@@ -83,8 +83,8 @@ class LinformerConfig(RobertaConfig):
 
     def __post_init__(self, **kwargs):
         if self.max_position_embeddings is None and isinstance(self.max_sequence_length, int):
-            # RoBERTa numbers positions from padding_idx + 1: n + 2 for its pad id, 1.
-            self.max_position_embeddings = self.max_sequence_length + self.first_position
+            # RoBERTa numbers positions from padding_idx + 1: n + 2 for its pad id, 1 (and never fewer).
+            self.max_position_embeddings = self.max_sequence_length + max(2, self.first_position)
         super().__post_init__(**kwargs)
 
     @property
@@ -149,11 +149,13 @@ class LinformerConfig(RobertaConfig):
                     f"n={n} must be a multiple of `projected_length` k={k}."
                 )
 
-        if self.max_position_embeddings < n + self.first_position:
+        # n + 2 as for RoBERTa's pad id (transformers' own tests set another pad id on such a config); the model
+        # refuses an input longer than the table holds for the pad id it has (`check_input_length`).
+        if self.max_position_embeddings < n + 2:
             raise ValueError(
                 f"`max_position_embeddings`={self.max_position_embeddings} is too small for "
-                f"`max_sequence_length` n={n}: RoBERTa's positions start at padding_idx + 1 (`pad_token_id`="
-                f"{self.pad_token_id}), so it needs at least {n + self.first_position} (or leave it unset)."
+                f"`max_sequence_length` n={n}: RoBERTa's positions start at padding_idx + 1, so it needs at least "
+                f"n + 2 = {n + 2} (or leave it unset)."
             )
         if not isinstance(self.num_hidden_layers, int) or self.num_hidden_layers < 1:
             raise ValueError(f"`num_hidden_layers` must be at least 1, got {self.num_hidden_layers!r}.")

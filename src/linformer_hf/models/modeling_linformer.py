@@ -894,13 +894,22 @@ class LinformerModel(LinformerPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def check_input_length(self, seq_len: int) -> None:
-        """Refuse inputs longer than n, the width of E and F."""
+        """Refuse inputs longer than n, the width of E and F, or than the position table holds (RoBERTa numbers
+        positions from padding_idx + 1: a pad id above 1 takes rows that n + 2 leaves for tokens)."""
         n = self.config.max_sequence_length
         if seq_len > n:
             raise ValueError(
                 f"Input length {seq_len} exceeds the model's max_sequence_length n={n} (the width of its "
                 f"projections E and F). Truncate the input, e.g. tokenizer(..., truncation=True, max_length={n}), "
                 "or use a model built with a larger `max_sequence_length`."
+            )
+        positions = self.config.max_position_embeddings - self.config.first_position
+        if seq_len > positions:
+            raise ValueError(
+                f"Input length {seq_len} exceeds the {positions} positions this model's table holds "
+                f"(max_position_embeddings={self.config.max_position_embeddings}, numbered from pad_token_id + 1 = "
+                f"{self.config.first_position}). Truncate the input to max_length={positions}, or build the model "
+                f"with max_position_embeddings >= {n + self.config.first_position} (the default for its pad id)."
             )
 
     def check_padding_side(self, attention_mask: torch.Tensor) -> None:
