@@ -106,7 +106,7 @@ def test_settings_changed_after_the_config_was_built_are_checked_when_a_model_is
     LinformerModel(LinformerConfig(**SMALL)).save_pretrained(tmp_path)
     with pytest.raises(StrictDataclassError, match="Linformer cannot be a decoder"):
         AutoModel.from_pretrained(tmp_path, is_decoder=True)
-    with pytest.raises(StrictDataclassError, match=r"`max_position_embeddings`=18 is too small .* at least n \+ 2 = 34"):
+    with pytest.raises(StrictDataclassError, match=r"`max_position_embeddings`=18 is too small .* n \+ 2 = 34"):
         AutoModel.from_config(AutoConfig.from_pretrained(tmp_path, max_sequence_length=32))
     config = AutoConfig.from_pretrained(tmp_path)
     config.max_sequence_length = 4
