@@ -105,6 +105,28 @@ def test_a_checkpoint_made_before_a_data_field_existed_resumes_while_the_field_i
     assert run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")["completed_steps"] == 4
 
 
+def test_a_resume_takes_the_recipes_learning_rate_weight_decay_and_adam_settings(tokenizer_dir, small_corpus, tmp_path):
+    """Before, the Trainer's loaded optimizer and schedule kept the checkpoint's values, while the resume said it went
+    on with the new schedule: a lowered learning rate after a divergence changed nothing."""
+    new = dict(learning_rate=4e-3, weight_decay=0.5, adam_beta2=0.9, adam_epsilon=1e-6)  # the default: 2e-3
+    fresh = tmp_path / "fresh"
+    run(tokenizer_dir, small_corpus, fresh, max_steps=4, **new)
+    out = tmp_path / "run"
+    run(tokenizer_dir, small_corpus, out, max_steps=4, stop_after_steps=2)
+    run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest", **new)
+
+    def rates(folder):
+        return {r["step"]: r["lr"] for r in read_update_log(folder) if "lr" in r}
+
+    assert rates(out)[1] == pytest.approx(rates(fresh)[1] / 2)  # before the resume: the old rate
+    for step in (3, 4):  # after: the new rate's schedule at that update
+        assert rates(out)[step] == pytest.approx(rates(fresh)[step], rel=1e-9), step
+    saved = torch.load(out / "checkpoint-4" / "optimizer.pt", weights_only=True)["param_groups"]
+    assert saved[0]["weight_decay"] == 0.5 and saved[1]["weight_decay"] == 0.0
+    assert all(g["betas"] == (0.9, 0.9) or list(g["betas"]) == [0.9, 0.9] for g in saved)
+    assert all(g["eps"] == 1e-6 for g in saved)
+
+
 def test_a_run_whose_data_moved_is_told_how_to_go_on_and_the_way_works(tokenizer_dir, small_corpus, tmp_path):
     """A record knows its data by path: moved data is refused, with the link that resumes it (and it does)."""
     out = tmp_path / "run"

@@ -18,6 +18,7 @@ from .checkpointing import (
 from .config import FinetuneRecipe
 from .errors import Preempted
 from .guards import StopSignal, divergence_callback, resume_hint, stop_after_steps_callback
+from .loop import optimizer_settings_callback
 from .metrics import classification_metrics, collapsed_classifier
 from .tasks import Task
 from .validation import warn_if_mixed_precision_ignored
@@ -66,6 +67,7 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
         callbacks=[
             stopping,
             divergence_callback(guard),
+            optimizer_settings_callback(),
             completion_marker_callback(run.processes, CHECKPOINTS_KEPT, {RECIPE_FILE: fingerprint}),
         ]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])

@@ -74,7 +74,7 @@ from .guards import (
     stop_after_steps_callback,
     stop_signal_callback,
 )
-from .loop import finish_trainer, recipe_guard
+from .loop import finish_trainer, optimizer_settings_callback, recipe_guard
 from .metrics import token_counts, unigram_log_probs, unigram_nll
 from .model_setup import (
     build_mlm_model,
@@ -369,6 +369,7 @@ class MaskedLMTrainer(Trainer):
         if tcfg.stop_after_steps:
             callbacks.append(stop_after_steps_callback(tcfg.stop_after_steps))
         callbacks.append(divergence_callback(guard, update_loss=lambda: self.update_loss))
+        callbacks.append(optimizer_settings_callback())
         super().__init__(*args, callbacks=callbacks, **kwargs)
         self.model_accepts_loss_kwargs = True  # the models' forward takes num_items_in_batch (model_setup)
         self.eval_collator, self.guard, self.stopping, self.fingerprint = eval_collator, guard, stopping, fingerprint

@@ -17,6 +17,7 @@ from ..outputs import finite_or_null
 from . import checkpointing
 from .checkpointing import RECIPE_FILE, RunOptions
 from .guards import divergence_callback, stop_after_steps_callback
+from .loop import optimizer_settings_callback
 from .transfer_arguments import TransferArguments
 from .transfer_data import training_batch
 from .transfer_losses import end_to_end_loss, layer_local_loss, layer_log_key
@@ -93,6 +94,7 @@ class AttentionTransferTrainer(Trainer):
         if options.stop_after_steps is not None and options.stop_after_steps < options.total_steps:
             callbacks.append(stop_after_steps_callback(options.stop_after_steps))
         callbacks.append(divergence_callback(run.guard, update_loss=lambda: self.update_loss))
+        callbacks.append(optimizer_settings_callback())
         super().__init__(*args, callbacks=callbacks, **kwargs)
         self.stopping, self.fingerprint = stopping, fingerprint
         stopping.accelerator = self.accelerator  # its processes agree on the stop
