@@ -127,6 +127,38 @@ def test_a_resume_takes_the_recipes_learning_rate_weight_decay_and_adam_settings
     assert all(g["eps"] == 1e-6 for g in saved)
 
 
+def test_resuming_an_earlier_checkpoint_sets_the_later_path_aside_and_the_summary_covers_the_whole_path(
+    tokenizer_dir, small_corpus, tmp_path
+):
+    """Before, `latest` went back to the abandoned path's newer checkpoint (and published its final model), the new
+    path's checkpoint-4 was written over the old one's, and a resumed run's summary held its last segment only."""
+    out = tmp_path / "run"
+    first = run(tokenizer_dir, small_corpus, out, max_steps=6, eval_steps=3)
+    branch = dict(max_steps=6, eval_steps=3, max_grad_norm=0.5)  # another path from update 2
+    run(
+        tokenizer_dir, small_corpus, out, **branch, stop_after_steps=4, resume_from_checkpoint=str(out / "checkpoint-2")
+    )
+    aside = [p for p in out.iterdir() if p.name.startswith("superseded-after-step2-")]
+    assert len(aside) == 1
+    assert sorted(p.name for p in aside[0].iterdir()) == ["checkpoint-4", "checkpoint-6", "final", "summary_step6.json"]
+    resumed = run(tokenizer_dir, small_corpus, out, **branch, resume_from_checkpoint="latest")
+    assert resumed["resumed_from"] == str(out / "checkpoint-4")  # the new path's
+    assert sorted(resumed["train_losses"]) == [1, 2, 3, 4, 5, 6] and sorted(resumed["evals"]) == [0, 3, 6]
+    assert resumed["train_losses"][1] == first["train_losses"][1]  # the shared start
+    assert resumed["train_losses"][4] != first["train_losses"][4]  # the new path's (its update 3 clipped otherwise)
+    assert resumed["train_seconds"] > 0 and json.loads((out / "summary_step6.json").read_text())["train_losses"]
+
+
+def test_a_run_stopped_by_its_time_budget_leaves_a_checkpoint_to_go_on_from(tokenizer_dir, small_corpus, tmp_path):
+    """Before, it left only final/: going on with more time or more updates was refused for want of a checkpoint."""
+    out = tmp_path / "run"
+    stopped = run(tokenizer_dir, small_corpus, out, max_steps=4, max_train_minutes=0)
+    assert stopped["stopped_by_time_budget"] and stopped["completed_steps"] == 1
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-1"]
+    going_on = run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")
+    assert going_on["completed_steps"] == 4 and sorted(going_on["train_losses"]) == [1, 2, 3, 4]
+
+
 def test_a_run_whose_data_moved_is_told_how_to_go_on_and_the_way_works(tokenizer_dir, small_corpus, tmp_path):
     """A record knows its data by path: moved data is refused, with the link that resumes it (and it does)."""
     out = tmp_path / "run"
@@ -345,7 +377,10 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_to_its_final_model_witho
     shutil.rmtree(out / "final")  # as the kill left the run
     os.remove(out / "summary_step4.json")
     resumed = run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")
-    assert resumed["completed_steps"] == 4 and not resumed["train_losses"]
+    # no update made, and the summary still holds the run's (from its update log)
+    assert resumed["completed_steps"] == 4 and resumed["train_losses"] == whole["train_losses"]
+    assert sum(r.get("event") == "start" for r in read_update_log(out)) == 2
+    assert [r["step"] for r in read_update_log(out) if "loss" in r and "event" not in r] == [1, 2, 3, 4]
     assert resumed["final_eval"]["eval_loss"] == whole["final_eval"]["eval_loss"]
     assert max(losses_by_step(out)) == 4 and (out / "final" / "config.json").is_file()
 

@@ -736,6 +736,56 @@ class UpdateLog:
             self.handle = None
 
 
+def set_aside_later_work(output_dir: str, checkpoint: str, later_names) -> str | None:
+    """Move what ``output_dir`` holds from after ``checkpoint`` (one of its own) into
+    ``<output_dir>/superseded-after-step<N>-<time>/``, when a run resumes that earlier checkpoint: the checkpoints of
+    later updates, complete or not, and ``later_names(step)``, the names of the run's other later outputs (its
+    ``final/``, its summaries). Left in place, ``latest`` would go back to the abandoned path, and the new path's
+    checkpoints would be written over the old path's of the same update. Nothing is deleted. Returns the folder, or
+    None where nothing came later."""
+    step = read_checkpoint_state(checkpoint)["global_step"]
+    if os.path.realpath(os.path.dirname(checkpoint)) != os.path.realpath(output_dir):
+        return None  # another run's checkpoint, resumed into a folder of its own
+    later = [path for path in list_checkpoints(output_dir) if int(path.rsplit("-", 1)[1]) > step]
+    later += [os.path.join(output_dir, name) for name in later_names(step)]
+    later = [path for path in later if os.path.exists(path)]
+    if not later:
+        return None
+    folder = os.path.join(output_dir, f"superseded-after-step{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(folder)
+    for path in later:
+        os.replace(path, os.path.join(folder, os.path.basename(path)))
+    fsync_path(output_dir)
+    return folder
+
+
+def history_before(records: list[dict], step: int) -> dict:
+    """The updates' losses, the evaluations and the training seconds of the path that led to update ``step``, from an
+    update log's ``records``: a later segment's start at update S replaces whatever earlier segments logged after S
+    (a killed run's updates after its last checkpoint, an abandoned path). ``train_seconds`` is None where the log
+    predates its record at a checkpoint."""
+    losses, evals, seconds = {}, {}, {}
+    for record in records:
+        at = record.get("step")
+        if at is None:
+            continue
+        if record.get("event") == "start":
+            for kept in (losses, evals, seconds):
+                for key in [key for key in kept if key > at]:
+                    del kept[key]
+        elif record.get("event") == "eval":
+            evals[at] = {k: v for k, v in record.items() if k not in ("event", "step", "time", "nonfinite")}
+        elif record.get("event") == "checkpoint" and "train_seconds" in record:
+            seconds[at] = record["train_seconds"]
+        elif "loss" in record and "event" not in record:
+            losses[at] = record["loss"]
+    return {
+        "train_losses": {k: v for k, v in losses.items() if k <= step},
+        "evals": {k: v for k, v in evals.items() if k <= step},
+        "train_seconds": seconds.get(step),
+    }
+
+
 def read_update_log(output_dir: str) -> list[dict]:
     """The records of ``train_log.jsonl``; a last line cut short by a kill is left out."""
     records = []

@@ -49,18 +49,22 @@ from .checkpointing import (
     PRETRAINING,
     RECIPE_FILE,
     STATE_FILE,
+    UPDATE_LOG,
     RunOptions,
     UpdateLog,
     check_output_dir_unused,
     check_resume_compatible,
     claim_output_dir,
+    history_before,
     list_checkpoints,
     mark_checkpoint_complete,
     publish_dir,
     read_checkpoint_state,
+    read_update_log,
     recipe_fingerprint,
     records_conversion,
     resolve_checkpoint,
+    set_aside_later_work,
     temporary_name,
 )
 from .config import ConfigError, PretrainRecipe
@@ -92,6 +96,17 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------------------------------------------
 # Summaries
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def later_outputs(output_dir: str, step: int) -> list[str]:
+    """The names of what a run in ``output_dir`` wrote when it ended after update ``step``: its summaries, and then
+    its ``final/``."""
+    later = []
+    for name in os.listdir(output_dir):
+        m = re.fullmatch(r"summary_step(\d+)\.json", name)
+        if m and int(m.group(1)) > step:
+            later.append(name)
+    return later + ["final"] if later else []
 
 
 def summary_path(output_dir: str, completed_steps: int) -> str:
@@ -489,6 +504,8 @@ class MaskedLMTrainer(Trainer):
                 )
                 self.summary["stopped_by_time_budget"] = True
                 control.should_training_stop = True
+                # and a checkpoint to go on from with more time, as a stop signal leaves (none of a non-finite update)
+                control.should_save = not skipped and math.isfinite(self.update_loss)
 
     def record_checkpoint(self) -> str:
         """After the Trainer saved ``checkpoint-N``: the recipe and the completion marker written into it, the older
@@ -501,7 +518,8 @@ class MaskedLMTrainer(Trainer):
             self.recipe.training.checkpoints_total_limit,
             records={RECIPE_FILE: self.fingerprint},
         )
-        self.update_log.write(event="checkpoint", step=step, path=path)
+        # train_seconds: what a resume from this checkpoint counts on from (`history_before`)
+        self.update_log.write(event="checkpoint", step=step, path=path, train_seconds=round(self.train_seconds, 3))
         self.guard.last_good_checkpoint = path
         self._resumed = time.perf_counter()
         return path
@@ -652,6 +670,12 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
             "data.validation_files": dcfg.validation_files,
         },
     )
+    if resume_dir and processes.is_main_process:
+        # Resuming an earlier checkpoint of this folder branches off what was written after it: set aside, so that
+        # `latest` and the summaries follow the new path and nothing of the old one is written over.
+        aside = set_aside_later_work(tcfg.output_dir, resume_dir, lambda step: later_outputs(tcfg.output_dir, step))
+        if aside:
+            print(f"Resuming {resume_dir}: what this folder holds from after it is moved to {aside}.", flush=True)
     if conversion is not None and processes.is_main_process:  # what final/ (and its model card) came from
         write_json_atomic(os.path.join(tcfg.output_dir, CONVERSION_REPORT), conversion.to_dict())
         print(conversion.summary(), flush=True)
@@ -732,6 +756,14 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     if resume_dir:
         trainer.accelerator.print(f"Resuming from {resume_dir}")
         step = read_checkpoint_state(resume_dir)["global_step"]
+        # The summary covers the whole path to the end, not the last segment only: the updates, evaluations and
+        # training time before the checkpoint come from the update log of the folder it was made in.
+        made_in = os.path.dirname(resume_dir)
+        if os.path.isfile(os.path.join(made_in, UPDATE_LOG)):
+            history = history_before(read_update_log(made_in), step)
+            summary["train_losses"].update(history["train_losses"])
+            summary["evals"].update(history["evals"])
+            trainer.train_seconds = history["train_seconds"] or 0.0
     trainer.update_log.write(event="start", step=step, resumed_from=resume_dir, pid=os.getpid())
     return trainer
 
