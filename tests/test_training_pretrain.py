@@ -181,8 +181,10 @@ def test_streaming_local_files_train_and_resume(tokenizer_dir, small_corpus, tmp
         "data.validation_examples_streaming": 60,
         "data.shuffle_buffer_size": 100,
     }
-    train = dict(max_steps=6, checkpointing_steps=3)
+    train = dict(max_steps=6, checkpointing_steps=3, eval_steps=3)
     full = run_pretraining(recipe(tokenizer_dir, tmp_path / "full", training=train, **common), show_progress=False)
+    # every evaluation scores the same masked tokens (before, streamed masks moved on at each evaluation)
+    assert len(full["evals"]) == 3 and len({e["eval_masked_tokens"] for e in full["evals"].values()}) == 1
     run_pretraining(
         recipe(tokenizer_dir, tmp_path / "part", training=dict(train, stop_after_steps=3), **common),
         show_progress=False,

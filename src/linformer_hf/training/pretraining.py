@@ -425,6 +425,9 @@ class MaskedLMTrainer(Trainer):
         # Each process scores its own shard of the validation blocks: each block once (none repeated to even the
         # shards out), the sums added over processes by evaluate_mlm.
         shard = split_dataset_by_node(self.eval_dataset, rank=self.args.process_index, world_size=self.args.world_size)
+        # Streamed blocks carry no index, so their masks are drawn by batch count: counted from 0 at each evaluation,
+        # every evaluation masks the same tokens (before, the count ran on and each evaluation scored others).
+        self.eval_collator.batches_seen = 0
         return DataLoader(shard, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.eval_collator)
 
     def start_epoch(self, state, train_dataloader, model) -> None:
