@@ -283,3 +283,34 @@ def test_a_recipe_given_to_the_other_command_says_so():
     """A pretraining recipe given to fine-tuning said only "Unknown section(s) 'tokenizer'"."""
     with pytest.raises(ConfigError, match=r"'tokenizer' .* looks like a pretraining recipe \(configs/pretrain/\)"):
         load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "pretrain", "demo.yaml"))
+
+
+def test_model_settings_that_would_not_be_read_are_refused(tmp_path):
+    """model.config / config_file beside model.pretrained were dropped without a word (the saved config goes on), and
+    a vocabulary size or special token id in them was replaced by the tokenizer's."""
+    from linformer_hf.training.model_setup import build_model_config
+
+    with pytest.raises(ConfigError, match="model.config_file / model.config are not read when model.pretrained is set"):
+        load_recipe(
+            PretrainRecipe,
+            None,
+            extra={
+                "data.train_files": [WIKITEXT],
+                "model.pretrained": str(tmp_path),
+                "model.config": {"hidden_dropout_prob": 0.5},
+            },
+        )
+
+    class Tokenizer:
+        pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
+
+        def __len__(self):
+            return 1000
+
+    recipe = load_recipe(
+        PretrainRecipe, None, extra={"data.train_files": [WIKITEXT], "model.config": {"vocab_size": 5000}}
+    )
+    with pytest.raises(ConfigError, match=r"set vocab_size=5000 \(the tokenizer's: 1000\).* come from the tokenizer"):
+        build_model_config(recipe.model, Tokenizer())
+    recipe.model.config = {"vocab_size": 1000}  # the tokenizer's own: taken
+    assert build_model_config(recipe.model, Tokenizer()).vocab_size == 1000

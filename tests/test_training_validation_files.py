@@ -38,7 +38,7 @@ def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tokenizer_
     """Before: pretraining started and failed at the first batch holding an id >= 500 with `IndexError: index out of
     range in self` inside the embedding (a device-side assert on a GPU). After: refused before any work."""
     overrides = tiny_pretrain_overrides(tokenizer_dir, tmp_path / "pre", max_steps=4)
-    overrides["model.pretrained"] = small_model_dir
+    overrides.update({"model.pretrained": small_model_dir, "model.config_file": None})  # the saved model's config
     with pytest.raises(ConfigError, match=r"has 1000 tokens but the model .* has only 500 embeddings"):
         run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides), show_progress=False)
     assert not (tmp_path / "pre").exists()

@@ -351,6 +351,12 @@ class ModelSection:
                 self.convert_from_roberta, self.pretrained, default_target=self.model_type, check_source=not resuming
             )
         elif self.pretrained is not None:
+            if self.config_file or self.config:
+                raise ConfigError(
+                    "model.config_file / model.config are not read when model.pretrained is set (the saved model goes "
+                    "on with its own config): drop them (--model.config_file null), or leave model.pretrained unset "
+                    "to build a fresh model from them."
+                )
             from .validation import check_model_source
 
             check_model_source(self.pretrained, "model.pretrained")

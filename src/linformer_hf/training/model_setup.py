@@ -153,13 +153,25 @@ def build_model_config(section: ModelSection, tokenizer) -> Any:
             )
     fields.update(section.config or {})
     fields.pop("model_type", None)
-    # Token ids come from the tokenizer so the embeddings match it.
-    fields.update(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    # Token ids come from the tokenizer so the embeddings match it; a recipe that says otherwise is refused, not
+    # overridden without a word.
+    from_tokenizer = {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    differ = [
+        f"{key}={fields[key]} (the tokenizer's: {value})"
+        for key, value in from_tokenizer.items()
+        if key in fields and fields[key] != value
+    ]
+    if differ:
+        raise ConfigError(
+            f"model.config / model.config_file set {', '.join(differ)}: the vocabulary size and special token ids "
+            "come from the tokenizer. Drop them, or give the tokenizer they belong to (tokenizer.name_or_path)."
+        )
+    fields.update(from_tokenizer)
     return make_config(model_type, fields)
 
 
