@@ -970,3 +970,21 @@ def test_a_finetuning_checkpoint_resumes_only_under_its_own_recipe(pretrained_di
     with caplog.at_level("WARNING"):
         result = finetuning.run_finetuning(resumed(), False)
     assert result["steps"] == 6 and "records no recipe" in caplog.text
+
+
+def test_a_finetuning_resumed_from_an_earlier_checkpoint_sets_the_later_ones_aside(pretrained_dir, tmp_path):
+    """Before, the later checkpoints stayed: the new path's were written over them, and `latest` went back to them."""
+    from linformer_hf.training import finetuning
+
+    out = tmp_path / "run"
+    assert finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out, stop_after_steps=4), False) == {
+        "stopped_at": 4
+    }
+    assert finetuning_checkpoints(out) == {2: True, 4: True}
+    branch = finetune_recipe(
+        pretrained_dir, tmp_path, out, stop_after_steps=4, resume_from_checkpoint=str(out / "checkpoint-2")
+    )
+    assert finetuning.run_finetuning(branch, False) == {"stopped_at": 4}
+    aside = [p for p in out.iterdir() if p.name.startswith("superseded-after-step2-")]
+    assert len(aside) == 1 and [p.name for p in aside[0].iterdir()] == ["checkpoint-4"]
+    assert finetuning_checkpoints(out) == {2: True, 4: True}  # the new path's checkpoint-4

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .checkpointing import FINETUNING, RunLock, claim_output_dir, resolve_checkpoint
+from .checkpointing import FINETUNING, RunLock, claim_output_dir, resolve_checkpoint, set_aside_later_work
 from .config import FinetuneRecipe
 from .loop import finish_trainer
 from .tasks import TASKS
@@ -52,6 +52,14 @@ def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
         },
     )
     checkpoint = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
+    if checkpoint:
+        # An earlier checkpoint of this folder branches off the later ones: set aside (as pretraining does), once
+        # every process has found its checkpoint, so that `latest` follows the new path.
+        processes.wait_for_everyone()
+        if processes.is_main_process:
+            aside = set_aside_later_work(tcfg.output_dir, checkpoint, lambda step: [])
+            if aside:
+                print(f"Resuming {checkpoint}: the later checkpoints of this folder are moved to {aside}.", flush=True)
     return RunSetup(args, processes, lock, checkpoint, resuming)
 
 

@@ -673,12 +673,16 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
             "data.validation_files": dcfg.validation_files,
         },
     )
-    if resume_dir and processes.is_main_process:
+    if resume_dir:
         # Resuming an earlier checkpoint of this folder branches off what was written after it: set aside, so that
-        # `latest` and the summaries follow the new path and nothing of the old one is written over.
-        aside = set_aside_later_work(tcfg.output_dir, resume_dir, lambda step: later_outputs(tcfg.output_dir, step))
-        if aside:
-            print(f"Resuming {resume_dir}: what this folder holds from after it is moved to {aside}.", flush=True)
+        # `latest` and the summaries follow the new path and nothing of the old one is written over (once every
+        # process has found its checkpoint).
+        processes.wait_for_everyone()
+        if processes.is_main_process:
+            later = lambda step: later_outputs(tcfg.output_dir, step)  # noqa: E731
+            aside = set_aside_later_work(tcfg.output_dir, resume_dir, later)
+            if aside:
+                print(f"Resuming {resume_dir}: what this folder holds from after it is moved to {aside}.", flush=True)
     if conversion is not None and processes.is_main_process:  # what final/ (and its model card) came from
         write_json_atomic(os.path.join(tcfg.output_dir, CONVERSION_REPORT), conversion.to_dict())
         print(conversion.summary(), flush=True)
