@@ -320,6 +320,15 @@ def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(
         message = str(err.value)
         assert f"Another run is writing to {out}" in message and f"pid {holder.pid}" in message
         assert f"kill {holder.pid}" in message
+        # what a live run's folder holds (its log, a checkpoint being written) is not taken for an earlier run's
+        # or a torn one: before, a rerun was told to resume, and a resume that its checkpoint was torn
+        (out / UPDATE_LOG).write_text("{}\n")
+        (out / "checkpoint-2").mkdir()
+        for resume in (None, "latest"):
+            with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
+                run(tokenizer_dir, small_corpus, out, max_steps=3, resume_from_checkpoint=resume)
+        shutil.rmtree(out / "checkpoint-2")
+        os.remove(out / UPDATE_LOG)
     with caplog.at_level("WARNING"):
         summary = run(tokenizer_dir, small_corpus, out, max_steps=3)
     assert summary["completed_steps"] == 3

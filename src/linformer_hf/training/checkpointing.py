@@ -557,11 +557,7 @@ class RunLock:
             handle.close()
             if err.errno not in (errno.EAGAIN, errno.EACCES):
                 raise ConfigError(f"Cannot lock {path}: {err}.") from None
-            raise ConfigError(
-                f"Another run is writing to {output_dir}: {describe_holder(holder)} holds {LOCK_FILE}. Wait for it "
-                f"to end, stop it (kill {holder.get('pid', '<pid>')}; if its `accelerate launch` was killed, this is "
-                f"the training process it left running), or use another training.output_dir."
-            ) from None
+            raise _in_use_error(output_dir, holder) from None
         previous = read_holder(handle)
         if previous:
             logger.warning(
@@ -589,6 +585,32 @@ class RunLock:
         fcntl.flock(self.handle, fcntl.LOCK_UN)
         self.handle.close()
         RunLock._held.pop(self.path, None)
+
+
+def _in_use_error(output_dir: str, holder: dict) -> ConfigError:
+    return ConfigError(
+        f"Another run is writing to {output_dir}: {describe_holder(holder)} holds {LOCK_FILE}. Wait for it "
+        f"to end, stop it (kill {holder.get('pid', '<pid>')}; if its `accelerate launch` was killed, this is "
+        f"the training process it left running), or use another training.output_dir."
+    )
+
+
+def check_not_running(output_dir: str) -> None:
+    """Refuse at once when another live run holds ``output_dir``'s lock, before its checkpoints or files are judged
+    (a live run's checkpoint being written looks torn, and its outputs like an earlier run's)."""
+    import fcntl
+
+    path = os.path.realpath(os.path.join(output_dir, LOCK_FILE))
+    if path in RunLock._held or not os.path.isfile(path):
+        return
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EAGAIN, errno.EACCES):
+                raise _in_use_error(output_dir, read_holder(handle)) from None
+            return
+        fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_holder(handle) -> None:

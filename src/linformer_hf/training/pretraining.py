@@ -52,6 +52,7 @@ from .checkpointing import (
     UPDATE_LOG,
     RunOptions,
     UpdateLog,
+    check_not_running,
     check_output_dir_unused,
     check_resume_compatible,
     claim_output_dir,
@@ -620,6 +621,7 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     tcfg, dcfg = recipe.training, recipe.data
     # Everything that can fail on bad input is checked before the output directory is claimed and the data and the
     # model are built.
+    check_not_running(tcfg.output_dir)  # a live run's folder: said as such, not as an earlier run's or a torn one
     refuse_loop_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     # An earlier run's folder, before a source is downloaded or converted (claim_output_dir checks it again, locked)
