@@ -62,11 +62,55 @@ def finetune(model_dir, **extra):
         ({"checkpoints_total_limit": -1}, r"training.checkpoints_total_limit must be >= 1"),
         ({"stop_after_steps": 0}, r"training.stop_after_steps must be >= 1"),
         ({"learning_rate": 0}, r"training.learning_rate must be > 0"),
+        # Each of these used to pass the recipe and fail (or go on silently) after the output directory was claimed.
+        ({"learning_rate": float("nan")}, r"training.learning_rate must be > 0 and finite, got nan"),
+        ({"learning_rate": float("inf")}, r"training.learning_rate must be > 0 and finite, got inf"),
+        ({"adam_epsilon": -1}, r"training.adam_epsilon must be > 0 and finite .*got -1"),
+        ({"weight_decay": -5}, r"training.weight_decay must be >= 0 and finite .*got -5"),
+        ({"max_grad_norm": -1}, r"training.max_grad_norm must be > 0 and finite \(or null: no clipping\), got -1"),
+        ({"seed": -1}, r"training.seed must be in \[0, 4294967295\] .*got -1"),
+        ({"max_train_minutes": float("nan")}, r"training.max_train_minutes must be >= 0 .*got nan"),
+        ({"output_dir": None}, r"training.output_dir: expected a string, got null"),
     ],
 )
 def test_pretraining_settings_refused_at_load(training, message):
     with pytest.raises(ConfigError, match=message):
         pretrain(**{f"training.{k}": v for k, v in training.items()})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # The collator refused these at the first batch, after tokenising.
+        (
+            {"data.mask_replace_prob": 0.9, "data.random_replace_prob": 0.5},
+            r"data.mask_replace_prob \+ data.random_replace_prob must be at most 1 .*0.9 \+ 0.5",
+        ),
+        ({"data.mask_replace_prob": -0.5}, r"data.mask_replace_prob must be in \[0, 1\], got -0.5"),
+        # The model refused this when it was built, after tokenising.
+        (
+            {"model.config": {"hidden_size": 31, "num_attention_heads": 2}},
+            r"hidden_size=31 is not a multiple of num_attention_heads=2.*hidden_size=30",
+        ),
+        # A bare path used to be read one character an entry ("needs at least a 'path' key, got '/'").
+        (
+            {"data.train_files": [], "data.datasets": "/work/shared/data/gutenberg"},
+            r"data.datasets must be a list of \{path: ...\} entries.*'\[\{path: /work/shared/data/gutenberg\}\]'",
+        ),
+    ],
+)
+def test_data_and_model_settings_refused_at_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        pretrain(**overrides)
+
+
+def test_a_bad_setting_leaves_no_output_dir(tokenizer_dir, tmp_path, capsys):
+    """Refused when the recipe is read: the output folder is not claimed, so a corrected rerun is not told to resume."""
+    argv = pretrain_argv(tokenizer_dir, tmp_path, "--training.learning_rate", "nan")
+    assert "training.learning_rate must be > 0 and finite" in run_main("pretrain", argv, capsys)
+    argv = pretrain_argv(tokenizer_dir, tmp_path, "--model.config.hidden_size", "31")
+    assert "hidden_size=31 is not a multiple of num_attention_heads=2" in run_main("pretrain", argv, capsys)
+    assert not (tmp_path / "out").exists()
 
 
 def test_constant_schedule_may_have_any_warmup():
@@ -85,11 +129,22 @@ def test_validation_split_percentage_must_be_inside_0_100(percentage, model_dir)
 @pytest.mark.parametrize(
     "training, message",
     [
-        ({"num_train_epochs": 0}, r"training.num_train_epochs must be > 0 \(or set training.max_steps\), got 0"),
+        (
+            {"num_train_epochs": 0},
+            r"training.num_train_epochs must be > 0 \(or set training.max_steps\) and finite, got 0",
+        ),
         ({"num_train_epochs": -1.5}, r"training.num_train_epochs must be > 0"),
         ({"max_steps": -3}, r"training.max_steps must be >= 1 \(or null: train for num_train_epochs\), got -3"),
         ({"eval_steps": -10}, r"training.eval_steps must be >= 1"),
         ({"warmup_ratio": 1.0}, r"training.warmup_ratio must be in \[0, 1\), got 1.0"),
+        ({"num_train_epochs": float("inf")}, r"training.num_train_epochs must be > 0 .*and finite, got inf"),
+        # The optimizer fields and the seed are pretraining's (one dataclass), and checked the same way.
+        ({"learning_rate": float("nan")}, r"training.learning_rate must be > 0 and finite, got nan"),
+        ({"adam_epsilon": -1}, r"training.adam_epsilon must be > 0 and finite .*got -1"),
+        ({"weight_decay": -5}, r"training.weight_decay must be >= 0 and finite .*got -5"),
+        ({"max_grad_norm": -1}, r"training.max_grad_norm must be > 0 and finite \(or null: no clipping\), got -1"),
+        ({"seed": 2**32}, r"training.seed must be in \[0, 4294967295\] .*got 4294967296"),
+        ({"output_dir": None}, r"training.output_dir: expected a string, got null"),
     ],
 )
 def test_finetuning_settings_refused_at_load(training, message, model_dir):
