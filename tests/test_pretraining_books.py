@@ -274,6 +274,32 @@ def test_long_documents_are_tokenised_a_few_at_a_time():
     assert pretraining_data.documents_per_batch(5e7, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 1
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_batch_of_blank_documents_gives_no_blocks_and_the_run_goes_on(
+    books, tokenizer_dir, tmp_path, monkeypatch, streaming
+):
+    """Batches are sized in characters, so a long book followed by blank cells (None, '', spaces) made a last batch of
+    blank documents only, which the tokenizer failed on (IndexError)."""
+    from transformers import AutoTokenizer
+
+    real = _real_books(2)
+    blank = [{**real[0], "text": text} for text in (None, "", "   ")]
+    folder = write_hub_dataset(tmp_path / "blanks", {"train": [[real[0], *blank]], "validation": [[real[1], *blank]]})
+    monkeypatch.setattr(pretraining_data, "TOKENIZE_BATCH_CHARACTERS", 1)  # one document a batch
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    recipe = books_recipe(folder, tokenizer_dir, tmp_path / "run", **{"data.block_size": 128})
+    recipe.data.streaming = streaming
+    data = prepare_pretraining_data(recipe.data, tokenizer, seed=1)
+    blocks = list(data["train"]) if streaming else data["train"]
+    assert len(blocks) == len(tokenizer(real[0]["text"])["input_ids"]) // 128
+
+    # Blank cells alone: not a crash either, but the error that the corpus gives no block.
+    empty = write_hub_dataset(tmp_path / "empty", {"train": [blank], "validation": [[real[1]]]})
+    recipe = books_recipe(empty, tokenizer_dir, tmp_path / "run2", **{"data.block_size": 128})
+    with pytest.raises(ConfigError, match="training corpus gives no block of 128 tokens"):
+        prepare_pretraining_data(recipe.data, tokenizer, seed=1)
+
+
 def test_a_tokenizer_trains_on_the_shards(books, tmp_path):
     from transformers import AutoTokenizer
 

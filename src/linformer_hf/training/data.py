@@ -176,6 +176,8 @@ def tokenize_and_pack(
 
     def tokenize(batch):
         texts = [t for t in batch["text"] if t and not t.isspace()]
+        if not texts:  # a batch of blank documents (after a long one, say) gives no rows; the tokenizer fails on []
+            return {"input_ids": []}
         return {"input_ids": tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]}
 
     def pack(batch, indices):
