@@ -367,6 +367,38 @@ def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, conten
     assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
 
 
+BOOKS = os.path.join(os.path.dirname(WIKITEXT), "..", "gutenberg")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # Each was a traceback (ValueError from islice, OverflowError, datasets' "Bad split") or went on silently.
+        (["--files", WIKITEXT, "--max_documents", "-3"], "--max_documents must be >= 1 (or left out: every document)"),
+        (["--files", WIKITEXT, "--max_documents", "0"], "--max_documents must be >= 1"),  # trained on every document
+        (["--files", WIKITEXT, "--min_frequency", "-1"], "--min_frequency must be >= 0"),
+        (["--files", WIKITEXT, "--dataset", BOOKS], "--files and --dataset are both given"),  # dropped the dataset
+        (["--dataset", BOOKS, "--split", "nosuch"], "--split 'nosuch': "),
+    ],
+)
+def test_tokenizer_arguments_that_cannot_work_are_an_error_line(tmp_path, capsys, argv, message):
+    line = run_main("train_tokenizer", [*argv, "--vocab_size", "300", "--output_dir", str(tmp_path / "tok")], capsys)
+    assert message in line
+    if "nosuch" in argv:
+        assert "'train', 'validation'" in line  # the splits there are
+    assert not (tmp_path / "tok").exists()
+
+
+def test_tokenizer_training_on_a_binary_file_is_an_error_line(tmp_path, capsys):
+    """A binary file gave the codec's UnicodeDecodeError traceback: now the file, the line and the fix."""
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"some text\n" + bytes(range(128, 256)) + b"\n")
+    argv = ["--files", WIKITEXT, str(binary), "--vocab_size", "300", "--output_dir", str(tmp_path / "tok")]
+    line = run_main("train_tokenizer", argv, capsys)
+    assert f"{binary} is not UTF-8 text (line 2: byte 0x80 at column 1)" in line and "--files" in line
+    assert not (tmp_path / "tok").exists()
+
+
 def test_a_second_tokenizer_is_refused_in_a_used_output_dir(tokenizer_dir, tmp_path, capsys):
     """A tokenizer is the vocabulary of the models trained with it: retraining into its folder (or a model's) used to
     replace it without a word."""
