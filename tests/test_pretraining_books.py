@@ -207,6 +207,30 @@ def test_a_wrong_split_column_or_folder_is_named(books, tokenizer_dir, tmp_path)
     assert "./no/such/folder is not a folder" in message
 
 
+def test_a_split_of_no_rows_is_named_as_such_with_the_entry_that_reads_it(books, tokenizer_dir, tmp_path):
+    """A valid parquet split of 0 rows was "could not be read (ArrowInvalid: BatchSize must be greater than 0) ...
+    download a damaged one again", and blamed on data.datasets when data.validation_datasets named it."""
+    copy = shutil.copytree(books, tmp_path / "gutenberg")
+    shard = str(copy / "validation-00000-of-00001.parquet")
+    pq.write_table(pq.read_table(shard).slice(0, 0), shard)
+    message = _recipe_error(str(copy), tokenizer_dir, tmp_path)
+    assert message.startswith("data.validation_datasets: split 'validation'") and "has no rows" in message
+    assert "damaged" not in message
+    # Read only for its train split, the folder is still prepared whole: the empty split is named with the fix.
+    message = _recipe_error(str(copy), tokenizer_dir, tmp_path, **{"data.validation_datasets": []})
+    assert message.startswith("data.datasets: split 'validation'") and "has no rows" in message
+    assert "move the empty split's files out of the folder" in message
+    # A stream reads its own split only.
+    books_recipe(str(copy), tokenizer_dir, tmp_path / "run", **{"data.validation_datasets": [], "data.streaming": True})
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_an_entry_given_as_a_bare_path_shows_the_form(books, tokenizer_dir, tmp_path):
+    message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.datasets": [books]})
+    assert "Each entry of data.datasets needs at least a 'path' key" in message
+    assert f"{{path: {books}}}" in message
+
+
 def test_both_local_files_and_datasets_is_refused(books, tokenizer_dir, tmp_path):
     text = tmp_path / "a.txt"
     text.write_text("one document\nanother document\n")

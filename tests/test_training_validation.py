@@ -354,6 +354,40 @@ def test_empty_or_one_line_corpus_is_an_error_line(tokenizer_dir, tmp_path, caps
             )
 
 
+def test_a_stream_of_fewer_documents_than_it_holds_out_is_refused_naming_the_setting(tmp_path):
+    """It used to evaluate the whole corpus, then say "The training data gave no batch (empty stream or corpus)"."""
+    from linformer_hf.training.data import no_training_batch_error
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Document number {i} of a short corpus.\n" for i in range(5)))
+    overrides = {"data.train_files": [str(corpus)], "data.streaming": True, "data.validation_split_percentage": 50}
+    with pytest.raises(ConfigError, match=r"hold 5 document.*data.validation_examples_streaming=1000"):
+        pretrain(**overrides)
+    recipe = pretrain(**overrides, **{"data.validation_examples_streaming": 2})
+    # A stream of a data set is not counted ahead; the run's error names the setting all the same.
+    assert "data.validation_examples_streaming=2" in str(no_training_batch_error(recipe.data))
+    recipe.data.validation_files = [WIKITEXT]
+    assert "validation_examples_streaming" not in str(no_training_batch_error(recipe.data))
+
+
+def test_validation_files_too_short_for_a_block_name_them_not_the_split_percentage(tokenizer_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from linformer_hf.training.data import prepare_pretraining_data
+
+    short = tmp_path / "valid.txt"
+    short.write_text("Too short for a block.\n")
+    train = tmp_path / "train.txt"
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(200), fh)))
+    recipe = pretrain(**{"data.train_files": [str(train)], "data.validation_files": [str(short)]})
+    recipe.data.cache_dir = str(tmp_path / "cache")
+    with pytest.raises(ConfigError) as err:
+        prepare_pretraining_data(recipe.data, AutoTokenizer.from_pretrained(tokenizer_dir), seed=1)
+    assert "held-out documents of data.validation_files give no block of 64 tokens" in str(err.value)
+    assert "validation_split_percentage" not in str(err.value)  # not read when validation files are given
+
+
 @pytest.mark.parametrize("content", ["", "\n \n"])
 def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, content):
     corpus = tmp_path / "corpus.txt"

@@ -480,6 +480,18 @@ class PretrainDataSection:
             self.validation_files,
             hold_out=bool(self.train_files) and not self.validation_files and not self.streaming,
         )
+        if self.streaming and self.train_files and not self.validation_files:
+            from .validation import count_documents
+
+            # A stream holds out its first documents for validation; a corpus of no more would train on nothing.
+            held_out = self.validation_examples_streaming
+            found = sum(count_documents(path, held_out + 1) for path in self.train_files)
+            if found <= held_out:
+                raise ConfigError(
+                    f"data.train_files hold {found} document(s), and a stream without data.validation_files holds "
+                    f"out its first data.validation_examples_streaming={held_out} for validation, which leaves none "
+                    f"to train on: lower data.validation_examples_streaming, or give data.validation_files."
+                )
         if self.train_files and self.datasets:
             raise ConfigError(
                 "data: give either data.train_files (local text files) or data.datasets (Hub names or local "
@@ -492,9 +504,11 @@ class PretrainDataSection:
             )
         from .validation import check_dataset_entry
 
-        for key in ("datasets", "validation_datasets"):
+        # Held-out entries first: an empty validation split of a folder is then named as the entry that reads it,
+        # not as the training entry whose folder it is also in.
+        for key in ("validation_datasets", "datasets"):
             for entry in getattr(self, key):
-                check_dataset_entry(entry, f"data.{key}", self.text_column)
+                check_dataset_entry(entry, f"data.{key}", self.text_column, self.streaming)
         if not 0 < self.mlm_probability < 1:
             raise ConfigError(f"data.mlm_probability must be in (0, 1), got {self.mlm_probability}.")
         # The collator draws both replacements from one share of the masked tokens: each in [0, 1], and together at most
