@@ -207,6 +207,30 @@ def test_a_wrong_split_column_or_folder_is_named(books, tokenizer_dir, tmp_path)
     assert "./no/such/folder is not a folder" in message
 
 
+def test_a_split_of_no_rows_is_named_as_such_with_the_entry_that_reads_it(books, tokenizer_dir, tmp_path):
+    """A valid parquet split of 0 rows was "could not be read (ArrowInvalid: BatchSize must be greater than 0) ...
+    download a damaged one again", and blamed on data.datasets when data.validation_datasets named it."""
+    copy = shutil.copytree(books, tmp_path / "gutenberg")
+    shard = str(copy / "validation-00000-of-00001.parquet")
+    pq.write_table(pq.read_table(shard).slice(0, 0), shard)
+    message = _recipe_error(str(copy), tokenizer_dir, tmp_path)
+    assert message.startswith("data.validation_datasets: split 'validation'") and "has no rows" in message
+    assert "damaged" not in message
+    # Read only for its train split, the folder is still prepared whole: the empty split is named with the fix.
+    message = _recipe_error(str(copy), tokenizer_dir, tmp_path, **{"data.validation_datasets": []})
+    assert message.startswith("data.datasets: split 'validation'") and "has no rows" in message
+    assert "move the empty split's files out of the folder" in message
+    # A stream reads its own split only.
+    books_recipe(str(copy), tokenizer_dir, tmp_path / "run", **{"data.validation_datasets": [], "data.streaming": True})
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_an_entry_given_as_a_bare_path_shows_the_form(books, tokenizer_dir, tmp_path):
+    message = _recipe_error(books, tokenizer_dir, tmp_path, **{"data.datasets": [books]})
+    assert "Each entry of data.datasets needs at least a 'path' key" in message
+    assert f"{{path: {books}}}" in message
+
+
 def test_both_local_files_and_datasets_is_refused(books, tokenizer_dir, tmp_path):
     text = tmp_path / "a.txt"
     text.write_text("one document\nanother document\n")
@@ -272,6 +296,32 @@ def test_long_documents_are_tokenised_a_few_at_a_time():
     assert pretraining_data.documents_per_batch(300.0, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 1000
     assert pretraining_data.documents_per_batch(300_000.0, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 6
     assert pretraining_data.documents_per_batch(5e7, pretraining_data.TOKENIZE_BATCH_CHARACTERS) == 1
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_batch_of_blank_documents_gives_no_blocks_and_the_run_goes_on(
+    books, tokenizer_dir, tmp_path, monkeypatch, streaming
+):
+    """Batches are sized in characters, so a long book followed by blank cells (None, '', spaces) made a last batch of
+    blank documents only, which the tokenizer failed on (IndexError)."""
+    from transformers import AutoTokenizer
+
+    real = _real_books(2)
+    blank = [{**real[0], "text": text} for text in (None, "", "   ")]
+    folder = write_hub_dataset(tmp_path / "blanks", {"train": [[real[0], *blank]], "validation": [[real[1], *blank]]})
+    monkeypatch.setattr(pretraining_data, "TOKENIZE_BATCH_CHARACTERS", 1)  # one document a batch
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    recipe = books_recipe(folder, tokenizer_dir, tmp_path / "run", **{"data.block_size": 128})
+    recipe.data.streaming = streaming
+    data = prepare_pretraining_data(recipe.data, tokenizer, seed=1)
+    blocks = list(data["train"]) if streaming else data["train"]
+    assert len(blocks) == len(tokenizer(real[0]["text"])["input_ids"]) // 128
+
+    # Blank cells alone: not a crash either, but the error that the corpus gives no block.
+    empty = write_hub_dataset(tmp_path / "empty", {"train": [blank], "validation": [[real[1]]]})
+    recipe = books_recipe(empty, tokenizer_dir, tmp_path / "run2", **{"data.block_size": 128})
+    with pytest.raises(ConfigError, match="training corpus gives no block of 128 tokens"):
+        prepare_pretraining_data(recipe.data, tokenizer, seed=1)
 
 
 def test_a_tokenizer_trains_on_the_shards(books, tmp_path):

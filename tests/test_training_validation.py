@@ -62,11 +62,55 @@ def finetune(model_dir, **extra):
         ({"checkpoints_total_limit": -1}, r"training.checkpoints_total_limit must be >= 1"),
         ({"stop_after_steps": 0}, r"training.stop_after_steps must be >= 1"),
         ({"learning_rate": 0}, r"training.learning_rate must be > 0"),
+        # Each of these used to pass the recipe and fail (or go on silently) after the output directory was claimed.
+        ({"learning_rate": float("nan")}, r"training.learning_rate must be > 0 and finite, got nan"),
+        ({"learning_rate": float("inf")}, r"training.learning_rate must be > 0 and finite, got inf"),
+        ({"adam_epsilon": -1}, r"training.adam_epsilon must be > 0 and finite .*got -1"),
+        ({"weight_decay": -5}, r"training.weight_decay must be >= 0 and finite .*got -5"),
+        ({"max_grad_norm": -1}, r"training.max_grad_norm must be > 0 and finite \(or null: no clipping\), got -1"),
+        ({"seed": -1}, r"training.seed must be in \[0, 4294967295\] .*got -1"),
+        ({"max_train_minutes": float("nan")}, r"training.max_train_minutes must be >= 0 .*got nan"),
+        ({"output_dir": None}, r"training.output_dir: expected a string, got null"),
     ],
 )
 def test_pretraining_settings_refused_at_load(training, message):
     with pytest.raises(ConfigError, match=message):
         pretrain(**{f"training.{k}": v for k, v in training.items()})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        # The collator refused these at the first batch, after tokenising.
+        (
+            {"data.mask_replace_prob": 0.9, "data.random_replace_prob": 0.5},
+            r"data.mask_replace_prob \+ data.random_replace_prob must be at most 1 .*0.9 \+ 0.5",
+        ),
+        ({"data.mask_replace_prob": -0.5}, r"data.mask_replace_prob must be in \[0, 1\], got -0.5"),
+        # The model refused this when it was built, after tokenising.
+        (
+            {"model.config": {"hidden_size": 31, "num_attention_heads": 2}},
+            r"hidden_size=31 is not a multiple of num_attention_heads=2.*hidden_size=30",
+        ),
+        # A bare path used to be read one character an entry ("needs at least a 'path' key, got '/'").
+        (
+            {"data.train_files": [], "data.datasets": "/work/shared/data/gutenberg"},
+            r"data.datasets must be a list of \{path: ...\} entries.*'\[\{path: /work/shared/data/gutenberg\}\]'",
+        ),
+    ],
+)
+def test_data_and_model_settings_refused_at_load(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        pretrain(**overrides)
+
+
+def test_a_bad_setting_leaves_no_output_dir(tokenizer_dir, tmp_path, capsys):
+    """Refused when the recipe is read: the output folder is not claimed, so a corrected rerun is not told to resume."""
+    argv = pretrain_argv(tokenizer_dir, tmp_path, "--training.learning_rate", "nan")
+    assert "training.learning_rate must be > 0 and finite" in run_main("pretrain", argv, capsys)
+    argv = pretrain_argv(tokenizer_dir, tmp_path, "--model.config.hidden_size", "31")
+    assert "hidden_size=31 is not a multiple of num_attention_heads=2" in run_main("pretrain", argv, capsys)
+    assert not (tmp_path / "out").exists()
 
 
 def test_constant_schedule_may_have_any_warmup():
@@ -85,11 +129,22 @@ def test_validation_split_percentage_must_be_inside_0_100(percentage, model_dir)
 @pytest.mark.parametrize(
     "training, message",
     [
-        ({"num_train_epochs": 0}, r"training.num_train_epochs must be > 0 \(or set training.max_steps\), got 0"),
+        (
+            {"num_train_epochs": 0},
+            r"training.num_train_epochs must be > 0 \(or set training.max_steps\) and finite, got 0",
+        ),
         ({"num_train_epochs": -1.5}, r"training.num_train_epochs must be > 0"),
         ({"max_steps": -3}, r"training.max_steps must be >= 1 \(or null: train for num_train_epochs\), got -3"),
         ({"eval_steps": -10}, r"training.eval_steps must be >= 1"),
         ({"warmup_ratio": 1.0}, r"training.warmup_ratio must be in \[0, 1\), got 1.0"),
+        ({"num_train_epochs": float("inf")}, r"training.num_train_epochs must be > 0 .*and finite, got inf"),
+        # The optimizer fields and the seed are pretraining's (one dataclass), and checked the same way.
+        ({"learning_rate": float("nan")}, r"training.learning_rate must be > 0 and finite, got nan"),
+        ({"adam_epsilon": -1}, r"training.adam_epsilon must be > 0 and finite .*got -1"),
+        ({"weight_decay": -5}, r"training.weight_decay must be >= 0 and finite .*got -5"),
+        ({"max_grad_norm": -1}, r"training.max_grad_norm must be > 0 and finite \(or null: no clipping\), got -1"),
+        ({"seed": 2**32}, r"training.seed must be in \[0, 4294967295\] .*got 4294967296"),
+        ({"output_dir": None}, r"training.output_dir: expected a string, got null"),
     ],
 )
 def test_finetuning_settings_refused_at_load(training, message, model_dir):
@@ -299,6 +354,40 @@ def test_empty_or_one_line_corpus_is_an_error_line(tokenizer_dir, tmp_path, caps
             )
 
 
+def test_a_stream_of_fewer_documents_than_it_holds_out_is_refused_naming_the_setting(tmp_path):
+    """It used to evaluate the whole corpus, then say "The training data gave no batch (empty stream or corpus)"."""
+    from linformer_hf.training.data import no_training_batch_error
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"Document number {i} of a short corpus.\n" for i in range(5)))
+    overrides = {"data.train_files": [str(corpus)], "data.streaming": True, "data.validation_split_percentage": 50}
+    with pytest.raises(ConfigError, match=r"hold 5 document.*data.validation_examples_streaming=1000"):
+        pretrain(**overrides)
+    recipe = pretrain(**overrides, **{"data.validation_examples_streaming": 2})
+    # A stream of a data set is not counted ahead; the run's error names the setting all the same.
+    assert "data.validation_examples_streaming=2" in str(no_training_batch_error(recipe.data))
+    recipe.data.validation_files = [WIKITEXT]
+    assert "validation_examples_streaming" not in str(no_training_batch_error(recipe.data))
+
+
+def test_validation_files_too_short_for_a_block_name_them_not_the_split_percentage(tokenizer_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from linformer_hf.training.data import prepare_pretraining_data
+
+    short = tmp_path / "valid.txt"
+    short.write_text("Too short for a block.\n")
+    train = tmp_path / "train.txt"
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        train.write_text("".join(line for _, line in zip(range(200), fh)))
+    recipe = pretrain(**{"data.train_files": [str(train)], "data.validation_files": [str(short)]})
+    recipe.data.cache_dir = str(tmp_path / "cache")
+    with pytest.raises(ConfigError) as err:
+        prepare_pretraining_data(recipe.data, AutoTokenizer.from_pretrained(tokenizer_dir), seed=1)
+    assert "held-out documents of data.validation_files give no block of 64 tokens" in str(err.value)
+    assert "validation_split_percentage" not in str(err.value)  # not read when validation files are given
+
+
 @pytest.mark.parametrize("content", ["", "\n \n"])
 def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, content):
     corpus = tmp_path / "corpus.txt"
@@ -310,6 +399,38 @@ def test_tokenizer_training_on_no_text_is_an_error_line(tmp_path, capsys, conten
     )
     assert "tokenizer training text is empty" in line
     assert not (tmp_path / "tok").exists()  # no 256-byte tokenizer left behind
+
+
+BOOKS = os.path.join(os.path.dirname(WIKITEXT), "..", "gutenberg")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # Each was a traceback (ValueError from islice, OverflowError, datasets' "Bad split") or went on silently.
+        (["--files", WIKITEXT, "--max_documents", "-3"], "--max_documents must be >= 1 (or left out: every document)"),
+        (["--files", WIKITEXT, "--max_documents", "0"], "--max_documents must be >= 1"),  # trained on every document
+        (["--files", WIKITEXT, "--min_frequency", "-1"], "--min_frequency must be >= 0"),
+        (["--files", WIKITEXT, "--dataset", BOOKS], "--files and --dataset are both given"),  # dropped the dataset
+        (["--dataset", BOOKS, "--split", "nosuch"], "--split 'nosuch': "),
+    ],
+)
+def test_tokenizer_arguments_that_cannot_work_are_an_error_line(tmp_path, capsys, argv, message):
+    line = run_main("train_tokenizer", [*argv, "--vocab_size", "300", "--output_dir", str(tmp_path / "tok")], capsys)
+    assert message in line
+    if "nosuch" in argv:
+        assert "'train', 'validation'" in line  # the splits there are
+    assert not (tmp_path / "tok").exists()
+
+
+def test_tokenizer_training_on_a_binary_file_is_an_error_line(tmp_path, capsys):
+    """A binary file gave the codec's UnicodeDecodeError traceback: now the file, the line and the fix."""
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"some text\n" + bytes(range(128, 256)) + b"\n")
+    argv = ["--files", WIKITEXT, str(binary), "--vocab_size", "300", "--output_dir", str(tmp_path / "tok")]
+    line = run_main("train_tokenizer", argv, capsys)
+    assert f"{binary} is not UTF-8 text (line 2: byte 0x80 at column 1)" in line and "--files" in line
+    assert not (tmp_path / "tok").exists()
 
 
 def test_a_second_tokenizer_is_refused_in_a_used_output_dir(tokenizer_dir, tmp_path, capsys):

@@ -34,6 +34,7 @@ underscores everywhere (``--output_dir``, ``--training.max_steps``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from typing import Any
@@ -50,9 +51,16 @@ def _check_at_least(section, names: tuple[str, ...], minimum, optional_means: st
         value = getattr(section, name)
         if value is None and optional_means is not None:
             continue
-        if value is None or value < minimum:
+        # nan passes every comparison, and inf is no count or budget: both refused, not run with
+        if value is None or not math.isfinite(value) or value < minimum:
             hint = f" (or null: {optional_means})" if optional_means else ""
             raise ConfigError(f"training.{name} must be >= {minimum}{hint}, got {value}.")
+
+
+def _check_seed(section) -> None:
+    """numpy's seed (set by the Trainer and set_seed) takes [0, 2**32 - 1] only, and fails after the run has begun."""
+    if not 0 <= section.seed < 2**32:
+        raise ConfigError(f"training.seed must be in [0, {2**32 - 1}] (numpy's seed range), got {section.seed}.")
 
 
 def _check_report_to(section) -> None:
@@ -144,6 +152,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         except (TypeError, ValueError):
             raise ConfigError(f"{where}: expected a number, got {value!r}") from None
     if annotation is str:
+        if value is None:  # str(None) would be the folder or name 'None'
+            raise ConfigError(f"{where}: expected a string, got null; give a value (this key cannot be null).")
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         if isinstance(value, bool):  # str(False) would be 'False', not the word that was written
@@ -330,6 +340,8 @@ class ModelSection:
             )
         if self.config_file is not None and not os.path.isfile(self.config_file):
             raise ConfigError(f"model.config_file not found: {self.config_file}. Use a file from configs/model/.")
+        if self.pretrained is None and self.convert_from_roberta is None:
+            self._check_heads()
         if self.convert_from_roberta is not None:
             if self.pretrained is None:
                 raise ConfigError(
@@ -360,6 +372,23 @@ class ModelSection:
             from .validation import check_model_source
 
             check_model_source(self.pretrained, "model.pretrained")
+
+    def _check_heads(self) -> None:
+        """The fresh model's width splits into its heads: the model refuses it only when it is built, after the data
+        is tokenised and the output directory claimed."""
+        from .model_setup import _classes
+
+        fields = dict(load_yaml(self.config_file, "model.config_file")) if self.config_file else {}
+        fields.update(self.config or {})
+        defaults = _classes(self.model_type)[0]()
+        hidden = fields.get("hidden_size", defaults.hidden_size)
+        heads = fields.get("num_attention_heads", defaults.num_attention_heads)
+        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+            raise ConfigError(
+                f"model.config: hidden_size={hidden} is not a multiple of num_attention_heads={heads} (each head "
+                f"takes hidden_size / num_attention_heads): change one of them, e.g. hidden_size="
+                f"{max(heads, hidden - hidden % heads)}."
+            )
 
 
 def conversion_keys(settings: dict, default_target: str = "linformer") -> tuple[str, ...]:
@@ -437,6 +466,14 @@ class PretrainDataSection:
     cache_dir: str | None = None  # datasets cache dir (tokenised/packed data is cached there)
 
     def validate(self):
+        for key in ("datasets", "validation_datasets"):
+            value = getattr(self, key)
+            if not isinstance(value, list):  # a bare path would be read entry by entry, one character each
+                path = value if isinstance(value, str) else "FOLDER_OR_HUB_NAME"
+                raise ConfigError(
+                    f"data.{key} must be a list of {{path: ...}} entries, got {value!r}: write it as "
+                    f"--data.{key} '[{{path: {path}}}]' (in a recipe: {key}: [{{path: {path}, split: train}}])."
+                )
         if not self.datasets and not self.train_files:
             raise ConfigError("data: give Hub datasets in data.datasets or local text files in data.train_files.")
         for f in list(self.train_files) + list(self.validation_files):
@@ -449,6 +486,18 @@ class PretrainDataSection:
             self.validation_files,
             hold_out=bool(self.train_files) and not self.validation_files and not self.streaming,
         )
+        if self.streaming and self.train_files and not self.validation_files:
+            from .validation import count_documents
+
+            # A stream holds out its first documents for validation; a corpus of no more would train on nothing.
+            held_out = self.validation_examples_streaming
+            found = sum(count_documents(path, held_out + 1) for path in self.train_files)
+            if found <= held_out:
+                raise ConfigError(
+                    f"data.train_files hold {found} document(s), and a stream without data.validation_files holds "
+                    f"out its first data.validation_examples_streaming={held_out} for validation, which leaves none "
+                    f"to train on: lower data.validation_examples_streaming, or give data.validation_files."
+                )
         if self.train_files and self.datasets:
             raise ConfigError(
                 "data: give either data.train_files (local text files) or data.datasets (Hub names or local "
@@ -461,11 +510,23 @@ class PretrainDataSection:
             )
         from .validation import check_dataset_entry
 
-        for key in ("datasets", "validation_datasets"):
+        # Held-out entries first: an empty validation split of a folder is then named as the entry that reads it,
+        # not as the training entry whose folder it is also in.
+        for key in ("validation_datasets", "datasets"):
             for entry in getattr(self, key):
-                check_dataset_entry(entry, f"data.{key}", self.text_column)
+                check_dataset_entry(entry, f"data.{key}", self.text_column, self.streaming)
         if not 0 < self.mlm_probability < 1:
             raise ConfigError(f"data.mlm_probability must be in (0, 1), got {self.mlm_probability}.")
+        # The collator draws both replacements from one share of the masked tokens: each in [0, 1], and together at most
+        # all of them (the rest are left unchanged). It would fail at the first batch, after tokenising.
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"data.{name} must be in [0, 1], got {getattr(self, name)}.")
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ConfigError(
+                f"data.mask_replace_prob + data.random_replace_prob must be at most 1 (shares of the masked tokens), "
+                f"got {self.mask_replace_prob} + {self.random_replace_prob}: lower one of them (BERT's: 0.8 and 0.1)."
+            )
         if self.block_size is not None and self.block_size < 8:
             raise ConfigError(f"data.block_size must be at least 8, got {self.block_size}.")
         if not 0 <= self.short_block_probability <= 1:
@@ -528,8 +589,25 @@ class OptimizerSection:
         if self.loss_spike_action not in ("warn", "stop"):
             raise ConfigError(f"training.loss_spike_action must be warn or stop, got {self.loss_spike_action!r}.")
 
-        if self.learning_rate <= 0:
-            raise ConfigError(f"training.learning_rate must be > 0, got {self.learning_rate}.")
+        # nan slips past `<= 0`, and inf trains to nan: a finite number or the run diverges at the first update.
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ConfigError(f"training.learning_rate must be > 0 and finite, got {self.learning_rate}.")
+        if not (math.isfinite(self.adam_epsilon) and self.adam_epsilon > 0):
+            raise ConfigError(
+                f"training.adam_epsilon must be > 0 and finite (AdamW divides by it; e.g. 1e-6), got "
+                f"{self.adam_epsilon}."
+            )
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError(
+                f"training.weight_decay must be >= 0 and finite (0: none), got {self.weight_decay}: a negative "
+                "one pushes the weights away from zero."
+            )
+        # The Trainer skips clipping for a norm <= 0 without a word: null says "no clipping" instead.
+        if self.max_grad_norm is not None and not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ConfigError(
+                f"training.max_grad_norm must be > 0 and finite (or null: no clipping), got {self.max_grad_norm}."
+            )
+
         if not (0 <= self.adam_beta1 < 1 and 0 <= self.adam_beta2 < 1):
             raise ConfigError(
                 f"training.adam_beta1 / adam_beta2 must be in [0, 1), got {self.adam_beta1} / {self.adam_beta2}."
@@ -588,8 +666,9 @@ class PretrainTrainingSection(CompileSection, OptimizerSection):
     overwrite_output_dir: bool = False  # start over in a non-empty output_dir (deletes the earlier run's outputs)
 
     def validate(self):
-        super().validate()  # learning rate, betas, scheduler name
+        super().validate()  # learning rate, betas, epsilon, weight decay, clipping, scheduler name
         self.validate_compile()
+        _check_seed(self)
         _check_report_to(self)
         _check_at_least(
             self,
@@ -726,8 +805,9 @@ class FinetuneTrainingSection(CompileSection, OptimizerSection):
     stop_after_steps: int | None = None  # stop (as if interrupted) after N updates, with a checkpoint: tests, slices
 
     def validate(self):
-        super().validate()  # learning rate, betas, scheduler name
+        super().validate()  # learning rate, betas, epsilon, weight decay, clipping, scheduler name
         self.validate_compile()
+        _check_seed(self)
         _check_report_to(self)
         _check_at_least(
             self,
@@ -752,9 +832,10 @@ class FinetuneTrainingSection(CompileSection, OptimizerSection):
                 "written at each evaluation) and keep training.save_best true."
             )
         _check_at_least(self, ("eval_steps",), 1, optional_means="evaluate at the end of every epoch")
-        if self.max_steps is None and not self.num_train_epochs > 0:
+        if self.max_steps is None and not (math.isfinite(self.num_train_epochs) and self.num_train_epochs > 0):
             raise ConfigError(
-                f"training.num_train_epochs must be > 0 (or set training.max_steps), got {self.num_train_epochs}."
+                f"training.num_train_epochs must be > 0 (or set training.max_steps) and finite, got "
+                f"{self.num_train_epochs}."
             )
         if not 0 <= self.warmup_ratio < 1:
             raise ConfigError(f"training.warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")

@@ -176,6 +176,8 @@ def tokenize_and_pack(
 
     def tokenize(batch):
         texts = [t for t in batch["text"] if t and not t.isspace()]
+        if not texts:  # a batch of blank documents (after a long one, say) gives no rows; the tokenizer fails on []
+            return {"input_ids": []}
         return {"input_ids": tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]}
 
     def pack(batch, indices):
@@ -253,6 +255,13 @@ def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, pro
                 f"The training corpus gives no block of {cfg.block_size} tokens; "
                 f"use more text or a smaller data.block_size."
             )
+        if len(out["validation"]) == 0 and (cfg.validation_files or cfg.validation_datasets):
+            # The split percentage is not read when held-out documents are given: the fix is in them.
+            source = "data.validation_files" if cfg.validation_files else "data.validation_datasets"
+            raise ConfigError(
+                f"The held-out documents of {source} give no block of {cfg.block_size} tokens; give more held-out "
+                f"text there, or a smaller data.block_size."
+            )
         if len(out["validation"]) == 0:
             raise ConfigError(
                 f"The validation split gives no block of {cfg.block_size} tokens; "
@@ -269,6 +278,19 @@ def prepare_pretraining_data(cfg: PretrainDataSection, tokenizer, seed: int, pro
         if cfg.max_eval_blocks is not None:
             out["validation"] = out["validation"].take(cfg.max_eval_blocks)
     return out
+
+
+def no_training_batch_error(cfg: PretrainDataSection) -> ConfigError:
+    """The error for a run whose training data gave no batch, naming the setting that took the documents."""
+    if cfg.streaming and not (cfg.validation_files or cfg.validation_datasets):
+        return ConfigError(
+            f"The training stream gave no batch: without held-out documents, the first "
+            f"data.validation_examples_streaming={cfg.validation_examples_streaming} documents of the stream are held "
+            f"out for validation, and the corpus gave no training block after them. Lower "
+            f"data.validation_examples_streaming, or give held-out documents (data.validation_files or "
+            f"data.validation_datasets)."
+        )
+    return ConfigError("The training data gave no batch (empty stream or corpus).")
 
 
 def prepare_held_out_blocks(cfg: PretrainDataSection, tokenizer):

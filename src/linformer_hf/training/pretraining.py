@@ -830,7 +830,9 @@ def train(trainer: MaskedLMTrainer, stop: StopSignal) -> dict:
             f"Resume with --resume_from_checkpoint latest."
         )
     if not summary["train_losses"] and step < tcfg.max_steps:
-        raise ConfigError("The training data gave no batch (empty stream or corpus).")
+        from .data import no_training_batch_error
+
+        raise no_training_batch_error(trainer.recipe.data)
     summary["train_seconds"] = trainer.train_seconds
     if summary.get("compile", {}).get("later_update_graphs"):
         trainer.accelerator.print(

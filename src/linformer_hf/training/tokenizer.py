@@ -23,10 +23,18 @@ def iter_text_files(files: list[str]) -> Iterator[str]:
     for path in files:
         if not os.path.isfile(path):
             raise ConfigError(f"Tokenizer training file not found: {path}.")
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    yield line
+        try:
+            with open(path, encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        yield line
+        except UnicodeDecodeError:  # a binary or non-UTF-8 file: say which and where, not the codec's traceback
+            from .validation import first_non_utf8_line
+
+            raise ConfigError(
+                f"Tokenizer training file {path} is not UTF-8 text ({first_non_utf8_line(path)}): convert it to "
+                f"UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or leave it out of --files."
+            ) from None
 
 
 def train_bpe_tokenizer(

@@ -19,8 +19,27 @@ import sys
 from ..cli import ArgumentParser
 from ..outputs import check_output_dir
 from .config import ConfigError
-from .errors import USER_ERRORS, hub_unreachable_error, report
+from .errors import USER_ERRORS, hub_unreachable_error, one_line, report
 from .tokenizer import iter_text_files, train_bpe_tokenizer
+
+
+def check_arguments(args) -> None:
+    """Values argparse takes but the training cannot: refused on one line before any work."""
+    # Both given: one of them would be dropped without a word.
+    if args.files and args.dataset:
+        raise ConfigError("--files and --dataset are both given: train on one of them (drop the other).")
+    # 0 used to mean "every document", and a negative count failed inside itertools.
+    if args.max_documents is not None and args.max_documents < 1:
+        raise ConfigError(f"--max_documents must be >= 1 (or left out: every document), got {args.max_documents}.")
+    # tokenizers takes an unsigned count and fails with an OverflowError.
+    if args.min_frequency < 0:
+        raise ConfigError(
+            f"--min_frequency must be >= 0 (merges seen fewer times are not learned), got {args.min_frequency}."
+        )
+    if args.model_max_length < 1:
+        raise ConfigError(
+            f"--model_max_length must be >= 1 (the longest input in tokens), got {args.model_max_length}."
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # A tokenizer is the vocabulary of every model trained with it: an earlier one is never replaced silently.
         check_output_dir(args.output_dir, args.overwrite, create=False)
+        check_arguments(args)
         if args.files:
             for f in args.files:  # fail on a missing file before training starts
                 if not os.path.isfile(f):
@@ -62,12 +82,19 @@ def main(argv: list[str] | None = None) -> int:
                 raise hub_unreachable_error(
                     "--dataset", args.dataset, err, "give local text files with --files"
                 ) from None
+            except ValueError as err:  # datasets' "Bad split: x. Available splits: [...]", or a bad config name
+                if "split" in str(err).lower():
+                    raise ConfigError(
+                        f"--split {args.split!r}: {args.dataset} has no such split ({one_line(err)}); give one of "
+                        f"its splits with --split."
+                    ) from None
+                raise ConfigError(f"--dataset {args.dataset} cannot be read: {one_line(err)}") from None
             if ds.column_names is not None and args.text_column not in ds.column_names:
                 raise ConfigError(f"Column {args.text_column!r} not in {args.dataset}: {ds.column_names}.")
             texts = (ex[args.text_column] for ex in ds)
         else:
             raise ConfigError("Give --files or --dataset.")
-        if args.max_documents:
+        if args.max_documents is not None:
             texts = itertools.islice(texts, args.max_documents)
         tok = train_bpe_tokenizer(texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length)
     except (*USER_ERRORS, OSError) as err:

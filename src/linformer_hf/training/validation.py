@@ -274,14 +274,19 @@ def _local_folder(path: str) -> bool:
     return os.path.isdir(path) or path.startswith((".", "/", "~")) or os.path.exists(path)
 
 
-def check_dataset_entry(entry, where: str, default_text_column: str) -> None:
+def check_dataset_entry(entry, where: str, default_text_column: str, streaming: bool = False) -> None:
     """One entry of data.datasets / data.validation_datasets is well formed, and, when it is a local folder in a Hub
     dataset's layout, its split's shards are all there and readable and hold the text column: a missing or corrupt
     shard is named here, before any tokenising or training, not met as an error deep inside ``datasets``.
 
-    Hub names are checked by ``datasets`` when they are loaded (this machine may not reach the Hub)."""
+    Hub names are checked by ``datasets`` when they are loaded (this machine may not reach the Hub). ``streaming``:
+    the entry is streamed, which reads its own split only."""
     if not isinstance(entry, dict) or "path" not in entry:
-        raise ConfigError(f"Each entry of {where} needs at least a 'path' key, got {entry!r}.")
+        example = entry if isinstance(entry, str) else "FOLDER_OR_HUB_NAME"
+        raise ConfigError(
+            f"Each entry of {where} needs at least a 'path' key, got {entry!r}: write it as {{path: {example}}}, "
+            f"e.g. {where}: [{{path: {example}, split: train}}]."
+        )
     bad = sorted(set(entry) - set(DATASET_ENTRY_KEYS))
     if bad:
         raise ConfigError(f"Unknown key(s) {bad} in a {where} entry; allowed: {', '.join(DATASET_ENTRY_KEYS)}.")
@@ -312,17 +317,44 @@ def check_dataset_entry(entry, where: str, default_text_column: str) -> None:
             f"found). Restore the missing shard(s) (download them again)."
         )
     text_column = entry.get("text_column", default_text_column)
-    for file in files:
-        if file.endswith(".parquet"):
-            _check_parquet_shard(file, text_column, where)
+    rows = [_check_parquet_shard(file, text_column, where) for file in files if file.endswith(".parquet")]
+    # `datasets` fails on a split of no rows with "BatchSize must be greater than 0", which reads as a damaged file.
+    if len(rows) == len(files) and sum(rows) == 0:
+        raise ConfigError(
+            f"{where}: split {split!r} of {path} has no rows ({len(files)} shard(s) of 0 rows): give a split that "
+            f"holds documents (set 'split' in the entry), or drop the entry."
+        )
+    if streaming:
+        return
+    # A folder is prepared whole (every split) to read one of its splits, so an empty other split fails it too.
+    for other, other_files in data_files.items():
+        if other != split and _parquet_rows([str(f) for f in other_files]) == 0:
+            raise ConfigError(
+                f"{where}: split {other!r} of {path} has no rows, and datasets prepares every split of a folder to "
+                f"read its {split!r} split: move the empty split's files out of the folder, or give it documents."
+            )
 
 
-def _check_parquet_shard(file: str, text_column: str, where: str) -> None:
-    """A parquet shard opens (its footer is whole: a truncated or overwritten file fails here) and has the column."""
+def _parquet_rows(files: list[str]) -> int | None:
+    """The rows of a split's parquet files, by their footers; None when they are not all readable parquet files."""
+    import pyarrow.parquet as pq
+
+    if not files or not all(file.endswith(".parquet") for file in files):
+        return None
+    try:
+        return sum(pq.ParquetFile(file).metadata.num_rows for file in files)
+    except Exception:  # a corrupt shard of a split not read: the loader names it
+        return None
+
+
+def _check_parquet_shard(file: str, text_column: str, where: str) -> int:
+    """A parquet shard opens (its footer is whole: a truncated or overwritten file fails here) and has the column;
+    returns its rows."""
     import pyarrow.parquet as pq
 
     try:
-        schema = pq.ParquetFile(file).schema_arrow
+        shard = pq.ParquetFile(file)
+        schema = shard.schema_arrow
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError for a truncated or non-parquet file
         raise ConfigError(
             f"{where}: the shard {file} is corrupt or truncated ({one_line(err)}). Download it again."
@@ -332,3 +364,4 @@ def _check_parquet_shard(file: str, text_column: str, where: str) -> None:
             f"{where}: the shard {file} has no column {text_column!r} (it has {schema.names}); set text_column in "
             f"the entry (or data.text_column)."
         )
+    return shard.metadata.num_rows
