@@ -376,11 +376,11 @@ class ModelSection:
     def _check_heads(self) -> None:
         """The fresh model's width splits into its heads: the model refuses it only when it is built, after the data
         is tokenised and the output directory claimed."""
-        from .model_setup import _classes
+        from transformers import AutoConfig
 
         fields = dict(load_yaml(self.config_file, "model.config_file")) if self.config_file else {}
         fields.update(self.config or {})
-        defaults = _classes(self.model_type)[0]()
+        defaults = AutoConfig.for_model(self.model_type)  # the family's defaults (registered by the package)
         hidden = fields.get("hidden_size", defaults.hidden_size)
         heads = fields.get("num_attention_heads", defaults.num_attention_heads)
         if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
