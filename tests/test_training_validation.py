@@ -92,6 +92,7 @@ def test_pretraining_settings_refused_at_load(training, message):
             {"model.config": {"hidden_size": 31, "num_attention_heads": 2}},
             r"hidden_size=31 is not a multiple of num_attention_heads=2.*hidden_size=30",
         ),
+        ({"model.config": {"num_attention_heads": 0}}, r"num_attention_heads must be at least 1, got 0"),
         # A bare path used to be read one character an entry ("needs at least a 'path' key, got '/'").
         (
             {"data.train_files": [], "data.datasets": "/work/shared/data/gutenberg"},

@@ -383,7 +383,9 @@ class ModelSection:
         defaults = AutoConfig.for_model(self.model_type)  # the family's defaults (registered by the package)
         hidden = fields.get("hidden_size", defaults.hidden_size)
         heads = fields.get("num_attention_heads", defaults.num_attention_heads)
-        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+        if isinstance(heads, int) and heads < 1:
+            raise ConfigError(f"model.config: num_attention_heads must be at least 1, got {heads}.")
+        if isinstance(hidden, int) and isinstance(heads, int) and hidden % heads:
             raise ConfigError(
                 f"model.config: hidden_size={hidden} is not a multiple of num_attention_heads={heads} (each head "
                 f"takes hidden_size / num_attention_heads): change one of them, e.g. hidden_size="
