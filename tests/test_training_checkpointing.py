@@ -135,9 +135,10 @@ def test_resuming_an_earlier_checkpoint_sets_the_later_path_aside_and_the_summar
     out = tmp_path / "run"
     first = run(tokenizer_dir, small_corpus, out, max_steps=6, eval_steps=3)
     branch = dict(max_steps=6, eval_steps=3, max_grad_norm=0.5)  # another path from update 2
-    run(
-        tokenizer_dir, small_corpus, out, **branch, stop_after_steps=4, resume_from_checkpoint=str(out / "checkpoint-2")
-    )
+    # with the trailing slash of a shell's completion (before, taken for another folder's checkpoint: nothing was
+    # set aside, and the new path wrote over the old one)
+    earlier = str(out / "checkpoint-2") + "/"
+    run(tokenizer_dir, small_corpus, out, **branch, stop_after_steps=4, resume_from_checkpoint=earlier)
     aside = [p for p in out.iterdir() if p.name.startswith("superseded-after-step2-")]
     assert len(aside) == 1
     assert sorted(p.name for p in aside[0].iterdir()) == ["checkpoint-4", "checkpoint-6", "final", "summary_step6.json"]
@@ -147,6 +148,24 @@ def test_resuming_an_earlier_checkpoint_sets_the_later_path_aside_and_the_summar
     assert resumed["train_losses"][1] == first["train_losses"][1]  # the shared start
     assert resumed["train_losses"][4] != first["train_losses"][4]  # the new path's (its update 3 clipped otherwise)
     assert resumed["train_seconds"] > 0 and json.loads((out / "summary_step6.json").read_text())["train_losses"]
+
+
+def test_a_run_resumed_from_another_folders_checkpoint_keeps_that_folders_history_through_later_resumes(
+    tokenizer_dir, small_corpus, tmp_path
+):
+    """Folder b starts from a's checkpoint-2: its summaries hold a's first updates and evaluation, also after b is
+    resumed from its own checkpoint (before, the second resume read b's log only: updates 1-2 and eval 0 vanished)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    whole = run(tokenizer_dir, small_corpus, a, max_steps=6, eval_steps=3)
+    schedule = dict(max_steps=6, eval_steps=3)
+    first = run(
+        tokenizer_dir, small_corpus, b, **schedule, stop_after_steps=4, resume_from_checkpoint=str(a / "checkpoint-2")
+    )
+    assert sorted(first["train_losses"]) == [1, 2, 3, 4]
+    assert not [p for p in a.iterdir() if p.name.startswith("superseded")]  # a is not touched
+    last = run(tokenizer_dir, small_corpus, b, **schedule, resume_from_checkpoint="latest")
+    assert last["train_losses"] == pytest.approx(whole["train_losses"], abs=1e-6)
+    assert sorted(last["evals"]) == [0, 3, 6]
 
 
 def test_a_run_stopped_by_its_time_budget_leaves_a_checkpoint_to_go_on_from(tokenizer_dir, small_corpus, tmp_path):

@@ -271,7 +271,8 @@ def resolve_checkpoint(spec: str | None, output_dir: str, options: RunOptions = 
             f"Checkpoint {spec} is incomplete or corrupt: {problem}. Give an earlier checkpoint, "
             f"or 'latest' to take the newest complete one."
         )
-    return spec
+    # normalised: "checkpoint-2/" (a shell's completion) must name the same folder, whose parent is the run's
+    return os.path.normpath(spec)
 
 
 def read_checkpoint_state(path: str) -> dict:
@@ -806,6 +807,21 @@ def history_before(records: list[dict], step: int) -> dict:
         "evals": {k: v for k, v in evals.items() if k <= step},
         "train_seconds": seconds.get(step),
     }
+
+
+def path_records(folder: str, seen: tuple[str, ...] = ()) -> list[dict]:
+    """The update log of the run in ``folder``, preceded by the logs of the folders its path came through: a run
+    whose first segment resumed another folder's checkpoint goes on from that folder's log (`history_before` keeps of
+    it what came before the resumed update)."""
+    records = read_update_log(folder)
+    first = next((record for record in records if record.get("event") == "start"), None)
+    source = (first or {}).get("resumed_from")
+    if source:
+        earlier = os.path.dirname(os.path.normpath(source))
+        same = os.path.realpath(earlier) == os.path.realpath(folder)
+        if not same and earlier not in seen and os.path.isfile(os.path.join(earlier, UPDATE_LOG)):
+            return path_records(earlier, (*seen, folder)) + records
+    return records
 
 
 def read_update_log(output_dir: str) -> list[dict]:

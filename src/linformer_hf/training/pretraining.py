@@ -59,9 +59,9 @@ from .checkpointing import (
     history_before,
     list_checkpoints,
     mark_checkpoint_complete,
+    path_records,
     publish_dir,
     read_checkpoint_state,
-    read_update_log,
     recipe_fingerprint,
     records_conversion,
     resolve_checkpoint,
@@ -769,10 +769,17 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
         # training time before the checkpoint come from the update log of the folder it was made in.
         made_in = os.path.dirname(resume_dir)
         if os.path.isfile(os.path.join(made_in, UPDATE_LOG)):
-            history = history_before(read_update_log(made_in), step)
+            history = history_before(path_records(made_in), step)
             summary["train_losses"].update(history["train_losses"])
             summary["evals"].update(history["evals"])
             trainer.train_seconds = history["train_seconds"] or 0.0
+        else:
+            logger.warning(
+                "%s has no %s: this run's summary holds only the updates and evaluations made from %s on.",
+                made_in,
+                UPDATE_LOG,
+                resume_dir,
+            )
     trainer.update_log.write(event="start", step=step, resumed_from=resume_dir, pid=os.getpid())
     return trainer
 
