@@ -748,6 +748,12 @@ def test_a_local_source_is_named_by_its_folder_only_and_the_push_says_how_to_nam
     name = os.path.basename(source)
     assert f"checkpoint `{name}` (a local folder; its Hub name was not given)" in card
     assert f"names the source {source} by its folder name only" in capsys.readouterr().err
+    # nor do the reports published beside it give the local layout: folder and name only, as the card
+    pushed = json.loads(open(os.path.join(output_dir, "conversion_report.json"), encoding="utf-8").read())
+    assert pushed["source"] == "/".join(source.split("/")[-2:]) and pushed["max_sequence_length"] == 32
+    for name in os.listdir(output_dir):
+        if name.endswith(".json"):
+            assert os.path.dirname(os.path.dirname(source)) not in open(os.path.join(output_dir, name)).read(), name
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -50,6 +50,7 @@ import importlib.resources
 import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -680,6 +681,23 @@ def drop_machine_settings(tokenizer_config: str) -> None:
             handle.write("\n")
 
 
+# An absolute path in a record's text: a "/" that does not follow a word, a scheme ("https:") or another "/".
+ABSOLUTE_PATH = re.compile(r"(?<![\w/:.~])/(?:[^\s/()\[\]'\"`,;]+/)*[^\s/()\[\]'\"`,;]+")
+
+
+def without_local_layout(value):
+    """A provenance record as it is published: an absolute local path, alone or within a sentence, keeps its folder
+    and name only, as the card shows it (a reader cannot open it, and the rest may say more about the machine than
+    its owner wants)."""
+    if isinstance(value, dict):
+        return {key: without_local_layout(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_local_layout(item) for item in value]
+    if isinstance(value, str):
+        return ABSOLUTE_PATH.sub(lambda path: "/".join(path.group(0).split("/")[-2:]).lstrip("/"), value)
+    return value
+
+
 def unnamed_local_source(model_dir: str, card_info: dict | None) -> str | None:
     """The local folder a model was converted or transferred from, where card_info gives no Hub name for it."""
     provenance = find_provenance(model_dir)
@@ -756,8 +774,13 @@ def prepare_model_folder(
     tokenizer.save_pretrained(output_dir)
     drop_machine_settings(os.path.join(output_dir, "tokenizer_config.json"))
     copy_sentence_transformers_modules(model_dir, output_dir)  # what the card's sentence-encoder section uses
-    for name, (path, _) in find_provenance(model_dir).items():
-        shutil.copy(path, os.path.join(output_dir, name))
+    for name, (path, content) in find_provenance(model_dir).items():
+        if content is None:  # a log of figures, copied as it is
+            shutil.copy(path, os.path.join(output_dir, name))
+        else:
+            with open(os.path.join(output_dir, name), "w", encoding="utf-8") as handle:
+                json.dump(without_local_layout(content), handle, indent=2, ensure_ascii=False)
+                handle.write("\n")
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 
