@@ -68,7 +68,7 @@ from .conversion import ConversionReport, copy_sentence_transformers_modules
 from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model, pad_as_the_model_takes
 from .models import compat
 from .models.lengths import max_input_length
-from .outputs import check_output_dir
+from .outputs import check_output_dir, write_json_atomic
 from .registration import FAMILIES, TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).
@@ -508,7 +508,7 @@ def render_model_card(
         local_source = conversion["source"] if _is_local(conversion["source"]) else None
     elif transfer:
         local_source = transfer["teacher"] if _is_local(transfer["teacher"]) else None
-    recorded_source = conversion["source"] if conversion else transfer["teacher"] if transfer else None
+    recorded_source = source_of(provenance)
     base_model = card_info.get("base_model")
     if recorded_source and not _is_local(recorded_source) and base_model and base_model != recorded_source:
         raise ValueError(
@@ -674,11 +674,7 @@ def drop_machine_settings(tokenizer_config: str) -> None:
         return
     settings = _read_json(tokenizer_config)
     if any(key in settings for key in MACHINE_TOKENIZER_SETTINGS):
-        for key in MACHINE_TOKENIZER_SETTINGS:
-            settings.pop(key, None)
-        with open(tokenizer_config, "w", encoding="utf-8") as handle:
-            json.dump(settings, handle, indent=2, ensure_ascii=False)
-            handle.write("\n")
+        write_json_atomic(tokenizer_config, {k: v for k, v in settings.items() if k not in MACHINE_TOKENIZER_SETTINGS})
 
 
 # An absolute path in a record's text: a "/" that does not follow a word, a scheme ("https:") or another "/".
@@ -698,12 +694,17 @@ def without_local_layout(value):
     return value
 
 
-def unnamed_local_source(model_dir: str, card_info: dict | None) -> str | None:
-    """The local folder a model was converted or transferred from, where card_info gives no Hub name for it."""
-    provenance = find_provenance(model_dir)
+def source_of(provenance: dict) -> str | None:
+    """What the reports of `find_provenance` say a model's weights came from: the conversion's source, else the
+    transfer's teacher; None for a model trained from scratch."""
     conversion = provenance.get("conversion_report.json", (None, None))[1]
     transfer = provenance.get("transfer_report.json", (None, None))[1]
-    source = conversion["source"] if conversion else transfer["teacher"] if transfer else None
+    return conversion["source"] if conversion else transfer["teacher"] if transfer else None
+
+
+def unnamed_local_source(model_dir: str, card_info: dict | None) -> str | None:
+    """The local folder a model was converted or transferred from, where card_info gives no Hub name for it."""
+    source = source_of(find_provenance(model_dir))
     if source and _is_local(source) and not (card_info or {}).get("base_model"):
         return source
     return None
@@ -778,9 +779,7 @@ def prepare_model_folder(
         if content is None:  # a log of figures, copied as it is
             shutil.copy(path, os.path.join(output_dir, name))
         else:
-            with open(os.path.join(output_dir, name), "w", encoding="utf-8") as handle:
-                json.dump(without_local_layout(content), handle, indent=2, ensure_ascii=False)
-                handle.write("\n")
+            write_json_atomic(os.path.join(output_dir, name), without_local_layout(content))
     with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 

@@ -69,7 +69,7 @@ from .checkpointing import (
     temporary_name,
 )
 from .config import ConfigError, PretrainRecipe
-from .data import _example_seed, build_mlm_collator, prepare_pretraining_data, shard_stream
+from .data import _example_seed, build_mlm_collator, no_training_batch_error, prepare_pretraining_data, shard_stream
 from .errors import Preempted, TrainingDiverged
 from .guards import (
     StopSignal,
@@ -99,14 +99,16 @@ logger = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def summary_steps(output_dir: str) -> list[int]:
+    """The updates at which the runs in ``output_dir`` ended: the N of each summary_step<N>.json."""
+    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    return [int(m.group(1)) for m in (re.fullmatch(r"summary_step(\d+)\.json", name) for name in names) if m]
+
+
 def later_outputs(output_dir: str, step: int) -> list[str]:
     """The names of what a run in ``output_dir`` wrote when it ended after update ``step``: its summaries, and then
     its ``final/``."""
-    later = []
-    for name in os.listdir(output_dir):
-        m = re.fullmatch(r"summary_step(\d+)\.json", name)
-        if m and int(m.group(1)) > step:
-            later.append(name)
+    later = [os.path.basename(summary_path(output_dir, n)) for n in summary_steps(output_dir) if n > step]
     return later + ["final"] if later else []
 
 
@@ -117,11 +119,7 @@ def summary_path(output_dir: str, completed_steps: int) -> str:
 
 def read_final_summary(output_dir: str) -> dict:
     """The summary of the run that went furthest in ``output_dir`` (a time budget may end it before max_steps)."""
-    found = []
-    for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
-        m = re.fullmatch(r"summary_step(\d+)\.json", name)
-        if m:
-            found.append(int(m.group(1)))
+    found = summary_steps(output_dir)
     if not found:
         raise FileNotFoundError(f"No summary_step<N>.json in {output_dir}: the pretraining run did not finish.")
     with open(summary_path(output_dir, max(found)), encoding="utf-8") as fh:
@@ -821,7 +819,8 @@ def train(trainer: MaskedLMTrainer, stop: StopSignal) -> dict:
     from transformers import TrainerState
 
     tcfg, summary, resume_dir = trainer.recipe.training, trainer.summary, trainer.resume_dir
-    if resume_dir and read_checkpoint_state(resume_dir)["global_step"] >= tcfg.max_steps:
+    started_at = read_checkpoint_state(resume_dir)["global_step"] if resume_dir else 0
+    if started_at >= tcfg.max_steps:
         # A run killed after its last checkpoint and before final/: the Trainer would make one more update when it
         # resumes there (transformers 5.24), so the checkpoint is only loaded, then evaluated and published.
         trainer._load_from_checkpoint(resume_dir)
@@ -836,9 +835,7 @@ def train(trainer: MaskedLMTrainer, stop: StopSignal) -> dict:
             f"{stop.name} received: stopped after update {step} of {tcfg.max_steps} with checkpoint {path}. "
             f"Resume with --resume_from_checkpoint latest."
         )
-    if not summary["train_losses"] and step < tcfg.max_steps:
-        from .data import no_training_batch_error
-
+    if step == started_at < tcfg.max_steps:  # no update made (the summary holds the path's earlier ones)
         raise no_training_batch_error(trainer.recipe.data)
     summary["train_seconds"] = trainer.train_seconds
     if summary.get("compile", {}).get("later_update_graphs"):
