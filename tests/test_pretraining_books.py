@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from training_utils import (
@@ -221,7 +222,45 @@ def test_a_split_of_no_rows_is_named_as_such_with_the_entry_that_reads_it(books,
     assert message.startswith("data.datasets: split 'validation'") and "has no rows" in message
     assert "move the empty split's files out of the folder" in message
     # A stream reads its own split only.
-    books_recipe(str(copy), tokenizer_dir, tmp_path / "run", **{"data.validation_datasets": [], "data.streaming": True})
+    stream = {"data.validation_datasets": [], "data.streaming": True, "data.validation_examples_streaming": 1}
+    books_recipe(str(copy), tokenizer_dir, tmp_path / "run", **stream)
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_hub_dataset_with_a_split_of_no_rows_is_named_as_such(tmp_path):
+    """A Hub dataset is not checked shard by shard before loading (it is not here yet): its empty split reached the
+    loader, whose pyarrow error was reported as "download a damaged one again"."""
+    from linformer_hf.training.config import PretrainDataSection
+
+    folder = tmp_path / "dataset" / "data"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), folder / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"text": ["one document"]}), folder / "validation-00000-of-00001.parquet")
+    entries = [{"path": str(folder.parent), "split": "validation"}]
+    section = PretrainDataSection(datasets=entries, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigError) as raised:
+        pretraining_data._load_entries(entries, section, "data.datasets")
+    message = str(raised.value)
+    assert message.startswith(f"data.datasets: {folder.parent} has a split of no rows") and "damaged" not in message
+
+
+def test_a_stream_of_folders_no_longer_than_its_hold_out_is_refused_before_any_work(books, tokenizer_dir, tmp_path):
+    """Counted from the shards' footers: before, such a stream was tokenised and then gave no training batch."""
+    train_books = (
+        pq.ParquetFile(glob.glob(f"{books}/train-*.parquet")[0]).metadata.num_rows
+        + pq.ParquetFile(glob.glob(f"{books}/train-*.parquet")[1]).metadata.num_rows
+    )
+    stream = {"data.validation_datasets": [], "data.streaming": True}
+    message = _recipe_error(
+        books, tokenizer_dir, tmp_path, **stream, **{"data.validation_examples_streaming": train_books}
+    )
+    assert f"data.datasets hold {train_books} document(s)" in message and "validation_examples_streaming" in message
+    # Two entries interleave until both are exhausted: up to twice the larger, so one fewer held out trains.
+    twice = {"data.datasets": [{"path": books}, {"path": books}], "data.validation_examples_streaming": 2 * train_books}
+    assert "holds out its first" in _recipe_error(books, tokenizer_dir, tmp_path, **stream, **twice)
+    books_recipe(
+        books, tokenizer_dir, tmp_path / "run", **stream, **{"data.validation_examples_streaming": train_books - 1}
+    )
     assert not os.path.exists(tmp_path / "run")
 
 

@@ -514,9 +514,24 @@ class PretrainDataSection:
 
         # Held-out entries first: an empty validation split of a folder is then named as the entry that reads it,
         # not as the training entry whose folder it is also in.
+        documents = {}
         for key in ("validation_datasets", "datasets"):
-            for entry in getattr(self, key):
+            documents[key] = [
                 check_dataset_entry(entry, f"data.{key}", self.text_column, self.streaming)
+                for entry in getattr(self, key)
+            ]
+        counts = documents["datasets"]
+        if self.streaming and counts and not self.validation_datasets and None not in counts:
+            # As for train_files above, from the shards' footers. Interleaved entries run until each is exhausted,
+            # so the stream holds at most (entries x the largest) documents.
+            held_out = self.validation_examples_streaming
+            if len(counts) * max(counts) <= held_out:
+                raise ConfigError(
+                    f"data.datasets hold {sum(counts)} document(s), and a stream without data.validation_datasets "
+                    f"holds out its first data.validation_examples_streaming={held_out} for validation, which leaves "
+                    f"none to train on: lower data.validation_examples_streaming, or give held-out documents in "
+                    f"data.validation_datasets."
+                )
         if not 0 < self.mlm_probability < 1:
             raise ConfigError(f"data.mlm_probability must be in (0, 1), got {self.mlm_probability}.")
         # The collator draws both replacements from one share of the masked tokens: each in [0, 1], and together at most

@@ -68,6 +68,12 @@ def _load_entries(entries: list[dict], cfg: PretrainDataSection, where: str, see
             ) from None
         except DatasetGenerationError as err:  # e.g. a shard whose footer is whole but whose pages are not
             cause = err.__cause__ or err
+            if "BatchSize must be greater than 0" in str(cause):  # pyarrow's word for a parquet split of 0 rows
+                raise ConfigError(
+                    f"{where}: {path} has a split of no rows, and datasets prepares every split of a dataset to "
+                    f"read one ({one_line(cause)}). Give another dataset or revision, or download it and give its "
+                    f"local folder without the empty split's files."
+                ) from None
             raise ConfigError(
                 f"{where}: {path} could not be read ({type(cause).__name__}: {one_line(cause)}). Check its data files "
                 f"(download a damaged one again)."

@@ -274,13 +274,14 @@ def _local_folder(path: str) -> bool:
     return os.path.isdir(path) or path.startswith((".", "/", "~")) or os.path.exists(path)
 
 
-def check_dataset_entry(entry, where: str, default_text_column: str, streaming: bool = False) -> None:
+def check_dataset_entry(entry, where: str, default_text_column: str, streaming: bool = False) -> int | None:
     """One entry of data.datasets / data.validation_datasets is well formed, and, when it is a local folder in a Hub
     dataset's layout, its split's shards are all there and readable and hold the text column: a missing or corrupt
     shard is named here, before any tokenising or training, not met as an error deep inside ``datasets``.
 
     Hub names are checked by ``datasets`` when they are loaded (this machine may not reach the Hub). ``streaming``:
-    the entry is streamed, which reads its own split only."""
+    the entry is streamed, which reads its own split only. Returns the documents the entry reads when they can be
+    counted from the shards' footers (a local folder's whole split of parquet shards), else None."""
     if not isinstance(entry, dict) or "path" not in entry:
         example = entry if isinstance(entry, str) else "FOLDER_OR_HUB_NAME"
         raise ConfigError(
@@ -292,7 +293,7 @@ def check_dataset_entry(entry, where: str, default_text_column: str, streaming: 
         raise ConfigError(f"Unknown key(s) {bad} in a {where} entry; allowed: {', '.join(DATASET_ENTRY_KEYS)}.")
     path = str(entry["path"])
     if not _local_folder(path):
-        return
+        return None
     if not os.path.isdir(path):
         raise ConfigError(f"{where}: {path} is not a folder (give a folder of data files in a Hub dataset's layout).")
     from datasets import load_dataset_builder
@@ -324,8 +325,9 @@ def check_dataset_entry(entry, where: str, default_text_column: str, streaming: 
             f"{where}: split {split!r} of {path} has no rows ({len(files)} shard(s) of 0 rows): give a split that "
             f"holds documents (set 'split' in the entry), or drop the entry."
         )
+    documents = sum(rows) if len(rows) == len(files) and "[" not in str(entry.get("split", "train")) else None
     if streaming:
-        return
+        return documents
     # A folder is prepared whole (every split) to read one of its splits, so an empty other split fails it too.
     for other, other_files in data_files.items():
         if other != split and _parquet_rows([str(f) for f in other_files]) == 0:
@@ -333,6 +335,7 @@ def check_dataset_entry(entry, where: str, default_text_column: str, streaming: 
                 f"{where}: split {other!r} of {path} has no rows, and datasets prepares every split of a folder to "
                 f"read its {split!r} split: move the empty split's files out of the folder, or give it documents."
             )
+    return documents
 
 
 def _parquet_rows(files: list[str]) -> int | None:
