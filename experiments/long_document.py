@@ -33,11 +33,12 @@ if __name__ == "__main__":
 
 import torch  # noqa: E402
 from torch import nn
+from transformers import PretrainedConfig
 
 from benchmarks.costs import forward_flops
 from benchmarks.workers import read_status_kb, reset_peak_rss
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.loading import load_linformer
+from linformer_hf.loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer
 from linformer_hf.models.configuration_linformer import LinformerConfig
 from linformer_hf.models.modeling_linformer import LinformerModel
 from linformer_hf.training.compiling import cpp_compiler_missing
@@ -108,6 +109,16 @@ def build_model(config: LinformerConfig | None = None, model_dir: str | None = N
     """The bare encoder in eval mode: loaded from `model_dir` (a saved Linformer folder), else built from `config`
     with random weights."""
     if model_dir is not None:
+        model_type = None
+        if os.path.isfile(os.path.join(model_dir, "config.json")):
+            model_type = PretrainedConfig.get_config_dict(model_dir)[0].get("model_type")
+        if model_type in HEADS_BY_MODEL_TYPE and model_type != LinformerConfig.model_type:
+            # the package's other families have no conversion to a Linformer: load_linformer's hint would mislead
+            raise ValueError(
+                f"{model_dir} holds a {family_name(model_type)} (model_type {model_type!r}): this experiment times "
+                "a Linformer only (its E and F, the int8 path). Give a saved Linformer folder (e.g. from "
+                "scripts/convert_to_linformer.py), or leave out --model_dir to build a random base Linformer."
+            )
         # a clear error (before any weights are read) for a missing folder or one of another model type
         return load_linformer(model_dir, "AutoModel")
     torch.manual_seed(seed)

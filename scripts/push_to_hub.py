@@ -4,7 +4,8 @@
 The folder gets safetensors weights, the config with the full auto_map, the family's modeling files, the tokenizer
 and a README.md model card rendered from the package's template with the model's config and the result files given
 (see linformer_hf.hub for the --card_info format). Before pushing, the folder is loaded in a fresh process with
-trust_remote_code=True and without the package (skip with --skip_remote_check).
+trust_remote_code=True and without the package, and the card's "How to load" code is run there as written (skip both
+with --skip_remote_check).
 
 Examples:
     python scripts/push_to_hub.py outputs/linformer-sst2 my-user/linformer-sst2 --dry_run \
@@ -80,7 +81,7 @@ def run(args):
             raise RuntimeError("The fresh process imported linformer_hf: the folder is not self-contained.")
         print(
             f"loads in a fresh process without linformer_hf as {result['model_class']}, "
-            f"tokenizer {result['tokenizer_class']}"
+            f"tokenizer {result['tokenizer_class']}; the card's loading code runs as written"
         )
     if args.dry_run:
         print("dry run: nothing pushed")

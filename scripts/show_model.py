@@ -17,8 +17,11 @@ import sys
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
+from linformer_hf import LinformerConfig, PerformerConfig
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import check_weight_files
+from linformer_hf.models.lengths import max_input_length
+from linformer_hf.registration import TOKENIZER_FILES
 from linformer_hf.training.config import ConfigError
 from linformer_hf.training.errors import USER_ERRORS, positive_int, report
 
@@ -53,6 +56,12 @@ def show(args):
             "pretraining, e.g. outputs/demo/pretrain/final."
         )
     check_weight_files(args.model_dir)  # a truncated or corrupt safetensors file, named, before transformers reads it
+    if not any(os.path.exists(os.path.join(args.model_dir, name)) for name in TOKENIZER_FILES):
+        # AutoTokenizer would build an empty tokenizer from the config alone: every guess and label would be noise
+        raise ConfigError(
+            f"{args.model_dir} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the tokenizer the model "
+            f"was trained with beside it (tokenizer.save_pretrained({args.model_dir!r}))."
+        )
     head = (AutoConfig.from_pretrained(args.model_dir).architectures or [None])[0]
     if head is not None and head.endswith(CLASSIFIER_HEADS):
         return show_classifier(args, head)
@@ -118,11 +127,15 @@ def show_classifier(args, head: str):
 def describe(model, model_dir: str, head: str | None):
     n_params = sum(p.numel() for p in model.parameters())
     saved_as = f"saved as {head}" if head else "config.json names no head"
-    print(
-        f"loaded {type(model).__name__} from {model_dir} ({saved_as}): {n_params / 1e6:.2f} M parameters, "
-        f"n = {getattr(model.config, 'max_sequence_length', None)}, "
-        f"k = {getattr(model.config, 'projected_length', None)}"
-    )
+    config = model.config
+    if config.model_type == LinformerConfig.model_type:
+        shape = f"n = {config.max_sequence_length}, k = {config.projected_length}"
+    elif config.model_type == PerformerConfig.model_type:  # no n or k: FAVOR+ has m features, the positions a limit
+        features = config.num_random_features
+        shape = f"m = {features} random features per head, maximum input length {max_input_length(config)}"
+    else:
+        shape = f"maximum input length {max_input_length(config)}"
+    print(f"loaded {type(model).__name__} from {model_dir} ({saved_as}): {n_params / 1e6:.2f} M parameters, {shape}")
 
 
 if __name__ == "__main__":

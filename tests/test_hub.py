@@ -704,33 +704,111 @@ def test_a_performer_pretrained_from_scratch_gets_its_card_from_the_config_and_e
     assert "eval_results.json" in os.listdir(tmp_path / "folder")
 
 
-def test_the_cards_loading_snippet_runs_as_written_without_the_package_and_asks_nothing(converted, tmp_path):
-    """The card's "How to load" code, with the repo id pointing at the dry-run folder, in a fresh process that does
-    not import linformer_hf and has no terminal to answer with. Before, its AutoTokenizer line (no
-    trust_remote_code) made transformers 5 ask whether to run the folder's code: a prompt in every notebook."""
+@pytest.fixture(scope="module")
+def every_head(tmp_path_factory):
+    """A dry-run folder for every head of both families (tiny random models, each with its tokenizer):
+    {(model_type, Auto class): (folder, repo id)}."""
+    from linformer_hf import LinformerConfig, PerformerConfig
+    from linformer_hf.loading import HEADS_BY_MODEL_TYPE
+
+    root = tmp_path_factory.mktemp("every_head")
+    tokenizer = build_tokenizer(str(root / "tokenizer"))
+    sizes = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=4)
+    configs = {
+        "linformer": lambda head: LinformerConfig(
+            **sizes, intermediate_size=37, max_sequence_length=16, projected_length=8
+        ),
+        "performer": lambda head: PerformerConfig(
+            **sizes,
+            intermediate_size=37,
+            max_position_embeddings=18,
+            num_random_features=8,
+            is_decoder=head == "AutoModelForCausalLM",
+        ),
+    }
+    folders = {}
+    for model_type, heads in HEADS_BY_MODEL_TYPE.items():
+        for auto_name, model_class in heads.items():
+            torch.manual_seed(0)
+            saved = root / f"{model_type}-{auto_name}"
+            model_class(configs[model_type](auto_name)).save_pretrained(saved)
+            tokenizer.save_pretrained(saved)
+            repo_id = f"someone/{model_type}-{auto_name.lower()}"
+            output_dir = str(root / f"{model_type}-{auto_name}-hub")
+            args = [str(saved), repo_id, "--dry_run", "--output_dir", output_dir, "--skip_remote_check"]
+            assert push_to_hub.main(args) == 0
+            folders[(model_type, auto_name)] = (output_dir, repo_id)
+    return folders
+
+
+def test_the_cards_loading_snippet_runs_as_written_without_the_package_and_asks_nothing(every_head, tmp_path):
+    """The card's "How to load" code of every head of both families, with the repo id pointing at the dry-run folder,
+    in a fresh process that does not import linformer_hf and has no terminal to answer with. Before, its AutoTokenizer
+    line (no trust_remote_code) made transformers 5 ask whether to run the folder's code: a prompt in every notebook;
+    and every multiple-choice card passed (1, L) inputs to a head that takes (batch, choices, L), and failed."""
     import subprocess
 
-    _, folders = converted
-    output_dir = str(tmp_path / "folder")
-    repo_id = "someone/linformer-mlm"
-    push_to_hub.main(
-        [folders["RobertaForMaskedLM"], repo_id, "--dry_run", "--output_dir", output_dir, "--skip_remote_check"]
-    )
-    card = open(os.path.join(output_dir, "README.md"), encoding="utf-8").read()
-    loading = card.split("## How to load", 1)[1]
-    snippet = re.search(r"```python\n(.*?)```", loading, re.S).group(1)
-    assert "AutoTokenizer.from_pretrained" in snippet
-    script = snippet.replace(f'"{repo_id}"', repr(output_dir)) + (
-        "\nimport sys\nassert 'linformer_hf' not in sys.modules\n"
-        "print(type(model).__module__, tuple(outputs.logits.shape))\n"
-    )
+    script = ["import sys"]
+    for (model_type, auto_name), (output_dir, repo_id) in every_head.items():
+        card = open(os.path.join(output_dir, "README.md"), encoding="utf-8").read()
+        loading = card.split("## How to load", 1)[1]
+        snippet = re.search(r"```python\n(.*?)```", loading, re.S).group(1)
+        assert "AutoTokenizer.from_pretrained" in snippet and f"{auto_name}.from_pretrained" in snippet
+        code = snippet.replace(f'"{repo_id}"', repr(output_dir))
+        # each card's code on its own, as written; then what it built
+        script += [
+            "namespace = {}",
+            f"exec({code!r}, namespace)",
+            f"print({model_type!r}, {auto_name!r}, type(namespace['model']).__module__, "
+            "tuple(namespace['outputs'][0].shape))",
+        ]
+    script.append("assert 'linformer_hf' not in sys.modules")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env.pop("PYTHONPATH", None)
     completed = subprocess.run(
-        [sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=tmp_path
+        [sys.executable, "-c", "\n".join(script)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "run the custom code" not in completed.stdout + completed.stderr
-    assert completed.stdout.startswith("transformers_modules.")
+    ran = {tuple(line.split()[:2]): line.split(maxsplit=3)[2:] for line in completed.stdout.splitlines()}
+    assert set(ran) == set(every_head)
+    for (model_type, auto_name), (module, shape) in ran.items():
+        assert module.startswith("transformers_modules."), (model_type, auto_name)
+        if auto_name == "AutoModelForMultipleChoice":
+            assert shape == "(1, 2)"  # one prompt, a score for each of its two choices
+
+
+def test_the_clean_process_check_runs_the_cards_loading_code_as_written(every_head, tmp_path):
+    """The push's clean-process check runs the card's own loading code: before, it fed the multiple-choice head
+    inputs of its own making (with a choices axis) and passed while the card's code failed."""
+    folders = [every_head[(model_type, "AutoModelForMultipleChoice")][0] for model_type in ("linformer", "performer")]
+    results = check_remote_loading(folders, TEXTS)
+    for folder, result in zip(folders, results, strict=True):
+        card = open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+        assert result["card_code"] and "value[None]" in result["card_code"]
+        assert f"AutoModelForMultipleChoice.from_pretrained({os.path.abspath(folder)!r}" in result["card_code"]
+        assert result["card_code"].split("from_pretrained(")[-1].split("\n", 1)[1] in card  # the card's lines
+
+    # the card as it was: (1, L) inputs; the check now fails on it, naming the card
+    broken = tmp_path / "broken"
+    shutil.copytree(folders[0], broken)
+    card = (broken / "README.md").read_text(encoding="utf-8")
+    old_lines = (
+        'inputs = tokenizer("Linformer attends in linear time.", truncation=True, max_length=16, return_tensors="pt")\n'
+        "outputs = model(**inputs)\n"
+    )
+    before, loading = card.split("## How to load", 1)
+    model_line = loading.index("\n", loading.index("model = AutoModelForMultipleChoice")) + 1
+    card = before + "## How to load" + loading[:model_line] + old_lines + loading[loading.index("```", model_line) :]
+    (broken / "README.md").write_text(card, encoding="utf-8")
+    assert "value[None]" not in card
+    with pytest.raises(RuntimeError, match=r"card's loading code \(README.md, How to load\) fails.*shape"):
+        check_remote_loading(str(broken), TEXTS)
 
 
 def test_a_local_source_is_named_by_its_folder_only_and_the_push_says_how_to_name_it(converted, tmp_path, capsys):
@@ -765,3 +843,69 @@ def test_a_local_source_is_named_by_its_folder_only_and_the_push_says_how_to_nam
         load_linformer(folder), "someone/x", model_dir=str(elsewhere), card_info={"base_model": "owner/roberta"}
     )
     assert validate_model_card(named)["base_model"] == "owner/roberta" and "a local folder" not in named
+
+
+def test_a_tokenizer_that_is_not_the_models_is_refused_before_anything_is_written(every_head, tmp_path, capsys):
+    """A tokenizer with more tokens than the model's vocabulary, or another pad id: one error line naming both
+    values, nothing written. Before, the folder was written whole, then the clean-process check failed with a
+    flattened child traceback; with --skip_remote_check the card claimed the config's vocabulary for a tokenizer of
+    another size."""
+    from tiny_bert import build_wordpiece_tokenizer
+
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
+
+    wordpiece = build_wordpiece_tokenizer(str(tmp_path / "wordpiece"), vocab_size=300)
+    wordpiece.save_pretrained(tmp_path / "wordpiece")  # [PAD] = 0; the model pads with 1
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=37)
+    for name, vocab_size, message in [
+        ("small", 100, f"has {len(wordpiece)} tokens but the model's vocabulary (config.json vocab_size) is 100"),
+        ("other_pad", 400, "pads with id 0 but the model's pad_token_id (config.json) is 1"),
+    ]:
+        config = LinformerConfig(vocab_size=vocab_size, max_sequence_length=16, projected_length=8, **sizes)
+        LinformerForMaskedLM(config).save_pretrained(tmp_path / name)
+        output_dir = tmp_path / f"{name}-hub"
+        args = [str(tmp_path / name), "someone/x", "--dry_run", "--output_dir", str(output_dir)]
+        for extra in ([], ["--skip_remote_check"]):
+            assert push_to_hub.main(args + ["--tokenizer", str(tmp_path / "wordpiece")] + extra) == 2
+            errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+            assert len(errors) == 1, errors
+            error = errors[0]
+            assert f"The tokenizer {tmp_path / 'wordpiece'} {message}" in error
+            assert "Give the tokenizer the model was made with" in error
+            assert not output_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "card_info, message",
+    [
+        ([{"license": "mit"}], "is a JSON list, not an object of card inputs"),
+        ({"licence": "mit"}, "Unknown card_info key(s) ['licence']"),
+        ({"tags": "nlp"}, "tags is a JSON string: give a list"),
+        ({"eval_results": CARD_INFO["eval_results"][0]}, "eval_results is a JSON object: give a list"),
+        ({"eval_results": ["accuracy"]}, "eval_results[0] is a JSON string: each entry is an object"),
+        (
+            {"eval_results": [{k: v for k, v in CARD_INFO["eval_results"][0].items() if k != "metric_value"}]},
+            "eval_results[0] lacks metric_value: each entry needs task_type, dataset_type, dataset_name, "
+            "metric_type, metric_value",
+        ),
+        (
+            {"eval_results": [CARD_INFO["eval_results"][0], dict(CARD_INFO["eval_results"][0], score=1)]},
+            "eval_results[1] has unknown field(s) ['score']; EvalResult's fields are",
+        ),
+        ({"eval_results": [dict(CARD_INFO["eval_results"][0], dataset_name=2)]}, "dataset_name is a JSON number"),
+    ],
+)
+def test_malformed_card_info_is_one_error_line_naming_the_entry_and_field(
+    converted, tmp_path, capsys, card_info, message
+):
+    """Before, these gave TypeError tracebacks from the card's rendering (EvalResult(**entry), dict(card_info))."""
+    _, folders = converted
+    (tmp_path / "card.json").write_text(json.dumps(card_info))
+    output_dir = tmp_path / "folder"
+    args = [folders["RobertaForMaskedLM"], "someone/x", "--dry_run", "--output_dir", str(output_dir)]
+    assert push_to_hub.main(args + ["--card_info", str(tmp_path / "card.json"), "--skip_remote_check"]) == 2
+    stderr = capsys.readouterr().err
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert message in errors[0] and str(tmp_path / "card.json") in errors[0]
+    assert not output_dir.exists()

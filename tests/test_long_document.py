@@ -159,15 +159,26 @@ def test_compile_without_the_fp32_mode_is_refused_before_building():
 
 def test_bad_command_lines_are_one_error_line_before_any_work(tmp_path, capsys):
     """A missing folder, a folder of another model type, k > n or a zero count: exit 2 and one `error:` line, no
-    traceback from huggingface_hub or the config dataclass."""
+    traceback from huggingface_hub or the config dataclass. A Performer folder is told what the experiment takes
+    (before: to convert a RoBERTa or BERT checkpoint, which makes no Linformer of a Performer)."""
     from transformers import RobertaConfig, RobertaModel
+
+    from linformer_hf import PerformerConfig, PerformerModel
 
     RobertaModel(
         RobertaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
     ).save_pretrained(tmp_path / "roberta")
+    PerformerModel(
+        PerformerConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(tmp_path / "performer")
+    performer_error = (
+        "holds a Performer (model_type 'performer'): this experiment times a Linformer only (its E and F, the int8 "
+        "path). Give a saved Linformer folder"
+    )
     cases = {
         ("--model_dir", str(tmp_path / "missing")): "not a saved model folder",
         ("--model_dir", str(tmp_path / "roberta")): "holds a 'roberta' model, not a Linformer",
+        ("--model_dir", str(tmp_path / "performer")): performer_error,
         ("--n", "256", "--k", "512"): "--k 512 exceeds --n 256",
         ("--layers", "0"): "must be >= 1",
         ("--n", "1000", "--chunk_size_feed_forward", "300"): "must divide n=1000",
@@ -176,7 +187,9 @@ def test_bad_command_lines_are_one_error_line_before_any_work(tmp_path, capsys):
         with pytest.raises(SystemExit) as exit_info:
             long_document.main([*argv, "--no_reference", "--no_progress", "--return_freed_memory"])
         assert exit_info.value.code == 2
-        assert message in capsys.readouterr().err
+        error = capsys.readouterr().err
+        assert message in error
+        assert "performer" not in argv[-1] or "convert a RoBERTa" not in error
 
 
 KEEP_FREED_PROBE = """

@@ -98,3 +98,39 @@ def test_a_truncated_weights_file_is_named_on_one_line(masked_lm_dir, tmp_path, 
     assert code == 2 and len(errors) == 1, errors
     assert f"{weights} is truncated or corrupt" in errors[0]
     assert "fill-mask:" not in out
+
+
+def test_a_folder_without_a_tokenizer_is_refused_on_one_line(tokenizer, tmp_path, capsys):
+    """Before, AutoTokenizer built an empty tokenizer from the config alone: "loaded ..." then five `0.003  ''`
+    guesses per text, exit 0."""
+    model_dir = tmp_path / "no_tokenizer"
+    LinformerForMaskedLM(tiny_config(vocab_size=len(tokenizer), num_hidden_layers=1)).save_pretrained(model_dir)
+    code, out, errors = show([str(model_dir)], capsys)
+    assert code == 2 and len(errors) == 1, errors
+    assert f"{model_dir} has no tokenizer (none of tokenizer_config.json" in errors[0]
+    assert "tokenizer.save_pretrained(" in errors[0]
+    assert out == ""  # refused before the model was loaded
+
+
+def test_a_performer_is_described_by_its_features_and_maximum_length(tokenizer, tmp_path, capsys):
+    """A Performer has no n or k (before: `n = None, k = None`): its m random features and its position table's
+    limit."""
+    from linformer_hf import PerformerConfig, PerformerForMaskedLM
+    from linformer_hf.models.lengths import max_input_length
+
+    torch.manual_seed(0)
+    config = PerformerConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=20,
+        num_random_features=8,
+    )
+    model_dir = save(PerformerForMaskedLM(config), tokenizer, tmp_path / "performer")
+    code, out, errors = show([model_dir, "--text", "The <mask> of the river.", "--top_k", "2"], capsys)
+    assert code == 0 and errors == []
+    assert max_input_length(config) == 18  # 20 rows counted from pad_token_id + 1 = 2
+    assert "PerformerForMaskedLM" in out and "m = 8 random features per head, maximum input length 18" in out
+    assert "None" not in out

@@ -22,7 +22,8 @@ model's config, its tokenizer and those files, except the card inputs below:
 A transferred folder that lacks `conversion_report.json` (made before transfer copied it) takes the one beside the
 student named in its transfer report, when that folder still exists.
 
-Card inputs (`card_info` JSON, every key optional; an unknown key is an error, not ignored):
+Card inputs (`card_info`, a JSON object, every key optional; an unknown key or a value of another type is an error,
+not ignored):
 
     {"model_name": "...", "license": "apache-2.0", "language": "en", "datasets": ["wikitext"], "tags": ["..."],
      "base_model": "owner/name", "base_model_license": "apache-2.0",
@@ -37,7 +38,8 @@ path means nothing on the Hub); where the reports already name it on the Hub, it
 that model's license, stated in the card; a local source folder's own model card (README.md), where it has one, gives
 it instead. `license` is the weights' license: by default, for a model made from a source's weights, the source's
 (found or given), or `unknown` where neither is known; for a model trained from scratch, apache-2.0.
-`eval_results` entries take the fields of `huggingface_hub.EvalResult` and become the card's `model-index`.
+`eval_results` entries take the fields of `huggingface_hub.EvalResult` (its required ones, no others) and become the
+card's `model-index`. The tokenizer must be the model's: no more tokens than `vocab_size`, the config's pad id.
 Efficiency figures come from a CSV or a JSON list of rows (rendered as a table as given); a training recipe from a
 YAML or JSON file (rendered verbatim).
 """
@@ -55,6 +57,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
+import typing
 from collections.abc import Callable
 
 import torch
@@ -225,19 +229,92 @@ POOLING_MODES = {
     "lasttoken": "the last real token's vector",
 }
 
+# card_info's keys and the JSON type of each value: a string given for a list would be read letter by letter.
 CARD_INFO_KEYS = {
-    "model_name",
-    "license",
-    "language",
-    "datasets",
-    "tags",
-    "base_model",
-    "base_model_license",
-    "training_data",
-    "training_description",
-    "evaluation_notes",
-    "eval_results",
+    "model_name": str,
+    "license": str,
+    "language": str | list,
+    "datasets": list,
+    "tags": list,
+    "base_model": str,
+    "base_model_license": str,
+    "training_data": str,
+    "training_description": str,
+    "evaluation_notes": str,
+    "eval_results": list,
 }
+# The fields of an eval_results entry: huggingface_hub.EvalResult's arguments, those without a default required.
+EVAL_RESULT_FIELDS = typing.get_type_hints(EvalResult.__init__)
+EVAL_RESULT_FIELDS.pop("return", None)
+EVAL_RESULT_REQUIRED = [
+    name
+    for name, parameter in inspect.signature(EvalResult).parameters.items()
+    if parameter.default is inspect.Parameter.empty
+]
+JSON_TYPE_NAMES = {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}
+
+
+def _json_type(value) -> str:
+    return "null" if value is None else JSON_TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _types_of(hint) -> tuple[type, ...] | None:
+    """The Python types a JSON value of an annotated field may take (None: any), e.g. `str | None` -> (str,)."""
+    if hint is typing.Any:
+        return None
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return tuple(typing.get_origin(option) or option for option in options if option is not type(None))
+
+
+def check_card_info(card_info, source: str = "card_info") -> dict:
+    """`card_info` with its shape checked, before any work: a JSON object of `CARD_INFO_KEYS`, each value of its type
+    (null: not given), and `eval_results` a list of objects with huggingface_hub.EvalResult's fields (the required
+    ones, no others). Raises ValueError naming the key, or the entry and its field; `source` names the input."""
+    if not isinstance(card_info, dict):
+        raise ValueError(
+            f"{source} is a JSON {_json_type(card_info)}, not an object of card inputs: give "
+            '{"license": ..., "eval_results": [...], ...} (the format: linformer_hf.hub).'
+        )
+    unknown = set(card_info) - set(CARD_INFO_KEYS)
+    if unknown:
+        raise ValueError(f"Unknown card_info key(s) {sorted(unknown)} in {source}; allowed: {sorted(CARD_INFO_KEYS)}.")
+    for key, value in card_info.items():
+        if value is None:
+            continue
+        if not isinstance(value, CARD_INFO_KEYS[key]):
+            expected = " or ".join(JSON_TYPE_NAMES[t] for t in _types_of(CARD_INFO_KEYS[key]))
+            raise ValueError(f"{source} {key} is a JSON {_json_type(value)}: give a {expected}.")
+        if isinstance(value, list) and key != "eval_results" and not all(isinstance(item, str) for item in value):
+            raise ValueError(f"{source} {key} must be a list of strings, got {value!r}.")
+    for index, entry in enumerate(card_info.get("eval_results") or []):
+        where = f"{source} eval_results[{index}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} is a JSON {_json_type(entry)}: each entry is an object of EvalResult fields.")
+        missing = [name for name in EVAL_RESULT_REQUIRED if name not in entry]
+        if missing:
+            raise ValueError(
+                f"{where} lacks {', '.join(missing)}: each entry needs {', '.join(EVAL_RESULT_REQUIRED)} "
+                "(huggingface_hub.EvalResult)."
+            )
+        unknown = sorted(set(entry) - set(EVAL_RESULT_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"{where} has unknown field(s) {unknown}; EvalResult's fields are {sorted(EVAL_RESULT_FIELDS)}."
+            )
+        for name, value in entry.items():
+            allowed = _types_of(EVAL_RESULT_FIELDS[name])
+            if allowed and value is not None and not isinstance(value, allowed):
+                raise ValueError(
+                    f"{where} {name} is a JSON {_json_type(value)}: give a "
+                    f"{' or '.join(JSON_TYPE_NAMES.get(t, t.__name__) for t in allowed)}."
+                )
+        try:
+            EvalResult(**entry)  # its own checks of how fields combine (e.g. source_name needs source_url)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    return card_info
+
+
 PROVENANCE_FILES = (
     "conversion_report.json",
     "transfer_report.json",
@@ -481,10 +558,7 @@ def render_model_card(
     else:
         with open(template_path, encoding="utf-8") as handle:
             template_text = handle.read()
-    card_info = dict(card_info or {})
-    unknown = set(card_info) - CARD_INFO_KEYS
-    if unknown:
-        raise ValueError(f"Unknown card_info key(s) {sorted(unknown)}; allowed: {sorted(CARD_INFO_KEYS)}.")
+    card_info = dict(check_card_info(card_info or {}))
     config = model.config
     family = CARD_FAMILIES[config.model_type]
     architecture = type(model).__name__
@@ -710,6 +784,25 @@ def unnamed_local_source(model_dir: str, card_info: dict | None) -> str | None:
     return None
 
 
+def check_tokenizer_fits(tokenizer, config, source: str) -> None:
+    """Refuse a tokenizer the model cannot take: more tokens than its embedding table has rows (`vocab_size`: those
+    ids fail, or index past the table), or padding with another id than the model's `pad_token_id` (which its
+    embeddings and position numbering treat as padding). The card states both, so a mismatch would be published."""
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"The tokenizer {source} has {len(tokenizer)} tokens but the model's vocabulary (config.json vocab_size) "
+            f"is {config.vocab_size}: ids from {config.vocab_size} on have no embedding. Give the tokenizer the model "
+            "was made with (tokenizer_path, --tokenizer; or save it beside the model)."
+        )
+    if tokenizer.pad_token_id != config.pad_token_id:
+        pads = "has no pad token" if tokenizer.pad_token_id is None else f"pads with id {tokenizer.pad_token_id}"
+        raise ValueError(
+            f"The tokenizer {source} {pads} but the model's pad_token_id (config.json) is {config.pad_token_id}: it "
+            "is not the model's tokenizer. Give the tokenizer the model was made with (tokenizer_path, --tokenizer; "
+            "or save it beside the model)."
+        )
+
+
 def prepare_model_folder(
     model_dir: str,
     output_dir: str,
@@ -746,6 +839,12 @@ def prepare_model_folder(
 
     from transformers import AutoTokenizer
 
+    card_info = None
+    if card_info_path:
+        try:
+            card_info = check_card_info(_read_json(card_info_path), f"card_info {card_info_path}")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"card_info {card_info_path} is not valid JSON: {err}.") from None
     model = load_model(model_dir)  # any family: HEADS_BY_MODEL_TYPE
     tokenizer_source = tokenizer_path or model_dir
     if os.path.isdir(tokenizer_source) and not any(
@@ -756,8 +855,8 @@ def prepare_model_folder(
             "pass tokenizer_path (--tokenizer)."
         )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    check_tokenizer_fits(tokenizer, model.config, tokenizer_source)
     pad_as_the_model_takes(tokenizer, model.config)
-    card_info = _read_json(card_info_path) if card_info_path else None
     card = render_model_card(
         model, repo_id, model_dir, card_info, efficiency_path, recipe_path, template_path, tokenizer=tokenizer
     )
@@ -790,12 +889,36 @@ def prepare_model_folder(
     return output_dir
 
 
-# Runs in a fresh interpreter: loads each (folder, Auto class) job through transformers' remote-code path only.
+# Where a model card shows how to load the model: the first Python block of this section.
+CARD_LOADING_SECTION = "## How to load"
+
+
+def card_loading_code(card: str, folder: str) -> str | None:
+    """The Python code of a model card's "How to load" section, its repo id (every `from_pretrained("...")`) replaced
+    by `folder`, as a user would run it on the folder; None where the card has no such code."""
+    section = card.split(CARD_LOADING_SECTION, 1)[1].split("\n## ", 1)[0] if CARD_LOADING_SECTION in card else ""
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    if not block:
+        return None
+    return re.sub(r'from_pretrained\("[^"]*"', lambda _: f"from_pretrained({folder!r}", block.group(1))
+
+
+# Runs in a fresh interpreter: first each folder's model card loading code as written (a user's first session), then
+# loads each (folder, Auto class) job through transformers' remote-code path only.
 _REMOTE_LOAD_SCRIPT = r"""
-import json, sys
+import json, sys, traceback
 import torch
 import transformers
 jobs, texts, result_path = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+card_errors = {}
+for folder, code in json.loads(sys.argv[4]):
+    try:
+        exec(compile(code, folder + "/README.md (How to load)", "exec"), {"__name__": "__main__"})
+    except BaseException as err:  # reported by folder, with the line of the card's code that failed
+        card_errors[folder] = traceback.format_exception_only(err)[-1].strip()
+if card_errors:
+    json.dump(card_errors, open(result_path + ".card.json", "w"))
+    sys.exit(3)
 results = []
 for folder, auto_name, max_length in jobs:
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
@@ -822,11 +945,13 @@ def check_remote_loading(
     """Load folders in one fresh Python process as a user without the package would, and run them on `texts`.
 
     `folders` is one path or a list; `auto_classes` the Auto class to use for each (default: the one matching the
-    saved architecture). The child has no PYTHONPATH, runs outside the repository, is offline and uses an empty
-    modules cache, so the only model code it can use is the folders' own. Texts are truncated to each model's
-    longest input (`max_input_length`, computed here: the child cannot import the package). Returns, per job, the
-    output, the inputs, the model and tokenizer classes built and whether `linformer_hf` ended up imported (it must
-    not).
+    saved architecture). The child has no PYTHONPATH, runs outside the repository, is offline, has no input to answer
+    a prompt with and uses an empty modules cache, so the only model code it can use is the folders' own. It first
+    runs each folder's model card loading code (`card_loading_code`) exactly as the card shows it, so the card cannot
+    show code that fails; a failure raises RuntimeError naming the folder and the error. Texts are truncated to each
+    model's longest input (`max_input_length`, computed here: the child cannot import the package). Returns, per job,
+    the output, the inputs, the model and tokenizer classes built, the card code run for its folder (None: the folder
+    has no card) and whether `linformer_hf` ended up imported (it must not).
     """
     folders = [folders] if isinstance(folders, (str, os.PathLike)) else list(folders)
     folders = [os.path.abspath(folder) for folder in folders]
@@ -836,24 +961,41 @@ def check_remote_loading(
     if len(auto_classes) != len(folders):
         raise ValueError(f"{len(folders)} folder(s) but {len(auto_classes)} Auto class(es): give one per folder.")
     max_lengths = [max_input_length(config) for config in configs]
+    card_code = {}
+    for folder in dict.fromkeys(folders):
+        readme = os.path.join(folder, "README.md")
+        if os.path.isfile(readme):
+            with open(readme, encoding="utf-8") as handle:
+                card_code[folder] = card_loading_code(handle.read(), folder)
+    snippets = json.dumps([[folder, code] for folder, code in card_code.items() if code])
     with tempfile.TemporaryDirectory() as scratch:
         env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONSTARTUP")}
         env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=os.path.join(scratch, "modules"), PYTHONNOUSERSITE="1")
         result_path = os.path.join(scratch, "result.pt")
         jobs = json.dumps([list(job) for job in zip(folders, auto_classes, max_lengths, strict=True)])
         completed = subprocess.run(
-            [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path],
+            [sys.executable, "-c", _REMOTE_LOAD_SCRIPT, jobs, json.dumps(texts), result_path, snippets],
             cwd=scratch,
             env=env,
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+        if os.path.exists(result_path + ".card.json"):
+            errors = _read_json(result_path + ".card.json")
+            raise RuntimeError(
+                "The model card's loading code (README.md, How to load) fails when run as written, in a fresh "
+                "process: " + "; ".join(f"{folder}: {error}" for folder, error in errors.items())
+            )
         if completed.returncode != 0:
             raise RuntimeError(
                 f"Loading {jobs} with trust_remote_code=True in a fresh process failed:\n{completed.stderr[-4000:]}"
             )
-        return torch.load(result_path, weights_only=False)
+        results = torch.load(result_path, weights_only=False)
+    for result in results:
+        result["card_code"] = card_code.get(result["folder"])
+    return results
 
 
 def check_can_push(repo_id: str, token: str | None = None) -> str:
@@ -898,8 +1040,11 @@ __all__ = [
     "CARD_FAMILIES",
     "PIPELINE_TAGS",
     "TEMPLATE",
+    "card_loading_code",
     "check_can_push",
+    "check_card_info",
     "check_remote_loading",
+    "check_tokenizer_fits",
     "describe_tokenizer",
     "find_provenance",
     "load_linformer",
