@@ -5,7 +5,8 @@ refused: no ONNX operator for its running maximum). Needs the `onnx` extra: pip 
 checkout: pip install -e ".[onnx]").
 
 The output folder holds model.onnx and model_int8.onnx, each with its weights in a .data file beside it, and
-config.json; move or copy it whole. A non-empty output folder (an earlier export) is refused unless --overwrite.
+config.json; move or copy it whole. A non-empty output folder (an earlier export) is refused unless --overwrite; a
+folder holding a saved model is refused either way. A model saved in bf16 or fp16 is exported in fp32.
 
 Examples:
     python scripts/export_onnx.py outputs/sst2/final outputs/sst2/onnx
@@ -35,7 +36,8 @@ def main(argv=None):
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier export in a non-empty output_dir (its graphs, data files and config.json)",
+        help="replace an earlier export in a non-empty output_dir (its graphs, data files and config.json; other "
+        "files there are kept)",
     )
     args = parser.parse_args(argv)
     try:

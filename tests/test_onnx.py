@@ -441,3 +441,165 @@ def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
     assert (output_dir / "tokenizer.json").read_text() == "{}"
     session = onnx_session(str(output_dir / ONNX_FILE))
     assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "pooler_output"]  # the new head's
+
+
+def half_precision_folder(kind, model_dir):
+    """A saved folder in half precision, and its fp32 reference: bf16 weights (a Linformer classifier), a Performer's
+    bf16 feature maps, fp16 weights (a Performer)."""
+    if kind == "bf16 weights":
+        model = tiny_model(LinformerForSequenceClassification)
+        model.to(torch.bfloat16).save_pretrained(model_dir)
+        # bf16 weights read back as fp32 are the same numbers: the reference is the saved model computing in fp32.
+        return LinformerForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
+    if kind == "bf16 feature maps":
+        model = tiny_performer(PerformerForSequenceClassification, feature_map_dtype="bfloat16")
+        model.save_pretrained(model_dir)
+        model.config.feature_map_dtype = "float32"
+        return model
+    model = tiny_performer(PerformerForSequenceClassification)
+    model.to(torch.float16).save_pretrained(model_dir)
+    return PerformerForSequenceClassification.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("kind", ["bf16 weights", "bf16 feature maps", "fp16 weights"])
+def test_a_half_precision_folder_is_exported_in_fp32(tmp_path, kind, caplog):
+    """transformers 5 loads a folder in its saved dtype: the graph held bf16 weights (or bf16 FAVOR+ matmuls), which
+    ONNX Runtime's CPU kernels do not implement (the script had printed the path and exited 0), and an fp16 graph's
+    int8 quantisation was an invalid graph. Exported in fp32, both graphs run and match PyTorch in fp32."""
+    model_dir, output_dir = tmp_path / "model", tmp_path / "onnx"
+    reference = half_precision_folder(kind, model_dir)
+    with caplog.at_level("WARNING"):
+        assert load_script().main([str(model_dir), str(output_dir)]) == 0
+    assert f"saved with {kind.replace('bf16', 'bfloat16').replace('fp16', 'float16')}: exported in float32" in (
+        caplog.text
+    )
+    input_ids, attention_mask = right_padded(3, 11, [11, 7, 2], seed=4)
+    with torch.no_grad():
+        expected = reference(input_ids=input_ids, attention_mask=attention_mask).logits
+    fp32 = run_onnx(onnx_session(str(output_dir / ONNX_FILE)), input_ids, attention_mask)["logits"]
+    torch.testing.assert_close(fp32, expected, atol=1e-4, rtol=0)
+    int8 = run_onnx(onnx_session(str(output_dir / INT8_FILE)), input_ids, attention_mask)["logits"]
+    assert F.cosine_similarity(int8.flatten(), fp32.flatten(), dim=0) >= 0.99
+    # The config beside the graph says what the graph computes.
+    config = transformers.AutoConfig.from_pretrained(output_dir, trust_remote_code=True)
+    assert config.dtype in (torch.float32, "float32") and getattr(config, "feature_map_dtype", "float32") == "float32"
+
+
+def test_export_onnx_refuses_a_model_not_in_fp32(tmp_path):
+    """The library call takes the model as it is: a bf16 one is refused before the export, naming the fix."""
+    model = tiny_model(LinformerModel).to(torch.bfloat16)
+    with pytest.raises(ValueError, match=r"weights in torch.bfloat16.*call model.float\(\)"):
+        export_onnx(model, str(tmp_path / ONNX_FILE))
+    performer = tiny_performer(PerformerForSequenceClassification, feature_map_dtype="float16")
+    with pytest.raises(ValueError, match="feature_map_dtype='float16'.*feature_map_dtype = \"float32\""):
+        export_onnx(performer, str(tmp_path / ONNX_FILE))
+    assert not os.listdir(tmp_path)
+
+
+def refused_by_the_model(model, **inputs) -> str:
+    """The PyTorch forward's error for these inputs."""
+    with pytest.raises(ValueError) as refused:
+        model(**inputs)
+    return str(refused.value)
+
+
+def test_run_onnx_refuses_the_inputs_the_model_refuses(encoder_export):
+    """The graph skips the forward's data-dependent checks. A left-padded mask (a Linformer) and an additive mask ran
+    silently with wrong outputs, a mask of another shape failed deep in ONNX Runtime (a Mul's broadcast), an id out of
+    the vocabulary in its Gather: each is now the PyTorch forward's own error, before the graph runs."""
+    model, session, _ = encoder_export
+    input_ids, attention_mask = right_padded(2, 9, [9, 5])
+    left_padded = attention_mask.flip(-1)
+    out_of_vocabulary = input_ids.clone()
+    out_of_vocabulary[0, 3] = model.config.vocab_size
+    cases = {
+        "left padding": (input_ids, left_padded),
+        "additive mask": (input_ids, (1 - attention_mask) * -10000),
+        "mask of another shape": (input_ids, attention_mask[:, :6]),
+        "id out of the vocabulary": (out_of_vocabulary, attention_mask),
+    }
+    for case, (ids, mask) in cases.items():
+        expected = refused_by_the_model(model, input_ids=ids, attention_mask=mask)
+        with pytest.raises(ValueError) as refused:
+            run_onnx(session, ids, mask)
+        assert str(refused.value) == expected, case
+    with pytest.raises(ValueError, match=r"token_type_ids must have the shape of input_ids, \(2, 9\), got \(2, 8\)"):
+        run_onnx(session, input_ids, attention_mask, token_type_ids=torch.zeros(2, 8, dtype=torch.long))
+    # A bool mask is a 0/1 mask.
+    torch.testing.assert_close(
+        run_onnx(session, input_ids, attention_mask.bool())["last_hidden_state"],
+        run_onnx(session, input_ids, attention_mask)["last_hidden_state"],
+    )
+
+
+def test_run_onnx_takes_left_padding_for_a_performer(performer_classifier_export):
+    """A Performer takes either side: its graph runs a left-padded batch as PyTorch does; its ids are checked too."""
+    model, output_dir = performer_classifier_export
+    session = onnx_session(os.path.join(output_dir, ONNX_FILE))
+    input_ids, attention_mask = right_padded(2, 9, [9, 5], seed=6)
+    input_ids, attention_mask = input_ids.flip(-1), attention_mask.flip(-1)
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    torch.testing.assert_close(run_onnx(session, input_ids, attention_mask)["logits"], expected, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="input_ids holds 99, but the model's vocab_size is 99"):
+        run_onnx(session, input_ids.masked_fill(attention_mask == 0, 99), attention_mask)
+
+
+def test_a_graph_exported_before_its_metadata_runs_with_the_checks_it_can(encoder_export, tmp_path):
+    """A graph without the family and sizes in its metadata (exported before they were written) is still run: its
+    padding side and ids are not checked (nothing says it is a Linformer); the mask's shape and values are."""
+    import onnx
+
+    model, _, path = encoder_export
+    graph = onnx.load(path, load_external_data=False)
+    assert {p.key: p.value for p in graph.metadata_props} == {
+        "max_input_length": str(N),
+        "model_type": "linformer",
+        "vocab_size": str(model.config.vocab_size),
+        "type_vocab_size": "1",
+    }
+    del graph.metadata_props[:]
+    onnx.save(graph, str(tmp_path / ONNX_FILE))
+    shutil.copy(path + ".data", tmp_path)
+    session = onnx_session(str(tmp_path / ONNX_FILE))
+    input_ids, attention_mask = right_padded(2, 9, [9, 5])
+    assert run_onnx(session, input_ids, attention_mask.flip(-1))["last_hidden_state"].shape == (2, 9, 32)
+    with pytest.raises(ValueError, match="must hold 1 for real tokens and 0 for padding"):
+        run_onnx(session, input_ids, attention_mask * 2)
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_an_output_dir_holding_a_saved_model_is_refused(tmp_path, capsys, weights, overwrite):
+    """--overwrite into another model's folder deleted its config.json (and configuration files) and wrote the
+    export's: that model was left broken. A folder holding weights is refused, with or without --overwrite, before the
+    model to export is read."""
+    victim = tmp_path / "victim"
+    tiny_model(LinformerForSequenceClassification).save_pretrained(victim)
+    if weights != "model.safetensors":
+        os.replace(victim / "model.safetensors", victim / weights)
+    before = {name: (victim / name).read_bytes() for name in os.listdir(victim)}
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    capsys.readouterr()  # save_pretrained's progress bars
+    assert load_script().main([str(model_dir), str(victim), "--no_int8", *overwrite]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and f"holds a saved model ({weights})" in lines[0], lines
+    assert "Give another folder for the export" in lines[0]
+    assert {name: (victim / name).read_bytes() for name in os.listdir(victim)} == before
+    with pytest.raises(ValueError, match="holds a saved model"):
+        export_folder(str(tmp_path / "no_such_model"), str(victim), overwrite=True)
+
+
+def test_an_output_dir_under_a_file_is_refused_before_any_work(tmp_path, capsys):
+    """A regular file on the output path failed with "[Errno 20] Not a directory" only after the model was loaded."""
+    (tmp_path / "afile").write_text("x")
+    output_dir = tmp_path / "afile" / "out"
+    with pytest.raises(NotADirectoryError, match=r"afile is a file, not a folder: .*afile/out cannot be made inside"):
+        export_folder(str(tmp_path / "no_such_model"), str(output_dir))  # refused before the model folder is read
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    capsys.readouterr()  # save_pretrained's progress bars
+    assert load_script().main([str(model_dir), str(output_dir), "--no_int8"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "afile is a file, not a folder" in lines[0], lines

@@ -38,7 +38,9 @@ def heads_by_name(model_type: str = LinformerConfig.model_type) -> dict[str, typ
     return names
 
 
-def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, ...] | None = None) -> PreTrainedModel:
+def load_model(
+    model_dir: str, head: str | None = None, model_types: tuple[str, ...] | None = None, dtype=None
+) -> PreTrainedModel:
     """A saved model of one of this package's families, in eval mode, after checking that the folder holds one.
 
     Args:
@@ -46,6 +48,7 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
         head: an Auto class name or a class name of the folder's family; default: the head the folder was saved as
             (its config's `architectures`), or the family's bare model when it names none.
         model_types: the families accepted (default: every family, `HEADS_BY_MODEL_TYPE`).
+        dtype: the weights' dtype once loaded (default: the dtype the folder was saved in, as transformers 5 loads).
     Raises:
         ValueError (before any weights are read): no config.json, a config of another model type (read as written,
         before any class of this package touches it), an unknown head; (after) a head whose weights the folder lacks.
@@ -76,7 +79,8 @@ def load_model(model_dir: str, head: str | None = None, model_types: tuple[str, 
             f"the {family_name(model_type)} class names)."
         )
     check_weight_files(model_dir)
-    model, loading = heads[head].from_pretrained(model_dir, output_loading_info=True)
+    options = {} if dtype is None else {"dtype": dtype}
+    model, loading = heads[head].from_pretrained(model_dir, output_loading_info=True, **options)
     # The bare model's pooler is the one head a folder saved with another may lack and still be used without: its
     # token outputs are the encoder's own (as a RoBERTa masked LM loaded as RobertaModel).
     missing = [key for key in loading.get("missing_keys") or [] if not key.startswith("pooler.")]

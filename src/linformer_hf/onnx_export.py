@@ -16,9 +16,15 @@ the sequence and compressed slots that no token reaches are masked out; Performe
 feature sums). Outputs are the head's ModelOutput fields (`last_hidden_state` and `pooler_output` for LinformerModel,
 `logits` for the classification heads, ...).
 
-The forward's value check of the mask (only 0 and 1) is data-dependent, so it is skipped inside the exported graph
-(see `check_padding_mask`); ONNX Runtime callers must pass the 0/1 mask tokenizers return. Its shape and length
-checks (L <= n) are kept: L <= n is the upper bound of the dynamic sequence axis.
+The forward's checks that read values (the mask holds only 0 and 1, a Linformer's padding is on the right, ids are
+within the vocabulary) are data-dependent, so they are skipped inside the exported graph (see `check_padding_mask`);
+`run_onnx` runs them before the graph, from what the export writes into its metadata (`record_model_facts`). Callers
+of ONNX Runtime directly must pass the 0/1 mask tokenizers return. L <= n is the upper bound of the dynamic sequence
+axis.
+
+Graphs are fp32: `export_folder` loads a folder saved in bf16 or fp16 (or a Performer with half-precision feature maps)
+in fp32, and `export_onnx` refuses a model object that is not (ONNX Runtime has no CPU kernel for a bf16 Add or
+MatMul, and its int8 quantiser writes an invalid graph from an fp16 one).
 
 int8: `onnxruntime.quantization.quantize_dynamic` stores the weights of every MatMul/Gemm in int8 and quantises
 activations on the fly (per tensor, at run time), so no calibration data is needed.
@@ -45,14 +51,22 @@ import importlib
 import inspect
 import logging
 import os
+import types
 
 import torch
+from transformers import PretrainedConfig
 from transformers.dynamic_module_utils import get_relative_import_files
 
-from .loading import load_model
+from .loading import WEIGHT_SUFFIXES, load_model
 from .models.configuration_linformer import LinformerConfig
 from .models.lengths import max_input_length
-from .models.modeling_linformer import LinformerForMultipleChoice, LinformerPreTrainedModel
+from .models.modeling_linformer import (
+    LinformerForMultipleChoice,
+    LinformerModel,
+    LinformerPreTrainedModel,
+    check_padding_mask,
+    check_token_ids,
+)
 from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreTrainedModel
 from .outputs import check_output_dir
 from .registration import FAMILIES
@@ -138,6 +152,17 @@ def check_exportable(model) -> None:
             f"{type(model).__name__} is causal (is_decoder=True): its attention takes a running maximum "
             "(torch.cummax), which has no ONNX operator. Export a bidirectional head (is_decoder=False) instead."
         )
+    other = sorted(str(dtype) for dtype in {p.dtype for p in model.parameters()} if dtype != torch.float32)
+    feature_maps = getattr(model.config, "feature_map_dtype", "float32")  # a Performer's
+    if other or feature_maps != "float32":
+        # ONNX Runtime has no CPU kernel for a bf16 Add or MatMul, and its int8 quantiser writes an invalid graph from
+        # an fp16 one: the graph would be written and then fail where it is run.
+        what = f"weights in {other[0]}" if other else f"feature_map_dtype={feature_maps!r}"
+        raise ValueError(
+            f"{type(model).__name__} does not compute in float32 ({what}), but the export writes float32 graphs (what "
+            "ONNX Runtime's CPU kernels and its int8 quantiser take): call model.float() and set "
+            'config.feature_map_dtype = "float32" first, or export its saved folder with export_folder (fp32 itself).'
+        )
 
 
 def export_onnx(
@@ -176,20 +201,32 @@ def export_onnx(
             external_data=True,  # weights in `<file>.data` beside the graph, for every size: see the module docstring
             verbose=False,
         )
-    record_input_length(path, max_input_length(model.config))
+    record_model_facts(path, model.config)
     return output_names
 
 
-INPUT_LENGTH_KEY = "max_input_length"  # in a graph's metadata: the longest input its model takes (n for Linformer)
+# In a graph's metadata, what `run_onnx` checks inputs against as the model would: the longest input (n for
+# Linformer), the family (a Linformer takes right padding only) and the embedding tables' sizes.
+INPUT_LENGTH_KEY = "max_input_length"
+MODEL_TYPE_KEY = "model_type"
+VOCAB_SIZE_KEY = "vocab_size"
+TYPE_VOCAB_SIZE_KEY = "type_vocab_size"
 
 
-def record_input_length(path: str, n: int) -> None:
-    """Write the longest input into the graph's metadata (its weights stay in their data file), so that `run_onnx`
-    refuses a longer one as the model would, not with ONNX Runtime's index error deep in the graph."""
+def record_model_facts(path: str, config) -> None:
+    """Write what `run_onnx` checks into the graph's metadata (its weights stay in their data file), so that it refuses
+    the inputs the model refuses, not with a wrong result or ONNX Runtime's index error deep in the graph."""
     import onnx
 
+    facts = {
+        INPUT_LENGTH_KEY: max_input_length(config),
+        MODEL_TYPE_KEY: config.model_type,
+        VOCAB_SIZE_KEY: config.vocab_size,
+        TYPE_VOCAB_SIZE_KEY: config.type_vocab_size,
+    }
     graph = onnx.load(path, load_external_data=False)
-    onnx.helper.set_model_props(graph, {**{p.key: p.value for p in graph.metadata_props}, INPUT_LENGTH_KEY: str(n)})
+    props = {p.key: p.value for p in graph.metadata_props}
+    onnx.helper.set_model_props(graph, {**props, **{key: str(value) for key, value in facts.items()}})
     onnx.save(graph, path)
 
 
@@ -302,13 +339,21 @@ def export_folder(
     imports). Return the graphs' paths by precision.
 
     The folder is self-contained and movable. A non-empty `output_dir` holds an earlier export and is refused unless
-    `overwrite` (then that export's files are deleted first; other files there, e.g. a tokenizer, are kept).
+    `overwrite` (then that export's files are deleted first; other files there, e.g. a tokenizer, are kept); one that
+    holds a saved model is refused either way. A folder saved in half precision is exported in fp32.
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
+    check_not_a_model_folder(output_dir)  # with or without overwrite: --overwrite would replace its config
     check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
     check_onnx_extra(EXPORT_MODULES + (RUNTIME_MODULES if int8 else ()))
-    model = load_model(model_dir, head)  # checks model_dir before output_dir is touched
+    # fp32 whatever the folder was saved in (transformers 5 keeps the saved dtype): see `check_exportable`.
+    model = load_model(model_dir, head, dtype=torch.float32)  # checks model_dir before output_dir is touched
+    half = half_precision(PretrainedConfig.get_config_dict(model_dir)[0])
+    if hasattr(model.config, "feature_map_dtype"):
+        model.config.feature_map_dtype = "float32"  # the graph and the config saved beside it
+    if half:
+        logger.warning("%s was saved with %s: exported in float32 (what ONNX Runtime on CPU runs).", model_dir, half)
     check_exportable(model)
     if overwrite:
         remove_export(output_dir)
@@ -321,6 +366,33 @@ def export_folder(
     for path in paths.values():
         check_data_files(path)  # every data file landed beside its graph: the folder moves as a whole
     return paths
+
+
+def half_precision(config_dict: dict) -> str:
+    """What of a saved config is in half precision ("bfloat16 weights", "float16 feature maps"), or ""."""
+    half = ("bfloat16", "float16")
+    found = []
+    dtype = str(config_dict.get("dtype") or config_dict.get("torch_dtype"))  # the older name of the key
+    if dtype in half:
+        found.append(f"{dtype} weights")
+    if config_dict.get("feature_map_dtype") in half:
+        found.append(f"{config_dict['feature_map_dtype']} feature maps")
+    return " and ".join(found)
+
+
+def check_not_a_model_folder(output_dir: str) -> None:
+    """Refuse an output_dir that holds a saved model: the export writes its own config.json there (and --overwrite
+    deletes the one there), which would leave that model's weights beside another config."""
+    if not os.path.isdir(output_dir):
+        return
+    weights = sorted(
+        name for name in os.listdir(output_dir) if name.endswith(WEIGHT_SUFFIXES) or name.startswith("pytorch_model")
+    )
+    if weights:
+        raise ValueError(
+            f"{output_dir} holds a saved model ({', '.join(weights[:3])}): the export would replace its config.json. "
+            "Give another folder for the export, e.g. an onnx/ folder beside it."
+        )
 
 
 def remove_export(output_dir: str) -> None:
@@ -366,13 +438,28 @@ def run_onnx(
 
     `token_type_ids` as the PyTorch model takes them: a graph of a two-segment model reads them (zeros when not given,
     the forward's default); a one-segment graph has no such input, and only all-zero types may be given to it.
+
+    Inputs are checked first, as the PyTorch forward checks them (the traced graph skips its data-dependent checks):
+    shapes, a mask of 0 and 1 only, and from the graph's metadata the length (<= n), right padding for a Linformer and
+    ids within the embedding tables. A graph exported before the metadata held these gets the checks it can.
     """
-    n = session.get_modelmeta().custom_metadata_map.get(INPUT_LENGTH_KEY)  # absent in a graph exported before
+    facts = session.get_modelmeta().custom_metadata_map  # a graph exported before has only some keys, or none
+    n = facts.get(INPUT_LENGTH_KEY)
     if n is not None and input_ids.shape[-1] > int(n):
         raise ValueError(
             f"Input length {input_ids.shape[-1]} exceeds the model's longest input n={n}: truncate the inputs to n "
             "(the tokenizer saved with the model does, with truncation=True)."
         )
+    # The forward's checks, which the traced graph skips (data-dependent): without them a wrong mask gives wrong
+    # outputs silently, or an error deep in the graph.
+    check_padding_mask(attention_mask, input_ids.shape)
+    if token_type_ids is not None and token_type_ids.shape != input_ids.shape:
+        raise ValueError(
+            f"token_type_ids must have the shape of input_ids, {tuple(input_ids.shape)}, got "
+            f"{tuple(token_type_ids.shape)}: give the inputs of the tokenizer saved with the model."
+        )
+    if facts.get(MODEL_TYPE_KEY) == LinformerConfig.model_type:
+        LinformerModel.check_padding_side(attention_mask.reshape(-1, input_ids.shape[-1]))
     feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
     takes = [graph_input.name for graph_input in session.get_inputs()]
     if "token_type_ids" in takes:
@@ -382,6 +469,11 @@ def run_onnx(
             "token_type_ids holds 1 or more, but this graph's model has one segment (type_vocab_size 1) and takes "
             "no token_type_ids: give the inputs of the tokenizer saved with the model."
         )
+    if VOCAB_SIZE_KEY in facts:
+        sizes = types.SimpleNamespace(
+            vocab_size=int(facts[VOCAB_SIZE_KEY]), type_vocab_size=int(facts[TYPE_VOCAB_SIZE_KEY])
+        )
+        check_token_ids(sizes, input_ids, feeds.get("token_type_ids"))
     feeds = {name: value.long().numpy() for name, value in feeds.items()}
     names = [output.name for output in session.get_outputs()]
     return {name: torch.from_numpy(value) for name, value in zip(names, session.run(names, feeds))}

@@ -30,6 +30,14 @@ def check_output_dir(output_dir: str, overwrite: bool, flag: str | None = "--ove
     be written."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"{output_dir} is a file, not a folder: give a folder for the results.")
+    # A folder to be made under a file fails only when first written (`create=False`: after the work).
+    ancestor = os.path.dirname(os.path.abspath(output_dir))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise NotADirectoryError(
+            f"{ancestor} is a file, not a folder: {output_dir} cannot be made inside it. Give a folder for the results."
+        )
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise FileExistsError(
             f"{output_dir} is not empty (it holds {held(output_dir)}): an earlier run's results are never "

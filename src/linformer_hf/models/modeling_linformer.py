@@ -912,7 +912,8 @@ class LinformerModel(LinformerPreTrainedModel):
                 f"with max_position_embeddings >= {n + self.config.first_position} (the default for its pad id)."
             )
 
-    def check_padding_side(self, attention_mask: torch.Tensor) -> None:
+    @staticmethod
+    def check_padding_side(attention_mask: torch.Tensor) -> None:
         """Refuse padding before a real token (left padding). E and F are indexed by position: left padding moves every
         token onto other columns of E and F, and the real tokens' outputs differ from the unpadded input's, silently.
         Right padding is exact.
@@ -922,7 +923,8 @@ class LinformerModel(LinformerPreTrainedModel):
         device-side assert that leaves the CUDA context unusable, not as an error naming the fix. Tokenizers return
         CPU tensors, so the check runs wherever a batch is built on the CPU and moved after; the tokenizers this
         package saves beside a Linformer pad on the right. Compiled and traced graphs (torch.compile, ONNX export)
-        skip it, as they skip the other value checks: a data-dependent branch would break them.
+        skip it, as they skip the other value checks: a data-dependent branch would break them (`run_onnx` runs it
+        before the graph, hence static).
         """
         if torch.compiler.is_compiling() or torch.jit.is_tracing() or attention_mask.device.type != "cpu":
             return
