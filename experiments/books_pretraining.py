@@ -433,6 +433,12 @@ def main(argv=None):
         if unknown:
             raise ConfigError(f"--only names unknown runs {unknown}; the plan's are {[r.name for r in plan.runs]}.")
         check_settings(plan)
+        if args.report and not any(log_rows(run_dir(plan, run)) for run in plan.runs):
+            # nothing would be collated: an empty results.md, results.json and curves.csv, and exit 0, said otherwise
+            raise ConfigError(
+                f"no run of this plan has started under {plan.output_dir} (no run folder there has a train_log.jsonl "
+                "with a row); nothing to report. Run the plan without --report first."
+            )
         if not args.report:
             run_plan(plan, args.only)
     except USER_ERRORS as err:

@@ -22,8 +22,8 @@ against fp32 FAVOR+ F with the same random features, mean over seeded draws of W
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import os
 import sys
 import time
 
@@ -31,6 +31,9 @@ import torch
 
 from experiments.approximation import exact_attention
 from linformer_hf.models.modeling_performer import TINY, draw_random_features, favor_attention
+from linformer_hf.outputs import check_output_file, write_json_atomic
+from linformer_hf.training.errors import USER_ERRORS, positive_int, report
+from linformer_hf.training.validation import check_model_source
 
 PARTS = ("proj", "contract", "exp", "sums")
 # name -> parts in the half type
@@ -229,21 +232,46 @@ def print_op_counts():
         print(f"| {name} | {cells[0]} | {cells[1]} |")
 
 
+def check_arguments(args) -> None:
+    """What can go wrong after the measurement, refused before it: no OUTPUT (or one for `ops`, which writes
+    none), an earlier result there, the encoder's model or text missing."""
+    if args.source == "ops":
+        if args.output is not None:
+            raise ValueError(f"ops prints the op counts and writes no file: drop OUTPUT ({args.output}).")
+        return
+    if args.output is None:
+        raise ValueError(f"{args.source} writes its rows to OUTPUT: give the JSON file to write, e.g. favor.json.")
+    if args.source == "encoder":
+        if not args.model or not args.text:
+            raise ValueError("encoder measures a model's own queries and keys: give --model DIR and --text FILE.")
+        check_model_source(args.model, "--model")
+        if not os.path.isfile(args.text):
+            raise FileNotFoundError(f"--text {args.text}: no such file; give a .txt, .tsv or .csv file.")
+    check_output_file(args.output, args.overwrite)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", choices=["random", "encoder", "ops"])
     parser.add_argument("output", nargs="?", help="the JSON file to write (random, encoder)")
-    parser.add_argument("--ms", type=int, nargs="+", default=[64, 256])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096], help="random: values of L")
+    parser.add_argument("--ms", type=positive_int, nargs="+", default=[64, 256])
+    parser.add_argument(
+        "--lengths", type=positive_int, nargs="+", default=[256, 1024, 4096], help="random: values of L"
+    )
     parser.add_argument("--logit_stds", type=float, nargs="+", default=[0.5, 1.0], help="random")
-    parser.add_argument("--head_size", type=int, default=64, help="random: d")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--head_size", type=positive_int, default=64, help="random: d")
+    parser.add_argument("--seeds", type=positive_int, default=3)
     parser.add_argument("--causal", action="store_true", help="random: causal FAVOR+ (the model's projections only)")
     parser.add_argument("--model", help="encoder: a local BERT-style model directory")
     parser.add_argument("--text", help="encoder: a .txt file")
-    parser.add_argument("--seq_len", type=int, default=128)
-    parser.add_argument("--max_inputs", type=int, default=4)
+    parser.add_argument("--seq_len", type=positive_int, default=128)
+    parser.add_argument("--max_inputs", type=positive_int, default=4)
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's OUTPUT")
     args = parser.parse_args(argv)
+    try:  # before any measurement
+        check_arguments(args)
+    except (*USER_ERRORS, OSError, ValueError) as err:
+        return report(err)
     torch.set_num_threads(1)
     if args.source == "ops":
         print_op_counts()
@@ -276,8 +304,7 @@ def main(argv=None):
             for row in measure(q, k, v, mask, args.ms, args.seeds, dtypes):
                 results.append({"layer": layer, **row})
             print(f"layer {layer} done, {time.time() - start:.0f}s", file=sys.stderr)
-    with open(args.output, "w") as handle:
-        json.dump({"args": vars(args), "rows": results}, handle, indent=1)
+    write_json_atomic(args.output, {"args": vars(args), "rows": results})
     for dtype in dtypes:
         print(f"\n{dtype}: error against fp32 FAVOR+ (error against exact / fp32 FAVOR+'s)\n")
         print(markdown(results, dtype))

@@ -196,6 +196,54 @@ class GpuChecksConfig:
             raise ValueError(f"profile_dtypes must be bf16, fp16 or both, got {self.profile_dtypes}")
         if 32768 % self.profile_n:
             raise ValueError(f"profile_n must divide the realistic batch of 32768 positions, got {self.profile_n}")
+        self.validate_benchmark_configs()
+
+    def validate_benchmark_configs(self):
+        """Build the benchmark configs of the parts that will run, on the device asked for (auto: CUDA), and validate
+        them: a bad grid flag stops the command before any part runs, named by this command's flag, not minutes later
+        in its part with the benchmark's field names."""
+        device = "cuda" if self.device == "auto" else self.device
+        runs_here = device != "cpu" or self.tiny  # on CPU without --tiny the grids and the profile are skipped
+        if "inference_grid" in self.parts and device != "cpu":
+            _benchmark_flags("--grid_fp16_ns, --grid_bf16_ns, --grid_ks or --grid_models",
+                             lambda: inference_grid_configs(self, device))  # fmt: skip
+        if "realistic_grid" in self.parts and runs_here:
+            self.validate_realistic(device)
+        if "profile" in self.parts and runs_here:
+            _benchmark_flags("--profile_n, --profile_compile or --realistic_compile_backend",
+                             lambda: profile_variants(self, device))  # fmt: skip
+
+    def validate_realistic(self, device: str):
+        """The realistic grid's flags, then every run's benchmark config (each point's model config built)."""
+        from benchmarks import MODELS
+
+        unknown = set(self.realistic_models) - set(MODELS)
+        if unknown:
+            raise ValueError(f"--realistic_models: unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")
+        bad_ks = [k for k in self.realistic_ks if k < 1]
+        if bad_ks:
+            raise ValueError(f"--realistic_ks must hold positive k, got {bad_ks}")
+        if self.realistic_compile_timeout_s is not None and not self.realistic_compile_timeout_s > 0:
+            raise ValueError(f"--realistic_compile_timeout_s must be positive, got {self.realistic_compile_timeout_s}")
+        configs = realistic_configs(self, device)
+        positions = configs[0][1].tokens_per_batch
+        uneven = [n for n in self.realistic_ns if n < 1 or positions % n]
+        if uneven:
+            raise ValueError(
+                f"--realistic_ns {uneven}: each n must divide the realistic batch of {positions} positions (batch = "
+                f"{positions} / n), e.g. {positions // 64} or {positions // 8}; give such n"
+            )
+        for name, full in configs:
+            _benchmark_flags(f"--realistic_* (run {name})", full.validate)
+
+
+def _benchmark_flags(flags: str, build) -> None:
+    """Run `build` (a benchmark config's validation); its error names the benchmark's fields, so it is prefixed
+    with the flags of this command that set them."""
+    try:
+        build()
+    except ValueError as error:
+        raise ValueError(f"{flags}: the benchmark config they make is invalid: {error}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -488,21 +536,27 @@ def _done(full, done: list[int]):
     )
 
 
-def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
+def inference_grid_configs(cfg: GpuChecksConfig, device: str) -> list[tuple[str, object]]:
+    """The grid's benchmark config of each dtype, fp16 then bf16, validated."""
     from benchmarks import BenchmarkConfig
 
-    result = PartResult("inference_grid")
-    started = time.time()
-    # fp16 first with 65% of the budget; bf16 gets the rest of the budget, whatever fp16 left included.
-    deadlines = {"fp16": started + 0.65 * cfg.grid_time_budget_s, "bf16": started + cfg.grid_time_budget_s}
-    runs = []
+    configs = []
     for dtype, ns in (("fp16", cfg.grid_fp16_ns), ("bf16", cfg.grid_bf16_ns)):
         full = BenchmarkConfig(
             ns=list(ns), ks=list(cfg.grid_ks), train_ns=[], scaling_ns=[], models=list(cfg.grid_models),
             device=device, dtype=dtype, layers=2, timeout_s=180.0,
         )  # fmt: skip
         full.validate()
-        runs.append((dtype, full, deadlines[dtype]))
+        configs.append((dtype, full))
+    return configs
+
+
+def part_inference_grid(cfg: GpuChecksConfig, device: str, report: Report) -> PartResult:
+    result = PartResult("inference_grid")
+    started = time.time()
+    # fp16 first with 65% of the budget; bf16 gets the rest of the budget, whatever fp16 left included.
+    deadlines = {"fp16": started + 0.65 * cfg.grid_time_budget_s, "bf16": started + cfg.grid_time_budget_s}
+    runs = [(dtype, full, deadlines[dtype]) for dtype, full in inference_grid_configs(cfg, device)]
 
     def row_of(dtype, row):
         return {"dtype": dtype, "model": row.label, "n": row.n, "status": row.status.value,

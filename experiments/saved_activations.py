@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 import time
 import weakref
 
 import torch
+
+from linformer_hf.outputs import check_output_file, write_json_atomic
+from linformer_hf.training.errors import positive_int, report
 
 MODELS = (
     "roberta-sdpa",
@@ -122,15 +124,22 @@ def markdown(rows: list[dict], baseline: str = "roberta-sdpa") -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output", help="the JSON file to write")
-    parser.add_argument("--length", type=int, default=4096, help="n, tokens a sequence")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--hidden_size", type=int, default=768)
-    parser.add_argument("--heads", type=int, default=12)
-    parser.add_argument("--intermediate_size", type=int, default=3072)
-    parser.add_argument("--num_random_features", type=int, default=256, help="Performer's m")
+    parser.add_argument("--length", type=positive_int, default=4096, help="n, tokens a sequence")
+    parser.add_argument("--batch", type=positive_int, default=1)
+    parser.add_argument("--hidden_size", type=positive_int, default=768)
+    parser.add_argument("--heads", type=positive_int, default=12)
+    parser.add_argument("--intermediate_size", type=positive_int, default=3072)
+    parser.add_argument("--num_random_features", type=positive_int, default=256, help="Performer's m")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--compiled", action="store_true", help="torch.compile(fullgraph=True) each layer first")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier run's OUTPUT")
     args = parser.parse_args(argv)
+    try:  # before any layer is built
+        if args.hidden_size % args.heads:
+            raise ValueError(f"--hidden_size {args.hidden_size} is not a multiple of --heads {args.heads}: change one.")
+        check_output_file(args.output, args.overwrite)
+    except (OSError, ValueError) as err:
+        return report(err)
     torch.manual_seed(0)
     hidden_states = torch.randn(args.batch, args.length, args.hidden_size, requires_grad=True)
     padding_mask = torch.ones(args.batch, args.length)
@@ -157,8 +166,7 @@ def main(argv=None):
             }
         )
         print(f"{model} done, {time.time() - start:.0f}s", file=sys.stderr)
-    with open(args.output, "w") as handle:
-        json.dump({"args": vars(args), "torch": torch.__version__, "rows": rows}, handle, indent=1)
+    write_json_atomic(args.output, {"args": vars(args), "torch": torch.__version__, "rows": rows})
     print(markdown(rows))
     return 0
 

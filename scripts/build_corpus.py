@@ -6,10 +6,11 @@ python scripts/build_corpus.py --output outputs/corpus/docs.txt
 
 import argparse
 import os
+import sys
 
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.training.corpus import build_docs_corpus
-from linformer_hf.training.errors import positive_int
+from linformer_hf.training.corpus import build_docs_corpus, check_corpus_output, split_paths
+from linformer_hf.training.errors import positive_int, report
 
 
 def fraction(text: str) -> float:
@@ -32,28 +33,39 @@ def main(argv=None):
         help="also write <output stem>.valid.txt holding every 1/fraction-th paragraph",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --output (or its .train.txt / .valid.txt) that is not a corpus this tool built (its "
+        ".manifest.json beside it); refused otherwise",
+    )
     args = parser.parse_args(argv)
-    m = build_docs_corpus(args.output, args.max_chars, args.max_chars_per_package, args.force)
+    train_path, valid_path = split_paths(args.output)
+    try:  # before any work: the corpus and both splits
+        check_corpus_output(args.output, args.overwrite)
+    except OSError as err:
+        return report(err)
+    m = build_docs_corpus(args.output, args.max_chars, args.max_chars_per_package, args.force, args.overwrite)
     # A deterministic train/validation split into two files (every k-th paragraph held out).
-    stem = args.output[:-4] if args.output.endswith(".txt") else args.output
     k = max(2, round(1 / args.validation_fraction))
     # Written under temporary names and renamed when whole: a stop part-way leaves no short split behind.
     with (
         open(args.output, encoding="utf-8") as src,
-        open(stem + ".train.txt.tmp", "w", encoding="utf-8") as tr,
-        open(stem + ".valid.txt.tmp", "w", encoding="utf-8") as va,
+        open(train_path + ".tmp", "w", encoding="utf-8") as tr,
+        open(valid_path + ".tmp", "w", encoding="utf-8") as va,
     ):
         for i, line in enumerate(src):
             (va if i % k == k - 1 else tr).write(line)
-    for split in ("train", "valid"):
-        os.replace(f"{stem}.{split}.txt.tmp", f"{stem}.{split}.txt")
+    for path in (train_path, valid_path):
+        os.replace(path + ".tmp", path)
     state = "cached" if m.get("cached") else "built"
     print(
         f"corpus {state}: {args.output} ({m['chars'] / 1e6:.1f} M chars, {m['paragraphs']} paragraphs from "
         f"{len(m['packages'])} installed packages; sha256 {m['sha256'][:12]}); "
-        f"split into {stem}.train.txt / {stem}.valid.txt"
+        f"split into {train_path} / {valid_path}"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

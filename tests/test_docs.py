@@ -412,3 +412,19 @@ def test_a_documented_launch_that_fails_shows_its_error_line_alone(docs_workspac
         "error: data.max_seq_length=64 is larger than the model's longest input n=32: set --data.max_seq_length 32 "
         "or less (null: the model's n), or fine-tune a model with a larger n."
     )
+
+
+def test_the_experiments_readme_says_which_modules_are_commands():
+    """experiments/README.md says `python -m experiments.<module> --help`: every module its table names has a command
+    line, but those it calls libraries, which have none (`--help` printed nothing and exited 0)."""
+    with open(os.path.join(REPO, "experiments", "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    said = re.search(r"the libraries ((?:`\w+`(?:, | and |,?\s+and\s+|,?\s+)?)+)have no command line", readme)
+    libraries = set(re.findall(r"`(\w+)`", said.group(1))) if said else set()
+    # the table's first column: its modules (a .sh script is not matched)
+    listed = {name for row in re.findall(r"^\| (.+?) \|", readme, re.M) for name in re.findall(r"`(\w+)`", row)}
+    assert libraries <= listed
+    for name in sorted(listed):
+        with open(os.path.join(REPO, "experiments", f"{name}.py"), encoding="utf-8") as fh:
+            command = 'if __name__ == "__main__":' in fh.read()
+        assert command != (name in libraries), f"experiments/{name}.py: {'a command' if command else 'no command'}"

@@ -230,3 +230,26 @@ def test_realistic_parts_on_cpu_without_tiny_say_why(tmp_path):
     for part in _report(run_dir).values():
         assert part["status"] == "skipped" and "for CUDA" in part["reason"] and "--tiny" in part["reason"]
     assert main(["--output_dir", str(tmp_path / "y"), "--realistic_runs", "bf32"]) == 2
+
+
+@pytest.mark.parametrize(
+    "flags, fields, message",
+    [
+        (["--realistic_models", "foo"], {"realistic_models": ["foo"]}, "--realistic_models: unknown models ['foo']"),
+        (["--realistic_ns", "100"], {"realistic_ns": [100]}, "--realistic_ns [100]: each n must divide the realistic"),
+        (["--realistic_ks", "0"], {"realistic_ks": [0]}, "--realistic_ks must hold positive k, got [0]"),
+    ],
+)
+def test_bad_realistic_flags_are_refused_before_any_part_runs(tmp_path, monkeypatch, capsys, flags, fields, message):
+    ran = []
+    monkeypatch.setattr(
+        gpu_checks, "part_training_step", lambda *args: ran.append(1) or gpu_checks.PartResult("training_step")
+    )
+    argv = ["--output_dir", str(tmp_path / "x"), "--device", "cpu", "--tiny"]
+    assert main([*argv, "--parts", "environment", "training_step", "realistic_grid", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "scaling_ns" not in err and "tokens_per_batch" not in err  # this command's flags
+    assert not ran and not (tmp_path / "x").exists()  # refused before the training step, no folder made
+    # a CUDA run's flags are checked too, for its preset (32,768 positions a batch), without a GPU here
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("512", "32768")):
+        GpuChecksConfig(device="cuda", parts=["realistic_grid"], **fields).validate()

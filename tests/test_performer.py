@@ -944,6 +944,49 @@ def test_favor_precision_script_measures_every_variant_and_counts_ops(tmp_path, 
     assert ops["bmm"] == 3 and ops["exp"] == 2  # phi(K)^T V, phi(Q) (.), the normaliser; one exp per side
 
 
+def test_favor_precision_and_saved_activations_check_arguments_and_output_before_measuring(
+    tmp_path, capsys, monkeypatch
+):
+    """Bad values and an unwritable or earlier OUTPUT are refused before the measurement (which used to end in a
+    traceback after it, or overwrite the earlier file); a missing folder is made and the JSON written whole."""
+    from experiments import favor_precision, saved_activations
+
+    measured = []
+    monkeypatch.setattr(favor_precision, "measure", lambda *args, **kwargs: measured.append(1) or [])
+    monkeypatch.setattr(saved_activations, "saved_tensors", lambda *args: measured.append(1) or [])
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text("an earlier result")
+    small = ["--lengths", "32", "--ms", "16", "--logit_stds", "0.5", "--seeds", "1", "--head_size", "8"]
+    for argv, message in [
+        (["random", *small], "random writes its rows to OUTPUT: give the JSON file to write"),
+        (["random", str(earlier), *small], "exists (an earlier run's result)"),
+        (["encoder", str(tmp_path / "e.json")], "give --model DIR and --text FILE"),
+        (["ops", str(tmp_path / "ops.json")], "ops prints the op counts and writes no file"),
+    ]:
+        assert favor_precision.main(argv) == 2
+        assert message in capsys.readouterr().err
+    for flag, value in (("--ms", "0"), ("--lengths", "-5"), ("--seeds", "0")):
+        with pytest.raises(SystemExit):
+            favor_precision.main(["random", str(tmp_path / "p.json"), flag, value])
+        assert f"argument {flag}: must be >= 1" in capsys.readouterr().err
+    shape = ["--length", "24", "--hidden_size", "32", "--heads", "4", "--models", "roberta-sdpa"]
+    assert saved_activations.main([str(earlier), *shape]) == 2
+    assert "exists (an earlier run's result)" in capsys.readouterr().err
+    assert saved_activations.main([str(tmp_path / "s.json"), *shape, "--heads", "5"]) == 2
+    assert "--hidden_size 32 is not a multiple of --heads 5" in capsys.readouterr().err
+    assert (
+        measured == []
+        and earlier.read_text() == "an earlier result"
+        and sorted(os.listdir(tmp_path)) == ["earlier.json"]
+    )
+    # measured for real: a folder that does not exist yet is made; --overwrite replaces the earlier file
+    monkeypatch.undo()
+    assert favor_precision.main(["random", str(tmp_path / "new" / "p.json"), *small]) == 0
+    assert {r["variant"] for r in json.loads((tmp_path / "new" / "p.json").read_text())["rows"]} >= {"fp32"}
+    assert saved_activations.main([str(earlier), *shape, "--overwrite"]) == 0
+    assert json.loads(earlier.read_text())["rows"][0]["model"] == "roberta-sdpa"
+
+
 def test_a_causal_lm_from_an_encoders_folder_is_refused_with_the_fix_and_the_fix_loads_it(tmp_path):
     """A masked LM's folder under the causal-LM class: the error names the keyword that makes it load, and it does."""
     torch.manual_seed(0)

@@ -894,6 +894,28 @@ def test_a_bad_plan_command_line_is_one_error_line_before_any_run(argv, error, m
     assert error in err and err.count("\n") == 1
 
 
+def test_a_report_of_a_plan_no_run_of_which_has_started_is_refused_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """`--report` before any run: it wrote an empty results.md, results.json and curves.csv and exited 0."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    monkeypatch.chdir(REPO)
+    with open("configs/books/figure3.yaml", encoding="utf-8") as fh:
+        plan = yaml.safe_load(fh)
+    out = tmp_path / "books-figure3"
+    (out / plan["runs"][0]["name"]).mkdir(parents=True)  # a run folder with no log yet: not a run that started
+    plan_path = tmp_path / "figure3.yaml"
+    plan_path.write_text(yaml.safe_dump({**plan, "output_dir": str(out)}))
+    monkeypatch.setattr(books_pretraining, "run_plan", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as stop:
+        books_pretraining.main(["--plan", str(plan_path), "--report"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"no run of this plan has started under {out}" in err and "nothing to report" in err
+    assert err.count("\n") == 1 and os.listdir(out) == [plan["runs"][0]["name"]]  # no results.md, .json, curves.csv
+
+
 def test_a_run_reads_context_from_the_evaluation_after_which_it_stays_under_the_baseline():
     from experiments.books_pretraining import READS_CONTEXT, reads_context_from
 

@@ -1,5 +1,6 @@
 """The offline default corpus is deterministic, cached, English prose, and trains a loadable tokenizer."""
 
+import json
 import os
 
 from training_utils import load_script
@@ -98,3 +99,43 @@ def test_docstrings_are_those_of_ast_walk_in_its_order(tmp_path):
                                                                                      "json", "*.py")))]  # fmt: skip
     for path in files:
         assert corpus._docstrings(path) == reference(path), path
+
+
+def test_the_caps_are_never_passed(tmp_path):
+    """A package's paragraphs are taken until the next would pass its cap or the total's (they were checked only
+    between files: 9,320 characters of a package capped at 3,000, 21,130 in a corpus capped at 20,000)."""
+    corpus = tmp_path / "docs.txt"
+    manifest = build_docs_corpus(str(corpus), max_chars=20_000, max_chars_per_package=3_000)
+    assert all(0 < package["chars"] <= 3_000 for package in manifest["packages"]), manifest["packages"]
+    assert 15_000 < manifest["chars"] <= 20_000
+    assert manifest["chars"] == sum(p["chars"] for p in manifest["packages"]) == len(corpus.read_text("utf-8"))
+    # a corpus of the earlier builder, past its caps, is not taken from the cache: it is rebuilt within them
+    over = json.loads((tmp_path / "docs.txt.manifest.json").read_text())
+    over["packages"][0]["chars"] = 9_320
+    (tmp_path / "docs.txt.manifest.json").write_text(json.dumps(over))
+    again = build_docs_corpus(str(corpus), max_chars=20_000, max_chars_per_package=3_000)
+    assert not again["cached"] and again["sha256"] == manifest["sha256"]
+
+
+def test_build_corpus_never_overwrites_files_it_did_not_build(tmp_path, capsys):
+    build_corpus = load_script("build_corpus")
+    corpus, train, valid = tmp_path / "docs.txt", tmp_path / "docs.train.txt", tmp_path / "docs.valid.txt"
+    small = ["--output", str(corpus), "--max_chars", "6000", "--max_chars_per_package", "3000"]
+    corpus.write_text("my own notes\n")
+    assert build_corpus.main(small) == 2
+    assert "docs.txt is not a corpus this tool built (no docs.txt.manifest.json" in capsys.readouterr().err
+    assert corpus.read_text() == "my own notes\n" and sorted(os.listdir(tmp_path)) == ["docs.txt"]
+    corpus.unlink()
+    train.write_text("my train\n")
+    valid.write_text("my valid\n")
+    assert build_corpus.main(small) == 2  # the splits alone are someone else's too
+    assert "pass --overwrite to replace them" in capsys.readouterr().err
+    assert (train.read_text(), valid.read_text()) == ("my train\n", "my valid\n") and not corpus.exists()
+    assert build_corpus.main([*small, "--overwrite"]) == 0
+    assert "corpus built" in capsys.readouterr().out and train.read_text() != "my train\n"
+    # a rerun over its own corpus (the demo's) takes it from the cache and writes its splits again
+    assert build_corpus.main(small) == 0
+    assert "corpus cached" in capsys.readouterr().out
+    assert len(train.read_text().splitlines()) + len(valid.read_text().splitlines()) == len(
+        corpus.read_text().splitlines()
+    )

@@ -18,6 +18,8 @@ import re
 from collections import deque
 from importlib import metadata
 
+from linformer_hf.outputs import check_output_file, write_json_atomic
+
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
@@ -65,17 +67,80 @@ def _docstrings(path: str) -> list[str]:
     return out
 
 
+def split_paths(output_path: str) -> tuple[str, str]:
+    """The train and validation splits written beside the corpus: ``<stem>.train.txt``, ``<stem>.valid.txt``."""
+    stem = output_path[:-4] if output_path.endswith(".txt") else output_path
+    return stem + ".train.txt", stem + ".valid.txt"
+
+
+def check_corpus_output(output_path: str, overwrite: bool = False, flag: str = "--overwrite") -> None:
+    """Before any work: the corpus and its splits may be written at ``output_path``. Files there are replaced only
+    where they are a corpus this tool built (its manifest beside it), or with ``overwrite``; creates the folder."""
+    paths = [output_path, *split_paths(output_path)]
+    if not overwrite and not os.path.isfile(output_path + ".manifest.json"):
+        foreign = [path for path in paths if os.path.exists(path)]
+        if foreign:
+            it, is_ = ("it", "is") if len(foreign) == 1 else ("they", "are")
+            raise FileExistsError(
+                f"{', '.join(foreign)} {is_} not a corpus this tool built (no {os.path.basename(output_path)}"
+                f".manifest.json beside {output_path}): {it} {is_} never overwritten silently. Give another --output, "
+                f"or pass {flag} to replace {'them' if it == 'they' else 'it'}."
+            )
+    for path in paths:
+        check_output_file(path, overwrite=True)  # a file, in a folder that can be written
+
+
+def _paragraphs(dist):
+    """A distribution's paragraphs of prose, in order: its description's, then each .py file's docstrings' (sorted
+    by path; a file is read only when the paragraphs before it were taken)."""
+    description = dist.metadata.get_payload() or dist.metadata["Description"] or ""
+    yield from _clean(description)
+    for item in sorted(str(f) for f in (dist.files or []) if str(f).endswith(".py")):
+        for text in _docstrings(str(dist.locate_file(item))):
+            yield from _clean(text)
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def _cached(output_path: str, manifest_path: str, max_chars: int, max_chars_per_package: int) -> dict | None:
+    """The manifest of a corpus built with these caps that is still whole (its sha256), within them, or None."""
+    if not (os.path.isfile(output_path) and os.path.isfile(manifest_path)):
+        return None
+    with open(manifest_path, encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    if (manifest.get("max_chars"), manifest.get("max_chars_per_package")) != (max_chars, max_chars_per_package):
+        return None
+    # a corpus of an earlier version of this tool could pass its caps: it is rebuilt
+    within = manifest.get("chars", max_chars + 1) <= max_chars and all(
+        package["chars"] <= max_chars_per_package for package in manifest.get("packages", [])
+    )
+    if not within or manifest.get("sha256") != _sha256(output_path):
+        return None
+    manifest["cached"] = True
+    return manifest
+
+
 def build_docs_corpus(
-    output_path: str, max_chars: int = 5_000_000, max_chars_per_package: int = 150_000, force: bool = False
+    output_path: str,
+    max_chars: int = 5_000_000,
+    max_chars_per_package: int = 150_000,
+    force: bool = False,
+    overwrite: bool = False,
 ) -> dict:
-    """Write the corpus (one paragraph a line) to ``output_path`` unless it is cached; return its manifest."""
+    """Write the corpus (one paragraph a line) to ``output_path`` unless it is cached; return its manifest.
+
+    At most ``max_chars_per_package`` characters (newlines counted) of a package and ``max_chars`` in all: a package's
+    paragraphs are taken in order until the next would pass either. ``force``: rebuild a cached corpus.
+    ``overwrite``: replace a file at ``output_path`` that is not a corpus this tool built (refused otherwise)."""
     manifest_path = output_path + ".manifest.json"
-    if not force and os.path.isfile(output_path) and os.path.isfile(manifest_path):
-        with open(manifest_path, encoding="utf-8") as fh:
-            manifest = json.load(fh)
-        if manifest.get("max_chars") == max_chars and manifest.get("max_chars_per_package") == max_chars_per_package:
-            manifest["cached"] = True
-            return manifest
+    check_corpus_output(output_path, overwrite)
+    if not force:
+        cached = _cached(output_path, manifest_path, max_chars, max_chars_per_package)
+        if cached:
+            return cached
     dists = {}
     for dist in metadata.distributions():
         name = (dist.metadata["Name"] or "").lower()
@@ -84,49 +149,38 @@ def build_docs_corpus(
     seen: set[str] = set()
     total = 0
     packages = []
-    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
     tmp = output_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as out:
         for name in sorted(dists):
             if total >= max_chars:
                 break
             dist = dists[name]
-            texts = []
-            description = dist.metadata.get_payload() or dist.metadata["Description"] or ""
-            texts.append(description)
-            files = sorted(str(f) for f in (dist.files or []) if str(f).endswith(".py"))
             budget = min(max_chars_per_package, max_chars - total)
             used = 0
-            for item in [None] + files:
-                if used >= budget:
+            for para in _paragraphs(dist):
+                digest = hashlib.sha1(para.encode()).hexdigest()
+                if digest in seen:
+                    continue
+                if used + len(para) + 1 > budget:  # the caps are never passed: this package ends here
                     break
-                if item is not None:
-                    texts = _docstrings(str(dist.locate_file(item)))
-                for text in texts:
-                    for para in _clean(text):
-                        digest = hashlib.sha1(para.encode()).hexdigest()
-                        if digest in seen:
-                            continue
-                        seen.add(digest)
-                        out.write(para + "\n")
-                        used += len(para) + 1
-                texts = []
+                seen.add(digest)
+                out.write(para + "\n")
+                used += len(para) + 1
             if used:
                 packages.append({"name": name, "version": dist.version, "chars": used})
                 total += used
-    os.replace(tmp, output_path)
-    with open(output_path, "rb") as fh:
-        sha = hashlib.sha256(fh.read()).hexdigest()
     manifest = {
         "path": output_path,
         "chars": total,
         "paragraphs": len(seen),
-        "sha256": sha,
+        "sha256": _sha256(tmp),
         "max_chars": max_chars,
         "max_chars_per_package": max_chars_per_package,
         "packages": packages,
         "cached": False,
     }
-    with open(manifest_path, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=1)
+    # The manifest first, then the corpus under its name: a stop between the two leaves a manifest whose sha256 the
+    # file there does not have (rebuilt next time), never a corpus without its manifest (refused as not this tool's).
+    write_json_atomic(manifest_path, manifest)
+    os.replace(tmp, output_path)
     return manifest
