@@ -15,8 +15,8 @@ from linformer_hf.training.errors import report
 
 from .config import PRESETS, BenchmarkConfig
 from .report import FIGURES, load_average, machine_description, plot, report_markdown
-from .results import Status, write_csv
-from .run import run_benchmark
+from .results import BenchmarkRow, Status, write_csv
+from .run import RunInfo, run_benchmark
 
 # What a run writes in output_dir; --overwrite deletes these of the earlier run, and nothing else there.
 RUN_FILES = ("results.csv", "results_partial.csv", "results.md", "run_info.json", *(f[-1] for f in FIGURES))
@@ -97,16 +97,44 @@ def lock_output_dir(out_dir: str) -> int:
     return handle
 
 
+def remove_if_unused(out_dir: str, made: bool) -> None:
+    """Remove the output folder where this run made it and wrote nothing there (a run that failed at its start)."""
+    if made and os.path.isdir(out_dir) and not os.listdir(out_dir):
+        os.rmdir(out_dir)
+
+
+def nothing_measured(rows: list[BenchmarkRow], info: RunInfo) -> str | None:
+    """Why a run measured nothing (no point ok, no peer timed), or None where it measured something: such a run must
+    not read as a success to a script."""
+    if any(row.status == Status.OK for row in rows) or any(peer.error is None for peer in info.peer):
+        return None
+    failed = sum(row.status == Status.FAILED for row in rows) + len(info.peer)
+    skipped = sum(row.status == Status.SKIPPED for row in rows)
+    if failed and not skipped:
+        return "every point failed"
+    return f"nothing was measured ({failed} point(s) failed, {skipped} skipped)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line, cfg = parse_args(argv)
     out_dir = command_line.output_dir
+    made = not os.path.exists(out_dir)  # check_output_dir makes it
     try:  # before any work: an earlier run's results are never overwritten silently
         check_device(cfg)
         check_output_dir(out_dir, command_line.overwrite)
-        lock = lock_output_dir(out_dir)  # noqa: F841 (held to the end: released when the process ends)
+        lock = lock_output_dir(out_dir)
     except (OSError, RuntimeError) as err:
         return report(err)
+    try:
+        return _measure(command_line, cfg, argv, made)
+    finally:
+        os.close(lock)  # the run is over (main called again in this process finds the folder free)
+
+
+def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], made: bool) -> int:
+    """The run into its checked and locked output folder (`made`: by this run): the exit status."""
+    out_dir = command_line.output_dir
     if command_line.overwrite:
         remove_earlier_run(out_dir)
     command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in argv)
@@ -121,8 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     except KeyboardInterrupt:  # one line, not the traceback of wherever the run was
         kept = f"the points measured so far are in {partial}" if os.path.exists(partial) else "no point was measured"
+        remove_if_unused(out_dir, made)
         print(f"stopped (Ctrl-C): {kept}; the same command with --overwrite runs it again.", file=sys.stderr)
         return 130
+    except RuntimeError as err:  # the run itself failed (measuring the matmul peak, WorkerFailed): one line
+        remove_if_unused(out_dir, made)
+        return report(err)
     machine = f"{machine_before}; after the run: {load_average()}"
     write_csv(rows, os.path.join(out_dir, "results.csv"))
     if os.path.exists(partial):  # the whole run is in results.csv: the rows-so-far file was for a stopped run
@@ -130,12 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     write_text_atomic(os.path.join(out_dir, "results.md"), report_markdown(rows, info, cfg, command, machine))
     write_json_atomic(
         os.path.join(out_dir, "run_info.json"),
-        {"command": command, "machine": machine, "config": asdict(cfg), **asdict(info)},
-    )
+        {"command": command, "machine": machine, "config": asdict(cfg), "not_measured": cfg.unmeasured_ks(),
+         **asdict(info)},
+    )  # fmt: skip
     for path in plot(rows, cfg, out_dir):
         print(f"wrote {path}")
     print(f"wrote {out_dir}/results.csv, results.md, run_info.json")
-    if rows and all(row.status == Status.FAILED for row in rows):  # nothing measured: a script must not read success
-        print(f"error: every point failed (the reasons: {out_dir}/results.md)", file=sys.stderr)
+    problem = nothing_measured(rows, info)
+    if problem is not None:
+        print(f"error: {problem} (the reasons: {out_dir}/results.md)", file=sys.stderr)
         return 1
     return 0

@@ -143,6 +143,17 @@ class BenchmarkConfig:
                 points.append((model, None))
         return points
 
+    def planned_points(self) -> list[tuple[str, str, int, int | None]]:
+        """Every (length list, model, n, k) the run measures: `points` at each n of ns and train_ns, the linear-cost
+        models' at each n of scaling_ns (no peer)."""
+        return [
+            (name, model, n, k)
+            for name, lengths in self.length_fields().items()
+            for n in lengths
+            for model, k in self.points(n)
+            if name != "scaling_ns" or MODELS[model].linear
+        ]
+
     def unmeasured_ks(self) -> list[str]:
         """The (length list, n, ks) where a k is longer than n: the models with a k are not measured there."""
         if not any(MODELS[model].takes_k for model in self.models):
@@ -166,7 +177,7 @@ class BenchmarkConfig:
                 raise ValueError(f"{name} must hold positive lengths, got {bad}")
         for name, least in (
             ("layers", 1), ("heads", 1), ("hidden_size", 1), ("intermediate_size", 1), ("vocab_size", 4),
-            ("reps", 1), ("warmup", 0), ("threads", 1),
+            ("reps", 1), ("warmup", 0), ("threads", 1), ("peer_k", 1),
         ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and value < least:
@@ -177,9 +188,22 @@ class BenchmarkConfig:
                 raise ValueError(f"{name} must be > 0, got {value}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise ValueError(f"device must be cpu or cuda[:i], got {self.device!r}")
+        # A list flag given with no value is an empty list (so that `--train_ns` alone means no training points); an
+        # empty `models`, or `ks` with a Linformer, would measure nothing and report success.
+        if not self.models:
+            raise ValueError(
+                f"models is empty: name at least one of {tuple(MODELS)}, or leave --models out for the default "
+                f"({', '.join(DEFAULT_MODELS)})"
+            )
         unknown = set(self.models) - set(MODELS)
         if unknown:
             raise ValueError(f"unknown models {sorted(unknown)}; choose from {tuple(MODELS)}")
+        with_k = [model for model in self.models if MODELS[model].takes_k]
+        if with_k and not self.ks:
+            raise ValueError(
+                f"ks is empty, but {', '.join(with_k)} needs a projected length k: give ks (e.g. --ks 128 256), or "
+                f"drop {', '.join(with_k)} from models"
+            )
         if self.num_random_features <= 0:
             raise ValueError(f"num_random_features must be positive, got {self.num_random_features}")
         if self.longformer_window <= 0 or self.longformer_window % 2:
@@ -199,9 +223,10 @@ class BenchmarkConfig:
         if self.batch is not None and self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
         if self.tokens_per_batch is not None:
+            batched = self.length_fields() | ({"peer_ns": self.peer_ns} if self.peer else {})  # the peer's batch too
             uneven = {
                 name: bad
-                for name, lengths in self.length_fields().items()
+                for name, lengths in batched.items()
                 if (bad := [n for n in lengths if n > self.tokens_per_batch or self.tokens_per_batch % n])
             }
             if uneven:
@@ -234,6 +259,16 @@ class BenchmarkConfig:
                 raise ValueError(f"compile_timeout_s must be positive, got {self.compile_timeout_s}")
         if self.hidden_size % self.heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads}")
+        if not self.peer and not self.planned_points():
+            unmeasured = "; ".join(self.unmeasured_ks())
+            raise ValueError(
+                f"nothing to measure: models {self.models} have no point at ns={self.ns}, train_ns={self.train_ns}, "
+                f"scaling_ns={self.scaling_ns} (scaling_ns times the linear-cost models only"
+                f"{'; ' + unmeasured if unmeasured else ''}); give lengths the models run at (a Linformer's k at most "
+                "n), or --peer"
+            )
+        if self.peer and not self.peer_ns:
+            raise ValueError("peer is set but peer_ns is empty: give peer_ns (e.g. --peer_ns 4096), or drop peer")
         if self.peer and self.peer_k > min(self.peer_ns):
             raise ValueError(f"peer_k={self.peer_k} is larger than the smallest of peer_ns={self.peer_ns}")
         # Every length list, not only `ns`: a bad (n, k) in `train_ns` would otherwise fail minutes into the run.
@@ -248,7 +283,8 @@ class BenchmarkConfig:
                         reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
                         raise ValueError(
                             f"{name} has n={n}, which makes an invalid {model} (k={k}, sharing={self.sharing!r}, "
-                            f"projection={self.projection!r}): {reason} Change {name} or ks."
+                            f"projection={self.projection!r}): {reason} Change {name} or "
+                            f"{'peer_k' if name == 'peer_ns' else 'ks'}."
                         ) from error
 
 

@@ -172,9 +172,11 @@ def peers_table(rows: list[BenchmarkRow], cfg: BenchmarkConfig) -> str:
 
 
 def _text(value) -> str:
+    """A Markdown table cell: one line (an error's lines joined), its pipes escaped, so no text can break the table."""
     if value is None:
         return ""
-    return value.value if isinstance(value, Status | Mode) else str(value)
+    text = value.value if isinstance(value, Status | Mode) else str(value)
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def absolute_table(rows: list[BenchmarkRow]) -> str:
@@ -224,7 +226,7 @@ def peer_table(info: RunInfo) -> str:
     out = ["| n | k | module | median time (s) | linformer (PyPI) / this |", "| --- | --- | --- | --- | --- |"]
     for entry in info.peer:
         if entry.error:
-            out.append(f"| {entry.n} | {entry.k} | failed: {entry.error} | | |")
+            out.append(f"| {entry.n} | {entry.k} | {_text('failed: ' + entry.error)} | | |")
             continue
         peer_time = entry.median_s["linformer (PyPI)"]
         for name, seconds in entry.median_s.items():
@@ -324,6 +326,9 @@ def report_markdown(rows: list[BenchmarkRow], info: RunInfo, cfg: BenchmarkConfi
         f"Performer m={cfg.num_random_features} (softmax kernel, orthogonal features); Longformer window "
         f"{cfg.longformer_window}; BigBird block {cfg.bigbird_block_size}, {cfg.bigbird_random_blocks} random blocks\n",
     ]
+    unmeasured = cfg.unmeasured_ks()
+    if unmeasured:
+        parts.append(f"Not measured (a Linformer's k is at most n): {'; '.join(unmeasured)}\n")
     targets = targets_table(rows, cfg)
     if targets:
         parts += [

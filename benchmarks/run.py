@@ -18,6 +18,7 @@ from .workers import (
     TimingProgress,
     TimingTask,
     WorkerFailed,
+    WorkerTimedOut,
     padded_lengths,
     point_reason,
     run_in_fresh_process,
@@ -190,10 +191,14 @@ def run_benchmark(
         log(f"[{time.time() - started:6.0f} s] {message}")
 
     if peak_info is None:
+        timeout_s = _timeout(cfg, deadline)
         try:
-            peak_info = run_in_fresh_process(MatmulPeakTask(cfg), _timeout(cfg, deadline))
+            peak_info = run_in_fresh_process(MatmulPeakTask(cfg), timeout_s)
         except WorkerFailed as error:
-            raise RuntimeError(f"measuring the matmul peak failed: {error}") from error
+            fix = ""
+            if isinstance(error, WorkerTimedOut) and timeout_s == cfg.timeout_s:  # not cut by `deadline`
+                fix = f"; raise --timeout_s ({cfg.timeout_s:g} s now), the time limit of each worker process"
+            raise RuntimeError(f"measuring the matmul peak failed: {error}{fix}") from error
     peak = peak_info["gflops"]
     budget = memory_budget_bytes(cfg, peak_info.get("total_memory_bytes"))
     log(f"dense matmul peak: {peak:.1f} GFLOP/s; memory budget {budget / 2**30:.1f} GiB")

@@ -46,6 +46,10 @@ class WorkerFailed(RuntimeError):
     """A worker process raised, timed out or was killed; the message says which."""
 
 
+class WorkerTimedOut(WorkerFailed):
+    """A worker process ran past its timeout and was killed."""
+
+
 class CompileTimedOut(BaseException):
     """Raised by `_time_limit`'s alarm in the middle of a compile. A BaseException, as KeyboardInterrupt is: dynamo and
     inductor catch Exceptions in places (to wrap them, or to fall back to another kernel), not this."""
@@ -394,12 +398,17 @@ class TimingTask:
     ) -> tuple[float, int, int, float]:
         """A compiled model's (`label`) first call (which compiles), timed, then its second step, both within `limit_s`.
         Returns the first call's seconds, the graphs compiled by each of the two calls and the second step's seconds
-        (what the model's timing will take); raises `PointFailed` past the limit."""
+        (what the model's timing will take); raises `PointFailed` past the limit, also where the alarm went off but
+        its exception never came up (caught and dropped inside the compile, which then went on)."""
         device = self.config.device
         alarm = None
         graphs = _compiled_graphs()
         _synchronize(device)
         started = time.perf_counter()
+
+        def timed_out() -> PointFailed:
+            return PointFailed(f"compile timed out after {time.perf_counter() - started:.0f} s ({why})")
+
         try:
             with _time_limit(limit_s) as alarm:
                 step.run()
@@ -412,8 +421,10 @@ class TimingTask:
                 second_s = time.perf_counter() - started - compile_s
         except (Exception, CompileTimedOut) as error:
             if alarm is not None and alarm.fired:  # whatever the alarm's exception became on its way up
-                raise PointFailed(f"compile timed out after {time.perf_counter() - started:.0f} s ({why})") from error
+                raise timed_out() from error
             raise
+        if alarm.fired:  # its exception was caught below and swallowed, and the compile went on past the limit
+            raise timed_out()
         return compile_s, first_graphs, _compiled_graphs() - graphs, second_s
 
     def run(self, progress: Callable[[dict], None] | None = None) -> dict:
@@ -709,8 +720,9 @@ class MatmulPeakTask:
 class PeerTask:
     """Attention-module level: this package's layer (fast and plain path) against the `linformer` package's.
 
-    Both: width d, H heads, n tokens, k compressed rows, one E and one F shared by the heads, output map included
-    (the `linformer` layer ends with it). No mask (that layer has none): ours gets a mask of ones.
+    Both: width d, H heads, the run's batch at n (`batch_at`) of n tokens, k compressed rows, one E and one F shared
+    by the heads, output map included (the `linformer` layer ends with it). No mask (that layer has none): ours gets a
+    mask of ones.
     Returns {"times": {module: [seconds]}}.
     """
 
@@ -742,8 +754,9 @@ class PeerTask:
         peer = PeerSelfAttention(dim=d, seq_len=n, k=k, heads=h, dim_head=d // h, one_kv_head=False, share_kv=False)
         for module in (ours, ours_out, peer):
             module.to(device=cfg.device, dtype=dtype).eval()
-        x = torch.randn(cfg.batch, n, d, device=cfg.device, dtype=dtype)
-        mask = torch.ones(cfg.batch, n, device=cfg.device, dtype=dtype)
+        batch = cfg.batch_at(n)  # the run's batch at n (`batch` is None by default and with tokens_per_batch)
+        x = torch.randn(batch, n, d, device=cfg.device, dtype=dtype)
+        mask = torch.ones(batch, n, device=cfg.device, dtype=dtype)
         runs = {
             "linformer_hf (fast path)": lambda: ours_out(ours(x, mask, use_fast_path=True)[0]),
             "linformer_hf (plain path)": lambda: ours_out(ours(x, mask, use_fast_path=False)[0]),
@@ -769,9 +782,13 @@ def _worker_entry(task, connection) -> None:
         result = {"result": task.run(progress) if isinstance(task, TimingTask) else task.run()}
     except Exception as error:  # reported to the parent, which records it on the point
         result = {"error": f"{type(error).__name__}: {error}"}
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent says it, in one line; no traceback
+        raise SystemExit(INTERRUPTED_EXIT_CODE) from None
     connection.send(result)
     connection.close()
 
+
+INTERRUPTED_EXIT_CODE = 130  # a worker stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
 
 _CONTEXT = None
 
@@ -799,7 +816,7 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
         if not receiver.poll(max(0.0, ends - time.monotonic())):
             process.kill()
             process.join()
-            raise WorkerFailed(f"timed out after {timeout_s:.0f} s")
+            raise WorkerTimedOut(f"timed out after {timeout_s:g} s")
         try:
             message = receiver.recv()
         except EOFError:  # the process died before sending its result
@@ -815,6 +832,8 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
     if message is None:
         code = process.exitcode
         reason = " (killed: out of memory?)" if code in (-9, 137) else ""
+        if code == INTERRUPTED_EXIT_CODE:
+            reason = " (interrupted: SIGINT, Ctrl-C)"
         raise WorkerFailed(f"process exited with code {code}{reason}")
     if "error" in message:
         raise WorkerFailed(message["error"])

@@ -16,7 +16,7 @@ from benchmarks import (
     run_benchmark,
 )
 from benchmarks.models import model_inputs, realised_attention
-from benchmarks.report import peers_table
+from benchmarks.report import peer_table, peers_table
 from benchmarks.workers import MemoryTask, _optimizer, _step, run_in_fresh_process
 
 PEERS = ["longformer", "longformer-global", "bigbird"]
@@ -113,3 +113,21 @@ def test_bad_peer_settings_are_clear_errors(setting, match):
 def test_peers_are_opt_in():
     assert not set(PEERS) & set(BenchmarkConfig().models)
     assert set(PEERS) <= set(BenchmarkConfig(**PRESETS["peers"]).models)
+
+
+def test_the_attention_module_is_timed_against_the_linformer_package():
+    """--peer against the `linformer` package itself (PyPI, not a dependency: skipped without it), on the run's batch
+    (tokens_per_batch here; --peer failed at every n unless --batch was given)."""
+    pytest.importorskip("linformer")
+    from benchmarks.run import PeerResult, RunInfo
+    from benchmarks.workers import PeerTask
+
+    cfg = tiny_peers(
+        ns=[64], train_ns=[], models=["linformer"], peer=True, peer_ns=[64], peer_k=8, tokens_per_batch=128
+    )
+    cfg.validate()
+    times = run_in_fresh_process(PeerTask(cfg, 64, 8), timeout_s=120)["times"]
+    assert sorted(times) == ["linformer (PyPI)", "linformer_hf (fast path)", "linformer_hf (plain path)"]
+    assert all(len(t) == 3 and min(t) > 0 for t in times.values())
+    table = peer_table(RunInfo(1.0, 1.0, peer=[PeerResult(64, 8, {name: min(t) for name, t in times.items()})]))
+    assert [line.split(" | ")[2] for line in table.splitlines()[2:]] == list(times)

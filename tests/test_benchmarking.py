@@ -294,6 +294,60 @@ def test_every_length_list_is_checked_against_k_before_the_run(lengths):
 def test_peer_points_are_checked_before_the_run():
     with pytest.raises(ValueError, match="peer_k=256 is larger"):
         tiny_benchmark(peer=True, peer_ns=[128], peer_k=256).validate()
+    # the fix names peer_k, not ks (the peer's k)
+    with pytest.raises(ValueError, match=r"peer_ns has n=64, which makes an invalid linformer \(k=100.* Change peer_ns "
+                       r"or peer_k\.$"):  # fmt: skip
+        tiny_benchmark(peer_ns=[64], peer_k=100).validate()
+
+
+class StandInPeerAttention(torch.nn.Module):
+    """The `linformer` package's LinformerSelfAttention as PeerTask calls it, recording the shape of its input."""
+
+    inputs = []
+
+    def __init__(self, dim, seq_len, k, heads, dim_head, one_kv_head, share_kv):
+        super().__init__()
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        StandInPeerAttention.inputs.append(tuple(x.shape))
+        return self.out(x)
+
+
+@pytest.mark.parametrize(
+    "batching, batch", [(dict(), 1), (dict(batch=3), 3), (dict(tokens_per_batch=256), 4)]
+)  # fmt: skip
+def test_the_peer_is_timed_on_the_runs_batch(batching, batch, monkeypatch):
+    """--peer failed at every n unless --batch was given (randn() of a batch of None, by default and with
+    tokens_per_batch): the attention modules get the batch the run's points get at that n."""
+    from benchmarks.workers import PeerTask
+
+    monkeypatch.setitem(sys.modules, "linformer", types.SimpleNamespace(LinformerSelfAttention=StandInPeerAttention))
+    StandInPeerAttention.inputs = []
+    cfg = tiny_benchmark(ns=[64], train_ns=[], peer=True, peer_ns=[64], peer_k=8, **batching)
+    cfg.validate()
+    assert cfg.batch_at(64) == batch
+    times = PeerTask(cfg, 64, 8).run()["times"]
+    assert sorted(times) == ["linformer (PyPI)", "linformer_hf (fast path)", "linformer_hf (plain path)"]
+    assert all(len(t) == 3 for t in times.values())
+    assert set(StandInPeerAttention.inputs) == {(batch, 64, cfg.hidden_size)}
+
+
+def test_a_failures_text_is_one_table_cell():
+    """A peer's multi-line TypeError broke the Markdown table it was written in: every cell is one line, pipes
+    escaped."""
+    from benchmarks.report import absolute_table, peer_table
+    from benchmarks.run import PeerResult, RunInfo
+
+    error = "TypeError: randn() received an invalid combination of arguments:\n * (tuple of ints size | None)\n"
+    info = RunInfo(1.0, 1.0, peer=[PeerResult(4096, 256, error=error)])
+    row = BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, status=Status.FAILED, reason=f"timing: {error}")
+    for table in (peer_table(info), absolute_table([row])):
+        lines = table.splitlines()
+        assert len(lines) == 3, table
+        # as many cells in each row as in the header: only the escaped pipe is inside a cell
+        assert len({len(re.split(r"(?<!\\)\|", line)) for line in lines}) == 1, table
+        assert "arguments: * (tuple of ints size \\| None)" in lines[2]
 
 
 def test_memory_budget_needs_no_psutil(monkeypatch):
@@ -378,6 +432,21 @@ def test_fast_path_compression_equals_masked_projection(sharing, projection):
         (["--timeout_s", "0"], "timeout_s must be > 0, got 0.0"),
         (["--memory_budget_gb", "-1"], "memory_budget_gb must be > 0, got -1.0"),
         (["--device", "gpu"], "device must be cpu or cuda[:i], got 'gpu'"),
+        # a list flag with no value is an empty list: these measured nothing (the matmul peak only) and exited 0
+        (["--models"], "models is empty: name at least one of"),
+        (["--models", "linformer", "roberta-sdpa", "--ks"], "ks is empty, but linformer needs a projected length k"),
+        (["--ns", "--train_ns", "--scaling_ns"], "nothing to measure: models"),
+        (
+            ["--ns", "64", "--ks", "128", "--train_ns", "--scaling_ns", "--models", "linformer"],
+            "no point at ns=[64], train_ns=[], scaling_ns=[] (scaling_ns times the linear-cost models only; ns n=64: k "
+            "[128] > n)",
+        ),  # fmt: skip
+        (["--peer", "--peer_ns"], "peer is set but peer_ns is empty: give peer_ns"),
+        (["--peer_k", "0"], "peer_k must be >= 1, got 0"),
+        (
+            ["--peer", "--peer_ns", "256", "--tokens_per_batch", "128", "--ns", "64", "--train_ns", "--scaling_ns"],
+            "tokens_per_batch=128 is not a multiple of every n: peer_ns [256] (",
+        ),
     ],
 )
 def test_an_invalid_setting_is_one_error_line_before_any_work(flags, message, tmp_path, capsys):
@@ -703,3 +772,107 @@ def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch,
     assert cli.main(argv) == 130
     assert f"the points measured so far are in {out}/results_partial.csv" in capsys.readouterr().err
     assert (out / "results_partial.csv").exists()
+
+
+def test_a_run_that_fails_at_its_start_is_one_error_line_and_leaves_no_folder(tmp_path, capsys):
+    """--timeout_s 0.5 ended in two chained tracebacks (the matmul peak's process timed out, "after 0 s") and left an
+    empty folder behind."""
+    from benchmarks import cli
+
+    argv = ["--preset", "quick", "--timeout_s", "0.001"]
+    out = tmp_path / "out"
+    assert cli.main([*argv, "--output_dir", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert err == (
+        "error: measuring the matmul peak failed: timed out after 0.001 s; raise --timeout_s (0.001 s now), the time "
+        "limit of each worker process\n"
+    )
+    assert not out.exists()
+    out.mkdir()  # a folder of the user's own is kept, and a run into it is not refused as an earlier run's
+    for _ in range(2):
+        assert cli.main([*argv, "--output_dir", str(out)]) != 0
+        assert capsys.readouterr().err.startswith("error: measuring the matmul peak failed: timed out after 0.001 s")
+        assert out.is_dir() and not os.listdir(out)
+
+
+SKIPPED = BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, status=Status.SKIPPED, reason="would not fit")
+
+
+@pytest.mark.parametrize(
+    "rows, peer_error, problem",
+    [
+        ([SKIPPED], None, "nothing was measured (0 point(s) failed, 1 skipped)"),
+        ([SKIPPED, dataclasses.replace(SKIPPED, status=Status.FAILED)], None,
+         "nothing was measured (1 point(s) failed, 1 skipped)"),
+        ([], None, "nothing was measured (0 point(s) failed, 0 skipped)"),
+        ([], "WorkerFailed: timed out", "every point failed"),
+    ],
+)  # fmt: skip
+def test_a_run_that_measured_nothing_exits_non_zero(rows, peer_error, problem, tmp_path, monkeypatch, capsys):
+    """Every point skipped (above the memory budget, or its model unavailable), or no point at all: it wrote its
+    tables and exited 0."""
+    from benchmarks import cli
+    from benchmarks.run import PeerResult, RunInfo
+
+    peer = [] if peer_error is None else [PeerResult(16, 8, error=peer_error)]
+    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: (rows, RunInfo(1.0, 1.0, peer=peer)))
+    argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--models", "linformer"]
+    out = tmp_path / "out"
+    assert cli.main([*argv, "--output_dir", str(out)]) == 1
+    assert capsys.readouterr().err == f"error: {problem} (the reasons: {out}/results.md)\n"
+    assert (out / "results.md").exists()
+    timed = PeerResult(16, 8, median_s={"linformer (PyPI)": 1.0, "linformer_hf (fast path)": 0.5})
+    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: (rows, RunInfo(1.0, 1.0, peer=[timed])))
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "peer")]) == 0  # the peer was measured
+
+
+def test_points_left_out_for_k_longer_than_n_are_named_in_the_results(tmp_path, monkeypatch):
+    """`not measured: ...` was printed to stdout alone: results.md and run_info.json did not say which points were
+    left out."""
+    import json
+
+    from benchmarks import cli
+    from benchmarks.run import RunInfo
+
+    measured = BenchmarkRow(Mode.INFERENCE, "linformer", 64, 32, time_s=0.5)
+    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: ([measured], RunInfo(1.0, 1.0)))
+    argv = ["--preset", "quick", "--ns", "16", "64", "--ks", "32", "--train_ns", "16", "--scaling_ns", "--models"]
+    assert cli.main([*argv, "linformer", "--output_dir", str(tmp_path / "out")]) == 0
+    left_out = ["ns n=16: k [32] > n", "train_ns n=16: k [32] > n"]
+    assert json.loads((tmp_path / "out" / "run_info.json").read_text())["not_measured"] == left_out
+    assert f"Not measured (a Linformer's k is at most n): {'; '.join(left_out)}\n" in (
+        (tmp_path / "out" / "results.md").read_text()
+    )
+
+
+def test_a_worker_stopped_by_ctrl_c_exits_without_a_traceback():
+    """Ctrl-C reaches the worker processes too: each printed `Process ForkServerProcess-8: Traceback ...
+    KeyboardInterrupt` below the run's one-line "stopped (Ctrl-C)". It exits with 130 instead (a SystemExit of a code:
+    no traceback), and the parent names it."""
+    from timing_stand_ins import Interrupted
+
+    with pytest.raises(WorkerFailed, match=r"^process exited with code 130 \(interrupted: SIGINT, Ctrl-C\)$"):
+        run_in_fresh_process(Interrupted(), timeout_s=120)
+
+
+def test_a_compile_that_swallows_its_time_limit_still_fails_as_timed_out():
+    """Seen once: the alarm's CompileTimedOut was printed from inside a compile, which went on: the model "compiled in
+    12.5 s" past its 3 s limit and was timed. An alarm that went off fails the model, come up its exception or not."""
+    from benchmarks.workers import PointFailed, PreparedStep, TimingTask
+
+    calls = []
+
+    def swallows_the_alarm():  # as a compile's `except BaseException:` (or a bare except) that logs and goes on would
+        calls.append(time.perf_counter())
+        try:
+            time.sleep(5 if len(calls) == 1 else 0)
+        except BaseException:
+            pass
+
+    cfg = tiny_benchmark(models=["linformer"], compile="model", compile_backend="eager", compile_timeout_s=0.2)
+    step = PreparedStep(net=None, inputs={}, optimizer=None, run=swallows_the_alarm)
+    why = "compile_timeout_s = 0.2 s"
+    started = time.perf_counter()
+    with pytest.raises(PointFailed, match=r"^compile timed out after \d+ s \(compile_timeout_s = 0.2 s\)$"):
+        TimingTask(cfg, Mode.INFERENCE, [])._first_calls("linformer k=8", step, 0.2, why)
+    assert len(calls) == 2 and time.perf_counter() - started < 4  # the alarm cut the first call short

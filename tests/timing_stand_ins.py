@@ -1,9 +1,10 @@
-"""Timing tasks that stand in for a slow compile, for tests/test_benchmarking.py. In a module of their own: a fresh
-process (`benchmarks.workers.run_in_fresh_process`) imports the class of the task it is sent, and must not have to
-import a test module for it."""
+"""Tasks that stand in for a slow compile or a stopped worker, for tests/test_benchmarking.py. In a module of their
+own: a fresh process (`benchmarks.workers.run_in_fresh_process`) imports the class of the task it is sent, and must
+not have to import a test module for it."""
 
 import dataclasses
 import os
+import signal
 import time
 
 from benchmarks.workers import TimingTask
@@ -40,3 +41,11 @@ class DiesCompiling(TimingTask):
         progress({"event": "compiled", "label": first, "compile_s": 1.5, "first_call": 1, "second_step": 0})
         progress({"event": "compiling", "label": second})
         os._exit(3)
+
+
+class Interrupted:
+    """A task whose process gets Ctrl-C's SIGINT while it runs (a terminal sends it to the whole process group)."""
+
+    def run(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(60)
