@@ -22,6 +22,7 @@ from linformer_hf.conversion import (
     extend_position_embeddings,
     neighbour_average_projection,
 )
+from linformer_hf.models import max_input_length
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 import convert_to_linformer  # noqa: E402
@@ -615,3 +616,113 @@ def test_script_refuses_flags_of_the_other_family(tmp_path, capsys):
     with pytest.raises(SystemExit):
         convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), "--kernel", "relu"])
     assert "['--kernel'] do not apply to --family linformer" in capsys.readouterr().err
+
+
+# ---- settings checked before the work, options without effect, concurrent conversions ----
+
+
+def test_a_strided_init_is_reported_as_strided():
+    roberta = transformers.RobertaModel(tiny_roberta_config()).eval()
+    _, report = convert_model(roberta, max_sequence_length=16, projected_length=4, projection_init="strided")
+    assert set(report.initialised.values()) == {
+        "strided: slot j sums positions j, j + 4, j + 8, ... (the identity on inputs of at most 4 tokens)"
+    }
+    _, report = convert_model(roberta, max_sequence_length=16, projected_length=16, projection_init="strided")
+    assert set(report.initialised.values()) == {"identity (strided at k = n)"}
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            dict(projection="conv", projection_init="strided"),
+            "projection_init='strided' has no effect with projection='conv'",
+        ),
+        (
+            dict(projection="conv", projection_init="random", seed=5),
+            "projection_init='random' has no effect with projection='conv'",
+        ),
+        (
+            dict(projection="mean", projection_noise_std=0.1),
+            "projection_noise_std has no effect with projection='mean'",
+        ),
+        (
+            dict(projection="max", projection_init="strided", freeze_projections=True),
+            "projection_init and freeze_projections have no effect with projection='max'",
+        ),
+        (dict(projection_noise_std=-0.1), "projection_noise_std must be 0 .no noise. or positive, got -0.1"),
+    ],
+)
+def test_options_without_effect_are_refused(options, message):
+    roberta = transformers.RobertaModel(tiny_roberta_config()).eval()
+    with pytest.raises(ValueError, match=message):
+        convert_model(roberta, max_sequence_length=16, projected_length=4, **options)
+
+
+def test_settings_are_checked_before_any_weight_is_read(tmp_path, capsys):
+    """A k larger than n, or an option without effect, is refused on the source's config: the weights (here
+    unreadable) are not loaded (for a Hub name: downloaded) first."""
+    save_roberta("RobertaModel", tmp_path / "roberta")
+    (tmp_path / "roberta" / "model.safetensors").write_bytes(b"not weights")
+    for flags, message in (
+        (["--projected_length", "600"], "`projected_length` k=600 is larger than `max_sequence_length` n=16"),
+        (["--projection", "conv", "--projection_init", "random"], "'random' has no effect with projection='conv'"),
+    ):
+        assert convert_to_linformer.main([str(tmp_path / "roberta"), str(tmp_path / "out"), *flags]) == 2
+        error = capsys.readouterr().err
+        assert message in error and "Loading weights" not in error and "safetensors" not in error.lower()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_base_model_saved_without_a_pooler_converts_without_one(tmp_path):
+    """transformers would give the source a random pooler on loading, which would be converted as if trained."""
+    model = transformers.BertModel(tiny_bert_config(), add_pooling_layer=False).eval()
+    randomize_all(model)
+    model.save_pretrained(tmp_path / "bert")
+    report = convert_checkpoint(
+        str(tmp_path / "bert"), str(tmp_path / "out"), projected_length=16, copy_tokenizer=False
+    )
+    assert not [key for key in load_file(str(tmp_path / "out" / "model.safetensors")) if "pooler" in key]
+    assert report.source_missing == [] and report.problems() == []
+    assert any("the source has no pooler, nor has the converted model" in note for note in report.notes)
+    save_bert("BertModel", tmp_path / "pooled")  # a saved pooler is carried, as before
+    convert_checkpoint(str(tmp_path / "pooled"), str(tmp_path / "pooled_out"), projected_length=4)
+    assert "pooler.dense.weight" in load_file(str(tmp_path / "pooled_out" / "model.safetensors"))
+
+
+def test_a_performer_shorter_than_its_source_reads_no_longer_input_than_its_tokenizer(tmp_path, wordpiece):
+    """n sizes a Performer's position table, as --max_sequence_length says: the model, its tokenizer and the
+    sentence-transformers length agree (the table kept the source's 16 positions and the model took 16 tokens)."""
+    source = save_bert("BertModel", tmp_path / "st", wordpiece)
+    (tmp_path / "st" / "modules.json").write_text("[]")
+    (tmp_path / "st" / "sentence_bert_config.json").write_text('{"max_seq_length": 12}')
+    report = convert_checkpoint(str(tmp_path / "st"), str(tmp_path / "out"), target="performer", max_sequence_length=8)
+    config = transformers.AutoConfig.from_pretrained(str(tmp_path / "out"))
+    assert max_input_length(config) == 8 == report.max_sequence_length
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "out")).model_max_length == 8
+    assert json.loads((tmp_path / "out" / "sentence_bert_config.json").read_text())["max_seq_length"] == 8
+    table = load_file(str(tmp_path / "out" / "model.safetensors"))["embeddings.position_embeddings.weight"]
+    assert torch.equal(table[1:], source.embeddings.position_embeddings.weight[:8])  # BERT's first 8, after row 0
+    assert "the first 8 positions kept" in report.extended["embeddings.position_embeddings.weight"]
+
+
+def test_a_conversion_that_finds_its_folder_filled_meanwhile_keeps_the_other_result(tmp_path, wordpiece, monkeypatch):
+    """Two conversions into one new folder at once: each writes a staging folder of its own, and the one that ends
+    second is refused (not published over the first, nor crashing on a staging folder the other deleted)."""
+    import linformer_hf.conversion as conversion
+
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    out = tmp_path / "out"
+    copy_modules, other = conversion.copy_sentence_transformers_modules, []
+
+    def another_conversion_meanwhile(source, staging):
+        if not other:  # while this one writes, another conversion into the same folder runs to its end
+            other.append(source)
+            convert_checkpoint(str(tmp_path / "bert"), str(out), projected_length=16)
+        return copy_modules(source, staging)
+
+    monkeypatch.setattr(conversion, "copy_sentence_transformers_modules", another_conversion_meanwhile)
+    with pytest.raises(FileExistsError, match=f"{out} was filled by another run while this one worked"):
+        convert_checkpoint(str(tmp_path / "bert"), str(out), projected_length=4)
+    assert linformer_hf.LinformerConfig.from_pretrained(str(out)).projected_length == 16  # the other's, whole
+    assert sorted(os.listdir(tmp_path)) == ["bert", "out"]  # no staging folder left

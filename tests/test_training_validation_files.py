@@ -277,12 +277,16 @@ def test_finetuning_by_a_hub_dataset_name_offline_is_one_line_offering_local_fil
         ),
     ],
 )
-def test_a_model_hub_name_offline_is_one_line_naming_it(script, argv, small_model_dir, tmp_path):
+def test_a_model_hub_name_offline_is_one_line_naming_it(script, argv, small_model_dir, tokenizer_dir, tmp_path):
     """Before: `error: We couldn't connect to 'https://huggingface.co' to load the files ...`, naming neither the
     model nor the option. After: the option, the name, why, and the local alternative."""
+    import shutil
+
     from training_utils import WIKITEXT, run_script
 
-    args = [a.format(tmp=tmp_path, model=small_model_dir, text=WIKITEXT) for a in argv]
+    student = shutil.copytree(small_model_dir, tmp_path / "student")  # with a tokenizer, as a transfer needs
+    shutil.copytree(tokenizer_dir, student, dirs_exist_ok=True)
+    args = [a.format(tmp=tmp_path, model=student, text=WIKITEXT) for a in argv]
     hub_cache = str(tmp_path / "hf")  # nothing cached on this machine
     result = run_script(
         [os.path.join(REPO, "scripts", script), *args], timeout=120, HF_HOME=hub_cache, HF_HUB_CACHE=hub_cache

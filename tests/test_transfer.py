@@ -1,6 +1,7 @@
 """Attention transfer on a tiny BERT teacher: the capture is exact at k = n, the error falls, resume is exact."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -356,7 +357,9 @@ def test_a_checkpoint_records_its_recipe_and_a_resume_with_another_is_refused(pa
         run_transfer(arguments(pair, out, layer_steps=4, batch_size=2, resume="latest"))
     resumed = run_transfer(arguments(pair, out, layer_steps=4, warmup_steps=3, resume="latest"))
     assert "another optimisation schedule (--warmup_steps: 2 in the checkpoint, 3 now)" in caplog.text
-    assert "before" not in resumed and (out / "model.safetensors").exists()
+    # the figures measured before training, when the run started, are in the resumed run's report too
+    assert resumed["before"] == stopped["before"] and (out / "model.safetensors").exists()
+    assert json.loads((out / "transfer_report.json").read_text())["before"] == stopped["before"]
     log = [json.loads(line) for line in (out / "transfer_log.jsonl").read_text().splitlines()]
     assert [record["step"] for record in log] == [1, 2, 3, 4]
 
@@ -407,3 +410,138 @@ def test_a_diverging_transfer_exits_with_status_2_and_saves_no_model(pair, tmp_p
     assert (out / LOCK_FILE).read_text() == ""
     log = [json.loads(line) for line in (out / "transfer_log.jsonl").read_text().splitlines()]
     assert [(r["step"], r.get("skipped")) for r in log][-2:] == [(10, True), (11, True)]
+
+
+def test_a_student_without_a_tokenizer_is_refused_before_any_work(pair, tmp_path, capsys):
+    """transformers would build an empty 5-token tokenizer there: the run would train on empty text and save it."""
+    import shutil
+
+    student = tmp_path / "student"
+    shutil.copytree(pair / "student_k4", student)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (student / name).unlink()
+    args = arguments(pair, tmp_path / "out", student=str(student))
+    command = ["--teacher", args.teacher, "--student", args.student, "--output_dir", args.output_dir]
+    with pytest.raises(SystemExit) as exit:
+        main([*command, "--text_files", *args.text_files, "--show_progress", "false"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert exit.value.code == 2 and len(error) == 1
+    assert error[0].startswith(f"error: --student {student} holds no tokenizer") and "save_pretrained" in error[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_student_longer_than_its_teacher_is_compared_where_the_teacher_reads(pair, tmp_path):
+    """A student converted with n = 32 from a teacher of 16 positions: by default the windows go up to 16, and whole
+    documents are cut to 16 tokens for both models (not to the student's n, which the teacher cannot read)."""
+    convert_checkpoint(str(pair / "teacher"), str(tmp_path / "n32"), max_sequence_length=32, projected_length=8)
+    report = run_transfer(arguments(pair, tmp_path / "out", student=str(tmp_path / "n32"), lengths=None, layer_steps=1))
+    assert report["lengths"] == [16]
+    assert report["after"]["documents"]["truncated_to"] == 16 and report["before"]["documents"]["documents"] > 0
+    with pytest.raises(ValueError, match="Window length 32 exceeds the teacher's 16 positions.*drop it from --lengths"):
+        run_transfer(arguments(pair, tmp_path / "out2", student=str(tmp_path / "n32"), lengths=[8, 32]))
+
+
+def test_a_teacher_with_another_vocabulary_of_the_same_size_is_refused(pair, tmp_path):
+    import shutil
+
+    from tiny_roberta import build_tokenizer
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(pair / "teacher", teacher)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        (teacher / name).unlink()
+    build_tokenizer(str(teacher)).save_pretrained(teacher)  # BPE: another vocabulary, the same vocab_size in config
+    with pytest.raises(ValueError, match="The teacher's tokenizer .* has another vocabulary than the student's"):
+        run_transfer(arguments(pair, tmp_path / "out", teacher=str(teacher)))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option", ["log_every", "checkpoint_every", "checkpoints_to_keep", "eval_documents"])
+def test_counts_below_one_are_refused_when_parsed(pair, tmp_path, option):
+    with pytest.raises(ValueError, match=f"--{option} must be at least 1, got 0"):
+        arguments(pair, tmp_path, **{option: 0})
+
+
+def test_overwrite_output_dir_leaves_no_file_of_the_earlier_run(pair, tmp_path):
+    """An earlier transfer's model files (another family's modeling code, a sentence-transformers pooling, a
+    tokenizer's vocabulary, a conversion report) are deleted with it; a folder holding what no transfer writes is
+    refused before any work."""
+    out = tmp_path / "out"
+    run_transfer(arguments(pair, out, layer_steps=1))
+    fresh = sorted(path.name for path in out.iterdir())
+    earlier = ["modeling_performer.py", "configuration_performer.py", "modules.json", "sentence_bert_config.json"]
+    earlier += ["config_sentence_transformers.json", "vocab.txt", "special_tokens_map.json", "conversion_report.json"]
+    for name in earlier:
+        (out / name).write_text("{}")
+    (out / "1_Pooling").mkdir()
+    (out / "1_Pooling" / "config.json").write_text("{}")
+    run_transfer(arguments(pair, out, layer_steps=1, overwrite_output_dir=True))
+    assert sorted(path.name for path in out.iterdir()) == fresh
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=f"--output_dir {out} holds notes.txt, which no transfer writes"):
+        run_transfer(arguments(pair, out, layer_steps=1, overwrite_output_dir=True))
+    assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").exists()
+
+
+def test_a_folder_another_transfer_is_writing_is_refused_naming_the_flag(pair, tmp_path):
+    import subprocess
+    import sys
+
+    from training_utils import script_env
+
+    from linformer_hf.training.errors import ConfigError
+
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from linformer_hf.training.checkpointing import RunLock\n"
+            "RunLock.acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
+            str(out),
+        ],
+        env=script_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ConfigError, match=rf"pid {holder.pid}.*or use another --output_dir\.$"):
+            run_transfer(arguments(pair, out, overwrite_output_dir=True))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("empty text file", r"Data file \S+empty.txt has no text \(it is empty or only blank lines\)"),
+        ("binary text file", r"Data file \S+binary.txt is not UTF-8 text \(line 1: byte 0xff at column 3\)"),
+        ("csv read as json", r"Data file\(s\) \S+table.csv could not be read: .*Check that --dataset json is the"),
+        ("empty json file", r"Data file \S+empty.json has no text"),
+        ("a column of numbers", r"--text_column label of csv holds int64 values, not text: give the column with"),
+    ],
+)
+def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, case, expected):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "binary.txt").write_bytes(b"ab\xff\xfe\x00\x01cd\n")
+    (tmp_path / "table.csv").write_text("text,label\n" + "".join(f"{line},{i}\n" for i, line in enumerate("abc")))
+    text = {
+        "empty text file": ["--text_files", str(tmp_path / "empty.txt")],
+        "binary text file": ["--text_files", str(tmp_path / "binary.txt")],
+        "csv read as json": ["--dataset", "json", "--data_files", str(tmp_path / "table.csv")],
+        "empty json file": ["--dataset", "json", "--data_files", str(tmp_path / "empty.json")],
+        "a column of numbers": ["--dataset", "csv", "--data_files", str(tmp_path / "table.csv")],
+    }[case]
+    if case == "a column of numbers":
+        text += ["--text_column", "label"]
+    command = ["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4")]
+    with pytest.raises(SystemExit) as exit:
+        main([*command, "--output_dir", str(tmp_path / "out"), *text, "--show_progress", "false"])
+    output = capsys.readouterr().err
+    error = [line for line in output.splitlines() if line.startswith("error:")]
+    assert exit.value.code == 2 and "Traceback" not in output and len(error) == 1 and re.search(expected, error[0])

@@ -52,7 +52,7 @@ from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
 from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
 from .models.modeling_performer import PERFORMER_HEADS
-from .outputs import check_output_dir, publish_folder, replace_folder, staging_folder
+from .outputs import check_output_dir, publish_folder, publish_new_folder, replace_folder, unique_staging_folder
 from .registration import TOKENIZER_FILES
 
 # The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
@@ -257,14 +257,19 @@ def _check_source_config(source_config: PretrainedConfig) -> None:
         )
 
 
-def _carried_settings(source_config: PretrainedConfig, max_sequence_length: int | None) -> tuple[dict[str, Any], int]:
-    """The source config's settings for a target config, with room for n positions; and n (default: the source's)."""
+def _carried_settings(
+    source_config: PretrainedConfig, max_sequence_length: int | None, exactly_n: bool = False
+) -> tuple[dict[str, Any], int]:
+    """The source config's settings for a target config, with room for n positions; and n (default: the source's).
+
+    The position table keeps every learned row of the source and grows to n; with `exactly_n` it has n positions,
+    the source's first n where n is fewer (Performer, whose longest input is its table's length)."""
     _check_source_config(source_config)
     _, learned = source_position_layout(source_config)
     n = learned if max_sequence_length is None else max_sequence_length
     offset = source_config.pad_token_id + 1  # where the target's (RoBERTa's) positions start
     settings = {key: value for key, value in source_config.to_dict().items() if key not in _CONFIG_KEYS_NOT_CARRIED}
-    settings["max_position_embeddings"] = max(offset + learned, offset + n)
+    settings["max_position_embeddings"] = offset + n if exactly_n else max(offset + learned, offset + n)
     return settings, n
 
 
@@ -313,10 +318,11 @@ def performer_config_from_source(
 ) -> PerformerConfig:
     """A `PerformerConfig` with every setting of a RoBERTa or BERT `source_config` plus the FAVOR+ ones.
 
-    FAVOR+ has no length of its own: n only sizes the position table (default: the source's positions; a longer n
-    repeats the learned rows, as for Linformer). A source decoder (`is_decoder=True`) gives causal FAVOR+.
+    FAVOR+ has no length of its own: n sizes the position table, and so the longest input (default: the source's
+    positions; a longer n repeats the learned rows, as for Linformer; a shorter one keeps the first n). A source
+    decoder (`is_decoder=True`) gives causal FAVOR+.
     """
-    settings, _ = _carried_settings(source_config, max_sequence_length)
+    settings, _ = _carried_settings(source_config, max_sequence_length, exactly_n=True)
     return PerformerConfig(
         **settings,
         num_random_features=num_random_features,
@@ -487,9 +493,71 @@ def _describe_projection(module: modeling_linformer.LinformerProjection, project
         return "identity kernel" if module.bin_size == 1 else f"averaging kernel 1/{module.bin_size}"
     if projection_init == "random":
         return "random N(0, 1/n) (Linformer's own init)"
+    if projection_init == "strided":
+        if module.k == module.n:
+            return "identity (strided at k = n)"
+        return (
+            f"strided: slot j sums positions j, j + {module.k}, j + {2 * module.k}, ... (the identity on inputs of at "
+            f"most {module.k} tokens)"
+        )
     if module.k == module.n:
         return "identity (neighbour average at k = n)"
     return f"neighbour average over bins of ~{module.n / module.k:g}"
+
+
+def check_projection_options(
+    projection: str = "linear",
+    projection_init: str = "neighbour_average",
+    projection_noise_std: float = 0.0,
+    freeze_projections: bool = False,
+) -> None:
+    """Refuse a Linformer option that would change nothing for this projection (recorded, but without effect)."""
+    if projection_noise_std < 0:
+        raise ValueError(f"projection_noise_std must be 0 (no noise) or positive, got {projection_noise_std:g}.")
+    if projection in ("mean", "max"):
+        given = [
+            name
+            for name, value, default in (
+                ("projection_init", projection_init, "neighbour_average"),
+                ("projection_noise_std", projection_noise_std, 0.0),
+                ("freeze_projections", freeze_projections, False),
+            )
+            if value != default
+        ]
+        if given:
+            raise ValueError(
+                f"{' and '.join(given)} {'has' if len(given) == 1 else 'have'} no effect with "
+                f"projection={projection!r}, which pools without parameters: drop "
+                f"{'it' if len(given) == 1 else 'them'}, or use projection 'linear' or 'conv'."
+            )
+    if projection == "conv" and projection_init != "neighbour_average":
+        raise ValueError(
+            f"projection_init={projection_init!r} has no effect with projection='conv': its kernel always starts as "
+            "the average of its bin (neighbour_average). Drop it, or use projection 'linear'."
+        )
+
+
+def check_conversion(
+    source_config: PretrainedConfig,
+    max_sequence_length: int | None = None,
+    *,
+    target: str = "linformer",
+    projection_noise_std: float = 0.0,
+    seed: int = 0,
+    source_name: str | None = None,
+    **settings,
+) -> PretrainedConfig:
+    """`convert_model`'s options checked against the source's config alone (no weight read): the converted config,
+    or ValueError for an unknown target or setting, a setting the family's config refuses, or one without effect."""
+    family = target_family(target)
+    if projection_noise_std and target != "linformer":
+        raise ValueError(f"projection_noise_std applies to Linformer's projections; {family.name} has none.")
+    if target == "linformer":
+        names = ("projection", "projection_init", "freeze_projections")
+        check_projection_options(
+            **{name: settings[name] for name in names if name in settings}, projection_noise_std=projection_noise_std
+        )
+    return converted_config(source_config, max_sequence_length, target=target, **settings)
 
 
 def converted_config(
@@ -529,20 +597,26 @@ def convert_model(
     or a shape that differs other than the position table growing.
     """
     family = target_family(target)
-    if projection_noise_std and target != "linformer":
-        raise ValueError(f"projection_noise_std applies to Linformer's projections; {family.name} has none.")
     source_architecture = _check_source_head(source, family)
-    config = converted_config(source.config, max_sequence_length, target=target, **settings)
+    config = check_conversion(
+        source.config, max_sequence_length, target=target, projection_noise_std=projection_noise_std, **settings
+    )
     target_class = next(
         cls for cls in family.heads.values() if cls.__name__ == family.architecture_map[source_architecture]
     )
     config.architectures = [target_class.__name__]
     # What the family initialises itself is set here by the model's own _init_weights, as the config says; seeded,
     # so that a conversion is reproducible, without touching the caller's random state.
+    notes = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if target_class is family.heads["AutoModel"]:
             model = target_class(config, add_pooling_layer=source.pooler is not None)
+            if source.pooler is None:
+                notes.append(
+                    "the source has no pooler, nor has the converted model (AutoModel adds a random one when it loads "
+                    "it: pass add_pooling_layer=False)"
+                )
         else:
             model = target_class(config)
     model.eval()
@@ -557,6 +631,7 @@ def convert_model(
         source_positions=source_positions,
         target_family=target,
         attention_settings={name: getattr(config, name) for name in family.setting_names if hasattr(config, name)},
+        notes=notes,
     )
     if target == "linformer":
         report.projected_length = config.projected_length
@@ -581,8 +656,9 @@ def convert_model(
                 report.renamed[source_key] = key
             if key.endswith(POSITION_EMBEDDINGS_SUFFIX):
                 laid_out = roberta_position_table(value, source.config)
-                target_tensor.copy_(extend_position_embeddings(laid_out, target_tensor.shape[0], position_offset))
-                if laid_out is not value or laid_out.shape[0] < target_tensor.shape[0]:
+                extended = extend_position_embeddings(laid_out, target_tensor.shape[0], position_offset)
+                target_tensor.copy_(extended[: target_tensor.shape[0]])  # a Performer's shorter n: the first rows
+                if laid_out is not value or laid_out.shape[0] != target_tensor.shape[0]:
                     report.extended[key] = _describe_positions(
                         value.shape[0],
                         laid_out.shape[0],
@@ -636,6 +712,11 @@ def _describe_positions(source_rows: int, laid_out_rows: int, target_rows: int, 
             f"{laid_out_rows} -> {target_rows} rows; new rows repeat learned rows {offset}..{laid_out_rows - 1}"
             f" ({learned} positions) cyclically"
         )
+    elif target_rows < laid_out_rows:
+        parts.append(
+            f"{laid_out_rows} -> {target_rows} rows: the first {target_rows - offset} positions kept, rows "
+            f"{target_rows}..{laid_out_rows - 1} dropped"
+        )
     return "; ".join(parts)
 
 
@@ -666,6 +747,14 @@ def load_source(
     if family != config.model_type:
         raise ValueError(f"{architecture} is a {family} head but {name_or_path} is a {config.model_type!r} checkpoint.")
     model, loading_info = getattr(transformers, architecture).from_pretrained(name_or_path, output_loading_info=True)
+    pooler = getattr(model, "pooler", None)
+    if pooler is not None:
+        pooler_keys = {f"pooler.{name}" for name in pooler.state_dict()}
+        if pooler_keys <= set(loading_info.get("missing_keys", [])):
+            # a base model saved without its pooler (add_pooling_layer=False): transformers made a random one, which
+            # would be converted as if trained; the model is taken as saved, without one
+            model.pooler = None
+            loading_info["missing_keys"] = [key for key in loading_info["missing_keys"] if key not in pooler_keys]
     return model.eval(), loading_info
 
 
@@ -766,14 +855,34 @@ def convert_checkpoint(
             "output_dir."
         )
     check_output_dir(output_dir, overwrite, create=False)
+    source_config = AutoConfig.from_pretrained(source)
+    if source_config.model_type in SOURCE_CONFIGS:  # another is refused by load_source, naming it
+        # the settings are checked on the source's config, before any weight is read (or downloaded)
+        check_conversion(source_config, target=target, **conversion_options)
     model, loading_info = load_source(source, architecture, target)
     converted, report = convert_model(model, target=target, source_name=source, **conversion_options)
     report.source_missing = sorted(loading_info.get("missing_keys", []))
     report.source_unexpected = sorted(loading_info.get("unexpected_keys", []))
     report.source_mismatched = sorted(str(item) for item in loading_info.get("mismatched_keys", []))
 
-    staging = staging_folder(output_dir)
-    shutil.rmtree(staging, ignore_errors=True)  # what a killed conversion left
+    staging = unique_staging_folder(output_dir)  # its own: another conversion into output_dir writes elsewhere
+    try:
+        _write_conversion(converted, report, source, staging, copy_tokenizer)
+        if overwrite and os.path.isfile(os.path.join(output_dir, "config.json")):  # an earlier model: replaced whole
+            replace_folder(staging, output_dir)
+        elif overwrite and os.path.isdir(output_dir) and os.listdir(output_dir):
+            publish_folder(staging, output_dir)
+        else:  # refused if another run filled output_dir meanwhile
+            publish_new_folder(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+    print(report.summary())
+    return report
+
+
+def _write_conversion(converted, report: ConversionReport, source: str, staging: str, copy_tokenizer: bool) -> None:
+    """The converted folder's files, in `staging`: the model, its tokenizer, the sentence-transformers modules, the
+    report."""
     converted.save_pretrained(staging)
     if copy_tokenizer:
         report.tokenizer = _copy_tokenizer(source, staging, report.max_sequence_length, converted.config)
@@ -788,12 +897,6 @@ def convert_checkpoint(
             report.notes.append(note)
     with open(os.path.join(staging, "conversion_report.json"), "w") as handle:
         json.dump(report.to_dict(), handle, indent=2)
-    if os.path.isfile(os.path.join(output_dir, "config.json")):  # an earlier model, overwritten: replaced whole
-        replace_folder(staging, output_dir)
-    else:
-        publish_folder(staging, output_dir)
-    print(report.summary())
-    return report
 
 
 __all__ = [

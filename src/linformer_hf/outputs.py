@@ -7,10 +7,12 @@ file, is refused before any work unless `--overwrite`.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import shutil
+import tempfile
 
 
 def held(output_dir: str) -> str:
@@ -119,6 +121,35 @@ def staging_folder(output_dir: str) -> str:
     the move is a rename), under a hidden temporary name."""
     output_dir = os.path.abspath(output_dir)
     return os.path.join(os.path.dirname(output_dir), f".tmp-{os.path.basename(output_dir)}")
+
+
+def unique_staging_folder(output_dir: str) -> str:
+    """A new folder beside `output_dir` (the same filesystem, so the move is a rename) under a hidden temporary name of
+    its own: two runs writing the same `output_dir` at once never write into, or delete, each other's. Made with the
+    permissions a folder gets from the umask (mkdtemp's are the owner's only)."""
+    output_dir = os.path.abspath(output_dir)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".tmp-{os.path.basename(output_dir)}-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)
+    return staging
+
+
+def publish_new_folder(staging: str, output_dir: str, flag: str | None = "--overwrite") -> None:
+    """Move the whole folder `staging` to `output_dir`, which does not exist or is empty, in one rename; refused when
+    another run filled `output_dir` meanwhile (a rename onto a non-empty folder fails), so neither result replaces the
+    other silently."""
+    try:
+        os.rename(staging, output_dir)
+    except OSError as err:
+        if err.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.isdir(output_dir):
+            raise
+        raise FileExistsError(
+            f"{output_dir} was filled by another run while this one worked (it holds {held(output_dir)}): its results "
+            f"are kept. Give another output directory{replace_hint(flag, 'them')}"
+        ) from None
 
 
 def replace_folder(staging: str, output_dir: str) -> None:

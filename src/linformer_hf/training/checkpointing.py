@@ -544,7 +544,8 @@ class RunLock:
         self.path, self.handle = path, handle
 
     @classmethod
-    def acquire(cls, output_dir: str) -> RunLock:
+    def acquire(cls, output_dir: str, options: RunOptions = PRETRAINING) -> RunLock:
+        """The lock of ``output_dir``; a live holder is refused naming it and ``options``' output option."""
         import fcntl
 
         path = os.path.realpath(os.path.join(output_dir, LOCK_FILE))
@@ -558,7 +559,7 @@ class RunLock:
             handle.close()
             if err.errno not in (errno.EAGAIN, errno.EACCES):
                 raise ConfigError(f"Cannot lock {path}: {err}.") from None
-            raise _in_use_error(output_dir, holder) from None
+            raise _in_use_error(output_dir, holder, options) from None
         previous = read_holder(handle)
         if previous:
             logger.warning(
@@ -588,15 +589,15 @@ class RunLock:
         RunLock._held.pop(self.path, None)
 
 
-def _in_use_error(output_dir: str, holder: dict) -> ConfigError:
+def _in_use_error(output_dir: str, holder: dict, options: RunOptions = PRETRAINING) -> ConfigError:
     return ConfigError(
         f"Another run is writing to {output_dir}: {describe_holder(holder)} holds {LOCK_FILE}. Wait for it "
         f"to end, stop it (kill {holder.get('pid', '<pid>')}; if its `accelerate launch` was killed, this is "
-        f"the training process it left running), or use another training.output_dir."
+        f"the training process it left running), or use another {options.output_dir}."
     )
 
 
-def check_not_running(output_dir: str) -> None:
+def check_not_running(output_dir: str, options: RunOptions = PRETRAINING) -> None:
     """Refuse at once when another live run holds ``output_dir``'s lock, before its checkpoints or files are judged
     (a live run's checkpoint being written looks torn, and its outputs like an earlier run's)."""
     import fcntl
@@ -609,7 +610,7 @@ def check_not_running(output_dir: str) -> None:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             if err.errno in (errno.EAGAIN, errno.EACCES):
-                raise _in_use_error(output_dir, read_holder(handle)) from None
+                raise _in_use_error(output_dir, read_holder(handle), options) from None
             return
         fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -653,6 +654,11 @@ def _is_within(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+def is_run_output(name: str, options: RunOptions = PRETRAINING) -> bool:
+    """Whether an entry of an output directory is one the command writes there (what an overwrite deletes)."""
+    return name in options.outputs or any(re.fullmatch(pattern, name) for pattern in options.output_patterns)
+
+
 def _earlier_outputs(output_dir: str) -> list[str]:
     return sorted(name for name in os.listdir(output_dir) if name != LOCK_FILE) if os.path.isdir(output_dir) else []
 
@@ -688,7 +694,7 @@ def claim_output_dir(
         return None
     try:
         os.makedirs(output_dir, exist_ok=True)
-        lock = RunLock.acquire(output_dir)  # opening the lock file is the write test
+        lock = RunLock.acquire(output_dir, options)  # opening the lock file is the write test
     except ConfigError:
         raise
     except OSError as err:
@@ -703,11 +709,7 @@ def claim_output_dir(
         raise
     if overwrite:
         earlier = _earlier_outputs(output_dir)
-        doomed = [
-            os.path.join(output_dir, name)
-            for name in earlier
-            if name in options.outputs or any(re.fullmatch(p, name) for p in options.output_patterns)
-        ]
+        doomed = [os.path.join(output_dir, name) for name in earlier if is_run_output(name, options)]
         for key, paths in (inputs or {}).items():
             for path in [paths] if isinstance(paths, str) else paths or []:
                 inside = [d for d in doomed if _is_within(path, d)]

@@ -37,7 +37,7 @@ def _load_config(path: str, role: str):
         raise ConfigError(f"{role}={path}: no model config could be read ({' '.join(str(err).split())}).") from None
 
 
-def _vocabulary(path: str):
+def tokenizer_vocabulary(path: str):
     """The tokenizer's vocabulary in ``path``, or None where the folder holds no tokenizer."""
     from transformers import AutoTokenizer
 
@@ -76,8 +76,8 @@ def check_teacher(section, model, task_labels: int | None) -> None:
             f"distillation.teacher's vocabulary has {teacher.vocab_size} tokens but the student's "
             f"{student.vocab_size}: the two must read the same token ids; convert the student from this teacher."
         )
-    teacher_vocab = _vocabulary(section.teacher)
-    student_vocab = _vocabulary(model.tokenizer or model.pretrained)
+    teacher_vocab = tokenizer_vocabulary(section.teacher)
+    student_vocab = tokenizer_vocabulary(model.tokenizer or model.pretrained)
     if teacher_vocab is not None and student_vocab is not None and teacher_vocab != student_vocab:
         raise ConfigError(
             f"distillation.teacher's tokenizer ({section.teacher}) differs from the student's "

@@ -79,7 +79,14 @@ from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hi
 from .transfer_arguments import TransferArguments
 from .transfer_data import held_out_batches, load_texts, num_special_tokens, tokenize_streams
 from .transfer_evaluation import evaluate_documents, evaluate_fidelity, fidelity_values
-from .transfer_models import check_layer_loss, check_pair, load_teacher
+from .transfer_models import (
+    check_layer_loss,
+    check_pair,
+    check_same_vocabulary,
+    check_student_tokenizer,
+    compared_length,
+    load_teacher,
+)
 from .transfer_schedule import default_projection_learning_rate, parameter_groups
 from .transfer_trainer import PROGRESS_FILE, TRANSFER, AttentionTransferTrainer, training_arguments
 from .validation import check_model_source
@@ -102,6 +109,7 @@ def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | No
     out = args.output_dir
     for role in ("teacher", "student"):
         check_model_source(getattr(args, role), f"--{role}")
+    check_student_tokenizer(args.student)
     if os.path.exists(out) and not os.path.isdir(out):
         raise NotADirectoryError(f"--output_dir {out} is a file, not a folder.")
     if args.evaluate_only:  # writes fidelity.json only, e.g. beside a transferred model
@@ -115,10 +123,35 @@ def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | No
         if os.path.abspath(getattr(args, role)) == os.path.abspath(out):
             raise ValueError(f"--output_dir must differ from --{role} {out}: the transfer would replace that model.")
     resuming = args.resume is not None
+    if args.overwrite_output_dir:
+        refuse_foreign_entries(out)
     if not take:
+        checkpointing.check_not_running(out, TRANSFER)  # a live run's folder: said as such, not as an earlier run's
         checkpointing.check_output_dir_unused(out, resuming, args.overwrite_output_dir, TRANSFER)
         return None
     return checkpointing.claim_output_dir(out, resuming, args.overwrite_output_dir, options=TRANSFER)
+
+
+def refuse_foreign_entries(output_dir: str) -> None:
+    """--overwrite_output_dir deletes an earlier transfer's outputs (`TRANSFER_OUTPUTS`) and nothing else: a folder
+    that also holds what no transfer writes is refused, as that would stay beside the new model (and is not this
+    command's to delete)."""
+    if not os.path.isdir(output_dir):
+        return
+    foreign = sorted(
+        name
+        for name in os.listdir(output_dir)
+        if name != checkpointing.LOCK_FILE
+        and not name.startswith((checkpointing.TMP_PREFIX, checkpointing.TRASH_PREFIX))
+        and not checkpointing.is_run_output(name, TRANSFER)
+    )
+    if foreign:
+        shown = ", ".join(foreign[:6]) + (", ..." if len(foreign) > 6 else "")
+        raise FileExistsError(
+            f"--output_dir {output_dir} holds {shown}, which no transfer writes: --overwrite_output_dir deletes only "
+            "an earlier transfer's outputs, and these would stay beside the new model. Move them out of it, or give "
+            "another --output_dir."
+        )
 
 
 def refuse_loop_checkpoint(spec: str | None, output_dir: str) -> None:
@@ -311,11 +344,15 @@ def load_models(run: TransferRun) -> None:
     run.tokenizer = AutoTokenizer.from_pretrained(args.student)
     pad_as_the_model_takes(run.tokenizer, run.student.config)  # the held-out documents' batches, the saved tokenizer
     n = max_input_length(run.student.config)
-    run.lengths = args.lengths or sorted({min(32, n), n})
     if args.projection_learning_rate is None:
         run.args = args = dataclasses.replace(args, projection_learning_rate=default_projection_learning_rate(n))
     run.teacher = load_teacher(args.teacher)
+    # by default 32 and the longest window both models read (a student converted longer than its teacher's positions
+    # is matched where the teacher has an output)
+    longest = compared_length(run.teacher, run.student)
+    run.lengths = args.lengths or sorted({min(32, longest), longest})
     check_pair(run.teacher, run.student, run.lengths, len(run.tokenizer))
+    check_same_vocabulary(args.teacher, run.tokenizer, args.student)
     check_layer_loss(run.student, args.layer_loss)
     too_short = [length for length in run.lengths if length <= num_special_tokens(run.tokenizer)]
     if too_short:
@@ -406,6 +443,14 @@ def start_or_resume(run: TransferRun) -> None:
             trainer.train_seconds = json.load(handle)["train_seconds"]
         if trainer.is_world_process_zero():
             _truncate_log(run.log_path, step)
+        # measured when the run started (in this folder, or in the one of the checkpoint resumed): the report compares
+        # the result with it
+        for folder in (args.output_dir, os.path.dirname(os.path.abspath(run.resume_from))):
+            before = os.path.join(folder, "fidelity_before.json")
+            if os.path.isfile(before):
+                with open(before, encoding="utf-8") as handle:
+                    run.report["before"] = json.load(handle)
+                break
         trainer.accelerator.print(f"Resumed from {run.resume_from} at step {step}")
     else:
         run.report["before"] = evaluate(

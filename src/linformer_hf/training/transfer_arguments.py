@@ -26,7 +26,10 @@ class TransferArguments:
     dataset_split: str = "train"
     text_column: str = "text"
     lengths: list[int] | None = dataclasses.field(
-        default=None, metadata={"help": "window lengths in tokens, used in turn (default: 32 and n)"}
+        default=None,
+        metadata={
+            "help": "window lengths in tokens, used in turn (default: 32 and n, or the teacher's positions if fewer)"
+        },
     )
     batch_size: int = 8
     layer_steps: int = dataclasses.field(default=200, metadata={"help": "stage 1 (layer-local) steps"})
@@ -59,7 +62,11 @@ class TransferArguments:
     )
     eval_windows: int = dataclasses.field(default=8, metadata={"help": "held-out windows per length"})
     eval_documents: int = dataclasses.field(
-        default=64, metadata={"help": "held-out documents embedded whole (truncated to n) for the cosine figure"}
+        default=64,
+        metadata={
+            "help": "held-out documents embedded whole (truncated to n, or to the teacher's positions if fewer) for "
+            "the cosine figure"
+        },
     )
     evaluate_only: bool = dataclasses.field(
         default=False, metadata={"help": "measure the student's fidelity on all the given text, train nothing"}
@@ -114,6 +121,9 @@ class TransferArguments:
             raise ValueError("Nothing to train: set --layer_steps and/or --end_to_end_steps to a positive number.")
         if self.batch_size <= 0 or self.eval_windows <= 0 or self.nonfinite_patience <= 0:
             raise ValueError("--batch_size, --eval_windows and --nonfinite_patience must be positive.")
+        for name in ("log_every", "checkpoint_every", "checkpoints_to_keep", "eval_documents"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}.")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
         from .compiling import ConfigError, check_compile_options

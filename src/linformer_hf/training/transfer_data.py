@@ -8,13 +8,15 @@ import os
 
 import torch
 
-from .errors import hub_unreachable_error
+from .errors import ConfigError, hub_unreachable_error
 from .transfer_arguments import TransferArguments
+from .validation import check_text_files, count_documents, unreadable_file_error
 
 
 def load_texts(args: TransferArguments) -> list[str]:
     """The documents: lines of text files, or a column of a datasets dataset (Hub name or a local builder)."""
     from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
 
     from .hub_datasets import load_hub_dataset
 
@@ -22,8 +24,17 @@ def load_texts(args: TransferArguments) -> list[str]:
         missing = [path for path in args.text_files if not os.path.exists(path)]
         if missing:
             raise FileNotFoundError(f"--text_files not found: {missing}")
-        dataset, column = load_dataset("text", data_files=args.text_files, split="train"), "text"
+        check_text_files(args.text_files, [], hold_out=False)  # an empty file: named, not datasets' traceback
+        try:
+            dataset, column = load_dataset("text", data_files=args.text_files, split="train"), "text"
+        except DatasetGenerationError as err:  # e.g. bytes that are not UTF-8: said with the file and the line
+            raise unreadable_file_error(list(args.text_files), err) from None
     else:
+        for path in args.data_files or []:  # an empty file: named, not datasets' traceback
+            if os.path.isfile(path) and count_documents(path, 1) == 0:
+                raise ConfigError(
+                    f"Data file {path} has no text (it is empty or only blank lines): give a file with documents."
+                )
         extra = {}
         if args.dataset == "csv" and args.data_files and all(path.endswith(".tsv") for path in args.data_files):
             extra = {"delimiter": "\t", "quoting": 3}  # GLUE's TSV files have no quoting
@@ -31,6 +42,11 @@ def load_texts(args: TransferArguments) -> list[str]:
             dataset = load_hub_dataset(
                 args.dataset, args.dataset_config, data_files=args.data_files, split=args.dataset_split, **extra
             )
+        except DatasetGenerationError as err:  # not UTF-8, or not in the builder's format (a CSV read as JSON)
+            error = str(unreadable_file_error(list(args.data_files or [args.dataset]), err))
+            if not error.endswith("."):  # read as text, but not in the builder's format
+                error += f". Check that --dataset {args.dataset} is the format of the file(s)."
+            raise ConfigError(error) from None
         except ConnectionError as err:  # offline, or no network, and not cached
             raise hub_unreachable_error(
                 "--dataset",
@@ -43,6 +59,12 @@ def load_texts(args: TransferArguments) -> list[str]:
             raise ValueError(
                 f"{args.dataset} has no column {column!r} (columns: {dataset.column_names}); pass --text_column."
             )
+    dtype = getattr(dataset.features[column], "dtype", None)
+    if dtype not in ("string", "large_string"):
+        raise ConfigError(
+            f"--text_column {column} of {args.dataset} holds {dtype or dataset.features[column]} values, not text: "
+            f"give the column with the documents (columns: {dataset.column_names})."
+        )
     texts = [text for text in dataset[column] if text and text.strip()]
     if not texts:
         raise ValueError("The text source holds no non-empty document.")

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ..models.lengths import max_input_length
 from .transfer_losses import mean_pool
-from .transfer_models import capture_attention, student_attention
+from .transfer_models import capture_attention, compared_length, student_attention
 
 
 @torch.no_grad()
@@ -49,9 +48,10 @@ def evaluate_fidelity(teacher, student, batches: dict[int, torch.Tensor], batch_
 @torch.no_grad()
 def evaluate_documents(teacher, student, tokenizer, documents: list[str], batch_size: int = 8) -> dict:
     """Embedding cosine (mean pooling) between student and teacher on whole documents, as the model is used: each
-    document tokenized with the tokenizer's framing, truncated to the student's n, batches padded."""
+    document tokenized with the tokenizer's framing, truncated to the longest input both models read (the student's n,
+    or the teacher's positions where those are fewer), batches padded."""
     device = next(student.parameters()).device
-    n = max_input_length(student.config)
+    n = compared_length(teacher, student)
     cosines, lengths = [], []
     for start in range(0, len(documents), batch_size):
         batch = tokenizer(
@@ -69,6 +69,7 @@ def evaluate_documents(teacher, student, tokenizer, documents: list[str], batch_
     return {
         "documents": len(documents),
         "tokens_median": int(lengths.median().item()),
+        "truncated_to": n,
         "embedding_cosine_mean": round(cosines.mean().item(), 5),
         "embedding_cosine_min": round(cosines.min().item(), 5),
     }

@@ -5,6 +5,7 @@ self-attention on the teacher's layer input)."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
@@ -12,6 +13,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
+from ..registration import TOKENIZER_FILES
+from .distillation import tokenizer_vocabulary
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
@@ -41,6 +44,34 @@ def load_teacher(name_or_path: str):
     auto_class = AutoModelForMaskedLM if has_mlm else AutoModel
     teacher = auto_class.from_pretrained(name_or_path)
     return teacher.eval().requires_grad_(False)
+
+
+def check_student_tokenizer(student: str) -> None:
+    """The student's folder holds a tokenizer (the run tokenises its text with it and saves it with the result):
+    without one, transformers builds an empty tokenizer rather than fail, and the run would train on empty text."""
+    if os.path.isdir(student) and not any(os.path.exists(os.path.join(student, name)) for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"--student {student} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the teacher's "
+            "tokenizer into it (AutoTokenizer.from_pretrained(TEACHER).save_pretrained(STUDENT)), or convert again "
+            "without --no_tokenizer."
+        )
+
+
+def check_same_vocabulary(teacher_path: str, tokenizer, student_path: str) -> None:
+    """Both models read the student's token ids: a teacher whose tokenizer has another vocabulary (even of the same
+    size) would be matched on ids that mean other tokens to it. A teacher folder without a tokenizer is not checked."""
+    teacher_vocab = tokenizer_vocabulary(teacher_path)
+    if teacher_vocab is not None and teacher_vocab != tokenizer.get_vocab():
+        raise ValueError(
+            f"The teacher's tokenizer ({teacher_path}) has another vocabulary than the student's ({student_path}): "
+            "both models must read the same token ids. The student must be converted from this teacher "
+            "(scripts/convert_to_linformer.py TEACHER STUDENT)."
+        )
+
+
+def compared_length(teacher, student) -> int:
+    """The longest input both models read: the student's n, or the teacher's positions where those are fewer."""
+    return min(max_input_length(student.config), max_input_length(teacher.config))
 
 
 def check_pair(teacher, student, lengths: list[int], vocab_in_use: int) -> None:

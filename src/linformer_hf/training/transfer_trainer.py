@@ -13,7 +13,9 @@ import time
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
+from ..conversion import SENTENCE_TRANSFORMERS_FILES
 from ..outputs import finite_or_null
+from ..registration import TOKENIZER_FILES
 from . import checkpointing
 from .checkpointing import RECIPE_FILE, RunOptions
 from .guards import divergence_callback, stop_after_steps_callback
@@ -24,9 +26,10 @@ from .transfer_losses import end_to_end_loss, layer_local_loss, layer_log_key
 from .transfer_schedule import TransferSchedule, learning_rates, parameter_groups, trained_groups
 from .validation import runs_on_cpu
 
-# What a transfer writes in its output_dir (the model's own files aside); --overwrite_output_dir deletes these and
-# the model's weights and config, so that nothing of the earlier run is taken as this one's. ("checkpoints": those of
-# the loop transfer ran on before the Trainer.)
+# What a transfer writes in its output_dir; --overwrite_output_dir deletes these (and the names of
+# TRANSFER_OUTPUT_PATTERNS), so that nothing of the earlier run is taken as this one's: its log and reports, and the
+# transferred model's every file (weights, config, modeling code, tokenizer, the sentence-transformers pooling and the
+# conversion report copied from the student). ("checkpoints": those of the loop transfer ran on before the Trainer.)
 TRANSFER_OUTPUTS = (
     "checkpoints",
     "transfer_log.jsonl",
@@ -34,7 +37,23 @@ TRANSFER_OUTPUTS = (
     "fidelity.json",
     "transfer_report.json",
     "model.safetensors",
+    "model.safetensors.index.json",
     "config.json",
+    "generation_config.json",
+    "compat.py",
+    *TOKENIZER_FILES,
+    "special_tokens_map.json",
+    "added_tokens.json",
+    *SENTENCE_TRANSFORMERS_FILES,
+    "conversion_report.json",
+)
+# the Trainer's checkpoints, weight shards, the families' modeling code, sentence-transformers' module folders
+# (1_Pooling, 2_Normalize)
+TRANSFER_OUTPUT_PATTERNS = (
+    r"checkpoint-\d+",
+    r"model-\d+-of-\d+\.safetensors",
+    r"(configuration|modeling)_[a-z]+\.py",
+    r"\d+_[A-Za-z]+",
 )
 # The run directory as pretraining and fine-tuning have it (training/checkpointing.py): the Trainer's checkpoint-N in
 # the output directory, with this command's flags and outputs.
@@ -49,7 +68,7 @@ TRANSFER = RunOptions(
     ),
     no_checkpoint_advice="Checkpoints are written every --checkpoint_every steps; start the run without --resume.",
     outputs=TRANSFER_OUTPUTS,
-    output_patterns=(r"checkpoint-\d+",),
+    output_patterns=TRANSFER_OUTPUT_PATTERNS,
     start_over="start over with --overwrite_output_dir, or give another --output_dir",
     max_steps="--layer_steps + --end_to_end_steps",
 )
