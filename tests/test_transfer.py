@@ -545,3 +545,27 @@ def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, case
     output = capsys.readouterr().err
     error = [line for line in output.splitlines() if line.startswith("error:")]
     assert exit.value.code == 2 and "Traceback" not in output and len(error) == 1 and re.search(expected, error[0])
+
+
+def test_the_token_streams_are_the_shuffled_documents_ids_whatever_the_batching(pair, monkeypatch):
+    """Tokenised a batch of documents at a time into int32 (bounded memory on books): the streams must still be each
+    part's documents' ids, in the seeded order, and the windows cut from them int64 as the models take them."""
+    from linformer_hf.training import transfer_data
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(pair / "teacher")
+    texts = wikitext_lines(40)
+    expected = transfer_data.tokenize_streams(texts, tokenizer, 0.25, seed=5)
+    order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(5)).tolist()
+    ids = tokenizer([texts[i] for i in order], add_special_tokens=False)["input_ids"]
+    held_out = round(len(texts) * 0.25)
+    assert expected.train.tolist() == [token for document in ids[held_out:] for token in document]
+    assert expected.held_out.tolist() == [token for document in ids[:held_out] for token in document]
+    assert expected.train.dtype == torch.int32
+    monkeypatch.setattr(transfer_data, "TOKENIZE_BATCH_CHARACTERS", 50)  # a few documents a batch
+    batched = transfer_data.tokenize_streams(texts, tokenizer, 0.25, seed=5)
+    assert torch.equal(batched.train, expected.train) and torch.equal(batched.held_out, expected.held_out)
+    args = TransferArguments(
+        teacher=str(pair / "teacher"), student=str(pair / "student_k4"), output_dir="unused", text_files=["t.txt"]
+    )
+    assert transfer_data.training_batch(batched, tokenizer, args, [16], step=0).dtype == torch.long
+    assert transfer_data.held_out_batches(batched, tokenizer, [16], windows=2)[16].dtype == torch.long
