@@ -726,3 +726,16 @@ def test_a_conversion_that_finds_its_folder_filled_meanwhile_keeps_the_other_res
         convert_checkpoint(str(tmp_path / "bert"), str(out), projected_length=4)
     assert linformer_hf.LinformerConfig.from_pretrained(str(out)).projected_length == 16  # the other's, whole
     assert sorted(os.listdir(tmp_path)) == ["bert", "out"]  # no staging folder left
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_conversion_into_a_link_to_an_empty_folder_lands_in_the_folder(tmp_path, wordpiece, overwrite):
+    """The staged folder is published with one rename, which does not follow a link at its target: a link to an
+    empty folder (a scratch disk linked into a project) failed with "Not a directory", naming the staging folder."""
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    (tmp_path / "disk" / "out").mkdir(parents=True)
+    os.symlink(tmp_path / "disk" / "out", tmp_path / "out")
+    convert_checkpoint(str(tmp_path / "bert"), str(tmp_path / "out"), projected_length=4, overwrite=overwrite)
+    assert os.path.islink(tmp_path / "out")  # the link is kept, and the model is in its folder
+    assert linformer_hf.LinformerConfig.from_pretrained(str(tmp_path / "disk" / "out")).projected_length == 4
+    assert sorted(os.listdir(tmp_path / "disk")) == ["out"]  # no staging folder left

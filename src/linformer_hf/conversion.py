@@ -865,15 +865,17 @@ def convert_checkpoint(
     report.source_unexpected = sorted(loading_info.get("unexpected_keys", []))
     report.source_mismatched = sorted(str(item) for item in loading_info.get("mismatched_keys", []))
 
-    staging = unique_staging_folder(output_dir)  # its own: another conversion into output_dir writes elsewhere
+    # A link's target: a rename onto the link itself would fail (rename does not follow it), or replace the link.
+    target = os.path.realpath(output_dir)
+    staging = unique_staging_folder(target)  # its own: another conversion into output_dir writes elsewhere
     try:
         _write_conversion(converted, report, source, staging, copy_tokenizer)
-        if overwrite and os.path.isfile(os.path.join(output_dir, "config.json")):  # an earlier model: replaced whole
-            replace_folder(staging, output_dir)
-        elif overwrite and os.path.isdir(output_dir) and os.listdir(output_dir):
-            publish_folder(staging, output_dir)
+        if overwrite and os.path.isfile(os.path.join(target, "config.json")):  # an earlier model: replaced whole
+            replace_folder(staging, target)
+        elif overwrite and os.path.isdir(target) and os.listdir(target):
+            publish_folder(staging, target)
         else:  # refused if another run filled output_dir meanwhile
-            publish_new_folder(staging, output_dir)
+            publish_new_folder(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
     print(report.summary())
