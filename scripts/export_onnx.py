@@ -4,9 +4,10 @@ n for Linformer) and quantise it to int8 for ONNX Runtime; see linformer_hf.onnx
 refused: no ONNX operator for its running maximum). Needs the `onnx` extra: pip install "linformer-hf[onnx]" (from a
 checkout: pip install -e ".[onnx]").
 
-The output folder holds model.onnx and model_int8.onnx, each with its weights in a .data file beside it, and
-config.json; move or copy it whole. A non-empty output folder (an earlier export) is refused unless --overwrite; a
-folder holding a saved model is refused either way. A model saved in bf16 or fp16 is exported in fp32.
+The output folder holds model.onnx and model_int8.onnx, each with its weights in a .data file beside it, config.json
+and the model folder's tokenizer; move or copy it whole. A non-empty output folder (an earlier export) is refused
+unless --overwrite; a folder holding a saved model is refused either way. A model saved in bf16 or fp16 is exported in
+fp32.
 
 Examples:
     python scripts/export_onnx.py outputs/sst2/final outputs/sst2/onnx
@@ -25,7 +26,8 @@ def main(argv=None):
     parser = ArgumentParser(description=__doc__)
     parser.add_argument("model_dir", help="a saved Linformer or Performer folder (save_pretrained output)")
     parser.add_argument(
-        "output_dir", help="where to write model.onnx, model_int8.onnx (each with its .data file) and config.json"
+        "output_dir",
+        help="where to write model.onnx, model_int8.onnx (each with its .data file), config.json and the tokenizer",
     )
     parser.add_argument(
         "--head",
@@ -36,8 +38,8 @@ def main(argv=None):
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier export in a non-empty output_dir (its graphs, data files and config.json; other "
-        "files there are kept)",
+        help="replace an earlier export in a non-empty output_dir (its graphs, data files, config.json and "
+        "tokenizer; other files there are kept)",
     )
     args = parser.parse_args(argv)
     try:

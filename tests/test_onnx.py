@@ -162,7 +162,17 @@ def bert_pair_classifier_export(request, tmp_path_factory):
     output_dir = str(root / "onnx")
     assert load_script().main([str(root / "model"), output_dir]) == 0
     model = AutoModelForSequenceClassification.from_pretrained(str(root / "model")).eval()
-    return model, AutoTokenizer.from_pretrained(str(root / "model")), output_dir
+    return model, AutoTokenizer.from_pretrained(output_dir), output_dir
+
+
+def test_the_export_carries_the_models_tokenizer(bert_pair_classifier_export):
+    """The export folder is what a deployment gets: the model's own tokenizer comes with the graph (the pair test
+    above encodes its inputs with it), padding on the side the model takes."""
+    model, tokenizer, output_dir = bert_pair_classifier_export
+    source = AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(output_dir), "model"))
+    pairs = qnli_pairs()
+    assert tokenizer(*pairs)["input_ids"] == source(*pairs)["input_ids"]
+    assert tokenizer.padding_side == "right" and tokenizer.model_max_length == 64
 
 
 @pytest.mark.parametrize("precision", [ONNX_FILE, INT8_FILE])
@@ -419,11 +429,12 @@ def test_the_export_folder_is_self_contained_and_movable(classifier_export, tmp_
 
 def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
     """A non-empty output_dir is refused before any work (checked even before the model folder is read); with
-    --overwrite the earlier export's files are replaced (an int8 graph the new export does not write included) and
-    other files are kept."""
+    --overwrite the earlier export's files are replaced (an int8 graph and a tokenizer the new export does not write
+    included: a tokenizer of another model must not stay beside the new graph) and other files are kept."""
     _, earlier_dir = classifier_export
     output_dir = shutil.copytree(earlier_dir, tmp_path / "onnx")
     (output_dir / "tokenizer.json").write_text("{}")
+    (output_dir / "README.md").write_text("notes")
     before = {name: (output_dir / name).read_bytes() for name in os.listdir(output_dir)}
     with pytest.raises(FileExistsError, match=r"not empty .*another output directory.*--overwrite"):
         export_folder(str(tmp_path / "no_such_model"), str(output_dir))
@@ -436,9 +447,9 @@ def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
 
     assert load_script().main([str(model_dir), str(output_dir), "--no_int8", "--overwrite"]) == 0
     assert sorted(os.listdir(output_dir)) == sorted(
-        ["config.json", "configuration_linformer.py", "compat.py", ONNX_FILE, ONNX_FILE + ".data", "tokenizer.json"]
+        ["config.json", "configuration_linformer.py", "compat.py", ONNX_FILE, ONNX_FILE + ".data", "README.md"]
     )
-    assert (output_dir / "tokenizer.json").read_text() == "{}"
+    assert (output_dir / "README.md").read_text() == "notes"
     session = onnx_session(str(output_dir / ONNX_FILE))
     assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "pooler_output"]  # the new head's
 

@@ -57,7 +57,7 @@ import torch
 from transformers import PretrainedConfig
 from transformers.dynamic_module_utils import get_relative_import_files
 
-from .loading import WEIGHT_SUFFIXES, load_model
+from .loading import WEIGHT_SUFFIXES, load_model, pad_as_the_model_takes
 from .models.configuration_linformer import LinformerConfig
 from .models.lengths import max_input_length
 from .models.modeling_linformer import (
@@ -69,7 +69,7 @@ from .models.modeling_linformer import (
 )
 from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreTrainedModel
 from .outputs import check_output_dir
-from .registration import FAMILIES
+from .registration import FAMILIES, TOKENIZER_FILES
 from .training.errors import MissingExtra
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ logger = logging.getLogger(__name__)
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 CONFIG_FILE = "config.json"
+# What a tokenizer's save_pretrained writes (every family's, and BERT's WordPiece of converted models)
+TOKENIZER_OUTPUTS = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
 # ModelOutput fields that are not inference outputs: the loss needs labels, the captured states are optional.
 NOT_EXPORTED = ("loss", "hidden_states", "attentions")
 # What the export itself imports (torch's exporter: onnx and onnxscript), and the int8 quantiser and the sessions.
@@ -335,12 +337,12 @@ def export_folder(
     model_dir: str, output_dir: str, head: str | None = None, int8: bool = True, overwrite: bool = False
 ) -> dict[str, str]:
     """Export a saved Linformer or Performer folder to `output_dir`: `model.onnx` (and `model_int8.onnx`), each with
-    its weights in a `.data` file beside it, and the config (`config.json`, `configuration_<family>.py` and what it
-    imports). Return the graphs' paths by precision.
+    its weights in a `.data` file beside it, the config (`config.json`, `configuration_<family>.py` and what it
+    imports) and the folder's tokenizer (padding on the side the model takes). Return the graphs' paths by precision.
 
     The folder is self-contained and movable. A non-empty `output_dir` holds an earlier export and is refused unless
-    `overwrite` (then that export's files are deleted first; other files there, e.g. a tokenizer, are kept); one that
-    holds a saved model is refused either way. A folder saved in half precision is exported in fp32.
+    `overwrite` (then that export's files, its tokenizer included, are deleted first; other files there are kept); one
+    that holds a saved model is refused either way. A folder saved in half precision is exported in fp32.
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
@@ -361,8 +363,18 @@ def export_folder(
     export_onnx(model, paths["fp32"])
     if int8:
         paths["int8"] = quantize_int8(paths["fp32"], os.path.join(output_dir, INT8_FILE))
-    # The config beside the graph, so a reader knows n, k and the head (and a tokenizer can be put beside it).
+    # The config and the tokenizer beside the graph: a reader knows n, k and the head, and encodes its inputs.
     model.config.save_pretrained(output_dir)
+    if any(os.path.isfile(os.path.join(model_dir, name)) for name in TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        pad_as_the_model_takes(tokenizer, model.config)
+        tokenizer.save_pretrained(output_dir)
+    else:
+        logger.warning(
+            "%s holds no tokenizer: put the model's tokenizer beside the graph to encode its inputs.", model_dir
+        )
     for path in paths.values():
         check_data_files(path)  # every data file landed beside its graph: the folder moves as a whole
     return paths
@@ -396,7 +408,8 @@ def check_not_a_model_folder(output_dir: str) -> None:
 
 
 def remove_export(output_dir: str) -> None:
-    """Delete what `export_folder` writes in `output_dir` (graphs, their data files, the config), nothing else."""
+    """Delete what `export_folder` writes in `output_dir` (graphs, their data files, the config, the tokenizer),
+    nothing else."""
     for name in (ONNX_FILE, INT8_FILE):
         path = os.path.join(output_dir, name)
         doomed = {data_file_path(path)}  # also when a killed export left the data file but no graph
@@ -408,7 +421,7 @@ def remove_export(output_dir: str) -> None:
             inside = os.path.dirname(os.path.relpath(doomed_path, output_dir)) == ""
             if inside and os.path.isfile(doomed_path):
                 os.remove(doomed_path)
-    for name in {name for config_class in FAMILIES for name in config_files(config_class)}:
+    for name in {name for config_class in FAMILIES for name in config_files(config_class)} | set(TOKENIZER_OUTPUTS):
         path = os.path.join(output_dir, name)
         if os.path.isfile(path):
             os.remove(path)
