@@ -2,21 +2,19 @@
 recipe a checkpoint records, atomic checkpoints with fallback past a torn or corrupt one, the update log, and kills at
 random points (and during a save) that resume to the losses of an uninterrupted run."""
 
-import contextlib
 import json
 import os
 import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 import yaml
 from prefork import python_executable
-from training_utils import REPO, WIKITEXT, script_env, tiny_pretrain_overrides
+from training_utils import REPO, WIKITEXT, lock_held_by_another_process, script_env, tiny_pretrain_overrides
 
 from linformer_hf.training.checkpointing import (
     COMPLETE_MARKER,
@@ -303,29 +301,6 @@ def test_an_output_dir_that_cannot_be_written_fails_before_the_work(tokenizer_di
     blocker.write_text("not a directory")
     with pytest.raises(ConfigError, match=rf"training.output_dir={blocker}/run cannot be written: Not a directory"):
         run(tokenizer_dir, small_corpus, blocker / "run")
-
-
-LOCK_HOLDER = """
-import sys, time
-from linformer_hf.training.checkpointing import RunLock
-RunLock.acquire(sys.argv[1])
-print("locked", flush=True)
-time.sleep(600)
-"""
-
-
-@contextlib.contextmanager
-def lock_held_by_another_process(out):
-    """A live process holding `out`'s run lock, SIGKILLed (its lock left behind, as a crash leaves it) on exit."""
-    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
-        [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        yield holder
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
 
 
 def test_a_live_writer_holds_the_dir_and_a_killed_ones_lock_is_taken_over(

@@ -604,40 +604,19 @@ def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
 def test_finetuning_is_refused_while_another_run_holds_its_output_dir(model_dir, tmp_path):
     """The Trainer writes its checkpoints inside the claimed directory: a second run there is refused by the lock,
     even with overwrite_output_dir, before it deletes anything."""
-    import signal
-    import subprocess
-    import sys
-
-    from training_utils import script_env
+    from training_utils import lock_held_by_another_process
 
     from linformer_hf.training.finetuning import run_finetuning
 
     out = tmp_path / "ft"
     out.mkdir()
     (out / "checkpoint-2").mkdir()  # the live run's
-    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from linformer_hf.training.checkpointing import RunLock\n"
-            "RunLock.acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
-            str(out),
-        ],
-        env=script_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held_by_another_process(out) as holder:
         with pytest.raises(ConfigError, match=rf"Another run is writing to {out}: .*pid {holder.pid}"):
             run_finetuning(
                 finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
                 show_progress=False,
             )
-    finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
     assert (out / "checkpoint-2").is_dir()
 
 

@@ -484,35 +484,15 @@ def test_overwrite_output_dir_leaves_no_file_of_the_earlier_run(pair, tmp_path):
 
 
 def test_a_folder_another_transfer_is_writing_is_refused_naming_the_flag(pair, tmp_path):
-    import subprocess
-    import sys
-
-    from training_utils import script_env
+    from training_utils import lock_held_by_another_process
 
     from linformer_hf.training.errors import ConfigError
 
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from linformer_hf.training.checkpointing import RunLock\n"
-            "RunLock.acquire(sys.argv[1]); print('locked', flush=True); time.sleep(600)",
-            str(out),
-        ],
-        env=script_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with lock_held_by_another_process(out) as holder:
         with pytest.raises(ConfigError, match=rf"pid {holder.pid}.*or use another --output_dir\.$"):
             run_transfer(arguments(pair, out, overwrite_output_dir=True))
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,10 @@
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
+import sys
 
 from prefork import python_executable
 
@@ -237,3 +239,26 @@ def claimed_by_another_driver(folder, *names: str):
     finally:
         driver.kill()
         driver.wait()
+
+
+LOCK_HOLDER = """
+import sys, time
+from linformer_hf.training.checkpointing import RunLock
+RunLock.acquire(sys.argv[1])
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+@contextlib.contextmanager
+def lock_held_by_another_process(out):
+    """A live process holding `out`'s run lock, SIGKILLed (its lock left behind, as a crash leaves it) on exit."""
+    holder = subprocess.Popen(  # a real interpreter: the lock names its pid
+        [sys.executable, "-c", LOCK_HOLDER, str(out)], env=script_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
