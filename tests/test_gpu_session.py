@@ -3,6 +3,7 @@ its CPU dry run end to end. No timing assertions."""
 
 import csv
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -257,3 +258,46 @@ def test_a_session_out_of_time_stops_its_stages_and_still_returns_its_files(tmp_
     assert "No compiled point was measured." in (out / "report.md").read_text()
     log = (out / "log.txt").read_text()
     assert "stage 1 exit 124" in log and "stage 2 exit 124" in log and "stage 3 exit 124" in log
+
+
+GPU_CHECKS_SHIM = r"""#!/usr/bin/env bash
+# PYTHON for gpu_session.sh: each `-m experiments.gpu_checks ARGS` is parsed and validated as on a CUDA machine
+# (torch.cuda.is_available patched True), recorded, and not run; everything else runs as it would.
+if [ "$1 $2" = "-m experiments.gpu_checks" ]; then
+    shift 2
+    exec "{python}" -c '
+import json, sys, torch
+torch.cuda.is_available = lambda: True
+from transformers import HfArgumentParser
+from experiments.gpu_checks import GpuChecksConfig
+(cfg,) = HfArgumentParser(GpuChecksConfig).parse_args_into_dataclasses(sys.argv[1:])
+cfg.validate()
+with open("{log}", "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\n")
+' "$@"
+fi
+exec "{python}" "$@"
+"""
+
+
+def test_the_gpu_sessions_own_commands_are_valid_on_cuda(tmp_path):
+    """gpu_session.sh as the device runs it (not GPU_SESSION_TINY): every gpu_checks command it builds passes
+    GpuChecksConfig.validate on CUDA, the benchmark configs of its grids and profile included, without a GPU here.
+    A command refused there would cost the session's device time before the first measurement."""
+    log, shim = tmp_path / "commands.jsonl", tmp_path / "python"
+    shim.write_text(GPU_CHECKS_SHIM.replace("{python}", python_executable()).replace("{log}", str(log)))
+    shim.chmod(0o755)
+    env = dict(os.environ, OUT=str(tmp_path / "out"), GPU_SESSION_WORK=str(tmp_path / "work"), PYTHON=str(shim))
+    env.pop("GPU_SESSION_TINY", None)
+    done = subprocess.run(
+        ["bash", os.path.join(ROOT, "experiments", "gpu_session.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "error:" not in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr[-3000:]
+    commands = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(commands) == 3  # the three stages, each validated
+    assert all(c[c.index("--device") + 1] == "cuda" and "--tiny" not in c for c in commands)
