@@ -77,6 +77,7 @@ import itertools
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -145,6 +146,51 @@ def read_catalogue(shards: dict[str, list[str]]) -> list[dict]:
                 )
             del table
     return books
+
+
+OVERLAP_CHARACTERS = 150  # the slice of a passage looked for in the training books
+
+
+def normalised(text: str) -> str:
+    """Lower case, every run of other characters than letters and digits one space: the same text in two editions."""
+    return re.sub(r"[^a-z0-9]+", " ", text.lower())
+
+
+def test_passages_in_training_books(data_dir: str, books: str) -> list[bool]:
+    """For each test passage of the data set in `data_dir`, in order: whether a training book of `books` also holds
+    its text (the same story in a collection, a volume of a complete edition), looked for by a slice from its middle
+    (OVERLAP_CHARACTERS, `normalised`) in all the training books. A book being held out does not keep its text out of
+    the training books."""
+    import pyarrow.parquet as pq
+
+    corpus = "\n".join(
+        normalised(text)
+        for shard in book_shards(books)["train"]
+        for text in pq.read_table(shard, columns=["text"])["text"].to_pylist()
+    )
+    found = []
+    for text in pq.read_table(os.path.join(data_dir, "test-00000-of-00001.parquet"), columns=["text"])["text"]:
+        text = normalised(text.as_py())
+        middle = len(text) // 2
+        found.append(text[middle : middle + OVERLAP_CHARACTERS] in corpus)
+    return found
+
+
+def passages_in_training_books(data_dir: str, books: str) -> list[dict]:
+    """`test_passages_in_training_books` by held-out book: {book, author, passages, found}."""
+    import pyarrow.parquet as pq
+
+    with open(os.path.join(data_dir, MANIFEST), encoding="utf-8") as fh:
+        names = list(json.load(fh)["per_author"])  # in the order of the labels (build_dataset's authors)
+    test = pq.read_table(os.path.join(data_dir, "test-00000-of-00001.parquet"), columns=["label", "book"]).to_pylist()
+    counts: dict[str, dict] = {}
+    for row, found in zip(test, test_passages_in_training_books(data_dir, books), strict=True):
+        entry = counts.setdefault(
+            row["book"], {"book": row["book"], "author": names[row["label"]], "passages": 0, "found": 0}
+        )
+        entry["passages"] += 1
+        entry["found"] += found
+    return list(counts.values())
 
 
 def book_slots(length: int, slot: int, edge: int) -> list[int]:
@@ -216,6 +262,13 @@ def build_dataset(
     datasets.disable_progress_bars()  # one parquet file a split: its bar says nothing
     began = time.perf_counter()
     check_output_dir(output_dir, overwrite=overwrite, create=False)
+    for flag, source in (("--books", books), ("--tokenizer", tokenizer_dir)):  # --overwrite deletes output_dir whole
+        inside = os.path.commonpath([os.path.realpath(output_dir), os.path.realpath(source)])
+        if inside in (os.path.realpath(output_dir), os.path.realpath(source)):
+            raise ConfigError(
+                f"--output_dir {output_dir} is {flag} {source}, or holds it or lies inside it: the data set is written "
+                f"as a folder of its own (--overwrite deletes it whole). Give another --output_dir."
+            )
     for name, value in (("passage_tokens", passage_tokens), ("train_per_author", train_per_author)):
         if value < 1:
             raise ConfigError(f"--{name} must be >= 1, got {value}.")
@@ -225,6 +278,11 @@ def build_dataset(
     if not tokenizer.is_fast:
         raise ConfigError(f"{tokenizer_dir}: a fast tokenizer is needed (character offsets of its tokens).")
     content_tokens = passage_tokens - tokenizer.num_special_tokens_to_add(pair=False)
+    if content_tokens < 1:
+        raise ConfigError(
+            f"--passage_tokens {passage_tokens} leaves no room for text beside the tokenizer's "
+            f"{tokenizer.num_special_tokens_to_add(pair=False)} special tokens: give the models' n."
+        )
     slot = passage_tokens * CHARACTERS_PER_TOKEN
     catalogue = read_catalogue(book_shards(books))
     held_out = {b["author"] for b in catalogue if b["split"] == "validation"}
@@ -795,11 +853,13 @@ def identities(record: dict) -> dict:
     return {name: model_identity(model) for name, model in record["models"].items()}
 
 
-def pool(folders: list[str], output_dir: str) -> str:
+def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_passages_in: str | None = None) -> str:
     """Pool compare folders of the same test passages (another fine-tuning seed each, or other pretrained models of
     the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
     and the pairs of `reference_pairs` over all folders (`pooled_difference`). Runs not finished in every folder are
-    named, not pooled."""
+    named, not pooled. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
+    (a books folder): the test passages its training books also hold are left out
+    (`test_passages_in_training_books`)."""
     import numpy as np
 
     if len(folders) < 2:
@@ -845,6 +905,10 @@ def pool(folders: list[str], output_dir: str) -> str:
                 f"{folders[i]} and {folders[j]} ran the same models with the same overrides ({records[i]['shared']}): "
                 "the same comparison twice, not two. Give each another seed (--shared '{training.seed: 2}')."
             )
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise FileExistsError(
+            f"{output_dir} holds an earlier pool's results: give another --output_dir, or --overwrite to replace them."
+        )
     order = [name for name in ("linformer", "teacher") if any(name in r["models"] for r in records)]
     order += sorted(
         {name for r in records for name in r["models"] if name.startswith("full-n")}, key=lambda x: int(x[6:])
@@ -865,6 +929,12 @@ def pool(folders: list[str], output_dir: str) -> str:
     lengths = {name: c.shape[1] for name, c in correct.items()}
     if len(set(lengths.values())) != 1:
         raise ConfigError(f"the runs' predictions cover different numbers of test passages ({lengths}).")
+    left_out = 0
+    if without_passages_in:
+        kept = ~np.array(test_passages_in_training_books(records[0]["data"], without_passages_in))
+        correct = {name: c[:, kept] for name, c in correct.items()}
+        left_out = int((~kept).sum())
+        lengths = {name: c.shape[1] for name, c in correct.items()}
     rows = [
         {
             "run": name,
@@ -882,6 +952,11 @@ def pool(folders: list[str], output_dir: str) -> str:
     lines = [
         f"# Author attribution over {len(folders)} comparisons of the same {passages} test passages",
         "",
+        *(
+            [f"Left out: the {left_out} test passages that training books of {without_passages_in} also hold.", ""]
+            if without_passages_in
+            else []
+        ),
         "Folders: "
         + ", ".join(f"{folder} ({record['shared']})" for folder, record in zip(folders, records, strict=True))
         + ".",
@@ -999,13 +1074,30 @@ def main(argv=None):
     run.add_argument("--recipe", default=RECIPE)
     run.add_argument("--shared", default="{}", help="recipe overrides every run takes, as YAML: '{training.seed: 2}'")
     run.add_argument("--only", nargs="+", help="run only these runs")
+    overlap = commands.add_parser("overlap", help="count the test passages whose text a training book also holds")
+    overlap.add_argument("--data", default=os.path.join("outputs", "authors", "data"))
+    overlap.add_argument("--books", default=os.path.join("..", "shared", "data", "gutenberg"))
     pooling = commands.add_parser("pool", help="pool compare folders of the same data (another seed each)")
     pooling.add_argument("folders", nargs="+", help="compare output folders")
     pooling.add_argument("--output_dir", required=True)
+    pooling.add_argument("--overwrite", action="store_true", help="replace an earlier pool's results in --output_dir")
+    pooling.add_argument(
+        "--without_passages_in", metavar="BOOKS", help="leave out the test passages the training books of BOOKS hold"
+    )
     args = parser.parse_args(argv)
     try:
+        if args.command == "overlap":
+            books = passages_in_training_books(args.data, args.books)
+            found = [book for book in books if book["found"]]
+            print(
+                f"{sum(b['found'] for b in books)} of {sum(b['passages'] for b in books)} test passages of {args.data} "
+                f"are also in training books of {args.books}:"
+            )
+            for book in found:
+                print(f"  {book['author']}, held-out book {book['book']}: {book['found']} of {book['passages']}")
+            return
         if args.command == "pool":
-            print(pool(args.folders, args.output_dir), end="")
+            print(pool(args.folders, args.output_dir, args.overwrite, args.without_passages_in), end="")
             return
         if args.command == "build":
             manifest = build_dataset(

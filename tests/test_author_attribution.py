@@ -4,6 +4,7 @@ the same passages for the same seed), the recipe configs/finetune/authors.yaml f
 comparison running each model once (resumable) and reporting accuracy and time per passage."""
 
 import csv
+import glob
 import json
 import os
 import shutil
@@ -406,7 +407,9 @@ def test_pool_averages_seeds_passage_by_passage_and_refuses_what_is_not_the_same
     assert (pair["run"], pair["reference"], float(pair["points"])) == ("linformer", "teacher", 11.1)
     assert float(pair["ci95_low"]) < 11.1 < float(pair["ci95_high"]) and 0 < float(pair["p"]) <= 1
     assert "full-n4096 (finished in " in text and "Not pooled" in text
-    author_attribution.pool([one, two], out)  # an earlier pool's folder is written again
+    with pytest.raises(FileExistsError, match="holds an earlier pool's results.*--overwrite"):
+        author_attribution.pool([one, two], out)  # an earlier pool is not replaced without a word
+    author_attribution.pool([one, two], out, overwrite=True)
     same = _fake_compare(
         tmp_path / "again",
         data[0],
@@ -465,6 +468,20 @@ def test_build_refuses_a_count_that_would_cut_nothing_or_wrap_around(flag, value
         author_attribution.main(arguments)
     assert stop.value.code == 2 and flag in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_build_never_writes_over_its_books_or_tokenizer_and_leaves_room_for_text(books, linformer, tmp_path):
+    """`--overwrite` deletes the output folder whole: given the teacher's folder (the --tokenizer) or the books as the
+    output, it deleted the model or the corpus. A passage of only special tokens crashed or wrote two-token text."""
+    model = shutil.copytree(linformer, tmp_path / "model")
+    corpus = shutil.copytree(books, tmp_path / "books")
+    for output in (model, corpus, corpus / "data", tmp_path):
+        with pytest.raises(ConfigError, match="Give another --output_dir"):
+            author_attribution.build_dataset(str(corpus), str(model), str(output), overwrite=True, **BUILD)
+    assert sorted(os.listdir(model)) == sorted(os.listdir(linformer))
+    assert sorted(os.listdir(corpus)) == sorted(os.listdir(books))
+    with pytest.raises(ConfigError, match="leaves no room for text"):
+        author_attribution.build_dataset(str(corpus), str(model), str(tmp_path / "d"), **{**BUILD, "passage_tokens": 2})
 
 
 def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linformer, tmp_path, monkeypatch):
@@ -652,3 +669,30 @@ def test_a_compare_beside_a_running_one_shares_its_settings_and_never_its_runs(d
     assert [args[args.index("--training.output_dir") + 1] for args in started] == [str(out / "runs" / "teacher")]
     with open(out / "compare.json", encoding="utf-8") as fh:
         assert sorted(json.load(fh)["models"]) == ["linformer", "teacher"]
+
+
+def test_overlap_finds_the_test_passages_a_training_book_also_holds(books, data, tmp_path, capsys):
+    """A held-out book's text in a training book (a story in a collection: 10 of the 137 published test passages)
+    is found passage by passage; the fixture's held-out books, marked in every paragraph, are in no training book."""
+    assert all(book["found"] == 0 for book in author_attribution.passages_in_training_books(data[0], books))
+    shards = {split: [pq.read_table(f).to_pylist() for f in sorted(glob.glob(f"{books}/{split}-*.parquet"))]
+              for split in ("train", "validation")}  # fmt: skip
+    held_out = next(book for book in shards["validation"][0] if book["author"] == AUTHORS[1])
+    collection = {**shards["train"][1][0], "id": "collection", "text": "Front matter.\n\n" + held_out["text"]}
+    copy = write_hub_dataset(
+        tmp_path / "books", {**shards, "train": [shards["train"][0], [*shards["train"][1], collection]]}
+    )
+    found = {book["author"]: book for book in author_attribution.passages_in_training_books(data[0], copy)}
+    assert found[AUTHORS[1]]["found"] == found[AUTHORS[1]]["passages"] > 0
+    assert found[AUTHORS[0]]["found"] == found[AUTHORS[2]]["found"] == 0
+    author_attribution.main(["overlap", "--data", data[0], "--books", str(copy)])
+    assert f"{found[AUTHORS[1]]['passages']} of " in capsys.readouterr().out
+    # pool leaves them out: a model right on exactly those passages scores 0 on the rest
+    overlapping = author_attribution.test_passages_in_training_books(data[0], copy)
+    answers = {"linformer": [int(found) for found in overlapping], "teacher": [0] * len(overlapping)}
+    folders = [_fake_compare(tmp_path / f"seed{seed}", data[0], {"training.seed": seed}, answers) for seed in (1, 2)]
+    text = author_attribution.pool(folders, str(tmp_path / "pooled"), without_passages_in=copy)
+    assert f"Left out: the {sum(overlapping)} test passages" in text
+    assert (
+        f"same {len(overlapping) - sum(overlapping)} test passages" in text and "| linformer | 0.0 0.0 | 0.0 |" in text
+    )
