@@ -53,11 +53,12 @@ time.
 Before anything is written, compare refuses what could not run to its end or would report what it did not measure:
 an override the recipe does not take, a teacher that cannot be copied out to a longer n, a model reading more tokens
 than a passage holds (padding). Each Ctrl-C or SIGTERM reaches the running fine-tuning (the first: it checkpoints and
-stops; a second: at once), and no later run starts. compare.json in the folder records the data (every split's
-passages), the recipe, the overrides, the seed and the models (each by the SHA-256 of its config and weights, so the
-folders may move); once a run there has a result or a checkpoint, or another compare is running one, a compare with
-others into that folder is refused (its runs would be reported as the new ones). Compares with the same settings may
-share a folder, each running other runs (`--only`); a run another compare is running is refused (`claim_runs`).
+stops; a second: at once; a driver killed outright sends it one SIGTERM), and no later run starts. compare.json in the
+folder records the data (every split's passages), the recipe, the overrides, the seed and the models (each by the
+SHA-256 of its config and weights, so the folders may move); once a run there has a result or a checkpoint, or another
+compare is running one, a compare with others into that folder is refused (its runs would be reported as the new ones).
+Compares with the same settings may share a folder, each running other runs (`--only`); a run another compare is
+running is refused (`claim_runs`).
 
 **Pooling** (`pool`): several compare folders of the same test passages (another fine-tuning seed each, or models from
 another pretraining seed), each run's accuracy per folder and their mean, and the differences passage by passage over

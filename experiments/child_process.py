@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import glob
 import os
 import signal
@@ -19,12 +20,31 @@ from linformer_hf.training.config import ConfigError
 FORWARDED = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def stop_with_the_driver(driver: int) -> None:
+    """In the child, before it runs: a SIGTERM when the driver dies (Linux's parent-death signal), so that a driver
+    killed outright (SIGKILL, the OOM killer) leaves no run training unseen; it checkpoints and stops, and the next
+    start of the driver resumes it. Elsewhere nothing is set."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (AttributeError, OSError):  # no prctl (not Linux)
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != driver:  # the driver died before the signal was set
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_child(args: list[str], log, claim: int | None = None, env: dict | None = None) -> tuple[int, int | None]:
     """Run ``args`` as a child process writing to ``log``. Each SIGTERM, SIGINT or SIGHUP this driver receives while it
     runs is passed on to it (`FORWARDED`), so it checkpoints and stops, and a second Ctrl-C stops it at once. The child
-    has its own session, so a Ctrl-C in the terminal reaches it only through here, not twice at once, and it is never
-    left training behind a driver that died. ``claim``, the file descriptor of the driver's claim on the run
-    (`claim_runs`), is inherited by the child, so the run stays claimed while it trains, even if the driver is killed.
+    has its own session, so a Ctrl-C in the terminal reaches it only through here, not twice at once; a driver that
+    dies outright sends it a SIGTERM too (`stop_with_the_driver`), so it is never left training behind a driver that
+    died. ``claim``, the file descriptor of the driver's claim on the run (`claim_runs`), is inherited by the child,
+    so the run stays claimed until the child has stopped, even if the driver is killed.
     ``env``: the child's environment (this process' by default). Returns its exit code and the first signal received,
     if any."""
     received: list[int] = []
@@ -47,6 +67,7 @@ def run_child(args: list[str], log, claim: int | None = None, env: dict | None =
             start_new_session=True,
             pass_fds=() if claim is None else (claim,),
             env=env,
+            preexec_fn=functools.partial(stop_with_the_driver, os.getpid()),
         )
         for signum in pending:
             child.send_signal(FORWARDED[signum])

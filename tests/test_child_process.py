@@ -63,42 +63,42 @@ def test_a_run_another_driver_holds_is_refused_and_free_once_that_driver_is_kill
         pass
 
 
-def test_the_run_stays_claimed_while_its_child_trains_even_if_the_driver_is_killed(tmp_path):
-    """The child inherits the driver's claim: a SIGKILLed driver leaves its run training (in its own session), and a
-    second driver must not take the run and rewrite its records under it. The claim ends with the child."""
-    import os
+def test_a_killed_drivers_child_checkpoints_and_stops_and_keeps_its_run_claimed_until_then(tmp_path):
+    """A SIGKILLed driver (or one the OOM killer took) sends its child a SIGTERM (the parent-death signal): the run
+    checkpoints and stops rather than training on unseen, which a rerun of the driver named by a dead pid. Until the
+    child has stopped, the run stays claimed (the child inherits the claim): no second driver takes it meanwhile."""
     import time
 
     from training_utils import REPO, script_env
 
-    folder, events = tmp_path / "plan", tmp_path / "events"
-    child = tmp_path / "child.py"
-    child.write_text(f"import time\nopen({str(events)!r}, 'w').write('started')\ntime.sleep(60)\n")
+    folder = tmp_path / "plan"
+    child, events = stoppable_child(tmp_path)
+    (tmp_path / "slow_stop.py").write_text(  # the stand-in, stopping 2 s after its SIGTERM as a checkpoint takes time
+        child.read_text().replace("        sys.exit(", "        time.sleep(2); sys.exit(")
+    )
     driver_script = (
         "import sys\n"
         "from experiments.child_process import claim_runs, run_child\n"
         "with claim_runs(sys.argv[1], ['a']) as claims:\n"
-        "    run_child([sys.executable, sys.argv[2]], sys.stdout, claims['a'])\n"
+        "    run_child([sys.executable, sys.argv[2], 'a'], sys.stdout, claims['a'])\n"
     )
     driver = subprocess.Popen(
-        [sys.executable, "-c", driver_script, str(folder), str(child)], cwd=REPO, env=script_env()
+        [sys.executable, "-c", driver_script, str(folder), str(tmp_path / "slow_stop.py")], cwd=REPO, env=script_env()
     )
     deadline = time.monotonic() + 60
-    while not events.exists() and time.monotonic() < deadline:
+    while not (events.exists() and "a started" in events.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert events.exists()
     driver.kill()
     driver.wait()
-    try:
-        assert claimed_elsewhere(str(folder), "a")
-        with pytest.raises(ConfigError, match="run a in .* is being run by another driver"):
-            with claim_runs(str(folder), ["a"]):
-                pass
-    finally:
-        pids = subprocess.run(["pgrep", "-f", str(child)], capture_output=True, text=True).stdout.split()
-        for pid in pids:
-            os.kill(int(pid), signal.SIGKILL)
     deadline = time.monotonic() + 30
+    while "a got SIGTERM" not in events.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert events.read_text().splitlines() == ["a started", "a got SIGTERM"]
+    assert claimed_elsewhere(str(folder), "a")  # still stopping
+    with pytest.raises(ConfigError, match="run a in .* is being run by another driver"):
+        with claim_runs(str(folder), ["a"]):
+            pass
     while claimed_elsewhere(str(folder), "a") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not claimed_elsewhere(str(folder), "a")
+    assert not claimed_elsewhere(str(folder), "a")  # stopped: its claim went with it
+    assert "ran to its end" not in events.read_text()
