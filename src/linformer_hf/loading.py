@@ -10,7 +10,7 @@ import os
 from transformers import PretrainedConfig, PreTrainedModel
 
 from .models.configuration_linformer import LinformerConfig
-from .registration import FAMILIES
+from .registration import FAMILIES, TOKENIZER_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -147,3 +147,15 @@ def model_sha256(folder: str) -> str:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def tokenizer_vocabulary(path: str):
+    """The tokenizer's vocabulary in ``path``, or None where the folder holds no tokenizer."""
+    from transformers import AutoTokenizer
+
+    if os.path.isdir(path) and not any(os.path.exists(os.path.join(path, name)) for name in TOKENIZER_FILES):
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(path).get_vocab()
+    except (OSError, ValueError, TypeError):
+        return None

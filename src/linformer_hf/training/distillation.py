@@ -24,7 +24,7 @@ from collections import defaultdict
 import torch
 from transformers import AutoConfig, Trainer
 
-from ..loading import model_sha256
+from ..loading import model_sha256, tokenizer_vocabulary
 from .errors import ConfigError
 
 RECORD_FILE = "distillation.json"
@@ -35,20 +35,6 @@ def _load_config(path: str, role: str):
         return AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{role}={path}: no model config could be read ({' '.join(str(err).split())}).") from None
-
-
-def tokenizer_vocabulary(path: str):
-    """The tokenizer's vocabulary in ``path``, or None where the folder holds no tokenizer."""
-    from transformers import AutoTokenizer
-
-    from ..registration import TOKENIZER_FILES
-
-    if os.path.isdir(path) and not any(os.path.exists(os.path.join(path, name)) for name in TOKENIZER_FILES):
-        return None
-    try:
-        return AutoTokenizer.from_pretrained(path).get_vocab()
-    except (OSError, ValueError, TypeError):
-        return None
 
 
 def check_teacher(section, model, task_labels: int | None) -> None:

@@ -10,11 +10,11 @@ import os
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
+from ..loading import tokenizer_vocabulary
 from ..models.lengths import max_input_length
 from ..models.modeling_linformer import LinformerForMaskedLM, LinformerPreTrainedModel
 from ..models.modeling_performer import PerformerForMaskedLM, PerformerPreTrainedModel
 from ..registration import TOKENIZER_FILES
-from .distillation import tokenizer_vocabulary
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 
 # The student families (converted with scripts/convert_to_linformer.py [--family performer]), by model_type.
