@@ -69,7 +69,7 @@ from .models.modeling_linformer import (
 )
 from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreTrainedModel
 from .outputs import check_output_dir
-from .registration import FAMILIES, TOKENIZER_FILES
+from .registration import FAMILIES, TOKENIZER_FILES, TOKENIZER_SAVED_FILES
 from .training.errors import MissingExtra
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,6 @@ logger = logging.getLogger(__name__)
 ONNX_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 CONFIG_FILE = "config.json"
-# What a tokenizer's save_pretrained writes (every family's, and BERT's WordPiece of converted models)
-TOKENIZER_OUTPUTS = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
 # ModelOutput fields that are not inference outputs: the loss needs labels, the captured states are optional.
 NOT_EXPORTED = ("loss", "hidden_states", "attentions")
 # What the export itself imports (torch's exporter: onnx and onnxscript), and the int8 quantiser and the sessions.
@@ -421,7 +419,7 @@ def remove_export(output_dir: str) -> None:
             inside = os.path.dirname(os.path.relpath(doomed_path, output_dir)) == ""
             if inside and os.path.isfile(doomed_path):
                 os.remove(doomed_path)
-    for name in {name for config_class in FAMILIES for name in config_files(config_class)} | set(TOKENIZER_OUTPUTS):
+    for name in {name for config_class in FAMILIES for name in config_files(config_class)} | set(TOKENIZER_SAVED_FILES):
         path = os.path.join(output_dir, name)
         if os.path.isfile(path):
             os.remove(path)

@@ -23,6 +23,9 @@ TOKENIZER_FILES = tuple(
         (TOKENIZER_CONFIG_FILE, *TOKENIZER_CLASS.vocab_files_names.values(), *BertTokenizer.vocab_files_names.values())
     )
 )
+# Everything a tokenizer's save_pretrained may write beside them: what a command replacing its own earlier output
+# deletes, so that no file of another tokenizer stays beside the new one.
+TOKENIZER_SAVED_FILES = (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
 
 
 def register() -> None:

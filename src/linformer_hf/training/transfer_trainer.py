@@ -15,7 +15,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from ..conversion import SENTENCE_TRANSFORMERS_FILES
 from ..outputs import finite_or_null
-from ..registration import TOKENIZER_FILES
+from ..registration import TOKENIZER_SAVED_FILES
 from . import checkpointing
 from .checkpointing import RECIPE_FILE, RunOptions
 from .guards import divergence_callback, stop_after_steps_callback
@@ -41,9 +41,7 @@ TRANSFER_OUTPUTS = (
     "config.json",
     "generation_config.json",
     "compat.py",
-    *TOKENIZER_FILES,
-    "special_tokens_map.json",
-    "added_tokens.json",
+    *TOKENIZER_SAVED_FILES,
     *SENTENCE_TRANSFORMERS_FILES,
     "conversion_report.json",
 )
