@@ -85,7 +85,16 @@ import time
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import model_sha256
-from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
+from linformer_hf.outputs import (
+    check_output_dir,
+    publish_folder,
+    publish_new_folder,
+    replace_folder,
+    staging_folder,
+    unique_staging_folder,
+    write_json_atomic,
+    write_text_atomic,
+)
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
 
@@ -854,13 +863,20 @@ def identities(record: dict) -> dict:
     return {name: model_identity(model) for name, model in record["models"].items()}
 
 
-def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_passages_in: str | None = None) -> str:
+def pool(
+    folders: list[str],
+    output_dir: str,
+    overwrite: bool = False,
+    without_passages_in: str | None = None,
+    without_test_of: str | None = None,
+) -> str:
     """Pool compare folders of the same test passages (another fine-tuning seed each, or other pretrained models of
     the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
     and the pairs of `reference_pairs` over all folders (`pooled_difference`). Runs not finished in every folder are
     named, not pooled. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
     (a books folder): the test passages its training books also hold are left out
-    (`test_passages_in_training_books`)."""
+    (`test_passages_in_training_books`). `without_test_of` (a data set folder): the test passages of that data set's
+    test split are left out, so that folders `rescore`d on more passages are pooled on the new ones alone."""
     import numpy as np
 
     if len(folders) < 2:
@@ -930,12 +946,20 @@ def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_p
     lengths = {name: c.shape[1] for name, c in correct.items()}
     if len(set(lengths.values())) != 1:
         raise ConfigError(f"the runs' predictions cover different numbers of test passages ({lengths}).")
-    left_out = 0
+    kept = np.ones(next(iter(lengths.values())), dtype=bool)
+    if without_test_of:
+        earlier = {(row["book"], row["start"]) for row in split_rows(without_test_of, "test")}
+        scored = np.array([(row["book"], row["start"]) in earlier for row in split_rows(records[0]["data"], "test")])
+        left_out_scored = int(scored.sum())
+        kept &= ~scored
     if without_passages_in:
-        kept = ~np.array(test_passages_in_training_books(records[0]["data"], without_passages_in))
-        correct = {name: c[:, kept] for name, c in correct.items()}
-        left_out = int((~kept).sum())
-        lengths = {name: c.shape[1] for name, c in correct.items()}
+        in_books = np.array(test_passages_in_training_books(records[0]["data"], without_passages_in))
+        left_out_in_books = int((kept & in_books).sum())
+        kept &= ~in_books
+    if not kept.any():
+        raise ConfigError("every test passage is left out: nothing to pool.")
+    correct = {name: c[:, kept] for name, c in correct.items()}
+    lengths = {name: c.shape[1] for name, c in correct.items()}
     rows = [
         {
             "run": name,
@@ -954,7 +978,16 @@ def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_p
         f"# Author attribution over {len(folders)} comparisons of the same {passages} test passages",
         "",
         *(
-            [f"Left out: the {left_out} test passages that training books of {without_passages_in} also hold.", ""]
+            [f"Left out: the {left_out_scored} test passages of {without_test_of}'s test split.", ""]
+            if without_test_of
+            else []
+        ),
+        *(
+            [
+                f"Left out: the {left_out_in_books} {'other ' if without_test_of else ''}test passages that training "
+                f"books of {without_passages_in} also hold.",
+                "",
+            ]
             if without_passages_in
             else []
         ),
@@ -986,6 +1019,170 @@ def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_p
         ]
     text = "\n".join(lines) + "\n"
     write_text_atomic(os.path.join(output_dir, "results.md"), text)
+    return text
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Rescoring: the models a compare kept, on more passages of the same held-out books.
+# ------------------------------------------------------------------------------------------------------------------
+
+RESCORE_FILES = (COMPARISON, "results.md", "results.csv", "runs")  # what rescore writes in its folder
+
+
+def split_rows(data: str, split: str) -> list[dict]:
+    """Every row of one split of a data set folder, in order."""
+    import pyarrow.parquet as pq
+
+    paths = sorted(glob.glob(os.path.join(data, f"{split}-*.parquet")))
+    if not paths:
+        raise ConfigError(
+            f"{data} has no {split}-*.parquet: build the data first "
+            "(python -m experiments.author_attribution build ...)."
+        )
+    return [row for path in paths for row in pq.read_table(path).to_pylist()]
+
+
+def predict_passages(model_dir: str, texts: list[str], max_length: int, batch_size: int) -> tuple[list[int], float]:
+    """A fine-tuned classifier's answer to each text, reading its first `max_length` tokens as fine-tuning cut them
+    (`tokenize_task`: the tokenizer's truncation), and the seconds the predictions took."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import linformer_hf  # noqa: F401  (registers the Linformer with the Auto classes)
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    answers, began = [], time.perf_counter()
+    with torch.inference_mode():
+        for i in range(0, len(texts), batch_size):
+            batch = tokenizer(
+                texts[i : i + batch_size], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+            )
+            answers += model(**batch).logits.argmax(-1).tolist()
+    return answers, time.perf_counter() - began
+
+
+def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) -> str:
+    """Score the models a compare folder kept (runs/<run>/best) on the test passages of `data`, a data set whose
+    training and validation passages are the folder's own: ``build`` with the same settings and a larger
+    ``--test_per_author`` takes more passages of the same held-out books, which no model trained on or was chosen on.
+    Writes a compare folder of its own to `output_dir` (compare.json, runs/<run>/predictions_test.tsv and
+    results.json, results.md and results.csv), which `pool` reads as it reads compare's; the whole folder appears at
+    once when every run is scored. Where `data` holds the folder's own test passages, the new answers are compared
+    with the recorded ones (the same model reading the same tokens) and the agreement is recorded. Every check runs
+    before a model is loaded."""
+    from transformers import AutoConfig
+
+    from linformer_hf.models import max_input_length
+
+    record = read_comparison(folder)
+    if os.path.realpath(output_dir) == os.path.realpath(folder):
+        raise ConfigError(f"--output_dir {output_dir} is the compare folder itself: give a folder of its own.")
+    check_output_dir(output_dir, overwrite=overwrite, create=False)
+    if os.path.isdir(output_dir) and set(os.listdir(output_dir)) - set(RESCORE_FILES):
+        others = sorted(set(os.listdir(output_dir)) - set(RESCORE_FILES))
+        raise FileExistsError(
+            f"{output_dir} holds files rescore did not write ({others}): --overwrite replaces only an earlier "
+            "rescore's folder. Give another --output_dir."
+        )
+    manifest = read_manifest(data)
+    if not os.path.isdir(record["data"]):
+        raise ConfigError(
+            f"{folder} was scored on {record['data']}, which is gone: {data}'s training and validation passages cannot "
+            "be checked against the ones its models learnt from."
+        )
+    for split in ("train", "validation"):
+        if split_rows(data, split) != split_rows(record["data"], split):
+            raise ConfigError(
+                f"{data}'s {split} passages are not the ones {folder}'s models learnt from and were chosen on "
+                f"({record['data']}): build the data with that data set's settings, changing only --test_per_author."
+            )
+    if manifest["vocabulary_sha256"] != read_manifest(record["data"])["vocabulary_sha256"]:
+        raise ConfigError(
+            f"{data} was cut with another tokenizer than {record['data']}: build it with the one the models read."
+        )
+    names = [name for name in record["models"] if finished(os.path.join(folder, "runs", name))]
+    kept = {name: os.path.join(folder, "runs", name, "best") for name in names}
+    missing = [name for name, best in kept.items() if not os.path.isfile(os.path.join(best, "config.json"))]
+    if not names or missing:
+        raise ConfigError(
+            f"{folder} has "
+            + (f"no kept model (runs/<run>/best) for {missing}" if missing else "no finished run")
+            + ": nothing to rescore."
+        )
+    resolved = load_recipe(
+        FinetuneRecipe,
+        record.get("recipe", RECIPE),
+        extra={
+            **record["shared"],
+            "model.pretrained": next(iter(kept.values())),
+            "data.dataset": {"path": data},
+            "training.output_dir": output_dir,
+        },
+    )
+    test, recorded = split_rows(data, "test"), split_rows(record["data"], "test")
+    place = {(row["book"], row["start"]): i for i, row in enumerate(test)}
+    common = [(j, place[(r["book"], r["start"])]) for j, r in enumerate(recorded) if (r["book"], r["start"]) in place]
+
+    staging = unique_staging_folder(output_dir)
+    try:
+        runs = []
+        for name, best in kept.items():
+            n = int(name[len("full-n") :]) if name.startswith("full-n") else None
+            runs.append({"name": name, "model": best, "source": best, "n": n})
+            length = resolved.data.max_seq_length or max_input_length(AutoConfig.from_pretrained(best))
+            print(f"{name}: {len(test)} passages at {length} tokens", flush=True)
+            answers, seconds = predict_passages(
+                best, [row["text"] for row in test], length, resolved.training.per_device_eval_batch_size
+            )
+            with open(os.path.join(folder, "runs", name, "predictions_test.tsv"), encoding="utf-8") as fh:
+                before = [int(row["prediction"]) for row in csv.DictReader(fh, delimiter="\t")]
+            with open(os.path.join(folder, "runs", name, "results.json"), encoding="utf-8") as fh:
+                earlier = json.load(fh)
+            directory = os.path.join(staging, "runs", name)
+            os.makedirs(directory)
+            write_text_atomic(
+                os.path.join(directory, "predictions_test.tsv"),
+                "index\tprediction\tlabel\n"
+                + "".join(f"{i}\t{a}\t{row['label']}\n" for i, (a, row) in enumerate(zip(answers, test, strict=True))),
+            )
+            right = sum(a == row["label"] for a, row in zip(answers, test, strict=True))
+            write_json_atomic(
+                os.path.join(directory, "results.json"),
+                {
+                    "task": earlier["task"],
+                    "best": earlier["best"],  # chosen on the validation passages, as before
+                    "steps": earlier["steps"],
+                    "test": {
+                        "accuracy": right / len(test),
+                        "examples": len(test),
+                        "seconds_per_example": seconds / len(test),
+                    },
+                    "rescored": {
+                        "from": os.path.realpath(os.path.join(folder, "runs", name)),
+                        "reads": length,
+                        "recorded_passages": len(common),
+                        "recorded_answers_agreeing": sum(before[j] == answers[i] for j, i in common),
+                    },
+                },
+            )
+        write_json_atomic(
+            os.path.join(staging, COMPARISON),
+            {
+                **record,
+                "data": os.path.abspath(data),
+                "test_passages_sha256": test_passages_sha256(data),
+                "data_sha256": data_sha256(data),  # its training and validation passages: the folder's (checked)
+                "rescored_from": {"folder": os.path.realpath(folder), "data": record["data"]},
+            },
+        )
+        text = write_report(runs, staging, manifest, resolved.data.max_seq_length)
+        if os.path.isdir(output_dir) and os.listdir(output_dir):
+            replace_folder(staging, output_dir)  # an earlier rescore's folder (checked above), with --overwrite
+        else:
+            publish_new_folder(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return text
 
 
@@ -1085,6 +1282,16 @@ def main(argv=None):
     pooling.add_argument(
         "--without_passages_in", metavar="BOOKS", help="leave out the test passages the training books of BOOKS hold"
     )
+    pooling.add_argument(
+        "--without_test_of", metavar="DATA", help="leave out the test passages of DATA's test split (earlier data)"
+    )
+    rescoring = commands.add_parser(
+        "rescore", help="score a compare folder's kept models on the test passages of a larger data set"
+    )
+    rescoring.add_argument("folder", help="a compare output folder")
+    rescoring.add_argument("--data", required=True, help="the data set built as the folder's, with more test passages")
+    rescoring.add_argument("--output_dir", required=True)
+    rescoring.add_argument("--overwrite", action="store_true", help="replace an earlier rescore's folder")
     args = parser.parse_args(argv)
     try:
         if args.command == "overlap":
@@ -1098,7 +1305,13 @@ def main(argv=None):
                 print(f"  {book['author']}, held-out book {book['book']}: {book['found']} of {book['passages']}")
             return
         if args.command == "pool":
-            print(pool(args.folders, args.output_dir, args.overwrite, args.without_passages_in), end="")
+            print(
+                pool(args.folders, args.output_dir, args.overwrite, args.without_passages_in, args.without_test_of),
+                end="",
+            )
+            return
+        if args.command == "rescore":
+            print(rescore(args.folder, args.data, args.output_dir, args.overwrite), end="")
             return
         if args.command == "build":
             manifest = build_dataset(

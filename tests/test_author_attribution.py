@@ -696,3 +696,74 @@ def test_overlap_finds_the_test_passages_a_training_book_also_holds(books, data,
     assert (
         f"same {len(overlapping) - sum(overlapping)} test passages" in text and "| linformer | 0.0 0.0 | 0.0 |" in text
     )
+
+
+def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_recorded_answers(
+    books, data, linformer, tmp_path, monkeypatch
+):
+    """A compare's kept models scored on the test passages of the same data built with more of them: the answers on
+    the passages compare scored are its own (recorded as agreeing), every passage of the larger test split is
+    answered, and the folder pools as compare's do, on the new passages alone with --without_test_of. Refused before
+    any model loads: data whose training passages are not the models' own, an output folder of other files, and an
+    earlier rescore's folder without --overwrite."""
+    from linformer_hf.training import finetune
+
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log, claim: (finetune.main(args[3:]), None))
+    monkeypatch.chdir(REPO)
+    teacher = _tiny_roberta(tmp_path / "teacher", linformer)
+    out = str(tmp_path / "compare")
+    shared = {"training.max_steps": 2, "training.per_device_train_batch_size": 6}
+    author_attribution.compare(data[0], out, linformer, teacher, (), shared=shared)
+    more = str(tmp_path / "more")
+    manifest = author_attribution.build_dataset(books, linformer, more, seed=1, **{**BUILD, "test_per_author": 50})
+    assert manifest["passages"]["test"] > data[1]["passages"]["test"]
+
+    rescored = str(tmp_path / "rescored")
+    text = author_attribution.rescore(out, more, rescored)
+    assert f"{manifest['passages']['test']} test" in text
+    for name in ("linformer", "teacher"):
+        with open(os.path.join(rescored, "runs", name, "results.json"), encoding="utf-8") as fh:
+            result = json.load(fh)
+        assert result["test"]["examples"] == manifest["passages"]["test"]
+        assert result["rescored"]["recorded_passages"] == data[1]["passages"]["test"]
+        assert result["rescored"]["recorded_answers_agreeing"] == data[1]["passages"]["test"]
+        assert result["rescored"]["reads"] == (PASSAGE if name == "linformer" else 64)
+        with open(os.path.join(rescored, "runs", name, "predictions_test.tsv"), encoding="utf-8") as fh:
+            answers = list(csv.DictReader(fh, delimiter="\t"))
+        with open(os.path.join(out, "runs", name, "predictions_test.tsv"), encoding="utf-8") as fh:
+            before = list(csv.DictReader(fh, delimiter="\t"))
+        place = {(r["book"], r["start"]): i for i, r in enumerate(author_attribution.split_rows(more, "test"))}
+        for row, old in zip(author_attribution.split_rows(data[0], "test"), before, strict=True):
+            assert answers[place[(row["book"], row["start"])]]["prediction"] == old["prediction"]
+        assert [int(a["label"]) for a in answers] == [r["label"] for r in author_attribution.split_rows(more, "test")]
+
+    # pooled with a fake second seed on the same larger data, on the new passages alone
+    passages = manifest["passages"]["test"]
+    second = _fake_compare(
+        tmp_path / "seed2",
+        more,
+        {**shared, "training.seed": 2},
+        {"linformer": [1] * passages, "teacher": [0] * passages},
+    )
+    new_passages = manifest["passages"]["test"] - data[1]["passages"]["test"]
+    pooled = author_attribution.pool([rescored, second], str(tmp_path / "pooled"), without_test_of=data[0])
+    assert f"over 2 comparisons of the same {new_passages} test passages" in pooled
+    assert f"Left out: the {data[1]['passages']['test']} test passages of {data[0]}'s test split." in pooled
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    fewer = str(tmp_path / "fewer")
+    author_attribution.build_dataset(books, linformer, fewer, seed=1, **{**BUILD, "train_per_author": 5})
+    with pytest.raises(ConfigError, match="train passages are not the ones"):
+        author_attribution.rescore(out, fewer, str(tmp_path / "r2"))
+    with pytest.raises(FileExistsError, match="an earlier run's results|--overwrite"):
+        author_attribution.rescore(out, more, rescored)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"files rescore did not write \(\['notes.txt'\]\)"):
+        author_attribution.rescore(out, more, str(tmp_path / "mine"), overwrite=True)
+    with pytest.raises(ConfigError, match="the compare folder itself"):
+        author_attribution.rescore(out, more, out)
+    assert os.listdir(tmp_path / "mine") == ["notes.txt"]
