@@ -14,7 +14,7 @@ from linformer_hf.outputs import check_output_dir, write_json_atomic, write_text
 from linformer_hf.training.errors import report
 
 from .config import PRESETS, BenchmarkConfig
-from .report import FIGURES, load_average, machine_description, plot, report_markdown
+from .report import FIGURES, cpu_details, load_average, machine_description, plot, report_markdown
 from .results import BenchmarkRow, Status, write_csv
 from .run import RunInfo, run_benchmark
 
@@ -138,7 +138,8 @@ def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], m
     if command_line.overwrite:
         remove_earlier_run(out_dir)
     command = "python -m benchmarks " + " ".join(shlex.quote(a) for a in argv)
-    machine_before = machine_description(cfg)
+    cpu = cpu_details()  # family, model and instruction sets: what the record's CPU was, where its name is vague
+    machine_before = machine_description(cfg, cpu)
     print(f"machine: {machine_before}", flush=True)
     for where in cfg.unmeasured_ks():  # a Linformer's k is at most n
         print(f"not measured: {where}", flush=True)
@@ -162,8 +163,8 @@ def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], m
     write_text_atomic(os.path.join(out_dir, "results.md"), report_markdown(rows, info, cfg, command, machine))
     write_json_atomic(
         os.path.join(out_dir, "run_info.json"),
-        {"command": command, "machine": machine, "config": asdict(cfg), "not_measured": cfg.unmeasured_ks(),
-         **asdict(info)},
+        {"command": command, "machine": machine, "cpu": cpu, "config": asdict(cfg),
+         "not_measured": cfg.unmeasured_ks(), **asdict(info)},
     )  # fmt: skip
     for path in plot(rows, cfg, out_dir):
         print(f"wrote {path}")

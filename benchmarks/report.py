@@ -284,19 +284,79 @@ def load_average() -> str:
     return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def machine_description(cfg: BenchmarkConfig) -> str:
+CPUINFO = "/proc/cpuinfo"
+# The instruction sets a record names, each by the /proc/cpuinfo flag that says the CPU offers it (AVX-512 by its
+# foundation, AMX by its tile registers).
+CPU_FEATURES = {"avx512": ("AVX-512", "avx512f"), "avx2": ("AVX2", "avx2"), "amx": ("AMX", "amx_tile")}
+
+
+def cpu_details(path: str = CPUINFO) -> dict:
+    """The CPU as /proc/cpuinfo gives its first processor: the model name, the vendor, the family, model and stepping
+    numbers (which say the generation where the model name does not: a virtual machine's can be just "AMD EPYC"), and
+    whether it offers AVX-512, AVX2 and AMX, and runs under a hypervisor, from its flags. Where there is no
+    /proc/cpuinfo (macOS) or it lacks a field, the name is platform's and the rest None: not known, not "no"."""
+    fields = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():  # the end of the first processor's block
+                    if fields:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+
+    def number(key: str) -> int | None:
+        try:
+            return int(fields[key])
+        except (KeyError, ValueError):
+            return None
+
+    flags = fields.get("flags", fields.get("Features"))  # x86's flags; an Arm CPU's Features (no AVX, no AMX)
+    offered = set(flags.split()) if flags is not None else None
+    details = {
+        "model_name": fields.get("model name") or platform.processor() or platform.machine() or None,
+        "vendor": fields.get("vendor_id"),
+        "family": number("cpu family"),
+        "model": number("model"),
+        "stepping": number("stepping"),
+    }
+    for key, (_, flag) in CPU_FEATURES.items():
+        details[key] = None if offered is None else flag in offered
+    details["hypervisor"] = None if offered is None else "hypervisor" in offered
+    return details
+
+
+def cpu_description(details: dict) -> str:
+    """`cpu_details` as a record states it: "AMD EPYC (family 25, model 17; AVX-512 yes, AVX2 yes, AMX no; under a
+    hypervisor)", with only what is known."""
+    known = []
+    if details.get("family") is not None:
+        known.append(f"family {details['family']}, model {details.get('model')}")
+    features = [
+        f"{name} {'yes' if details[key] else 'no'}"
+        for key, (name, _) in CPU_FEATURES.items()
+        if details.get(key) is not None
+    ]
+    if features:
+        known.append(", ".join(features))
+    if details.get("hypervisor"):
+        known.append("under a hypervisor")
+    name = details.get("model_name") or "unknown CPU"
+    return f"{name} ({'; '.join(known)})" if known else name
+
+
+def machine_description(cfg: BenchmarkConfig, cpu: dict | None = None) -> str:
+    """The machine line of a record: the CPU (`cpu_description` of ``cpu``, by default this machine's
+    `cpu_details`), the number of CPUs, torch and its threads, and the load."""
     import torch
 
     threads = cfg.threads or torch.get_num_threads()
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return (
-        f"{cpu}, {os.cpu_count()} logical CPUs, torch {torch.__version__} with {threads} threads, "
-        f"load average (1, 5, 15 min) {load_average()}"
+        f"{cpu_description(cpu if cpu is not None else cpu_details())}, {os.cpu_count()} logical CPUs, "
+        f"torch {torch.__version__} with {threads} threads, load average (1, 5, 15 min) {load_average()}"
     )
 
 

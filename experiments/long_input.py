@@ -69,9 +69,15 @@ def extend_positions(source: str, output_dir: str, n: int, positions: str = "cop
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from linformer_hf.conversion import _check_source_config, extend_position_embeddings, source_position_layout
+    from linformer_hf.training.errors import ConfigError
+    from linformer_hf.training.validation import check_model_source
 
     if positions not in POSITION_EXTENSIONS:
         raise ValueError(f"positions={positions!r}: choose one of {POSITION_EXTENSIONS}.")
+    # as the conversion script: a missing folder is named as one, not as transformers' malformed Hub repo id
+    check_model_source(source, "source")
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "config.json")):
+        raise ConfigError(f"source={source} has no config.json: not a saved checkpoint directory.")
     config = AutoConfig.from_pretrained(source)
     _check_source_config(config)  # BERT or RoBERTa layout, absolute positions, a pad id
     first_row, learned = source_position_layout(config)
@@ -375,7 +381,7 @@ def long_document_probe(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from linformer_hf.training.errors import USER_ERRORS, report
+    from linformer_hf.training.errors import LOCAL_MODEL, USER_ERRORS, hub_unreachable, hub_unreachable_error, report
 
     parser = ArgumentParser(
         prog="python -m experiments.long_input",
@@ -451,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
             texts, labels = load_documents(args.data, args.text_column, args.label_column)
             results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
     except (*USER_ERRORS, OSError, ValueError) as err:  # an existing output, a missing data file, bad folds...
+        if args.command == "extend" and hub_unreachable(err):  # transformers' message names neither it nor the way out
+            err = hub_unreachable_error("source", args.source, err, LOCAL_MODEL)
         return report(err)
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     write_json_atomic(args.output, results)  # whole or absent: an existing file means a finished result

@@ -845,6 +845,57 @@ def test_points_left_out_for_k_longer_than_n_are_named_in_the_results(tmp_path, 
     )
 
 
+X86_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse2 avx avx2 avx512f avx512bw hypervisor
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: another
+flags\t\t: fpu amx_tile
+"""
+
+
+def test_the_machine_names_the_cpu_family_model_and_instruction_sets(tmp_path, monkeypatch):
+    """/proc/cpuinfo's model name alone ("AMD EPYC" in a virtual machine) did not say which generation a record ran
+    on, nor whether it had AVX-512: the family and model numbers and the flags do. Without /proc/cpuinfo (macOS),
+    or without flags, they are unknown (None), not "no"."""
+    import json
+
+    from benchmarks import cli, report
+    from benchmarks.run import RunInfo
+
+    (tmp_path / "cpuinfo").write_text(X86_CPUINFO)
+    details = report.cpu_details(str(tmp_path / "cpuinfo"))  # the first processor's
+    assert details == {"model_name": "AMD EPYC", "vendor": "AuthenticAMD", "family": 25, "model": 17, "stepping": 1,
+                       "avx512": True, "avx2": True, "amx": False, "hypervisor": True}  # fmt: skip
+    assert report.cpu_description(details) == (
+        "AMD EPYC (family 25, model 17; AVX-512 yes, AVX2 yes, AMX no; under a hypervisor)"
+    )
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\n")
+    arm = report.cpu_details(str(tmp_path / "arm"))
+    assert arm["family"] is None and not any(arm[key] or arm[key] is None for key in ("avx512", "avx2", "amx"))
+    missing = report.cpu_details(str(tmp_path / "none"))
+    assert missing["model_name"] and {k: v for k, v in missing.items() if k != "model_name"} == dict.fromkeys(
+        ("vendor", "family", "model", "stepping", "avx512", "avx2", "amx", "hypervisor")
+    )
+    assert report.cpu_description(missing) == missing["model_name"]
+    assert report.machine_description(BenchmarkConfig(), missing).startswith(f"{missing['model_name']}, ")
+
+    monkeypatch.setattr(cli, "cpu_details", lambda: details)
+    measured = BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, time_s=0.5)
+    monkeypatch.setattr(cli, "run_benchmark", lambda cfg, **kwargs: ([measured], RunInfo(1.0, 1.0)))
+    argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--models", "linformer"]
+    assert cli.main([*argv, "--output_dir", str(tmp_path / "out")]) == 0
+    run_info = json.loads((tmp_path / "out" / "run_info.json").read_text())
+    assert run_info["cpu"] == details and run_info["machine"].startswith(report.cpu_description(details) + ", ")
+    assert f"Machine: {report.cpu_description(details)}, " in (tmp_path / "out" / "results.md").read_text()
+
+
 def test_a_worker_stopped_by_ctrl_c_exits_without_a_traceback():
     """Ctrl-C reaches the worker processes too: each printed `Process ForkServerProcess-8: Traceback ...
     KeyboardInterrupt` below the run's one-line "stopped (Ctrl-C)". It exits with 130 instead (a SystemExit of a code:

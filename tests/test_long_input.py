@@ -148,6 +148,22 @@ def test_missing_data_is_a_clear_error(teacher_dir, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_missing_source_folder_is_named_before_any_work(tmp_path, capsys):
+    """A local source that is not there is said to be missing (as the conversion script says it), not reported as
+    transformers' malformed Hub repo id; a well-formed name that is neither a folder nor reachable offline says so."""
+    missing = tmp_path / "no-such-teacher"
+    assert main(["extend", str(missing), str(tmp_path / "out"), "--n", str(LONG_N)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such directory" in err and str(missing) in err and "Repo id" not in err
+    assert main(["extend", "no-such-teacher", str(tmp_path / "out"), "--n", str(LONG_N)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'no-such-teacher' is not a local path" in err and "folder of a saved model" in err
+    (tmp_path / "empty").mkdir()
+    assert main(["extend", str(tmp_path / "empty"), str(tmp_path / "out"), "--n", str(LONG_N)]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_killed_split_or_extension_leaves_nothing_that_reads_as_finished(teacher_dir, tmp_path, monkeypatch):
     """experiments/pretrained_evidence.sh takes an existing long.csv (or config.json) as a finished step: a kill while
     they were written used to leave one cut short."""

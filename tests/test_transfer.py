@@ -505,7 +505,16 @@ def test_a_folder_another_transfer_is_writing_is_refused_naming_the_flag(pair, t
         ("a column of numbers", r"--text_column label of csv holds int64 values, not text: give the column with"),
     ],
 )
-def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, case, expected):
+def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, monkeypatch, case, expected):
+    """Said before the models load (minutes for real ones): no model weights are read first."""
+    from linformer_hf.training import transfer
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the models were loaded before the text was checked")
+
+    monkeypatch.setattr(transfer, "load_model", no_weights)
+    monkeypatch.setattr(transfer, "load_teacher", no_weights)
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(no_weights))
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "binary.txt").write_bytes(b"ab\xff\xfe\x00\x01cd\n")

@@ -39,8 +39,9 @@ parameters of its own (its random features are a fixed buffer), so stage 1 train
 and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
 
 This module is the run: its output directory, its checkpoints' recipe fingerprint, its outputs and the command
-line. The run reads top-down in `_transfer`: `load_models` (the pair, checked), `load_text`, then `evaluate_only`,
-or `build_trainer`, `start_or_resume`, `train` and `evaluate_and_save`; the steps share one `TransferRun`. The
+line. The run reads top-down in `_transfer`: the text read and checked (`load_texts`: unreadable text is said before
+the models load), `load_models` (the pair, checked), `load_text` (the text tokenised), then `evaluate_only`, or
+`build_trainer`, `start_or_resume`, `train` and `evaluate_and_save`; the steps share one `TransferRun`. The
 Trainer does what it does for pretraining and fine-tuning: the loop, the ``checkpoint-N`` it saves and resumes from
 (student, optimizer, schedule, RNG, step), the progress bar, the processes; `AttentionTransferTrainer`
 (`transfer_trainer`) adds what a transfer needs. The run directory, its lock, the checkpoints' completion marker,
@@ -319,10 +320,14 @@ def _transfer(run: TransferRun, locks: list, stop: StopSignal) -> dict:
     refuse_loop_checkpoint(run.args.resume, run.args.output_dir)
     run.resume_from = checkpointing.resolve_checkpoint(run.args.resume, run.args.output_dir, TRANSFER)
     set_seed(run.args.seed)
+    # Read and checked before the models load (minutes for real ones): an empty or binary file, a CSV read as JSON or
+    # a column that is not text is said at once. Reading needs no tokenizer.
+    texts = load_texts(run.args)
     load_models(run)
     if PartialState().is_main_process:  # the pair is sound: the folder is taken before the first write
         locks += [lock for lock in [claim_output_dir(run.args)] if lock is not None]
-    load_text(run)
+    load_text(run, texts)
+    del texts  # from here the token streams hold the text (and the held-out documents theirs)
     if run.args.evaluate_only:
         return evaluate_only(run)
     build_trainer(run, stop)
@@ -359,12 +364,11 @@ def load_models(run: TransferRun) -> None:
         raise ValueError(f"Window lengths {too_short} leave no room for text beside the special tokens.")
 
 
-def load_text(run: TransferRun) -> None:
-    """The text, tokenised into a training stream and held-out documents (all held out with --evaluate_only)."""
+def load_text(run: TransferRun, texts: list[str]) -> None:
+    """The text (`load_texts`'s documents), tokenised into a training stream and held-out documents (all held out
+    with --evaluate_only)."""
     args = run.args
-    run.streams = tokenize_streams(
-        load_texts(args), run.tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed
-    )
+    run.streams = tokenize_streams(texts, run.tokenizer, 1.0 if args.evaluate_only else args.eval_fraction, args.seed)
     run.documents = run.streams.held_out_documents[: args.eval_documents]
 
 
