@@ -54,15 +54,16 @@ Before anything is written, compare refuses what could not run to its end or wou
 an override the recipe does not take, a teacher that cannot be copied out to a longer n, a model reading more tokens
 than a passage holds (padding). Each Ctrl-C or SIGTERM reaches the running fine-tuning (the first: it checkpoints and
 stops; a second: at once; a driver killed outright sends it one SIGTERM), and no later run starts. compare.json in the
-folder records the data (every split's passages), the recipe, the overrides, the seed and the models (each by the
-SHA-256 of its config and weights, so the folders may move); once a run there has a result or a checkpoint, or another
-compare is running one, a compare with others into that folder is refused (its runs would be reported as the new ones).
-Compares with the same settings may share a folder, each running other runs (`--only`); a run another compare is
-running is refused (`claim_runs`).
+folder records the data (every split's passages), the recipe, the overrides, the seed, the models (each by the
+SHA-256 of its config and weights, so the folders may move) and how many tokens of a passage each run reads; once a
+run there has a result or a checkpoint, or another compare is running one, a compare with others into that folder is
+refused (its runs would be reported as the new ones). Compares with the same settings may share a folder, each running
+other runs (`--only`); a run another compare is running is refused (`claim_runs`).
 
 **Pooling** (`pool`): several compare folders of the same test passages (another fine-tuning seed each, or models from
 another pretraining seed), each run's accuracy per folder and their mean, and the differences passage by passage over
-all of them (`pooled_difference`):
+all of them (`pooled_difference`). A run of one name must read as many tokens in every folder (a model of another n
+is refused):
 
     python -m experiments.author_attribution pool outputs/authors outputs/authors-seed2 \\
         --output_dir outputs/authors-pooled
@@ -735,6 +736,9 @@ RECORDED_SETTINGS = {
     "data_sha256": "the training and validation passages",
     "recipe_sha256": "the recipe",
 }
+# compare.json's tokens of each passage each run reads (`reading_length`), by run name: a run of one name in two
+# folders may be another model (`pool`), of another n. Unknown (not checked) in a record written before it was.
+READING = "reading_length"
 
 
 def has_results(output_dir: str) -> list[str]:
@@ -755,12 +759,14 @@ def record_comparison(
     recipe: str = RECIPE,
     seed: int | None = None,
     running: list[str] = (),
+    reading_lengths: dict[str, int] | None = None,
 ) -> dict:
-    """Write <output_dir>/compare.json (the passages, the recipe, the overrides and seed, the models) and return it,
-    or check that a folder holding earlier runs, or runs another compare is running now (``running``), was made with
-    the same ones: a finished run is never repeated, and a stopped one is resumed, so a compare of other data, another
-    seed or another model into the same folder would report the earlier runs under the new settings. A record whose
-    runs left nothing (a compare that failed before its first checkpoint) is replaced."""
+    """Write <output_dir>/compare.json (the passages, the recipe, the overrides and seed, the models, and how many
+    tokens of a passage each run reads: ``reading_lengths``, by run name, `reading_length`) and return it, or check
+    that a folder holding earlier runs, or runs another compare is running now (``running``), was made with the same
+    ones: a finished run is never repeated, and a stopped one is resumed, so a compare of other data, another seed or
+    another model into the same folder would report the earlier runs under the new settings. A record whose runs left
+    nothing (a compare that failed before its first checkpoint) is replaced."""
     sources = {source: model_record(source) for source in {run["source"] for run in runs}}  # each folder hashed once
     record = {
         "data": os.path.abspath(data),
@@ -772,6 +778,8 @@ def record_comparison(
         "seed": seed,  # the fine-tuning seed, the recipe's own when --shared does not set it
         "models": {run["name"]: sources[run["source"]] for run in runs},
     }
+    if reading_lengths is not None:
+        record[READING] = dict(reading_lengths)
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)
     kept = has_results(output_dir) + [f"{name}, being run now" for name in running]
@@ -781,6 +789,10 @@ def record_comparison(
         for key in [*RECORDED_SETTINGS, "recipe", "seed"]:  # unknown for the earlier runs: left unknown
             if key not in earlier:
                 record.pop(key)
+        # What a run reads follows from the recipe, the overrides and the model, all checked below: for earlier runs
+        # whose recipe is unknown (a record of 2026-11-28), it is unknown too.
+        if READING not in earlier and "recipe_sha256" not in record:
+            record.pop(READING, None)
         changed = [label for key, label in RECORDED_SETTINGS.items() if key in earlier and earlier[key] != record[key]]
         if settings(earlier) != settings(record):
             changed.append(f"the overrides and seed (then {settings(earlier)}, now {settings(record)})")
@@ -791,6 +803,11 @@ def record_comparison(
             if name in earlier["models"]
             and model_identity(earlier["models"][name]) not in (model_identity(model), os.path.realpath(model["path"]))
         ]
+        changed += [
+            f"what the {name} run reads (then {earlier[READING][name]:,} tokens, now {length:,})"
+            for name, length in record.get(READING, {}).items()
+            if name in earlier.get(READING, {}) and earlier[READING][name] != length
+        ]
         if changed:
             raise ConfigError(
                 f"{output_dir} holds runs ({', '.join(kept)}) made with other settings ({'; '.join(changed)} "
@@ -798,6 +815,8 @@ def record_comparison(
                 "comparison's. Run the command they were made with, or give another --output_dir."
             )
         record["models"] = {**earlier["models"], **record["models"]}
+        if READING in record:
+            record[READING] = {**earlier.get(READING, {}), **record[READING]}
     write_json_atomic(path, record)
     return record
 
@@ -858,7 +877,8 @@ def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_p
     """Pool compare folders of the same test passages (another fine-tuning seed each, or other pretrained models of
     the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
     and the pairs of `reference_pairs` over all folders (`pooled_difference`). Runs not finished in every folder are
-    named, not pooled. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
+    named, not pooled; runs of one name that read other numbers of tokens (compare.json's reading_length: another
+    model's n) are refused. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
     (a books folder): the test passages its training books also hold are left out
     (`test_passages_in_training_books`)."""
     import numpy as np
@@ -900,6 +920,15 @@ def pool(folders: list[str], output_dir: str, overwrite: bool = False, without_p
             + "): pooled, that change would pass for seed noise. Pool only comparisons that differ in the seed (and "
             "the models)."
         )
+    for name in sorted({name for record in records for name in record.get(READING, {})}):
+        read = {f: r[READING][name] for f, r in zip(folders, records, strict=True) if name in r.get(READING, {})}
+        if len(set(read.values())) > 1:  # another model of another n, or another data.max_seq_length
+            raise ConfigError(
+                f"the {name} runs read other numbers of tokens of each passage ("
+                + "; ".join(f"{folder}: {length:,}" for folder, length in read.items())
+                + "): pooled, reading more or less would pass for seed noise. Pool only folders whose runs of one "
+                "name read as many tokens (models of the same n, the same data.max_seq_length)."
+            )
     for i, j in itertools.combinations(range(len(records)), 2):
         if settings(records[i]) == settings(records[j]) and identities(records[i]) == identities(records[j]):
             raise ConfigError(
@@ -1028,7 +1057,10 @@ def compare(
         # settings, one is refused.
         with exclusive(os.path.join(output_dir, ".compare.lock")):
             running = claimed_by_others(output_dir, mine)
-            record = record_comparison(output_dir, data, runs, shared, recipe, resolved.training.seed, running)
+            reading = {run["name"]: reading_length(run, max_seq_length) for run in runs}
+            record = record_comparison(
+                output_dir, data, runs, shared, recipe, resolved.training.seed, running, reading_lengths=reading
+            )
         for run in pending:
             prepare_model(run, record["models"][run["name"]]["sha256"])
             args = command(run, data, output_dir, recipe, shared)

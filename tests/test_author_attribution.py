@@ -220,7 +220,9 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     assert rows[1]["vs_teacher_points"] == "" and rows[0]["vs_teacher_mcnemar_p"] != ""  # each against the teacher
     assert "- linformer against full-n128: " in text  # and the Linformer against full attention
     with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
-        assert json.load(fh)["test_passages_sha256"] == author_attribution.test_passages_sha256(data[0])
+        record = json.load(fh)
+    assert record["test_passages_sha256"] == author_attribution.test_passages_sha256(data[0])
+    assert record["reading_length"] == {"linformer": PASSAGE, "teacher": 64, f"full-n{PASSAGE}": PASSAGE}
     with open(os.path.join(out, "models", f"teacher-n{PASSAGE}", "extension_report.json")) as fh:
         assert json.load(fh)["source_positions"] == 64  # the teacher's 64 positions copied out to 128
     calls.clear()
@@ -359,11 +361,14 @@ def test_the_paired_difference_against_the_teacher():
         author_attribution.paired_difference(better[:-1], teacher)
 
 
-def _fake_compare(folder, data, shared, answers, seed=None, recipe=author_attribution.RECIPE):
-    """A compare folder as compare leaves it, without fine-tuning: compare.json, and each run's results.json and
-    predictions_test.tsv with the given right (1) / wrong (0) answers on the data's test passages."""
+def _fake_compare(folder, data, shared, answers, seed=None, recipe=author_attribution.RECIPE, reading=None):
+    """A compare folder as compare leaves it, without fine-tuning: compare.json (with the tokens each run reads,
+    ``reading``, when given), and each run's results.json and predictions_test.tsv with the given right (1) / wrong
+    (0) answers on the data's test passages."""
     runs = [{"name": name, "source": f"/models/{name}"} for name in answers]
-    author_attribution.record_comparison(str(folder), data, runs, shared, os.path.join(REPO, recipe), seed)
+    author_attribution.record_comparison(
+        str(folder), data, runs, shared, os.path.join(REPO, recipe), seed, reading_lengths=reading
+    )
     for name, right in answers.items():
         run = folder / "runs" / name
         run.mkdir(parents=True)
@@ -436,6 +441,32 @@ def test_pool_averages_seeds_passage_by_passage_and_refuses_what_is_not_the_same
     assert not os.path.exists(os.path.join(one, "runs", "pooled.csv"))
     with pytest.raises(ConfigError, match="has no compare.json"):
         author_attribution.pool([one, str(tmp_path / "seed2" / "runs")], out)
+
+
+def test_pool_refuses_runs_of_one_name_that_read_other_lengths(data, tmp_path, capsys):
+    """A run name may stand for other models in other folders (another pretraining seed's): a linformer of another n
+    reads other tokens of each passage, which pooled would pass for seed noise. Refused in one line naming the run,
+    the folders and the lengths; a folder recorded before the lengths were (2026-11-28) leaves them unknown, and is
+    pooled with either."""
+    answers = {"linformer": [1] * 9, "teacher": [0] * 9}
+    one = _fake_compare(
+        tmp_path / "one", data[0], {"training.seed": 1}, answers, reading={"linformer": 128, "teacher": 64}
+    )
+    two = _fake_compare(
+        tmp_path / "two", data[0], {"training.seed": 2}, answers, reading={"linformer": 96, "teacher": 64}
+    )
+    out = str(tmp_path / "pooled")
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main(["pool", one, two, "--output_dir", out])
+    error = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(error.splitlines()) == 1
+    assert f"the linformer runs read other numbers of tokens of each passage ({one}: 128; {two}: 96)" in error
+    assert not os.path.exists(out)
+    legacy = _fake_compare(tmp_path / "legacy", data[0], {"training.seed": 3}, answers)
+    same = _fake_compare(tmp_path / "same", data[0], {"training.seed": 4}, answers, reading={"linformer": 128})
+    assert "| linformer | 100.0 100.0 100.0 | 100.0 |" in author_attribution.pool([one, legacy, same], out)
+    with pytest.raises(ConfigError, match=f"the linformer runs read other .*{two}: 96; .*same: 128"):
+        author_attribution.pool([legacy, two, same], out, overwrite=True)  # the unknown one aside
 
 
 def test_the_pooled_difference_is_the_paired_one_for_one_seed_and_averages_seeds():
@@ -625,8 +656,10 @@ def test_a_record_from_before_a_setting_was_recorded_resumes_and_leaves_it_unkno
     with open(out / "compare.json", encoding="utf-8") as fh:
         legacy = {k: v for k, v in json.load(fh).items() if k in ("data", "test_passages_sha256", "shared", "models")}
     (out / "compare.json").write_text(json.dumps(legacy))
-    record = author_attribution.record_comparison(str(out), data[0], runs, {"training.num_train_epochs": 5}, seed=1)
-    assert set(record) == set(legacy)
+    record = author_attribution.record_comparison(
+        str(out), data[0], runs, {"training.num_train_epochs": 5}, seed=1, reading_lengths={"teacher": 64}
+    )
+    assert set(record) == set(legacy)  # what its runs read is unknown too: their recipe is
     with pytest.raises(
         ConfigError, match="then {'training.num_train_epochs': 5}, now {'training.num_train_epochs': 4}"
     ):
@@ -638,6 +671,11 @@ def test_a_record_from_before_a_setting_was_recorded_resumes_and_leaves_it_unkno
     author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 1}, seed=1)  # the same seed
     with pytest.raises(ConfigError, match="'training.seed': 2"):
         author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 2}, seed=2)
+    # A record of the recipe but not of what the runs read (the recipe, overrides and models decide it): filled in.
+    record = author_attribution.record_comparison(str(new), data[0], runs, {}, seed=1, reading_lengths={"teacher": 64})
+    assert record["reading_length"] == {"teacher": 64}
+    with pytest.raises(ConfigError, match=r"what the teacher run reads \(then 64 tokens, now 96\)"):
+        author_attribution.record_comparison(str(new), data[0], runs, {}, seed=1, reading_lengths={"teacher": 96})
 
 
 def test_a_compare_beside_a_running_one_shares_its_settings_and_never_its_runs(data, linformer, tmp_path, monkeypatch):
