@@ -43,7 +43,8 @@ attention over the whole input, the Longformer recipe's first step), one ``pytho
 run each, one after another, in <output_dir>/runs/<run> (its console in <run>.log). A finished run (results.json
 written) is not repeated; a stopped one resumes from its last checkpoint. results.md and results.csv then give, per
 run, the test accuracy, the time per passage of inference (the test split's prediction, per passage) and the training
-time.
+time (the wall time of its segments, each child process one, in runs/<run>/timing.jsonl: a lower bound, marked so,
+where a segment's driver was killed outright and never wrote its end).
 
     python -m experiments.author_attribution build --books ../shared/data/gutenberg --tokenizer TEACHER_DIR \\
         --output_dir outputs/authors/data
@@ -106,6 +107,7 @@ RESULT_COLUMNS = [
     "validation_accuracy",
     "updates",
     "training_seconds",
+    "training_segments_unended",
     "vs_teacher_points",
     "vs_teacher_ci95_low",
     "vs_teacher_ci95_high",
@@ -456,6 +458,48 @@ def finished(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, "results.json"))
 
 
+TIMING = "timing.jsonl"  # in a run's folder: one line at each segment's start, one at its end (`begin_segment`)
+
+
+def begin_segment(directory: str) -> float:
+    """Append the start of a run segment (one child process) to the run's timing.jsonl, before the child starts, and
+    return its id (the time it began). Its end is appended when the child exits (`end_segment`): a driver killed
+    outright (SIGKILL, the OOM killer) never writes it, and the start left alone says that the run's time lacks a
+    segment (`training_time`), where before the segment vanished and the run was reported as faster than it was."""
+    os.makedirs(directory, exist_ok=True)
+    began = time.time()
+    with open(os.path.join(directory, TIMING), "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"began": began, "driver": os.getpid()}) + "\n")
+    return began
+
+
+def end_segment(directory: str, began: float, seconds: float, code: int) -> None:
+    """Append the end of the segment `begin_segment` started: its wall time (training and evaluations) and the
+    child's exit code."""
+    with open(os.path.join(directory, TIMING), "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"began": began, "seconds": seconds, "exit": code}) + "\n")
+
+
+def training_time(directory: str) -> tuple[float | None, int]:
+    """A run's wall seconds over the segments that ended (lines with "seconds", those written before segments
+    recorded their start among them), and how many segments began and recorded no end (their driver was killed
+    outright): with any, the seconds are a lower bound. (None, 0) without a timing.jsonl."""
+    path = os.path.join(directory, TIMING)
+    if not os.path.isfile(path):
+        return None, 0
+    lines = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by the kill: its segment's start, if any, is unmatched
+                continue
+    ended = [line for line in lines if "seconds" in line]
+    ends = {line["began"] for line in ended if "began" in line}
+    unended = sum(1 for line in lines if "seconds" not in line and line.get("began") not in ends)
+    return sum(line["seconds"] for line in ended), unended
+
+
 def command(run: dict, data: str, output_dir: str, recipe: str, shared: dict) -> list[str]:
     """The fine-tuning command of one run: resumed from its last checkpoint when it has one."""
     directory = run_dir(output_dir, run)
@@ -470,7 +514,8 @@ def command(run: dict, data: str, output_dir: str, recipe: str, shared: dict) ->
         args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
     if glob.glob(os.path.join(directory, "checkpoint-*")):
         args += ["--training.resume_from_checkpoint", "latest"]
-    elif os.path.isdir(directory) and os.listdir(directory):  # stopped before its first checkpoint: nothing to keep
+    # Stopped before its first checkpoint (or not started: its timing.jsonl alone, `begin_segment`): nothing to keep.
+    elif os.path.isdir(directory) and os.listdir(directory):
         args += ["--training.overwrite_output_dir", "true"]
     return args
 
@@ -548,11 +593,7 @@ def collate(runs: list[dict], output_dir: str, max_seq_length: int | None) -> li
             continue
         with open(os.path.join(directory, "results.json"), encoding="utf-8") as fh:
             result = json.load(fh)
-        timing = os.path.join(directory, "timing.jsonl")
-        seconds = None
-        if os.path.isfile(timing):
-            with open(timing, encoding="utf-8") as fh:
-                seconds = sum(json.loads(line)["seconds"] for line in fh if line.strip())
+        seconds, unended = training_time(directory)
         test = result.get("test", {})
         rows.append(
             {
@@ -564,7 +605,8 @@ def collate(runs: list[dict], output_dir: str, max_seq_length: int | None) -> li
                 "seconds_per_passage": test.get("seconds_per_example"),
                 "validation_accuracy": result["best"]["accuracy"],
                 "updates": result["steps"],
-                "training_seconds": round(seconds, 1) if seconds is not None else None,
+                "training_seconds": round(seconds, 1) if seconds is not None else None,  # a lower bound if unended
+                "training_segments_unended": unended,
             }
         )
     return rows
@@ -645,6 +687,8 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict, max_seq_leng
         accuracy = f"{100 * r['test_accuracy']:.1f}" if r["test_accuracy"] is not None else "-"
         per_passage = f"{r['seconds_per_passage']:.4f}" if r["seconds_per_passage"] is not None else "-"
         training = f"{r['training_seconds']:,.0f}" if r["training_seconds"] is not None else "-"
+        if r["training_segments_unended"]:
+            training = f">= {training}"
         against = "-"
         if r.get("vs_teacher_points") is not None:
             against = (
@@ -655,6 +699,13 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict, max_seq_leng
             f"| {r['run']} | {r['n']} | {accuracy} | {against} | {100 * r['validation_accuracy']:.1f} | {per_passage} "
             f"| {r['updates']} | {training} |"
         )
+    unended = [f"{r['run']} ({r['training_segments_unended']})" for r in rows if r["training_segments_unended"]]
+    if unended:  # not a silent undercount: say which runs' time lacks segments
+        lines += [
+            "",
+            f">= run s: a lower bound. Segments of these runs began and recorded no end (their driver was killed "
+            f"outright: SIGKILL, the OOM killer), so their time is not counted: {', '.join(unended)}.",
+        ]
     done = [run["name"] for run in runs if finished(run_dir(output_dir, run))]
     against_full = [(a, b) for a, b in reference_pairs(done) if b != "teacher"]
     if against_full:
@@ -1063,17 +1114,17 @@ def compare(
             )
         for run in pending:
             prepare_model(run, record["models"][run["name"]]["sha256"])
+            # Its start recorded before the command is made: a first segment's line is then in the run's folder,
+            # which the command starts over (`command`).
+            began = begin_segment(run_dir(output_dir, run))
             args = command(run, data, output_dir, recipe, shared)
-            os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
             console = os.path.join(output_dir, f"{run['name']}.log")
             with open(console, "a", encoding="utf-8") as log:
                 log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
                 log.flush()
-                began = time.perf_counter()
+                started = time.perf_counter()
                 code, stopped_by = run_child(args, log, claims[run["name"]])
-            if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
-                with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
+            end_segment(run_dir(output_dir, run), began, time.perf_counter() - started, code)
             if stopped_by is not None or code != 0:
                 write_report(runs, output_dir, manifest, max_seq_length)
             if stopped_by is not None:

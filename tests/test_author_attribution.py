@@ -218,6 +218,8 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     assert all(float(r["seconds_per_passage"]) > 0 and int(r["test_passages"]) == 9 for r in rows)
     assert "| full-n128 | 128 |" in text and os.path.isfile(os.path.join(out, "results.md"))
     assert rows[1]["vs_teacher_points"] == "" and rows[0]["vs_teacher_mcnemar_p"] != ""  # each against the teacher
+    assert all(float(r["training_seconds"]) > 0 and r["training_segments_unended"] == "0" for r in rows)
+    assert ">=" not in text
     assert "- linformer against full-n128: " in text  # and the Linformer against full attention
     with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
         record = json.load(fh)
@@ -608,6 +610,55 @@ def test_a_stop_signal_to_compare_reaches_the_running_fine_tuning_once(data, lin
     with pytest.raises(SystemExit, match="SIGINT received: run linformer was stopped .exit code 75"):
         author_attribution.compare(data[0], str(tmp_path / "out"), linformer, teacher, full_lengths=())
     assert events.read_text().splitlines() == ["linformer started", "linformer got SIGINT"]
+
+
+def test_a_segment_whose_driver_was_killed_makes_the_run_time_a_lower_bound(data, linformer, tmp_path, monkeypatch):
+    """compare wrote a segment's wall time only once its child had exited: a driver killed outright (SIGKILL, the OOM
+    killer) lost that segment, and the report gave the rest as the run's time, too small with nothing to say so. A
+    segment's start is now written first: one that never ended makes the run's time a lower bound, marked and named.
+    Lines written before segments recorded their start (seconds and exit alone) still count."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "prepare_model", lambda run, source_sha256: None)
+
+    class Killed(BaseException):
+        """The driver's end at a SIGKILL: nothing after the child's start runs."""
+
+    def killed(args, log, claim):
+        raise Killed
+
+    commands = []
+
+    def finishing(args, log, claim):
+        commands.append(args)
+        run = args[args.index("--training.output_dir") + 1]
+        os.makedirs(run, exist_ok=True)  # as the fine-tuning does
+        test = {"accuracy": 1 / 3, "examples": 9, "seconds_per_example": 0.01}
+        with open(os.path.join(run, "results.json"), "w", encoding="utf-8") as fh:
+            json.dump({"best": {"accuracy": 0.5}, "steps": 3, "test": test}, fh)
+        lines = ["index\tprediction\tlabel"] + [f"{i}\t{i % 3}\t0" for i in range(9)]
+        with open(os.path.join(run, "predictions_test.tsv"), "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+        return 0, None
+
+    out = tmp_path / "compare"
+    monkeypatch.setattr(author_attribution, "run_child", killed)
+    with pytest.raises(Killed):
+        author_attribution.compare(data[0], str(out), linformer)
+    monkeypatch.setattr(author_attribution, "run_child", finishing)
+    text = author_attribution.compare(data[0], str(out), linformer)
+    assert "| >= 0 |" in text and "so their time is not counted: linformer (1)." in text
+    with open(out / "results.csv", encoding="utf-8") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["training_segments_unended"] == "1" and float(row["training_seconds"]) < 60
+    # The killed segment's start is all its folder holds: the next segment starts over, not refused as another run's.
+    assert commands[0][-2:] == ["--training.overwrite_output_dir", "true"]
+    timing = out / "runs" / "linformer" / "timing.jsonl"
+    ours = timing.read_text()
+    timing.write_text('{"seconds": 1000.0, "exit": -9}\n' + ours)  # a segment of before: counted, ended
+    seconds, unended = author_attribution.training_time(str(out / "runs" / "linformer"))
+    assert 1000 <= seconds < 1060 and unended == 1
+    timing.write_text('{"seconds": 1000.0, "exit": -9}\n{"seconds": 20.5, "exit": 0}\n')
+    assert author_attribution.training_time(str(out / "runs" / "linformer")) == (1020.5, 0)
 
 
 def test_a_copied_out_teacher_is_made_again_for_another_teacher(linformer, tmp_path, monkeypatch):
