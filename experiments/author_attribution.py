@@ -86,15 +86,15 @@ import sys
 import time
 
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.loading import model_sha256
+from linformer_hf.loading import model_sha256, vocabulary_sha256
 from linformer_hf.outputs import check_output_dir, publish_folder, staging_folder, write_json_atomic, write_text_atomic
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
+from linformer_hf.training.tasks import AUTHORS_MANIFEST as MANIFEST  # the fine-tuning checks it (data.task authors)
 
 from .child_process import claim_runs, claimed_by_others, exclusive, run_child, stopped_message
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
-MANIFEST = "authors_manifest.json"
 COMPARISON = "compare.json"  # in a compare folder: the test passages its runs are scored on, the models, the overrides
 RECIPE = os.path.join("configs", "finetune", "authors.yaml")
 RESULT_COLUMNS = [
@@ -117,10 +117,6 @@ BOOTSTRAP_SAMPLES = 10_000
 POOLED_COLUMNS = ["run", "seeds", "test_accuracy_per_seed", "test_accuracy_mean"]
 PAIR_COLUMNS = ["run", "reference", "points", "ci95_low", "ci95_high", "p"]
 POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
-
-
-def vocabulary_sha256(tokenizer) -> str:
-    return hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()
 
 
 def book_shards(books: str) -> dict[str, list[str]]:
@@ -357,7 +353,7 @@ def build_dataset(
     manifest = {
         "books": os.path.abspath(books),
         "tokenizer": os.path.abspath(tokenizer_dir),
-        "vocabulary_sha256": vocabulary_sha256(tokenizer),
+        "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
         "passage_tokens": passage_tokens,
         "train_per_author": train_per_author,
         "dev_per_author": dev_per_author,
@@ -443,7 +439,7 @@ def prepare_model(run: dict, source_sha256: str | None) -> None:
 def check_tokenizer(model_dir: str, manifest: dict) -> None:
     from transformers import AutoTokenizer
 
-    if vocabulary_sha256(AutoTokenizer.from_pretrained(model_dir)) != manifest["vocabulary_sha256"]:
+    if vocabulary_sha256(AutoTokenizer.from_pretrained(model_dir).get_vocab()) != manifest["vocabulary_sha256"]:
         raise ConfigError(
             f"{model_dir}'s tokenizer is not the one the passages were cut with ({manifest['tokenizer']}): n tokens "
             "of another vocabulary are another amount of text. Build the data with this model's tokenizer."

@@ -327,6 +327,39 @@ def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
         load_task_data(recipe)
 
 
+def test_fine_tuning_the_task_on_what_is_not_its_data_set_is_refused_before_any_work(data, linformer, tmp_path, capsys):
+    """data.task authors fine-tuned on any folder of texts and ClassLabel labels as the author-attribution data set
+    (no authors_manifest.json: passages of no known length), and on passages cut in another tokenizer's tokens than
+    the model's (another amount of text each; fewer than n: padding). Each is refused in one line naming the problem
+    and the fix, before the output folder is made."""
+    from linformer_hf.training import finetune
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    unbuilt = tmp_path / "unbuilt"
+    shutil.copytree(data[0], unbuilt)
+    os.remove(unbuilt / author_attribution.MANIFEST)
+    other = tmp_path / "other-tokenizer"
+    train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(other), vocab_size=600, model_max_length=PASSAGE)
+    out = tmp_path / "run"
+    for folder, extra, message in [
+        (unbuilt, [], f"data.dataset {unbuilt} has no authors_manifest.json: it is not a data set built for data.task"),
+        (
+            data[0],
+            ["--model.tokenizer", str(other)],
+            f"its passages were cut in tokens of another tokenizer ({linformer}) than the model's ({other})",
+        ),
+        (tmp_path / "nowhere", [], f"data.dataset {tmp_path / 'nowhere'} is not a local folder"),
+    ]:
+        code = finetune.main(
+            ["--config", os.path.join(REPO, author_attribution.RECIPE), "--no_progress"]
+            + ["--model.pretrained", linformer, "--data.dataset", json.dumps({"path": str(folder)})]
+            + ["--training.output_dir", str(out), "--training.max_steps", "1", *extra]
+        )
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert (code, len(lines)) == (2, 1) and not out.exists()  # before: it fine-tuned, and exited 0
+        assert message in lines[0] and "python -m experiments.author_attribution build --tokenizer" in lines[0]
+
+
 def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(
     data, linformer, tmp_path, forked_subprocesses
 ):
