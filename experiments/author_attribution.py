@@ -43,7 +43,8 @@ attention over the whole input, the Longformer recipe's first step), one ``pytho
 run each, one after another, in <output_dir>/runs/<run> (its console in <run>.log). A finished run (results.json
 written) is not repeated; a stopped one resumes from its last checkpoint. results.md and results.csv then give, per
 run, the test accuracy, the time per passage of inference (the test split's prediction, per passage) and the training
-time.
+time (the wall time of its segments, each child process one, in runs/<run>/timing.jsonl: a lower bound, marked so,
+where a segment's driver was killed outright and never wrote its end).
 
     python -m experiments.author_attribution build --books ../shared/data/gutenberg --tokenizer TEACHER_DIR \\
         --output_dir outputs/authors/data
@@ -54,15 +55,16 @@ Before anything is written, compare refuses what could not run to its end or wou
 an override the recipe does not take, a teacher that cannot be copied out to a longer n, a model reading more tokens
 than a passage holds (padding). Each Ctrl-C or SIGTERM reaches the running fine-tuning (the first: it checkpoints and
 stops; a second: at once; a driver killed outright sends it one SIGTERM), and no later run starts. compare.json in the
-folder records the data (every split's passages), the recipe, the overrides, the seed and the models (each by the
-SHA-256 of its config and weights, so the folders may move); once a run there has a result or a checkpoint, or another
-compare is running one, a compare with others into that folder is refused (its runs would be reported as the new ones).
-Compares with the same settings may share a folder, each running other runs (`--only`); a run another compare is
-running is refused (`claim_runs`).
+folder records the data (every split's passages), the recipe, the overrides, the seed, the models (each by the
+SHA-256 of its config and weights, so the folders may move) and how many tokens of a passage each run reads; once a
+run there has a result or a checkpoint, or another compare is running one, a compare with others into that folder is
+refused (its runs would be reported as the new ones). Compares with the same settings may share a folder, each running
+other runs (`--only`); a run another compare is running is refused (`claim_runs`).
 
 **Pooling** (`pool`): several compare folders of the same test passages (another fine-tuning seed each, or models from
 another pretraining seed), each run's accuracy per folder and their mean, and the differences passage by passage over
-all of them (`pooled_difference`):
+all of them (`pooled_difference`). A run of one name must read as many tokens in every folder (a model of another n
+is refused):
 
     python -m experiments.author_attribution pool outputs/authors outputs/authors-seed2 \\
         --output_dir outputs/authors-pooled
@@ -84,7 +86,7 @@ import sys
 import time
 
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.loading import model_sha256
+from linformer_hf.loading import model_sha256, vocabulary_sha256
 from linformer_hf.outputs import (
     check_output_dir,
     publish_folder,
@@ -97,11 +99,11 @@ from linformer_hf.outputs import (
 )
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
+from linformer_hf.training.tasks import AUTHORS_MANIFEST as MANIFEST  # the fine-tuning checks it (data.task authors)
 
 from .child_process import claim_runs, claimed_by_others, exclusive, run_child, stopped_message
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
-MANIFEST = "authors_manifest.json"
 COMPARISON = "compare.json"  # in a compare folder: the test passages its runs are scored on, the models, the overrides
 RECIPE = os.path.join("configs", "finetune", "authors.yaml")
 RESULT_COLUMNS = [
@@ -114,6 +116,7 @@ RESULT_COLUMNS = [
     "validation_accuracy",
     "updates",
     "training_seconds",
+    "training_segments_unended",
     "vs_teacher_points",
     "vs_teacher_ci95_low",
     "vs_teacher_ci95_high",
@@ -123,10 +126,6 @@ BOOTSTRAP_SAMPLES = 10_000
 POOLED_COLUMNS = ["run", "seeds", "test_accuracy_per_seed", "test_accuracy_mean"]
 PAIR_COLUMNS = ["run", "reference", "points", "ci95_low", "ci95_high", "p"]
 POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
-
-
-def vocabulary_sha256(tokenizer) -> str:
-    return hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()
 
 
 def book_shards(books: str) -> dict[str, list[str]]:
@@ -363,7 +362,7 @@ def build_dataset(
     manifest = {
         "books": os.path.abspath(books),
         "tokenizer": os.path.abspath(tokenizer_dir),
-        "vocabulary_sha256": vocabulary_sha256(tokenizer),
+        "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
         "passage_tokens": passage_tokens,
         "train_per_author": train_per_author,
         "dev_per_author": dev_per_author,
@@ -449,7 +448,7 @@ def prepare_model(run: dict, source_sha256: str | None) -> None:
 def check_tokenizer(model_dir: str, manifest: dict) -> None:
     from transformers import AutoTokenizer
 
-    if vocabulary_sha256(AutoTokenizer.from_pretrained(model_dir)) != manifest["vocabulary_sha256"]:
+    if vocabulary_sha256(AutoTokenizer.from_pretrained(model_dir).get_vocab()) != manifest["vocabulary_sha256"]:
         raise ConfigError(
             f"{model_dir}'s tokenizer is not the one the passages were cut with ({manifest['tokenizer']}): n tokens "
             "of another vocabulary are another amount of text. Build the data with this model's tokenizer."
@@ -462,6 +461,48 @@ def run_dir(output_dir: str, run: dict) -> str:
 
 def finished(directory: str) -> bool:
     return os.path.isfile(os.path.join(directory, "results.json"))
+
+
+TIMING = "timing.jsonl"  # in a run's folder: one line at each segment's start, one at its end (`begin_segment`)
+
+
+def begin_segment(directory: str) -> float:
+    """Append the start of a run segment (one child process) to the run's timing.jsonl, before the child starts, and
+    return its id (the time it began). Its end is appended when the child exits (`end_segment`): a driver killed
+    outright (SIGKILL, the OOM killer) never writes it, and the start left alone says that the run's time lacks a
+    segment (`training_time`), where before the segment vanished and the run was reported as faster than it was."""
+    os.makedirs(directory, exist_ok=True)
+    began = time.time()
+    with open(os.path.join(directory, TIMING), "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"began": began, "driver": os.getpid()}) + "\n")
+    return began
+
+
+def end_segment(directory: str, began: float, seconds: float, code: int) -> None:
+    """Append the end of the segment `begin_segment` started: its wall time (training and evaluations) and the
+    child's exit code."""
+    with open(os.path.join(directory, TIMING), "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"began": began, "seconds": seconds, "exit": code}) + "\n")
+
+
+def training_time(directory: str) -> tuple[float | None, int]:
+    """A run's wall seconds over the segments that ended (lines with "seconds", those written before segments
+    recorded their start among them), and how many segments began and recorded no end (their driver was killed
+    outright): with any, the seconds are a lower bound. (None, 0) without a timing.jsonl."""
+    path = os.path.join(directory, TIMING)
+    if not os.path.isfile(path):
+        return None, 0
+    lines = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by the kill: its segment's start, if any, is unmatched
+                continue
+    ended = [line for line in lines if "seconds" in line]
+    ends = {line["began"] for line in ended if "began" in line}
+    unended = sum(1 for line in lines if "seconds" not in line and line.get("began") not in ends)
+    return sum(line["seconds"] for line in ended), unended
 
 
 def command(run: dict, data: str, output_dir: str, recipe: str, shared: dict) -> list[str]:
@@ -478,7 +519,8 @@ def command(run: dict, data: str, output_dir: str, recipe: str, shared: dict) ->
         args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
     if glob.glob(os.path.join(directory, "checkpoint-*")):
         args += ["--training.resume_from_checkpoint", "latest"]
-    elif os.path.isdir(directory) and os.listdir(directory):  # stopped before its first checkpoint: nothing to keep
+    # Stopped before its first checkpoint (or not started: its timing.jsonl alone, `begin_segment`): nothing to keep.
+    elif os.path.isdir(directory) and os.listdir(directory):
         args += ["--training.overwrite_output_dir", "true"]
     return args
 
@@ -556,11 +598,7 @@ def collate(runs: list[dict], output_dir: str, max_seq_length: int | None) -> li
             continue
         with open(os.path.join(directory, "results.json"), encoding="utf-8") as fh:
             result = json.load(fh)
-        timing = os.path.join(directory, "timing.jsonl")
-        seconds = None
-        if os.path.isfile(timing):
-            with open(timing, encoding="utf-8") as fh:
-                seconds = sum(json.loads(line)["seconds"] for line in fh if line.strip())
+        seconds, unended = training_time(directory)
         test = result.get("test", {})
         rows.append(
             {
@@ -572,7 +610,8 @@ def collate(runs: list[dict], output_dir: str, max_seq_length: int | None) -> li
                 "seconds_per_passage": test.get("seconds_per_example"),
                 "validation_accuracy": result["best"]["accuracy"],
                 "updates": result["steps"],
-                "training_seconds": round(seconds, 1) if seconds is not None else None,
+                "training_seconds": round(seconds, 1) if seconds is not None else None,  # a lower bound if unended
+                "training_segments_unended": unended,
             }
         )
     return rows
@@ -653,6 +692,8 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict, max_seq_leng
         accuracy = f"{100 * r['test_accuracy']:.1f}" if r["test_accuracy"] is not None else "-"
         per_passage = f"{r['seconds_per_passage']:.4f}" if r["seconds_per_passage"] is not None else "-"
         training = f"{r['training_seconds']:,.0f}" if r["training_seconds"] is not None else "-"
+        if r["training_segments_unended"]:
+            training = f">= {training}"
         against = "-"
         if r.get("vs_teacher_points") is not None:
             against = (
@@ -663,6 +704,13 @@ def write_report(runs: list[dict], output_dir: str, manifest: dict, max_seq_leng
             f"| {r['run']} | {r['n']} | {accuracy} | {against} | {100 * r['validation_accuracy']:.1f} | {per_passage} "
             f"| {r['updates']} | {training} |"
         )
+    unended = [f"{r['run']} ({r['training_segments_unended']})" for r in rows if r["training_segments_unended"]]
+    if unended:  # not a silent undercount: say which runs' time lacks segments
+        lines += [
+            "",
+            f">= run s: a lower bound. Segments of these runs began and recorded no end (their driver was killed "
+            f"outright: SIGKILL, the OOM killer), so their time is not counted: {', '.join(unended)}.",
+        ]
     done = [run["name"] for run in runs if finished(run_dir(output_dir, run))]
     against_full = [(a, b) for a, b in reference_pairs(done) if b != "teacher"]
     if against_full:
@@ -744,6 +792,9 @@ RECORDED_SETTINGS = {
     "data_sha256": "the training and validation passages",
     "recipe_sha256": "the recipe",
 }
+# compare.json's tokens of each passage each run reads (`reading_length`), by run name: a run of one name in two
+# folders may be another model (`pool`), of another n. Unknown (not checked) in a record written before it was.
+READING = "reading_length"
 
 
 def has_results(output_dir: str) -> list[str]:
@@ -764,12 +815,14 @@ def record_comparison(
     recipe: str = RECIPE,
     seed: int | None = None,
     running: list[str] = (),
+    reading_lengths: dict[str, int] | None = None,
 ) -> dict:
-    """Write <output_dir>/compare.json (the passages, the recipe, the overrides and seed, the models) and return it,
-    or check that a folder holding earlier runs, or runs another compare is running now (``running``), was made with
-    the same ones: a finished run is never repeated, and a stopped one is resumed, so a compare of other data, another
-    seed or another model into the same folder would report the earlier runs under the new settings. A record whose
-    runs left nothing (a compare that failed before its first checkpoint) is replaced."""
+    """Write <output_dir>/compare.json (the passages, the recipe, the overrides and seed, the models, and how many
+    tokens of a passage each run reads: ``reading_lengths``, by run name, `reading_length`) and return it, or check
+    that a folder holding earlier runs, or runs another compare is running now (``running``), was made with the same
+    ones: a finished run is never repeated, and a stopped one is resumed, so a compare of other data, another seed or
+    another model into the same folder would report the earlier runs under the new settings. A record whose runs left
+    nothing (a compare that failed before its first checkpoint) is replaced."""
     sources = {source: model_record(source) for source in {run["source"] for run in runs}}  # each folder hashed once
     record = {
         "data": os.path.abspath(data),
@@ -781,6 +834,8 @@ def record_comparison(
         "seed": seed,  # the fine-tuning seed, the recipe's own when --shared does not set it
         "models": {run["name"]: sources[run["source"]] for run in runs},
     }
+    if reading_lengths is not None:
+        record[READING] = dict(reading_lengths)
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, COMPARISON)
     kept = has_results(output_dir) + [f"{name}, being run now" for name in running]
@@ -790,6 +845,10 @@ def record_comparison(
         for key in [*RECORDED_SETTINGS, "recipe", "seed"]:  # unknown for the earlier runs: left unknown
             if key not in earlier:
                 record.pop(key)
+        # What a run reads follows from the recipe, the overrides and the model, all checked below: for earlier runs
+        # whose recipe is unknown (a record of 2026-11-28), it is unknown too.
+        if READING not in earlier and "recipe_sha256" not in record:
+            record.pop(READING, None)
         changed = [label for key, label in RECORDED_SETTINGS.items() if key in earlier and earlier[key] != record[key]]
         if settings(earlier) != settings(record):
             changed.append(f"the overrides and seed (then {settings(earlier)}, now {settings(record)})")
@@ -800,6 +859,11 @@ def record_comparison(
             if name in earlier["models"]
             and model_identity(earlier["models"][name]) not in (model_identity(model), os.path.realpath(model["path"]))
         ]
+        changed += [
+            f"what the {name} run reads (then {earlier[READING][name]:,} tokens, now {length:,})"
+            for name, length in record.get(READING, {}).items()
+            if name in earlier.get(READING, {}) and earlier[READING][name] != length
+        ]
         if changed:
             raise ConfigError(
                 f"{output_dir} holds runs ({', '.join(kept)}) made with other settings ({'; '.join(changed)} "
@@ -807,6 +871,8 @@ def record_comparison(
                 "comparison's. Run the command they were made with, or give another --output_dir."
             )
         record["models"] = {**earlier["models"], **record["models"]}
+        if READING in record:
+            record[READING] = {**earlier.get(READING, {}), **record[READING]}
     write_json_atomic(path, record)
     return record
 
@@ -873,7 +939,8 @@ def pool(
     """Pool compare folders of the same test passages (another fine-tuning seed each, or other pretrained models of
     the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
     and the pairs of `reference_pairs` over all folders (`pooled_difference`). Runs not finished in every folder are
-    named, not pooled. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
+    named, not pooled; runs of one name that read other numbers of tokens (compare.json's reading_length: another
+    model's n) are refused. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
     (a books folder): the test passages its training books also hold are left out
     (`test_passages_in_training_books`). `without_test_of` (a data set folder): the test passages of that data set's
     test split are left out, so that folders `rescore`d on more passages are pooled on the new ones alone."""
@@ -916,6 +983,15 @@ def pool(
             + "): pooled, that change would pass for seed noise. Pool only comparisons that differ in the seed (and "
             "the models)."
         )
+    for name in sorted({name for record in records for name in record.get(READING, {})}):
+        read = {f: r[READING][name] for f, r in zip(folders, records, strict=True) if name in r.get(READING, {})}
+        if len(set(read.values())) > 1:  # another model of another n, or another data.max_seq_length
+            raise ConfigError(
+                f"the {name} runs read other numbers of tokens of each passage ("
+                + "; ".join(f"{folder}: {length:,}" for folder, length in read.items())
+                + "): pooled, reading more or less would pass for seed noise. Pool only folders whose runs of one "
+                "name read as many tokens (models of the same n, the same data.max_seq_length)."
+            )
     for i, j in itertools.combinations(range(len(records)), 2):
         if settings(records[i]) == settings(records[j]) and identities(records[i]) == identities(records[j]):
             raise ConfigError(
@@ -1126,11 +1202,12 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
 
     staging = unique_staging_folder(output_dir)
     try:
-        runs = []
+        runs, lengths = [], {}
         for name, best in kept.items():
             n = int(name[len("full-n") :]) if name.startswith("full-n") else None
             runs.append({"name": name, "model": best, "source": best, "n": n})
             length = resolved.data.max_seq_length or max_input_length(AutoConfig.from_pretrained(best))
+            lengths[name] = length
             print(f"{name}: {len(test)} passages at {length} tokens", flush=True)
             answers, seconds = predict_passages(
                 best, [row["text"] for row in test], length, resolved.training.per_device_eval_batch_size
@@ -1173,6 +1250,7 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
                 "data": os.path.abspath(data),
                 "test_passages_sha256": test_passages_sha256(data),
                 "data_sha256": data_sha256(data),  # its training and validation passages: the folder's (checked)
+                READING: lengths,
                 "rescored_from": {"folder": os.path.realpath(folder), "data": record["data"]},
             },
         )
@@ -1225,20 +1303,23 @@ def compare(
         # settings, one is refused.
         with exclusive(os.path.join(output_dir, ".compare.lock")):
             running = claimed_by_others(output_dir, mine)
-            record = record_comparison(output_dir, data, runs, shared, recipe, resolved.training.seed, running)
+            reading = {run["name"]: reading_length(run, max_seq_length) for run in runs}
+            record = record_comparison(
+                output_dir, data, runs, shared, recipe, resolved.training.seed, running, reading_lengths=reading
+            )
         for run in pending:
             prepare_model(run, record["models"][run["name"]]["sha256"])
+            # Its start recorded before the command is made: a first segment's line is then in the run's folder,
+            # which the command starts over (`command`).
+            began = begin_segment(run_dir(output_dir, run))
             args = command(run, data, output_dir, recipe, shared)
-            os.makedirs(os.path.join(output_dir, "runs"), exist_ok=True)
             console = os.path.join(output_dir, f"{run['name']}.log")
             with open(console, "a", encoding="utf-8") as log:
                 log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()}\n# {' '.join(args)}\n")
                 log.flush()
-                began = time.perf_counter()
+                started = time.perf_counter()
                 code, stopped_by = run_child(args, log, claims[run["name"]])
-            if os.path.isdir(run_dir(output_dir, run)):  # this segment's wall time, training and evaluations
-                with open(os.path.join(run_dir(output_dir, run), "timing.jsonl"), "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"seconds": time.perf_counter() - began, "exit": code}) + "\n")
+            end_segment(run_dir(output_dir, run), began, time.perf_counter() - started, code)
             if stopped_by is not None or code != 0:
                 write_report(runs, output_dir, manifest, max_seq_length)
             if stopped_by is not None:

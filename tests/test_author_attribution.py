@@ -218,9 +218,13 @@ def test_compare_runs_each_model_once_and_reports(data, linformer, tmp_path, mon
     assert all(float(r["seconds_per_passage"]) > 0 and int(r["test_passages"]) == 9 for r in rows)
     assert "| full-n128 | 128 |" in text and os.path.isfile(os.path.join(out, "results.md"))
     assert rows[1]["vs_teacher_points"] == "" and rows[0]["vs_teacher_mcnemar_p"] != ""  # each against the teacher
+    assert all(float(r["training_seconds"]) > 0 and r["training_segments_unended"] == "0" for r in rows)
+    assert ">=" not in text
     assert "- linformer against full-n128: " in text  # and the Linformer against full attention
     with open(os.path.join(out, "compare.json"), encoding="utf-8") as fh:
-        assert json.load(fh)["test_passages_sha256"] == author_attribution.test_passages_sha256(data[0])
+        record = json.load(fh)
+    assert record["test_passages_sha256"] == author_attribution.test_passages_sha256(data[0])
+    assert record["reading_length"] == {"linformer": PASSAGE, "teacher": 64, f"full-n{PASSAGE}": PASSAGE}
     with open(os.path.join(out, "models", f"teacher-n{PASSAGE}", "extension_report.json")) as fh:
         assert json.load(fh)["source_positions"] == 64  # the teacher's 64 positions copied out to 128
     calls.clear()
@@ -323,6 +327,39 @@ def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
         load_task_data(recipe)
 
 
+def test_fine_tuning_the_task_on_what_is_not_its_data_set_is_refused_before_any_work(data, linformer, tmp_path, capsys):
+    """data.task authors fine-tuned on any folder of texts and ClassLabel labels as the author-attribution data set
+    (no authors_manifest.json: passages of no known length), and on passages cut in another tokenizer's tokens than
+    the model's (another amount of text each; fewer than n: padding). Each is refused in one line naming the problem
+    and the fix, before the output folder is made."""
+    from linformer_hf.training import finetune
+    from linformer_hf.training.tokenizer import iter_text_files, train_bpe_tokenizer
+
+    unbuilt = tmp_path / "unbuilt"
+    shutil.copytree(data[0], unbuilt)
+    os.remove(unbuilt / author_attribution.MANIFEST)
+    other = tmp_path / "other-tokenizer"
+    train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(other), vocab_size=600, model_max_length=PASSAGE)
+    out = tmp_path / "run"
+    for folder, extra, message in [
+        (unbuilt, [], f"data.dataset {unbuilt} has no authors_manifest.json: it is not a data set built for data.task"),
+        (
+            data[0],
+            ["--model.tokenizer", str(other)],
+            f"its passages were cut in tokens of another tokenizer ({linformer}) than the model's ({other})",
+        ),
+        (tmp_path / "nowhere", [], f"data.dataset {tmp_path / 'nowhere'} is not a local folder"),
+    ]:
+        code = finetune.main(
+            ["--config", os.path.join(REPO, author_attribution.RECIPE), "--no_progress"]
+            + ["--model.pretrained", linformer, "--data.dataset", json.dumps({"path": str(folder)})]
+            + ["--training.output_dir", str(out), "--training.max_steps", "1", *extra]
+        )
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert (code, len(lines)) == (2, 1) and not out.exists()  # before: it fine-tuned, and exited 0
+        assert message in lines[0] and "python -m experiments.author_attribution build --tokenizer" in lines[0]
+
+
 def test_a_stopped_run_resumes_and_a_copy_must_be_longer_than_the_teacher(
     data, linformer, tmp_path, forked_subprocesses
 ):
@@ -359,11 +396,14 @@ def test_the_paired_difference_against_the_teacher():
         author_attribution.paired_difference(better[:-1], teacher)
 
 
-def _fake_compare(folder, data, shared, answers, seed=None, recipe=author_attribution.RECIPE):
-    """A compare folder as compare leaves it, without fine-tuning: compare.json, and each run's results.json and
-    predictions_test.tsv with the given right (1) / wrong (0) answers on the data's test passages."""
+def _fake_compare(folder, data, shared, answers, seed=None, recipe=author_attribution.RECIPE, reading=None):
+    """A compare folder as compare leaves it, without fine-tuning: compare.json (with the tokens each run reads,
+    ``reading``, when given), and each run's results.json and predictions_test.tsv with the given right (1) / wrong
+    (0) answers on the data's test passages."""
     runs = [{"name": name, "source": f"/models/{name}"} for name in answers]
-    author_attribution.record_comparison(str(folder), data, runs, shared, os.path.join(REPO, recipe), seed)
+    author_attribution.record_comparison(
+        str(folder), data, runs, shared, os.path.join(REPO, recipe), seed, reading_lengths=reading
+    )
     for name, right in answers.items():
         run = folder / "runs" / name
         run.mkdir(parents=True)
@@ -436,6 +476,32 @@ def test_pool_averages_seeds_passage_by_passage_and_refuses_what_is_not_the_same
     assert not os.path.exists(os.path.join(one, "runs", "pooled.csv"))
     with pytest.raises(ConfigError, match="has no compare.json"):
         author_attribution.pool([one, str(tmp_path / "seed2" / "runs")], out)
+
+
+def test_pool_refuses_runs_of_one_name_that_read_other_lengths(data, tmp_path, capsys):
+    """A run name may stand for other models in other folders (another pretraining seed's): a linformer of another n
+    reads other tokens of each passage, which pooled would pass for seed noise. Refused in one line naming the run,
+    the folders and the lengths; a folder recorded before the lengths were (2026-11-28) leaves them unknown, and is
+    pooled with either."""
+    answers = {"linformer": [1] * 9, "teacher": [0] * 9}
+    one = _fake_compare(
+        tmp_path / "one", data[0], {"training.seed": 1}, answers, reading={"linformer": 128, "teacher": 64}
+    )
+    two = _fake_compare(
+        tmp_path / "two", data[0], {"training.seed": 2}, answers, reading={"linformer": 96, "teacher": 64}
+    )
+    out = str(tmp_path / "pooled")
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main(["pool", one, two, "--output_dir", out])
+    error = capsys.readouterr().err.strip()
+    assert stop.value.code == 2 and len(error.splitlines()) == 1
+    assert f"the linformer runs read other numbers of tokens of each passage ({one}: 128; {two}: 96)" in error
+    assert not os.path.exists(out)
+    legacy = _fake_compare(tmp_path / "legacy", data[0], {"training.seed": 3}, answers)
+    same = _fake_compare(tmp_path / "same", data[0], {"training.seed": 4}, answers, reading={"linformer": 128})
+    assert "| linformer | 100.0 100.0 100.0 | 100.0 |" in author_attribution.pool([one, legacy, same], out)
+    with pytest.raises(ConfigError, match=f"the linformer runs read other .*{two}: 96; .*same: 128"):
+        author_attribution.pool([legacy, two, same], out, overwrite=True)  # the unknown one aside
 
 
 def test_the_pooled_difference_is_the_paired_one_for_one_seed_and_averages_seeds():
@@ -579,6 +645,55 @@ def test_a_stop_signal_to_compare_reaches_the_running_fine_tuning_once(data, lin
     assert events.read_text().splitlines() == ["linformer started", "linformer got SIGINT"]
 
 
+def test_a_segment_whose_driver_was_killed_makes_the_run_time_a_lower_bound(data, linformer, tmp_path, monkeypatch):
+    """compare wrote a segment's wall time only once its child had exited: a driver killed outright (SIGKILL, the OOM
+    killer) lost that segment, and the report gave the rest as the run's time, too small with nothing to say so. A
+    segment's start is now written first: one that never ended makes the run's time a lower bound, marked and named.
+    Lines written before segments recorded their start (seconds and exit alone) still count."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "prepare_model", lambda run, source_sha256: None)
+
+    class Killed(BaseException):
+        """The driver's end at a SIGKILL: nothing after the child's start runs."""
+
+    def killed(args, log, claim):
+        raise Killed
+
+    commands = []
+
+    def finishing(args, log, claim):
+        commands.append(args)
+        run = args[args.index("--training.output_dir") + 1]
+        os.makedirs(run, exist_ok=True)  # as the fine-tuning does
+        test = {"accuracy": 1 / 3, "examples": 9, "seconds_per_example": 0.01}
+        with open(os.path.join(run, "results.json"), "w", encoding="utf-8") as fh:
+            json.dump({"best": {"accuracy": 0.5}, "steps": 3, "test": test}, fh)
+        lines = ["index\tprediction\tlabel"] + [f"{i}\t{i % 3}\t0" for i in range(9)]
+        with open(os.path.join(run, "predictions_test.tsv"), "w", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+        return 0, None
+
+    out = tmp_path / "compare"
+    monkeypatch.setattr(author_attribution, "run_child", killed)
+    with pytest.raises(Killed):
+        author_attribution.compare(data[0], str(out), linformer)
+    monkeypatch.setattr(author_attribution, "run_child", finishing)
+    text = author_attribution.compare(data[0], str(out), linformer)
+    assert "| >= 0 |" in text and "so their time is not counted: linformer (1)." in text
+    with open(out / "results.csv", encoding="utf-8") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["training_segments_unended"] == "1" and float(row["training_seconds"]) < 60
+    # The killed segment's start is all its folder holds: the next segment starts over, not refused as another run's.
+    assert commands[0][-2:] == ["--training.overwrite_output_dir", "true"]
+    timing = out / "runs" / "linformer" / "timing.jsonl"
+    ours = timing.read_text()
+    timing.write_text('{"seconds": 1000.0, "exit": -9}\n' + ours)  # a segment of before: counted, ended
+    seconds, unended = author_attribution.training_time(str(out / "runs" / "linformer"))
+    assert 1000 <= seconds < 1060 and unended == 1
+    timing.write_text('{"seconds": 1000.0, "exit": -9}\n{"seconds": 20.5, "exit": 0}\n')
+    assert author_attribution.training_time(str(out / "runs" / "linformer")) == (1020.5, 0)
+
+
 def test_a_copied_out_teacher_is_made_again_for_another_teacher(linformer, tmp_path, monkeypatch):
     """models/teacher-n<n> of a teacher whose record was replaced (no run had a result) is not fine-tuned as the new
     teacher's: it is made again from it, once."""
@@ -625,8 +740,10 @@ def test_a_record_from_before_a_setting_was_recorded_resumes_and_leaves_it_unkno
     with open(out / "compare.json", encoding="utf-8") as fh:
         legacy = {k: v for k, v in json.load(fh).items() if k in ("data", "test_passages_sha256", "shared", "models")}
     (out / "compare.json").write_text(json.dumps(legacy))
-    record = author_attribution.record_comparison(str(out), data[0], runs, {"training.num_train_epochs": 5}, seed=1)
-    assert set(record) == set(legacy)
+    record = author_attribution.record_comparison(
+        str(out), data[0], runs, {"training.num_train_epochs": 5}, seed=1, reading_lengths={"teacher": 64}
+    )
+    assert set(record) == set(legacy)  # what its runs read is unknown too: their recipe is
     with pytest.raises(
         ConfigError, match="then {'training.num_train_epochs': 5}, now {'training.num_train_epochs': 4}"
     ):
@@ -638,6 +755,11 @@ def test_a_record_from_before_a_setting_was_recorded_resumes_and_leaves_it_unkno
     author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 1}, seed=1)  # the same seed
     with pytest.raises(ConfigError, match="'training.seed': 2"):
         author_attribution.record_comparison(str(new), data[0], runs, {"training.seed": 2}, seed=2)
+    # A record of the recipe but not of what the runs read (the recipe, overrides and models decide it): filled in.
+    record = author_attribution.record_comparison(str(new), data[0], runs, {}, seed=1, reading_lengths={"teacher": 64})
+    assert record["reading_length"] == {"teacher": 64}
+    with pytest.raises(ConfigError, match=r"what the teacher run reads \(then 64 tokens, now 96\)"):
+        author_attribution.record_comparison(str(new), data[0], runs, {}, seed=1, reading_lengths={"teacher": 96})
 
 
 def test_a_compare_beside_a_running_one_shares_its_settings_and_never_its_runs(data, linformer, tmp_path, monkeypatch):
@@ -728,6 +850,8 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
         assert result["rescored"]["recorded_passages"] == data[1]["passages"]["test"]
         assert result["rescored"]["recorded_answers_agreeing"] == data[1]["passages"]["test"]
         assert result["rescored"]["reads"] == (PASSAGE if name == "linformer" else 64)
+    with open(os.path.join(rescored, "compare.json"), encoding="utf-8") as fh:
+        assert json.load(fh)["reading_length"] == {"linformer": PASSAGE, "teacher": 64}
         with open(os.path.join(rescored, "runs", name, "predictions_test.tsv"), encoding="utf-8") as fh:
             answers = list(csv.DictReader(fh, delimiter="\t"))
         with open(os.path.join(out, "runs", name, "predictions_test.tsv"), encoding="utf-8") as fh:

@@ -5,15 +5,17 @@ configs and splits) built from real rows of ../shared/data, as they run where th
 
 import csv
 import glob
+import json
 import os
 
 import pytest
 from datasets import ClassLabel, Features, Value
 from training_utils import DATA, REPO, save_tiny_pretrained_linformer, write_hub_dataset
 
+from linformer_hf.loading import tokenizer_vocabulary, vocabulary_sha256
 from linformer_hf.training.config import FinetuneRecipe, load_recipe
 from linformer_hf.training.finetuning import run_finetuning
-from linformer_hf.training.tasks import TASKS
+from linformer_hf.training.tasks import AUTHORS_MANIFEST, TASKS
 
 ROWS = 24  # of each split: enough for a batch and an evaluation
 
@@ -44,7 +46,7 @@ def _own_datasets_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def hub_stand_ins(tmp_path_factory):
+def hub_stand_ins(tmp_path_factory, pretrained_dir):
     """``glue`` (configs sst2, qnli, qqp) and ``imdb`` folders, named as the recipes name the Hub datasets."""
     root = tmp_path_factory.mktemp("hub")
     sst2 = _tsv_rows(os.path.join(DATA, "sst2", "train.tsv"), 2 * ROWS)
@@ -75,14 +77,18 @@ def hub_stand_ins(tmp_path_factory):
         features=_features(["text"], ["neg", "pos"]),
     )
     # The authors recipe's local data set (experiments/author_attribution.py builds it), where the recipe names it:
-    # IMDB reviews labelled with three authors' names, in train, validation and test splits.
+    # IMDB reviews labelled with three authors' names, in train, validation and test splits, and the manifest the
+    # build writes, naming the model's tokenizer as the one that cut them (the fine-tuning checks it).
     authors = ["Alcott, Louisa May", "Austen, Jane", "Twain, Mark"]
     reviews = [{"text": r["text"], "label": i % 3} for i, r in enumerate(_imdb_rows(1500, 3 * ROWS))]
-    write_hub_dataset(
+    folder = write_hub_dataset(
         root / "outputs" / "authors" / "data",
         {"train": [reviews[:ROWS]], "validation": [reviews[ROWS : 2 * ROWS]], "test": [reviews[2 * ROWS :]]},
         features=_features(["text"], authors),
     )
+    with open(os.path.join(folder, AUTHORS_MANIFEST), "w", encoding="utf-8") as fh:
+        vocabulary = vocabulary_sha256(tokenizer_vocabulary(pretrained_dir))
+        json.dump({"tokenizer": pretrained_dir, "vocabulary_sha256": vocabulary}, fh)
     return root
 
 

@@ -4,6 +4,7 @@ checked first."""
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 
@@ -147,6 +148,13 @@ def model_sha256(folder: str) -> str:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def vocabulary_sha256(vocabulary: dict) -> str:
+    """The SHA-256 of a tokenizer's vocabulary (``get_vocab()``, its tokens and ids): which tokenizer a length in
+    tokens was measured with. An author-attribution data set's manifest records its tokenizer's (`tasks.Task.manifest`),
+    and fine-tuning on it checks the model's against it."""
+    return hashlib.sha256(json.dumps(sorted(vocabulary.items())).encode()).hexdigest()
 
 
 def tokenizer_vocabulary(path: str):

@@ -25,8 +25,9 @@ on the schedule (or when no evaluation fell in the run), and ``mixed_precision``
 
 The run reads top-down in `run_finetuning`, one step per module, each returning what the next takes:
 
-1. `finetuning_data.load_task`: the task's splits read and checked (files or the Hub, columns, labels), its classes
-   and their names; with a teacher, `distillation.check_teacher`. Nothing is written before these checks.
+1. `finetuning_data.load_task`: the task's splits read and checked (files or the Hub, columns, labels; a data set
+   built for its task, by its manifest and tokenizer), its classes and their names; with a teacher,
+   `distillation.check_teacher`. Nothing is written before these checks.
 2. `finetuning_setup.start_run`: `TrainingArguments` from the recipe, the output directory claimed and locked, the
    checkpoint to resume from.
 3. `finetuning_model.load_classifier`: the model (converted from RoBERTa first where the recipe says), its tokenizer

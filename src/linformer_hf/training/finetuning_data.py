@@ -1,10 +1,13 @@
 """The fine-tuning task's data, read and checked before any output or model: local files (.tsv, .csv, .json(l)) or
-the task's Hub data set, their columns and labels checked, and the names of the classes the model is saved with."""
+the task's Hub data set, their columns and labels checked (and a data set built for its task, its manifest and
+tokenizer), and the names of the classes the model is saved with."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import os
 from dataclasses import dataclass
 
 from .config import ConfigError, FinetuneRecipe
@@ -24,10 +27,56 @@ class TaskData:
 
 
 def load_task(recipe: FinetuneRecipe) -> TaskData:
-    """The task's splits read and checked (`load_task_data`), with the task's classes and their names."""
+    """The task's splits read and checked (`load_task_data`; a data set built for the task first:
+    `check_built_data`), with the task's classes and their names."""
+    check_built_data(recipe)
     splits = load_task_data(recipe)
     task = with_classes_of(TASKS[recipe.data.task], splits["train"])
     return TaskData(task, splits, label_names(splits["train"], task))
+
+
+def check_built_data(recipe: FinetuneRecipe) -> None:
+    """For a task whose data set is built for it (`Task.manifest`: author attribution), before anything is read:
+    data.dataset is a folder holding the builder's manifest, and its passages were cut with the model's tokenizer
+    (the manifest's vocabulary_sha256). Without this, any folder of texts and ClassLabel labels was fine-tuned on as
+    the task's data set (its passages of no known length), and so were passages measured in another tokenizer's
+    tokens: another amount of text each, which may hold fewer than the model's n (padding, read as text)."""
+    dcfg, mcfg = recipe.data, recipe.model
+    task = TASKS[dcfg.task]
+    if task.manifest is None:
+        return
+    build = f"{task.built_by} --tokenizer {mcfg.tokenizer or mcfg.pretrained} --output_dir FOLDER"
+    if dcfg.dataset is None:
+        raise ConfigError(
+            f"data.task {dcfg.task} reads a data set built for it, as data.dataset: {{path: FOLDER}}, not "
+            f"data.train_file ({dcfg.train_file}). Build one ({build}) and give its folder."
+        )
+    path = dcfg.dataset.get("path")
+    if not os.path.isdir(str(path)):
+        raise ConfigError(
+            f"data.dataset {path} is not a local folder, and data.task {dcfg.task} reads the folder its builder "
+            f"writes, with {task.manifest}. Build one ({build}) and give its folder."
+        )
+    manifest_path = os.path.join(path, task.manifest)
+    if not os.path.isfile(manifest_path):
+        raise ConfigError(
+            f"data.dataset {path} has no {task.manifest}: it is not a data set built for data.task {dcfg.task} "
+            f"(passages of a known length in the model's tokens). Build one ({build}) and give its folder, or give "
+            "another data.task."
+        )
+    with open(manifest_path, encoding="utf-8") as fh:
+        manifest = json.load(fh)
+    from ..loading import tokenizer_vocabulary, vocabulary_sha256
+
+    tokenizer_dir = mcfg.tokenizer or mcfg.pretrained
+    vocabulary = tokenizer_vocabulary(tokenizer_dir)  # None: no tokenizer there, which loading the model reports
+    if vocabulary is not None and vocabulary_sha256(vocabulary) != manifest.get("vocabulary_sha256"):
+        raise ConfigError(
+            f"data.dataset {path}: its passages were cut in tokens of another tokenizer "
+            f"({manifest.get('tokenizer', 'not recorded')}) than the model's ({tokenizer_dir}), and n tokens of "
+            f"another vocabulary are another amount of text (fewer than n: padding). Build the data set with this "
+            f"model's tokenizer ({build}), or fine-tune a model of that tokenizer."
+        )
 
 
 def load_task_data(recipe: FinetuneRecipe) -> dict:

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
+# In an author-attribution data set's folder (experiments/author_attribution.py build writes it): the settings and
+# counts it was built with, among them the `loading.vocabulary_sha256` of the tokenizer that cut its passages.
+AUTHORS_MANIFEST = "authors_manifest.json"
+
 
 @dataclass(frozen=True)
 class Task:
@@ -27,6 +31,12 @@ class Task:
     # A split of data.dataset scored once at the end by the model kept (results.json "test"), when the data set has
     # it; the model is chosen on eval_split. None: only data.test_file is.
     test_split: str | None = None
+    # For a task whose data set is built for it, cut to lengths in tokens of one tokenizer: the file its folder holds
+    # (a JSON object with that tokenizer's "vocabulary_sha256" and its folder, "tokenizer"), and the command that
+    # builds it. Fine-tuning refuses a data.dataset without it, or of another tokenizer than the model's
+    # (finetuning_data.check_built_data). None: any data set in the task's columns.
+    manifest: str | None = None
+    built_by: str | None = None
 
 
 TASKS = {
@@ -53,7 +63,16 @@ TASKS = {
     # folder in a Hub dataset's layout, given as data.dataset): `train` passages of the training books, `validation`
     # other passages of the same books (to choose the model on), `test` passages of held-out books (the score).
     # The classes are the authors, named by the data set's ClassLabel.
-    "authors": Task(("text",), None, "train", "validation", num_labels=None, test_split="test"),
+    "authors": Task(
+        ("text",),
+        None,
+        "train",
+        "validation",
+        num_labels=None,
+        test_split="test",
+        manifest=AUTHORS_MANIFEST,
+        built_by="python -m experiments.author_attribution build",
+    ),
 }
 
 
