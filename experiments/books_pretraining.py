@@ -415,6 +415,116 @@ def run_one(plan: BooksPlan, run: Run, claim: int | None = None) -> None:
         raise SystemExit(f"run {run.name} exited with {code}; its console is {plan.output_dir}/{run.name}.log")
 
 
+# The validation text looked for in the training books: a slice of OVERLAP_CHARACTERS (author_attribution's) every
+# OVERLAP_EVERY characters of the validation blocks' text.
+OVERLAP_EVERY = 1000
+OVERLAP_FILE = "validation_overlap.json"
+
+
+def training_updates(trainer) -> int:
+    """How many batches a run's training reads: its updates times the batches of one update."""
+    return trainer.args.max_steps * trainer.args.gradient_accumulation_steps
+
+
+def block_text(batch, tokenizer) -> str:
+    """The text of a batch's blocks as read before masking (a masked position's label is its token), normalised."""
+    from .author_attribution import normalised
+
+    ids = batch["input_ids"].clone()
+    masked = batch["labels"] != -100
+    ids[masked] = batch["labels"][masked]
+    return normalised(tokenizer.decode(ids.reshape(-1).tolist()))
+
+
+def validation_overlap(plan: BooksPlan) -> dict:
+    """How much of the validation tokens' text the training books also hold (a story both in a held-out book and in a
+    training collection, a volume of an edition), and for each training seed of the plan which updates read a block
+    holding it: slices of the validation blocks' text (`OVERLAP_EVERY`), looked for in the training books, then in
+    the text of every block each seed's training reads (the runs of one seed read the same blocks in the same order,
+    so the first run of each seed stands for them all). Written to <output_dir>/validation_overlap.json."""
+    import glob
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from linformer_hf.training.pretraining import build_trainer
+
+    from .author_attribution import OVERLAP_CHARACTERS, normalised
+
+    seeds: dict[int, Run] = {}
+    for run in plan.runs:
+        seeds.setdefault(recipe(plan, run).training.seed, run)
+    sources = recipe(plan, plan.runs[0]).data.datasets
+    shards = [
+        path
+        for source in sources
+        for path in sorted(glob.glob(os.path.join(source.get("path", ""), f"{source.get('split', 'train')}*.parquet")))
+    ]
+    if not sources or len(shards) == 0 or any(not os.path.isdir(source.get("path", "")) for source in sources):
+        raise ConfigError(
+            "--validation_overlap reads the training books from local folders of parquet shards in the Hub's layout "
+            f"(data.datasets), and the plan's are {sources}."
+        )
+    result = {"slice_characters": OVERLAP_CHARACTERS, "every_characters": OVERLAP_EVERY, "seeds": {}}
+    found: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for seed, run in seeds.items():
+            resolved = recipe(plan, run)
+            resolved.training.output_dir = os.path.join(scratch, run.name)
+            trainer = build_trainer(resolved, show_progress=False)
+            try:
+                tokenizer = trainer.processing_class
+                if not result["seeds"]:  # the validation blocks are every run's
+                    text = "".join(block_text(batch, tokenizer) for batch in trainer.get_eval_dataloader())
+                    slices = [text[i : i + OVERLAP_CHARACTERS] for i in range(0, len(text), OVERLAP_EVERY)]
+                    slices = [piece for piece in slices if len(piece) == OVERLAP_CHARACTERS]
+                    training_text = "\n".join(
+                        normalised(book)
+                        for shard in shards
+                        for book in pq.read_table(shard, columns=["text"])["text"].to_pylist()
+                    )
+                    found = [piece for piece in slices if piece in training_text]
+                    del training_text
+                    result.update(
+                        {
+                            "validation_characters": len(text),
+                            "slices": len(slices),
+                            "slices_in_training_books": len(found),
+                        }
+                    )
+                updates = {}
+                if found:
+                    for index, batch in zip(range(training_updates(trainer)), trainer.get_train_dataloader()):
+                        read = block_text(batch, tokenizer)
+                        # a slice across two blocks is read half in each: either half counts
+                        halves = ((piece[: len(piece) // 2], piece[len(piece) // 2 :]) for piece in found)
+                        hits = sum(first in read or second in read for first, second in halves)
+                        if hits:
+                            update = index // trainer.args.gradient_accumulation_steps + 1
+                            updates[update] = updates.get(update, 0) + hits
+                result["seeds"][str(seed)] = {
+                    "runs": [r.name for r in plan.runs if recipe(plan, r).training.seed == seed],
+                    "updates_reading_it": updates,  # update (from 1): how many of the found slices its blocks hold
+                }
+            finally:
+                trainer.close()
+    os.makedirs(plan.output_dir, exist_ok=True)
+    write_json_atomic(os.path.join(plan.output_dir, OVERLAP_FILE), result)
+    return result
+
+
+def overlap_summary(result: dict) -> str:
+    lines = [
+        f"{result['slices_in_training_books']} of {result['slices']} slices of the validation text "
+        f"({result['slice_characters']} characters every {result['every_characters']:,}) are in training books."
+    ]
+    for seed, entry in result["seeds"].items():
+        updates = entry["updates_reading_it"]
+        read = ", ".join(f"update {u} ({hits} slices)" for u, hits in updates.items()) or "no update"
+        lines.append(f"seed {seed} ({', '.join(entry['runs'])}): {read} read a block holding them.")
+    return "\n".join(lines)
+
+
 def load_plan(path: str) -> BooksPlan:
     plan = build_section(BooksPlan, load_yaml(path, given_as="--plan"))
     plan.validate()
@@ -426,6 +536,11 @@ def main(argv=None):
     parser.add_argument("--plan", required=True)
     parser.add_argument("--only", nargs="+", help="run only these runs of the plan")
     parser.add_argument("--report", action="store_true", help="collate the finished and running runs, run nothing")
+    parser.add_argument(
+        "--validation_overlap",
+        action="store_true",
+        help="how much validation text the training books hold, and which updates of each seed read it; run nothing",
+    )
     args = parser.parse_args(argv)
     try:
         plan = load_plan(args.plan)
@@ -433,6 +548,9 @@ def main(argv=None):
         if unknown:
             raise ConfigError(f"--only names unknown runs {unknown}; the plan's are {[r.name for r in plan.runs]}.")
         check_settings(plan)
+        if args.validation_overlap:
+            print(overlap_summary(validation_overlap(plan)))
+            return
         if args.report and not any(log_rows(run_dir(plan, run)) for run in plan.runs):
             # nothing would be collated: an empty results.md, results.json and curves.csv, and exit 0, said otherwise
             raise ConfigError(

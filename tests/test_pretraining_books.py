@@ -1082,3 +1082,58 @@ def test_a_resumed_uptraining_reads_its_checkpoint_not_the_source_and_repeats_th
     # final/ still names the source the run was converted from
     with open(os.path.join(resumed["final_dir"], "conversion_report.json"), encoding="utf-8") as fh:
         assert json.load(fh)["source"] == str(source)
+
+
+def test_validation_text_that_training_books_hold_is_found_with_the_updates_that_read_it(tokenizer_dir, tmp_path):
+    """books_pretraining --validation_overlap: a held-out book that starts with a passage of a training book (a story
+    in a collection too) has that text found among the training books, and each seed of the plan names the updates
+    whose blocks hold it; held-out books of their own text find nothing."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    real = _real_books(8)
+    held_out = [{**real[6], "text": real[0]["text"][3000:7000] + "\n\n" + real[6]["text"]}, real[7]]
+    overlapping = write_hub_dataset(tmp_path / "books", {"train": [real[:3], real[3:6]], "validation": [held_out]})
+    clean = write_hub_dataset(tmp_path / "clean", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
+
+    def plan(books, name):
+        shared = {
+            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+            "model.config.projected_length": 32,
+            "tokenizer.name_or_path": tokenizer_dir,
+            "data.datasets": [{"path": books, "split": "train"}],
+            "data.validation_datasets": [{"path": books, "split": "validation"}],
+            "data.cache_dir": str(tmp_path / f"cache-{name}"),
+            "data.preprocessing_num_workers": 1,
+            "data.block_size": 256,
+            "data.max_eval_blocks": 8,
+            "training.per_device_train_batch_size": 1,
+            "training.max_steps": 1000,  # beyond the training blocks: every block is read once
+            "training.report_to": [],
+        }
+        runs = [
+            {"name": "seed1", "overrides": {"model.config.max_sequence_length": 256}},
+            {"name": "seed1_n128", "overrides": {"model.config.max_sequence_length": 128, "data.input_length": 128}},
+            {"name": "seed2", "overrides": {"model.config.max_sequence_length": 256, "training.seed": 2}},
+        ]
+        path = tmp_path / f"{name}.yaml"
+        recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
+        output_dir = str(tmp_path / name)
+        path.write_text(yaml.safe_dump({"recipe": recipe, "output_dir": output_dir, "shared": shared, "runs": runs}))
+        return books_pretraining.load_plan(str(path))
+
+    result = books_pretraining.validation_overlap(plan(overlapping, "overlapping"))
+    assert result["slices_in_training_books"] >= 2 and result["slices"] > result["slices_in_training_books"]
+    assert result["seeds"]["1"]["runs"] == ["seed1", "seed1_n128"] and result["seeds"]["2"]["runs"] == ["seed2"]
+    one, two = (result["seeds"][seed]["updates_reading_it"] for seed in ("1", "2"))
+    # each seed reads every block once, in an order of its own: every slice found, at other updates
+    assert sum(one.values()) >= result["slices_in_training_books"] and sum(two.values()) == sum(one.values())
+    assert one.keys() != two.keys()
+    with open(tmp_path / "overlapping" / books_pretraining.OVERLAP_FILE, encoding="utf-8") as fh:
+        assert json.load(fh)["slices_in_training_books"] == result["slices_in_training_books"]
+    assert "read a block holding them" in books_pretraining.overlap_summary(result)
+
+    result = books_pretraining.validation_overlap(plan(clean, "clean"))
+    assert result["slices_in_training_books"] == 0 and result["slices"] > 0
+    assert all(not entry["updates_reading_it"] for entry in result["seeds"].values())
