@@ -100,6 +100,7 @@ from linformer_hf.outputs import (
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.errors import USER_ERRORS, non_negative_int, positive_int, report
 from linformer_hf.training.tasks import AUTHORS_MANIFEST as MANIFEST  # the fine-tuning checks it (data.task authors)
+from linformer_hf.training.validation import check_model_source
 
 from .child_process import claim_runs, claimed_by_others, exclusive, run_child, stopped_message
 
@@ -1276,6 +1277,9 @@ def compare(
 ) -> str:
     """Fine-tune each model on the data (one run each, skipped when finished), then write results.md / .csv."""
     shared = shared or {}
+    for option, model in (("--linformer", linformer), ("--teacher", teacher)):
+        if model is not None:  # a missing folder is named as one, not as transformers' malformed repo id
+            check_model_source(model, option)
     manifest = read_manifest(data)
     if not os.path.isfile(recipe):
         raise ConfigError(f"recipe {recipe} not found; run from the root of a checkout or give --recipe.")

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from linformer_hf.training.config import PretrainRecipe, load_recipe
     from linformer_hf.training.data import build_mlm_collator, prepare_held_out_blocks
     from linformer_hf.training.errors import USER_ERRORS, positive_int, report
+    from linformer_hf.training.validation import check_model_source
 
     parser = ArgumentParser(
         prog="python -m experiments.context_gain",
@@ -129,10 +130,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true")
     args, overrides = parser.parse_known_args(argv)
     try:
-        check_output_dir(args.output_dir, args.overwrite)
+        # before the output folder is made: a missing folder is named as one, not as transformers' malformed repo id
         for folder in args.models:
+            check_model_source(folder, "--models")
             if not os.path.isfile(os.path.join(folder, "config.json")):
                 raise FileNotFoundError(f"{folder} is not a saved model folder (no config.json).")
+        if args.tokenizer:
+            check_model_source(args.tokenizer, "--tokenizer")
+        check_output_dir(args.output_dir, args.overwrite)
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.models[0])
         check_same_tokenizer(tokenizer, args.models)
         models = [AutoModelForMaskedLM.from_pretrained(folder) for folder in args.models]

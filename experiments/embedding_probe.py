@@ -98,6 +98,7 @@ def run_probe(recipe, models: list[str], batch_size: int = 64, device: str | Non
 def main(argv: list[str] | None = None) -> int:
     from linformer_hf.training.config import FinetuneRecipe, load_recipe
     from linformer_hf.training.errors import USER_ERRORS, report
+    from linformer_hf.training.validation import check_model_source
 
     parser = ArgumentParser(
         prog="python -m experiments.embedding_probe",
@@ -110,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=64)
     args, rest = parser.parse_known_args(argv)
     try:
+        for name in args.models:  # every one before any is run: not transformers' malformed repo id after the first
+            check_model_source(name, "--models")
         check_output_file(args.output, overwrite=False, flag=None)
-    except OSError as err:
+    except (*USER_ERRORS, OSError) as err:
         return report(err)
     try:
         recipe = load_recipe(FinetuneRecipe, args.config, rest + ["--model.pretrained", args.models[0]])

@@ -25,6 +25,7 @@ Needs the `train` extra (datasets, scikit-learn).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -43,6 +44,45 @@ from linformer_hf.outputs import check_output_dir, check_output_file, publish_fo
 from .embedding_probe import embed, fit_probe
 
 POSITION_EXTENSIONS = ("copy", "interpolate")
+
+
+def check_model_folders(option: str, names: list[str], config: bool = True) -> None:
+    """Each model (or tokenizer) `option` names, before any work: a local folder that is not there is said to be
+    missing (`check_model_source`, as the conversion script), not reported as transformers' malformed Hub repo id;
+    with `config`, a folder must hold config.json (the model, or the teacher's length, is read from it)."""
+    from linformer_hf.training.errors import ConfigError
+    from linformer_hf.training.validation import check_model_source
+
+    for name in names:
+        check_model_source(name, option)
+        if config and os.path.isdir(name) and not os.path.isfile(os.path.join(name, "config.json")):
+            raise ConfigError(f"{option}={name} has no config.json: not a saved checkpoint directory.")
+
+
+@contextlib.contextmanager
+def naming_the_hub_model(option: str, name: str):
+    """A Hub name that cannot be fetched (offline, nothing cached) is said as such, naming `option` and `name`:
+    transformers' message names neither it nor the way out."""
+    from linformer_hf.training.errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
+
+    try:
+        yield
+    except OSError as err:
+        if hub_unreachable(err):
+            raise hub_unreachable_error(option, name, err, LOCAL_MODEL) from None
+        raise
+
+
+def read_configs(option: str, names: list[str]) -> dict:
+    """The config of each model `option` names, read before any work: a Hub name offline, or a folder that is not
+    a model, is refused before the first model is run over the documents."""
+    from transformers import AutoConfig
+
+    configs = {}
+    for name in names:
+        with naming_the_hub_model(option, name):
+            configs[name] = AutoConfig.from_pretrained(name)
+    return configs
 
 
 def interpolate_positions(weight: torch.Tensor, num_positions: int, position_offset: int) -> torch.Tensor:
@@ -69,15 +109,10 @@ def extend_positions(source: str, output_dir: str, n: int, positions: str = "cop
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from linformer_hf.conversion import _check_source_config, extend_position_embeddings, source_position_layout
-    from linformer_hf.training.errors import ConfigError
-    from linformer_hf.training.validation import check_model_source
 
     if positions not in POSITION_EXTENSIONS:
         raise ValueError(f"positions={positions!r}: choose one of {POSITION_EXTENSIONS}.")
-    # as the conversion script: a missing folder is named as one, not as transformers' malformed Hub repo id
-    check_model_source(source, "source")
-    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "config.json")):
-        raise ConfigError(f"source={source} has no config.json: not a saved checkpoint directory.")
+    check_model_folders("source", [source])  # as the conversion script: a missing folder is named as one
     config = AutoConfig.from_pretrained(source)
     _check_source_config(config)  # BERT or RoBERTa layout, absolute positions, a pad id
     first_row, learned = source_position_layout(config)
@@ -162,17 +197,20 @@ def split_by_length(texts: list[str], tokenizer, threshold: int) -> tuple[list[i
 def write_length_split(data: str, tokenizer_name: str, output_dir: str, threshold: int | None = None) -> dict:
     """Write `short.csv` (documents the teacher reads whole) and `long.csv` (the others) for fine-tuning on the first
     and evaluating on the second (`scripts/finetune.py --data.train_file short.csv --data.validation_file long.csv`)."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    # the teacher's n is read from its config.json; with --threshold, a folder of the tokenizer alone will do
+    check_model_folders("--tokenizer", [tokenizer_name], config=not threshold)
     paths = {name: os.path.join(output_dir, f"{name}.csv") for name in ("short", "long")}
     existing = [path for path in paths.values() if os.path.exists(path)]
     if existing:  # checked before any work, so a split is never half written over
         raise FileExistsError(f"{existing} exist; give a new output directory.")
-    threshold = threshold or max_input_length(AutoConfig.from_pretrained(tokenizer_name))
+    if not threshold:
+        threshold = max_input_length(read_configs("--tokenizer", [tokenizer_name])[tokenizer_name])
     frame = read_documents(data)
-    short, long, lengths = split_by_length(
-        [str(t) for t in frame["text"]], AutoTokenizer.from_pretrained(tokenizer_name), threshold
-    )
+    with naming_the_hub_model("--tokenizer", tokenizer_name):
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_name)
+    short, long, lengths = split_by_length([str(t) for t in frame["text"]], tokenizer, threshold)
     os.makedirs(output_dir, exist_ok=True)
     for name, rows in (("short", short), ("long", long)):  # each whole or absent: a kill leaves no short file
         frame.iloc[rows].to_csv(paths[name] + ".tmp", index=False)
@@ -275,11 +313,14 @@ def score_classifiers(models: list[str], texts: list[str], labels: list[int], ba
     n, which is where fine-tuning on long documents starts from."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    check_model_folders("--models", models)
+    read_configs("--models", models)  # a Hub name offline is refused before the first model is scored
     results, outcomes = {"documents": len(texts), "models": {}}, {}
     for name in models:
         started = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForSequenceClassification.from_pretrained(name).eval()
+        with naming_the_hub_model("--models", name):
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModelForSequenceClassification.from_pretrained(name).eval()
         max_length = max_input_length(model.config)
         predictions = []
         with torch.no_grad():
@@ -322,11 +363,15 @@ def long_document_probe(
     """
     from transformers import AutoModel, AutoTokenizer
 
-    first_tokenizer = AutoTokenizer.from_pretrained(models[0])
+    check_model_folders("--models", models)
+    check_model_folders("--reference", [reference] if reference else [])
+    configs = read_configs("--models", models)  # a Hub name offline is refused before the first model is run
+    if reference:
+        read_configs("--reference", [reference])
+    with naming_the_hub_model("--models", models[0]):
+        first_tokenizer = AutoTokenizer.from_pretrained(models[0])
     if threshold is None:
-        from transformers import AutoConfig
-
-        threshold = max_input_length(AutoConfig.from_pretrained(models[0]))
+        threshold = max_input_length(configs[models[0]])
     short, long, lengths = split_by_length(texts, first_tokenizer, threshold)
     results = {
         "threshold": threshold,
@@ -342,8 +387,9 @@ def long_document_probe(
     embeddings, outcomes = {}, {}
     for name in dict.fromkeys(models + ([reference] if reference else [])):
         started = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModel.from_pretrained(name).eval()
+        with naming_the_hub_model("--models" if name in models else "--reference", name):
+            tokenizer = AutoTokenizer.from_pretrained(name)
+            model = AutoModel.from_pretrained(name).eval()
         max_length = max_input_length(model.config)
         features = embed(model, tokenizer, texts, batch_size, max_length)  # (documents, hidden)
         seconds = time.perf_counter() - started
@@ -451,9 +497,12 @@ def main(argv: list[str] | None = None) -> int:
             results = crossval_report(args.folds_dir, {name: dirs for name, *dirs in args.run}, args.baseline)
             print(json.dumps(results, indent=2))
         elif args.command == "score":
+            check_model_folders("--models", args.models)  # before the data is read
             texts, labels = load_documents(args.data)
             results = score_classifiers(args.models, texts, labels, args.batch_size)
         else:
+            check_model_folders("--models", args.models)  # before the data is read
+            check_model_folders("--reference", [args.reference] if args.reference else [])
             texts, labels = load_documents(args.data, args.text_column, args.label_column)
             results = long_document_probe(args.models, texts, labels, args.threshold, args.reference, args.batch_size)
     except (*USER_ERRORS, OSError, ValueError) as err:  # an existing output, a missing data file, bad folds...

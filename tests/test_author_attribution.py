@@ -891,3 +891,20 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     with pytest.raises(ConfigError, match="the compare folder itself"):
         author_attribution.rescore(out, more, out)
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+@pytest.mark.parametrize("option", ["--linformer", "--teacher"])
+def test_compare_names_a_missing_model_folder_before_any_work(option, tmp_path, capsys):
+    """A --linformer or --teacher folder that is not there is said to be missing on one line, before the data is
+    read or anything written; not transformers' malformed Hub repo id."""
+    missing = str(tmp_path / "no-such-model")
+    (tmp_path / "data").mkdir()  # a manifest, so that nothing else is refused first
+    (tmp_path / "data" / author_attribution.MANIFEST).write_text('{"tokenizer": "t", "vocabulary_sha256": "0"}')
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main(
+            ["compare", "--data", str(tmp_path / "data"), "--output_dir", str(tmp_path / "out"), option, missing]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{option}={missing}: no such directory" in err and "Repo id" not in err
+    assert not os.path.exists(tmp_path / "out")

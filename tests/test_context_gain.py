@@ -156,3 +156,24 @@ def test_sizes_and_counts_below_one_are_refused_before_any_model_loads(flag, tmp
     assert stop.value.code == 2
     assert f"argument {flag}: must be >= 1, got 0" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("option", ["--models", "--tokenizer"])
+def test_a_missing_model_or_tokenizer_folder_is_named_before_any_work(option, tmp_path, capsys, monkeypatch):
+    """A folder that is not there is said to be missing, on one line, before the output folder is made or anything
+    loaded; not transformers' malformed Hub repo id (--tokenizer) nor a folder without config.json (--models)."""
+    import transformers
+
+    def work(*args, **kwargs):
+        raise AssertionError("work began before the folders were checked")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", work)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    missing = str(tmp_path / "no-such-model")
+    argv = ["--models", missing] if option == "--models" else ["--models", str(model), "--tokenizer", missing]
+    assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{option}={missing}: no such directory" in err and "Repo id" not in err
+    assert not os.path.exists(tmp_path / "out")

@@ -78,3 +78,22 @@ def test_longest_input_counts_bert_positions_from_zero_and_roberta_after_padding
     assert max_input_length(RobertaConfig(max_position_embeddings=514, pad_token_id=1)) == 512
     assert max_input_length(PerformerConfig(max_position_embeddings=514, pad_token_id=1)) == 512
     assert max_input_length(LinformerConfig(max_sequence_length=1024, projected_length=128)) == 1024
+
+
+@pytest.mark.parametrize("position", ["first", "after a model"])
+def test_a_missing_model_folder_is_named_before_any_model_runs(position, tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """Every --models folder is checked before the first is run: a missing one is said to be missing on one line,
+    not met after the models before it were embedded as transformers' malformed Hub repo id (a traceback)."""
+    import experiments.embedding_probe as embedding_probe
+
+    def work(*args, **kwargs):
+        raise AssertionError("a model was run before the folders were checked")
+
+    monkeypatch.setattr(embedding_probe, "run_probe", work)
+    missing = str(tmp_path / "no-such-model")
+    models = [missing] if position == "first" else [tiny_bert_dir, missing]
+    output = tmp_path / "probe.json"
+    assert main(["--config", "configs/finetune/sst2.yaml", "--models", *models, "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--models={missing}: no such directory" in err and "Repo id" not in err
+    assert not output.exists()

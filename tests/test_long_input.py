@@ -164,6 +164,93 @@ def test_a_missing_source_folder_is_named_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+# Every argument of every subcommand that names a model or tokenizer folder (or Hub name): (option, argv given the
+# valid teacher folder, the name under test, the data file and a fresh output path). The name comes after a valid
+# model where the argument takes several, so "before any work" means before the first model is run too.
+MODEL_ARGUMENTS = {
+    "extend source": ("source", lambda teacher, name, data, out: ["extend", name, out, "--n", str(LONG_N)]),
+    "split --tokenizer": (
+        "--tokenizer", lambda teacher, name, data, out: ["split", "--data", data, "--tokenizer", name, out]
+    ),
+    "split --tokenizer --threshold": (
+        "--tokenizer",
+        lambda teacher, name, data, out: ["split", "--data", data, "--tokenizer", name, "--threshold", "16", out],
+    ),
+    "score --models": (
+        "--models",
+        lambda teacher, name, data, out: ["score", "--data", data, "--models", teacher, name, "--output", out],
+    ),
+    "probe --models": (
+        "--models",
+        lambda teacher, name, data, out: ["probe", "--data", data, "--models", teacher, name, "--output", out],
+    ),
+    "probe --reference": (
+        "--reference",
+        lambda teacher, name, data, out: ["probe", "--data", data, "--models", teacher, "--reference", name,
+                                          "--output", out],
+    ),
+}  # fmt: skip
+
+
+def no_work(monkeypatch):
+    """Make reading the documents or loading a model fail the test: the name must be refused before either."""
+    import transformers
+
+    import experiments.long_input as long_input
+
+    def work(*args, **kwargs):
+        raise AssertionError("work began before the model argument was checked")
+
+    monkeypatch.setattr(long_input, "read_documents", work)
+    for auto in ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForSequenceClassification"):
+        monkeypatch.setattr(getattr(transformers, auto), "from_pretrained", work)
+
+
+@pytest.mark.parametrize("case", list(MODEL_ARGUMENTS))
+def test_every_model_argument_names_a_missing_folder_before_any_work(case, teacher_dir, tmp_path, capsys, monkeypatch):
+    """A local folder that is not there is said to be missing, on one line naming the argument and the path, before
+    the data is read or any model loaded; not transformers' malformed Hub repo id. A file, or a folder without
+    config.json where the model is read from one, is refused alike."""
+    option, argv = MODEL_ARGUMENTS[case]
+    data, out = str(tmp_path / "docs.csv"), str(tmp_path / "out")
+    write_documents(data)
+    no_work(monkeypatch)
+    missing = str(tmp_path / "no-such-model")
+    assert main(argv(teacher_dir, missing, data, out)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{option}={missing}: no such directory" in err and "Repo id" not in err
+    assert main(argv(teacher_dir, data, data, out)) == 2  # a file where a folder is meant
+    assert f"{option}={data} is a file" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    if "--threshold" not in case:  # with --threshold, split reads the tokenizer alone, which needs no config.json
+        assert main(argv(teacher_dir, str(tmp_path / "empty"), data, out)) == 2
+        assert f"{option}={tmp_path / 'empty'} has no config.json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", list(MODEL_ARGUMENTS))
+def test_every_model_argument_says_a_hub_name_offline(case, teacher_dir, tmp_path, capsys, monkeypatch):
+    """A well-formed name that is not a folder, offline, is said as such on one line naming the argument, before the
+    first model is run over the documents."""
+    import transformers
+
+    import experiments.long_input as long_input
+
+    def work(*args, **kwargs):
+        raise AssertionError("a model was run before the Hub name was checked")
+
+    monkeypatch.setattr(long_input, "embed", work)
+    monkeypatch.setattr(transformers.AutoModelForSequenceClassification, "from_pretrained", work)
+    option, argv = MODEL_ARGUMENTS[case]
+    data, out = str(tmp_path / "docs.csv"), str(tmp_path / "out")
+    write_documents(data)
+    assert main(argv(teacher_dir, "no-such-model", data, out)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{option} 'no-such-model' is not a local path" in err
+    assert "folder of a saved model" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_killed_split_or_extension_leaves_nothing_that_reads_as_finished(teacher_dir, tmp_path, monkeypatch):
     """experiments/pretrained_evidence.sh takes an existing long.csv (or config.json) as a finished step: a kill while
     they were written used to leave one cut short."""
