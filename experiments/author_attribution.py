@@ -888,6 +888,30 @@ def read_comparison(folder: str) -> dict:
         return json.load(fh)
 
 
+def check_recorded_data(folder: str, record: dict, training: bool = True) -> None:
+    """Refuse a compare folder whose data set (compare.json's ``data``) no longer holds the test passages its runs
+    were scored on, in their order (rebuilt since, in place: with another --test_per_author, say), or (``training``)
+    other training and validation passages where those were recorded: the runs' predictions_test.tsv answer the
+    passages of then, row by row, and read against the passages of now they would be matched to other passages."""
+    data = record["data"]
+    if not os.path.isdir(data):
+        raise ConfigError(
+            f"{folder} was scored on {data}, which is gone: its runs' answers cannot be matched to their passages."
+        )
+    changed = []
+    if test_passages_sha256(data) != record["test_passages_sha256"]:
+        changed.append("test passages")
+    if training and "data_sha256" in record and data_sha256(data) != record["data_sha256"]:
+        changed.append("passages")
+    if changed:
+        raise ConfigError(
+            f"{data} no longer holds the {changed[0]} {folder}'s runs were scored on (rebuilt since?): their answers "
+            "(runs/<run>/predictions_test.tsv, one a passage in order) would be matched to other passages. Rebuild "
+            "it as it was (its authors_manifest.json has the settings), or build a data set with other settings in "
+            "a folder of its own."
+        )
+
+
 def pooled_difference(correct, reference, seed: int = 0) -> dict:
     """The accuracy of ``correct`` minus that of ``reference`` (both (seeds, passages) arrays of right / wrong, one row
     per seed of the same passages), in points, averaged over the seeds. A passage is the unit: its difference is
@@ -1023,6 +1047,8 @@ def pool(
     if len(set(lengths.values())) != 1:
         raise ConfigError(f"the runs' predictions cover different numbers of test passages ({lengths}).")
     kept = np.ones(next(iter(lengths.values())), dtype=bool)
+    if without_test_of or without_passages_in:  # the passages left out are found in the first folder's data set
+        check_recorded_data(folders[0], records[0], training=False)
     if without_test_of:
         earlier = {(row["book"], row["start"]) for row in split_rows(without_test_of, "test")}
         scored = np.array([(row["book"], row["start"]) in earlier for row in split_rows(records[0]["data"], "test")])
@@ -1167,6 +1193,7 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             f"{folder} was scored on {record['data']}, which is gone: {data}'s training and validation passages cannot "
             "be checked against the ones its models learnt from."
         )
+    check_recorded_data(folder, record)  # its answers are matched to its passages, row by row
     for split in ("train", "validation"):
         if split_rows(data, split) != split_rows(record["data"], split):
             raise ConfigError(

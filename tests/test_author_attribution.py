@@ -891,3 +891,42 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     with pytest.raises(ConfigError, match="the compare folder itself"):
         author_attribution.rescore(out, more, out)
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_rescore_and_pool_refuse_a_folder_whose_data_set_was_rebuilt_since(
+    books, data, linformer, tmp_path, monkeypatch
+):
+    """The answers a compare folder recorded (predictions_test.tsv, one a passage in order) are matched to its data
+    set's test passages as they are now: rebuilt in place since (another --test_per_author), rescore matched them to
+    other passages (fewer: a wrong agreement, silently; more: an IndexError after every model had run), and pool left
+    out other passages than it said. Both now refuse, before any model loads."""
+    from linformer_hf.training import finetune
+
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log, claim: (finetune.main(args[3:]), None))
+    monkeypatch.chdir(REPO)
+    own = str(tmp_path / "data")
+    shutil.copytree(data[0], own)
+    out = str(tmp_path / "compare")
+    shared = {"training.max_steps": 1, "training.per_device_train_batch_size": 6}
+    author_attribution.compare(own, out, linformer, None, (), shared=shared)
+    more = str(tmp_path / "more")
+    author_attribution.build_dataset(books, linformer, more, seed=1, **{**BUILD, "test_per_author": 50})
+    passages = len(author_attribution.split_rows(more, "test"))
+    second = _fake_compare(tmp_path / "seed2", more, {**shared, "training.seed": 2}, {"linformer": [1] * passages})
+    first = _fake_compare(tmp_path / "seed3", more, {**shared, "training.seed": 3}, {"linformer": [0] * passages})
+    author_attribution.pool([first, second], str(tmp_path / "pooled"), without_test_of=own)  # as built: accepted
+    # the compare's data set rebuilt in place with fewer test passages, and so the pooled folders'
+    author_attribution.build_dataset(books, linformer, own, seed=1, overwrite=True, **{**BUILD, "test_per_author": 2})
+    author_attribution.build_dataset(books, linformer, more, seed=1, overwrite=True, **{**BUILD, "test_per_author": 4})
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    again = str(tmp_path / "again")
+    author_attribution.build_dataset(books, linformer, again, seed=1, **{**BUILD, "test_per_author": 50})
+    with pytest.raises(ConfigError, match="no longer holds the test passages .*compare's runs were scored on"):
+        author_attribution.rescore(out, again, str(tmp_path / "rescored"))
+    assert not os.path.exists(tmp_path / "rescored")
+    with pytest.raises(ConfigError, match="no longer holds the test passages .*seed3's runs were scored on"):
+        author_attribution.pool([first, second], str(tmp_path / "pooled"), overwrite=True, without_test_of=own)
