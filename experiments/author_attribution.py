@@ -1213,9 +1213,17 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             + (f"no kept model (runs/<run>/best) for {missing}" if missing else "no finished run")
             + ": nothing to rescore."
         )
+    recipe = record.get("recipe", RECIPE)
+    if "recipe_sha256" in record and (not os.path.isfile(recipe) or file_sha256(recipe) != record["recipe_sha256"]):
+        # Its data.max_seq_length is what the runs read where compare.json does not say (and its eval batch size).
+        raise ConfigError(
+            f"the recipe {folder}'s runs were fine-tuned with, {recipe}, is "
+            + ("gone" if not os.path.isfile(recipe) else "changed since")
+            + ": how many tokens of a passage they read cannot be known from it. Put it back as it was."
+        )
     resolved = load_recipe(
         FinetuneRecipe,
-        record.get("recipe", RECIPE),
+        recipe,
         extra={
             **record["shared"],
             "model.pretrained": next(iter(kept.values())),
@@ -1227,14 +1235,24 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
     place = {(row["book"], row["start"]): i for i, row in enumerate(test)}
     common = [(j, place[(r["book"], r["start"])]) for j, r in enumerate(recorded) if (r["book"], r["start"]) in place]
 
+    lengths = {}  # what each run reads, as its fine-tuning did: every one known before a model is loaded
+    for name, best in kept.items():
+        lengths[name] = resolved.data.max_seq_length or max_input_length(AutoConfig.from_pretrained(best))
+        recorded_length = record.get(READING, {}).get(name)
+        if recorded_length is not None and recorded_length != lengths[name]:
+            raise ConfigError(
+                f"the {name} run read {recorded_length:,} tokens of a passage ({folder}'s {COMPARISON}), and its kept "
+                f"model with the recipe as it is now would read {lengths[name]:,}: scored so, it would answer another "
+                "question than the one it was fine-tuned on."
+            )
+
     staging = unique_staging_folder(output_dir)
     try:
-        runs, lengths = [], {}
+        runs = []
         for name, best in kept.items():
             n = int(name[len("full-n") :]) if name.startswith("full-n") else None
             runs.append({"name": name, "model": best, "source": best, "n": n})
-            length = resolved.data.max_seq_length or max_input_length(AutoConfig.from_pretrained(best))
-            lengths[name] = length
+            length = lengths[name]
             print(f"{name}: {len(test)} passages at {length} tokens", flush=True)
             answers, seconds = predict_passages(
                 best, [row["text"] for row in test], length, resolved.training.per_device_eval_batch_size
