@@ -421,9 +421,35 @@ OVERLAP_EVERY = 1000
 OVERLAP_FILE = "validation_overlap.json"
 
 
-def training_updates(trainer) -> int:
-    """How many batches a run's training reads: its updates times the batches of one update."""
-    return trainer.args.max_steps * trainer.args.gradient_accumulation_steps
+def training_batches(trainer):
+    """Every batch a run's training reads, with its update (from 1), in the order the Trainer reads them: pass after
+    pass over the training blocks (each pass in its own order: the loader's epoch set as the Trainer sets it) until
+    max_steps updates, a pass's last update taking the batches left (fewer than gradient_accumulation_steps). A stream
+    (no length) is read as one pass of max_steps updates."""
+    args = trainer.args
+    accumulation, loader = args.gradient_accumulation_steps, trainer.get_train_dataloader()
+    try:
+        length = len(loader)
+    except TypeError:
+        length = None
+    if length is None:
+        for index, batch in zip(range(args.max_steps * accumulation), loader):
+            yield index // accumulation + 1, batch
+        return
+    per_pass = max(-(-length // accumulation), 1)
+    done, epoch = 0, 0
+    while done < args.max_steps:
+        if hasattr(loader, "set_epoch"):  # as Trainer._run_epoch
+            loader.set_epoch(epoch)
+        inner = getattr(getattr(loader, "batch_sampler", None), "batch_sampler", None)
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
+        for index, batch in enumerate(loader):
+            update = done + index // accumulation + 1
+            if update > args.max_steps:
+                break
+            yield update, batch
+        done, epoch = done + per_pass, epoch + 1
 
 
 def block_text(batch, tokenizer) -> str:
@@ -494,13 +520,12 @@ def validation_overlap(plan: BooksPlan) -> dict:
                     )
                 updates = {}
                 if found:
-                    for index, batch in zip(range(training_updates(trainer)), trainer.get_train_dataloader()):
+                    for update, batch in training_batches(trainer):
                         read = block_text(batch, tokenizer)
                         # a slice across two blocks is read half in each: either half counts
                         halves = ((piece[: len(piece) // 2], piece[len(piece) // 2 :]) for piece in found)
                         hits = sum(first in read or second in read for first, second in halves)
                         if hits:
-                            update = index // trainer.args.gradient_accumulation_steps + 1
                             updates[update] = updates.get(update, 0) + hits
                 result["seeds"][str(seed)] = {
                     "runs": [r.name for r in plan.runs if recipe(plan, r).training.seed == seed],
