@@ -421,6 +421,26 @@ OVERLAP_EVERY = 1000
 OVERLAP_FILE = "validation_overlap.json"
 
 
+# What sets the blocks a run reads and how they fall into batches and updates (data.input_length does not: it cuts each
+# block into inputs, the same text).
+READS = (
+    "data.datasets",
+    "data.block_size",
+    "data.max_train_blocks",
+    "data.short_block_probability",
+    "data.short_block_min_length",
+    "data.streaming",
+    "training.per_device_train_batch_size",
+    "training.gradient_accumulation_steps",
+    "training.max_steps",
+)
+
+
+def reads(plan: BooksPlan, run: Run, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(recipe(plan, run), section), name)
+
+
 def training_batches(trainer):
     """Every batch a run's training reads, with its update (from 1), in the order the Trainer reads them: pass after
     pass over the training blocks (each pass in its own order: the loader's epoch set as the Trainer sets it) until
@@ -480,7 +500,22 @@ def validation_overlap(plan: BooksPlan) -> dict:
     seeds: dict[int, Run] = {}
     for run in plan.runs:
         seeds.setdefault(recipe(plan, run).training.seed, run)
-    sources = recipe(plan, plan.runs[0]).data.datasets
+    for run in plan.runs:  # the first run of its seed stands for it: it must read the same batches
+        first = seeds[recipe(plan, run).training.seed]
+        differ = [key for key in READS if reads(plan, run, key) != reads(plan, first, key)]
+        if differ:
+            raise ConfigError(
+                f"runs {first.name} and {run.name} have one seed and read other blocks or batches ({', '.join(differ)} "
+                "differ): --validation_overlap takes a seed's first run for all its runs. Give them plans of their own."
+            )
+    data = recipe(plan, plan.runs[0]).data
+    if not data.validation_datasets:
+        raise ConfigError(
+            "--validation_overlap looks for the validation text in the training books (data.datasets), and the "
+            "plan's validation blocks are held out of those very books (data.validation_split_percentage), where all "
+            "of it would be found. Give held-out books as data.validation_datasets."
+        )
+    sources = data.datasets
     shards = [
         path
         for source in sources

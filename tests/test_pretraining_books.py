@@ -1213,3 +1213,44 @@ def test_validation_overlap_reads_the_batches_of_every_pass_as_the_training_does
     finally:
         trainer.close()
     assert read == [(update, text(ids, labels)) for update, ids, labels in trained]
+
+
+def test_validation_overlap_refuses_what_it_would_answer_wrongly(tokenizer_dir, tmp_path):
+    """Before any data or model is built: a plan validated on blocks held out of its training books themselves
+    (no data.validation_datasets: all of that text is in the training books, and was reported as found there), and
+    runs of one seed that read other batches (the first run of a seed stood for all, with its updates)."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    real = _real_books(8)
+    books = write_hub_dataset(tmp_path / "books", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
+
+    def plan(name, shared, runs):
+        shared = {
+            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+            "tokenizer.name_or_path": tokenizer_dir,
+            "data.datasets": [{"path": books, "split": "train"}],
+            "data.block_size": 256,
+            "training.max_steps": 10,
+            "training.warmup_steps": 1,
+            "training.report_to": [],
+            **shared,
+        }
+        path = tmp_path / f"{name}.yaml"
+        recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
+        output_dir = str(tmp_path / name)
+        path.write_text(yaml.safe_dump({"recipe": recipe, "output_dir": output_dir, "shared": shared, "runs": runs}))
+        return books_pretraining.load_plan(str(path))
+
+    held_out_of_train = plan("held", {"data.validation_datasets": []}, [{"name": "a"}])
+    with pytest.raises(ConfigError, match="held out of those very books"):
+        books_pretraining.validation_overlap(held_out_of_train)
+    other_batches = plan(
+        "batches",
+        {"data.validation_datasets": [{"path": books, "split": "validation"}]},
+        [{"name": "a"}, {"name": "b", "overrides": {"training.gradient_accumulation_steps": 2}}],
+    )
+    with pytest.raises(ConfigError, match=r"runs a and b have one seed and read other .*gradient_accumulation_steps"):
+        books_pretraining.validation_overlap(other_batches)
+    assert not os.path.exists(tmp_path / "held") and not os.path.exists(tmp_path / "batches")
