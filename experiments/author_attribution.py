@@ -889,6 +889,30 @@ def read_comparison(folder: str) -> dict:
         return json.load(fh)
 
 
+def check_recorded_data(folder: str, record: dict, training: bool = True) -> None:
+    """Refuse a compare folder whose data set (compare.json's ``data``) no longer holds the test passages its runs
+    were scored on, in their order (rebuilt since, in place: with another --test_per_author, say), or (``training``)
+    other training and validation passages where those were recorded: the runs' predictions_test.tsv answer the
+    passages of then, row by row, and read against the passages of now they would be matched to other passages."""
+    data = record["data"]
+    if not os.path.isdir(data):
+        raise ConfigError(
+            f"{folder} was scored on {data}, which is gone: its runs' answers cannot be matched to their passages."
+        )
+    changed = []
+    if test_passages_sha256(data) != record["test_passages_sha256"]:
+        changed.append("test passages")
+    if training and "data_sha256" in record and data_sha256(data) != record["data_sha256"]:
+        changed.append("passages")
+    if changed:
+        raise ConfigError(
+            f"{data} no longer holds the {changed[0]} {folder}'s runs were scored on (rebuilt since?): their answers "
+            "(runs/<run>/predictions_test.tsv, one a passage in order) would be matched to other passages. Rebuild "
+            "it as it was (its authors_manifest.json has the settings), or build a data set with other settings in "
+            "a folder of its own."
+        )
+
+
 def pooled_difference(correct, reference, seed: int = 0) -> dict:
     """The accuracy of ``correct`` minus that of ``reference`` (both (seeds, passages) arrays of right / wrong, one row
     per seed of the same passages), in points, averaged over the seeds. A passage is the unit: its difference is
@@ -1024,6 +1048,8 @@ def pool(
     if len(set(lengths.values())) != 1:
         raise ConfigError(f"the runs' predictions cover different numbers of test passages ({lengths}).")
     kept = np.ones(next(iter(lengths.values())), dtype=bool)
+    if without_test_of or without_passages_in:  # the passages left out are found in the first folder's data set
+        check_recorded_data(folders[0], records[0], training=False)
     if without_test_of:
         earlier = {(row["book"], row["start"]) for row in split_rows(without_test_of, "test")}
         scored = np.array([(row["book"], row["start"]) in earlier for row in split_rows(records[0]["data"], "test")])
@@ -1168,6 +1194,7 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             f"{folder} was scored on {record['data']}, which is gone: {data}'s training and validation passages cannot "
             "be checked against the ones its models learnt from."
         )
+    check_recorded_data(folder, record)  # its answers are matched to its passages, row by row
     for split in ("train", "validation"):
         if split_rows(data, split) != split_rows(record["data"], split):
             raise ConfigError(
@@ -1187,9 +1214,17 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             + (f"no kept model (runs/<run>/best) for {missing}" if missing else "no finished run")
             + ": nothing to rescore."
         )
+    recipe = record.get("recipe", RECIPE)
+    if "recipe_sha256" in record and (not os.path.isfile(recipe) or file_sha256(recipe) != record["recipe_sha256"]):
+        # Its data.max_seq_length is what the runs read where compare.json does not say (and its eval batch size).
+        raise ConfigError(
+            f"the recipe {folder}'s runs were fine-tuned with, {recipe}, is "
+            + ("gone" if not os.path.isfile(recipe) else "changed since")
+            + ": how many tokens of a passage they read cannot be known from it. Put it back as it was."
+        )
     resolved = load_recipe(
         FinetuneRecipe,
-        record.get("recipe", RECIPE),
+        recipe,
         extra={
             **record["shared"],
             "model.pretrained": next(iter(kept.values())),
@@ -1201,14 +1236,24 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
     place = {(row["book"], row["start"]): i for i, row in enumerate(test)}
     common = [(j, place[(r["book"], r["start"])]) for j, r in enumerate(recorded) if (r["book"], r["start"]) in place]
 
+    lengths = {}  # what each run reads, as its fine-tuning did: every one known before a model is loaded
+    for name, best in kept.items():
+        lengths[name] = resolved.data.max_seq_length or max_input_length(AutoConfig.from_pretrained(best))
+        recorded_length = record.get(READING, {}).get(name)
+        if recorded_length is not None and recorded_length != lengths[name]:
+            raise ConfigError(
+                f"the {name} run read {recorded_length:,} tokens of a passage ({folder}'s {COMPARISON}), and its kept "
+                f"model with the recipe as it is now would read {lengths[name]:,}: scored so, it would answer another "
+                "question than the one it was fine-tuned on."
+            )
+
     staging = unique_staging_folder(output_dir)
     try:
-        runs, lengths = [], {}
+        runs = []
         for name, best in kept.items():
             n = int(name[len("full-n") :]) if name.startswith("full-n") else None
             runs.append({"name": name, "model": best, "source": best, "n": n})
-            length = resolved.data.max_seq_length or max_input_length(AutoConfig.from_pretrained(best))
-            lengths[name] = length
+            length = lengths[name]
             print(f"{name}: {len(test)} passages at {length} tokens", flush=True)
             answers, seconds = predict_passages(
                 best, [row["text"] for row in test], length, resolved.training.per_device_eval_batch_size

@@ -421,9 +421,55 @@ OVERLAP_EVERY = 1000
 OVERLAP_FILE = "validation_overlap.json"
 
 
-def training_updates(trainer) -> int:
-    """How many batches a run's training reads: its updates times the batches of one update."""
-    return trainer.args.max_steps * trainer.args.gradient_accumulation_steps
+# What sets the blocks a run reads and how they fall into batches and updates (data.input_length does not: it cuts each
+# block into inputs, the same text).
+READS = (
+    "data.datasets",
+    "data.block_size",
+    "data.max_train_blocks",
+    "data.short_block_probability",
+    "data.short_block_min_length",
+    "data.streaming",
+    "training.per_device_train_batch_size",
+    "training.gradient_accumulation_steps",
+    "training.max_steps",
+)
+
+
+def reads(plan: BooksPlan, run: Run, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(recipe(plan, run), section), name)
+
+
+def training_batches(trainer):
+    """Every batch a run's training reads, with its update (from 1), in the order the Trainer reads them: pass after
+    pass over the training blocks (each pass in its own order: the loader's epoch set as the Trainer sets it) until
+    max_steps updates, a pass's last update taking the batches left (fewer than gradient_accumulation_steps). A stream
+    (no length) is read as one pass of max_steps updates."""
+    args = trainer.args
+    accumulation, loader = args.gradient_accumulation_steps, trainer.get_train_dataloader()
+    try:
+        length = len(loader)
+    except TypeError:
+        length = None
+    if length is None:
+        for index, batch in zip(range(args.max_steps * accumulation), loader):
+            yield index // accumulation + 1, batch
+        return
+    per_pass = max(-(-length // accumulation), 1)
+    done, epoch = 0, 0
+    while done < args.max_steps:
+        if hasattr(loader, "set_epoch"):  # as Trainer._run_epoch
+            loader.set_epoch(epoch)
+        inner = getattr(getattr(loader, "batch_sampler", None), "batch_sampler", None)
+        if hasattr(inner, "set_epoch"):
+            inner.set_epoch(epoch)
+        for index, batch in enumerate(loader):
+            update = done + index // accumulation + 1
+            if update > args.max_steps:
+                break
+            yield update, batch
+        done, epoch = done + per_pass, epoch + 1
 
 
 def block_text(batch, tokenizer) -> str:
@@ -454,7 +500,22 @@ def validation_overlap(plan: BooksPlan) -> dict:
     seeds: dict[int, Run] = {}
     for run in plan.runs:
         seeds.setdefault(recipe(plan, run).training.seed, run)
-    sources = recipe(plan, plan.runs[0]).data.datasets
+    for run in plan.runs:  # the first run of its seed stands for it: it must read the same batches
+        first = seeds[recipe(plan, run).training.seed]
+        differ = [key for key in READS if reads(plan, run, key) != reads(plan, first, key)]
+        if differ:
+            raise ConfigError(
+                f"runs {first.name} and {run.name} have one seed and read other blocks or batches ({', '.join(differ)} "
+                "differ): --validation_overlap takes a seed's first run for all its runs. Give them plans of their own."
+            )
+    data = recipe(plan, plan.runs[0]).data
+    if not data.validation_datasets:
+        raise ConfigError(
+            "--validation_overlap looks for the validation text in the training books (data.datasets), and the "
+            "plan's validation blocks are held out of those very books (data.validation_split_percentage), where all "
+            "of it would be found. Give held-out books as data.validation_datasets."
+        )
+    sources = data.datasets
     shards = [
         path
         for source in sources
@@ -494,13 +555,12 @@ def validation_overlap(plan: BooksPlan) -> dict:
                     )
                 updates = {}
                 if found:
-                    for index, batch in zip(range(training_updates(trainer)), trainer.get_train_dataloader()):
+                    for update, batch in training_batches(trainer):
                         read = block_text(batch, tokenizer)
                         # a slice across two blocks is read half in each: either half counts
                         halves = ((piece[: len(piece) // 2], piece[len(piece) // 2 :]) for piece in found)
                         hits = sum(first in read or second in read for first, second in halves)
                         if hits:
-                            update = index // trainer.args.gradient_accumulation_steps + 1
                             updates[update] = updates.get(update, 0) + hits
                 result["seeds"][str(seed)] = {
                     "runs": [r.name for r in plan.runs if recipe(plan, r).training.seed == seed],

@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -908,3 +909,84 @@ def test_compare_names_a_missing_model_folder_before_any_work(option, tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{option}={missing}: no such directory" in err and "Repo id" not in err
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_rescore_and_pool_refuse_a_folder_whose_data_set_was_rebuilt_since(
+    books, data, linformer, tmp_path, monkeypatch
+):
+    """The answers a compare folder recorded (predictions_test.tsv, one a passage in order) are matched to its data
+    set's test passages as they are now: rebuilt in place since (another --test_per_author), rescore matched them to
+    other passages (fewer: a wrong agreement, silently; more: an IndexError after every model had run), and pool left
+    out other passages than it said. Both now refuse, before any model loads."""
+    from linformer_hf.training import finetune
+
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log, claim: (finetune.main(args[3:]), None))
+    monkeypatch.chdir(REPO)
+    own = str(tmp_path / "data")
+    shutil.copytree(data[0], own)
+    out = str(tmp_path / "compare")
+    shared = {"training.max_steps": 1, "training.per_device_train_batch_size": 6}
+    author_attribution.compare(own, out, linformer, None, (), shared=shared)
+    more = str(tmp_path / "more")
+    author_attribution.build_dataset(books, linformer, more, seed=1, **{**BUILD, "test_per_author": 50})
+    passages = len(author_attribution.split_rows(more, "test"))
+    second = _fake_compare(tmp_path / "seed2", more, {**shared, "training.seed": 2}, {"linformer": [1] * passages})
+    first = _fake_compare(tmp_path / "seed3", more, {**shared, "training.seed": 3}, {"linformer": [0] * passages})
+    author_attribution.pool([first, second], str(tmp_path / "pooled"), without_test_of=own)  # as built: accepted
+    # the compare's data set rebuilt in place with fewer test passages, and so the pooled folders'
+    author_attribution.build_dataset(books, linformer, own, seed=1, overwrite=True, **{**BUILD, "test_per_author": 2})
+    author_attribution.build_dataset(books, linformer, more, seed=1, overwrite=True, **{**BUILD, "test_per_author": 4})
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    again = str(tmp_path / "again")
+    author_attribution.build_dataset(books, linformer, again, seed=1, **{**BUILD, "test_per_author": 50})
+    with pytest.raises(ConfigError, match="no longer holds the test passages .*compare's runs were scored on"):
+        author_attribution.rescore(out, again, str(tmp_path / "rescored"))
+    assert not os.path.exists(tmp_path / "rescored")
+    with pytest.raises(ConfigError, match="no longer holds the test passages .*seed3's runs were scored on"):
+        author_attribution.pool([first, second], str(tmp_path / "pooled"), overwrite=True, without_test_of=own)
+
+
+def test_rescore_reads_as_many_tokens_as_the_fine_tuning_did(books, data, linformer, tmp_path, monkeypatch):
+    """rescore took what each run reads from the recipe file as it is now: a recipe whose data.max_seq_length was
+    edited since (or a record's reading_length other than the kept model's) had the models fine-tuned on a passage's
+    first 64 tokens scored on its first 128, and recorded as reading 128. Refused, before any model loads: a recipe
+    changed since or gone, and a length other than compare.json's reading_length."""
+    from linformer_hf.training import finetune
+
+    monkeypatch.setattr(author_attribution, "run_child", lambda args, log, claim: (finetune.main(args[3:]), None))
+    monkeypatch.chdir(REPO)
+    recipe = tmp_path / "authors.yaml"
+    original = (Path(REPO) / author_attribution.RECIPE).read_text()
+    assert "max_seq_length: null" in original
+    recipe.write_text(original.replace("max_seq_length: null", "max_seq_length: 64"))
+    out = str(tmp_path / "compare")
+    shared = {"training.max_steps": 1, "training.per_device_train_batch_size": 6}
+    author_attribution.compare(data[0], out, linformer, None, (), recipe=str(recipe), shared=shared)
+    more = str(tmp_path / "more")
+    author_attribution.build_dataset(books, linformer, more, seed=1, **{**BUILD, "test_per_author": 50})
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    recipe.write_text(original)  # edited since: the models would read 128 tokens
+    with pytest.raises(ConfigError, match="authors.yaml, is changed since"):
+        author_attribution.rescore(out, more, str(tmp_path / "rescored"))
+    recipe.unlink()
+    with pytest.raises(ConfigError, match="authors.yaml, is gone"):
+        author_attribution.rescore(out, more, str(tmp_path / "rescored"))
+    recipe.write_text(original)
+    path = os.path.join(out, "compare.json")
+    with open(path, encoding="utf-8") as fh:
+        record = json.load(fh)
+    assert record["reading_length"] == {"linformer": 64}
+    del record["recipe_sha256"]  # a record that vouches for the length alone
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    with pytest.raises(ConfigError, match="the linformer run read 64 tokens .* would read 128"):
+        author_attribution.rescore(out, more, str(tmp_path / "rescored"))
+    assert not os.path.exists(tmp_path / "rescored")

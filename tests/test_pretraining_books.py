@@ -1109,7 +1109,7 @@ def test_validation_text_that_training_books_hold_is_found_with_the_updates_that
             "data.block_size": 256,
             "data.max_eval_blocks": 8,
             "training.per_device_train_batch_size": 1,
-            "training.max_steps": 1000,  # beyond the training blocks: every block is read once
+            "training.max_steps": 1000,  # beyond the training blocks: every block is read in several passes
             "training.report_to": [],
         }
         runs = [
@@ -1127,8 +1127,9 @@ def test_validation_text_that_training_books_hold_is_found_with_the_updates_that
     assert result["slices_in_training_books"] >= 2 and result["slices"] > result["slices_in_training_books"]
     assert result["seeds"]["1"]["runs"] == ["seed1", "seed1_n128"] and result["seeds"]["2"]["runs"] == ["seed2"]
     one, two = (result["seeds"][seed]["updates_reading_it"] for seed in ("1", "2"))
-    # each seed reads every block once, in an order of its own: every slice found, at other updates
-    assert sum(one.values()) >= result["slices_in_training_books"] and sum(two.values()) == sum(one.values())
+    # each seed reads every block in every pass, in an order of its own: every slice found, at other updates, and
+    # again in the later passes (the last one cut short where max_steps ends, so not as often by each seed)
+    assert sum(one.values()) >= 2 * result["slices_in_training_books"] <= sum(two.values())
     assert one.keys() != two.keys()
     with open(tmp_path / "overlapping" / books_pretraining.OVERLAP_FILE, encoding="utf-8") as fh:
         assert json.load(fh)["slices_in_training_books"] == result["slices_in_training_books"]
@@ -1137,3 +1138,119 @@ def test_validation_text_that_training_books_hold_is_found_with_the_updates_that
     result = books_pretraining.validation_overlap(plan(clean, "clean"))
     assert result["slices_in_training_books"] == 0 and result["slices"] > 0
     assert all(not entry["updates_reading_it"] for entry in result["seeds"].values())
+
+
+def test_validation_overlap_reads_the_batches_of_every_pass_as_the_training_does(tokenizer_dir, tmp_path, monkeypatch):
+    """--validation_overlap counted the batches of one pass over the training blocks (max_steps x accumulation of them,
+    cut short where a pass holds fewer): the updates of every later pass, which read the blocks again in another
+    order, were never named. The batches it reads are the training's own, update by update, over passes of a length
+    that gradient accumulation does not divide (a pass's last update takes the batches left)."""
+    import yaml
+
+    from experiments import books_pretraining
+    from linformer_hf.training import pretraining
+    from linformer_hf.training.pretraining import build_trainer
+
+    real = _real_books(8)
+    books = write_hub_dataset(tmp_path / "books", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
+    shared = {
+        "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+        "model.config.projected_length": 16,
+        "model.config.max_sequence_length": 128,
+        "model.config.num_hidden_layers": 1,
+        "tokenizer.name_or_path": tokenizer_dir,
+        "data.datasets": [{"path": books, "split": "train"}],
+        "data.validation_datasets": [{"path": books, "split": "validation"}],
+        "data.cache_dir": str(tmp_path / "cache"),
+        "data.preprocessing_num_workers": 1,
+        "data.block_size": 128,
+        "data.max_train_blocks": 5,  # 3 updates a pass at 2 batches an update, the third of 1 batch
+        "data.max_eval_blocks": 2,
+        "training.per_device_train_batch_size": 1,
+        "training.gradient_accumulation_steps": 2,
+        "training.max_steps": 7,  # 2 passes and a third begun
+        "training.warmup_steps": 1,
+        "training.eval_steps": 100,
+        "training.checkpointing_steps": 100,
+        "training.report_to": [],
+    }
+    path = tmp_path / "plan.yaml"
+    recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
+    runs = [{"name": "only"}]
+    path.write_text(
+        yaml.safe_dump({"recipe": recipe, "output_dir": str(tmp_path / "out"), "shared": shared, "runs": runs})
+    )
+    plan = books_pretraining.load_plan(str(path))
+
+    trained = []
+    step = pretraining.MaskedLMTrainer.training_step
+
+    def recording(self, model, inputs, num_items_in_batch=None):
+        trained.append((self.state.global_step + 1, inputs["input_ids"].clone(), inputs["labels"].clone()))
+        return step(self, model, inputs, num_items_in_batch)
+
+    monkeypatch.setattr(pretraining.MaskedLMTrainer, "training_step", recording)
+    resolved = books_pretraining.recipe(plan, plan.runs[0])
+    resolved.training.output_dir = str(tmp_path / "trained")
+    trainer = build_trainer(resolved, show_progress=False)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert [update for update, _, _ in trained] == [1, 1, 2, 2, 3, 4, 4, 5, 5, 6, 7, 7]
+
+    def text(ids, labels):
+        ids = ids.clone()
+        ids[labels != -100] = labels[labels != -100]
+        return ids.tolist()
+
+    resolved.training.output_dir = str(tmp_path / "read")
+    trainer = build_trainer(resolved, show_progress=False)
+    try:
+        read = [
+            (update, text(b["input_ids"], b["labels"])) for update, b in books_pretraining.training_batches(trainer)
+        ]
+    finally:
+        trainer.close()
+    assert read == [(update, text(ids, labels)) for update, ids, labels in trained]
+
+
+def test_validation_overlap_refuses_what_it_would_answer_wrongly(tokenizer_dir, tmp_path):
+    """Before any data or model is built: a plan validated on blocks held out of its training books themselves
+    (no data.validation_datasets: all of that text is in the training books, and was reported as found there), and
+    runs of one seed that read other batches (the first run of a seed stood for all, with its updates)."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    real = _real_books(8)
+    books = write_hub_dataset(tmp_path / "books", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
+
+    def plan(name, shared, runs):
+        shared = {
+            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+            "tokenizer.name_or_path": tokenizer_dir,
+            "data.datasets": [{"path": books, "split": "train"}],
+            "data.block_size": 256,
+            "training.max_steps": 10,
+            "training.warmup_steps": 1,
+            "training.report_to": [],
+            **shared,
+        }
+        path = tmp_path / f"{name}.yaml"
+        recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
+        output_dir = str(tmp_path / name)
+        path.write_text(yaml.safe_dump({"recipe": recipe, "output_dir": output_dir, "shared": shared, "runs": runs}))
+        return books_pretraining.load_plan(str(path))
+
+    held_out_of_train = plan("held", {"data.validation_datasets": []}, [{"name": "a"}])
+    with pytest.raises(ConfigError, match="held out of those very books"):
+        books_pretraining.validation_overlap(held_out_of_train)
+    other_batches = plan(
+        "batches",
+        {"data.validation_datasets": [{"path": books, "split": "validation"}]},
+        [{"name": "a"}, {"name": "b", "overrides": {"training.gradient_accumulation_steps": 2}}],
+    )
+    with pytest.raises(ConfigError, match=r"runs a and b have one seed and read other .*gradient_accumulation_steps"):
+        books_pretraining.validation_overlap(other_batches)
+    assert not os.path.exists(tmp_path / "held") and not os.path.exists(tmp_path / "batches")
