@@ -329,6 +329,40 @@ def test_tokenising_in_pieces_gives_the_same_blocks_and_a_killed_run_goes_on_fro
     assert len(after) == len(fresh)  # each piece tokenised once in all
 
 
+def test_a_linformer_and_a_roberta_run_share_the_tokenised_corpus(books, tokenizer_dir, tmp_path):
+    """The tokenised pieces are cached by what sets their tokens: a Linformer run's tokenizer, which pads on the right
+    (`pad_as_the_model_takes`), reads the pieces a RoBERTa run tokenised (datasets' own key hashed the whole
+    tokenizer object, padding side included, and tokenised the corpus again); a tokenizer of another vocabulary does
+    not."""
+    from transformers import AutoTokenizer
+
+    from linformer_hf import LinformerConfig
+    from linformer_hf.loading import pad_as_the_model_takes
+
+    recipe = books_recipe(books, tokenizer_dir, tmp_path / "run", **{"data.block_size": 128})
+
+    def tokenised_files(tokenizer):
+        data = prepare_pretraining_data(recipe.data, tokenizer, seed=1)
+        return {os.path.basename(f["filename"]) for f in data["train"].cache_files}, data["train"]["input_ids"]
+
+    roberta = AutoTokenizer.from_pretrained(tokenizer_dir)
+    roberta.padding_side = "left"
+    files, ids = tokenised_files(roberta)
+    linformer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    pad_as_the_model_takes(linformer, LinformerConfig())
+    assert linformer.init_kwargs["padding_side"] == "right"
+    assert tokenised_files(linformer) == (files, ids)
+    linformer(["a truncated call"], truncation=True, max_length=4)  # truncation set on the backend, then reset
+    assert tokenised_files(linformer)[0] == files
+
+    other_dir = tmp_path / "other-tokenizer"
+    shards = glob.glob(os.path.join(books, "*.parquet"))
+    texts = (row["text"][:2000] for path in shards for row in pq.read_table(path).to_pylist())
+    train_bpe_tokenizer(texts, str(other_dir), vocab_size=500, model_max_length=512)
+    other_files, other_ids = tokenised_files(AutoTokenizer.from_pretrained(other_dir))
+    assert other_files.isdisjoint(files) and other_ids != ids
+
+
 def test_long_documents_are_tokenised_a_few_at_a_time():
     """A batch holds about 2M characters: a thousand lines of WikiText, a handful of books (a thousand books at once
     held a whole corpus in memory)."""
