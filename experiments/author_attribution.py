@@ -124,8 +124,22 @@ RESULT_COLUMNS = [
     "vs_teacher_mcnemar_p",
 ]
 BOOTSTRAP_SAMPLES = 10_000
-POOLED_COLUMNS = ["run", "seeds", "test_accuracy_per_seed", "test_accuracy_mean"]
-PAIR_COLUMNS = ["run", "reference", "points", "ci95_low", "ci95_high", "p"]
+POOLED_COLUMNS = ["run", "seeds", "test_accuracy_per_seed", "test_accuracy_mean", "test_accuracy_by_book"]
+PAIR_COLUMNS = [
+    "run",
+    "reference",
+    "points",
+    "ci95_low",
+    "ci95_high",
+    "p",
+    "books",
+    "book_ci95_low",
+    "book_ci95_high",
+    "by_book_points",
+    "by_book_ci95_low",
+    "by_book_ci95_high",
+    "by_book_p",
+]
 POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
 
 
@@ -933,6 +947,37 @@ def pooled_difference(correct, reference, seed: int = 0) -> dict:
     }
 
 
+def book_difference(correct, reference, books, seed: int = 0) -> dict:
+    """`pooled_difference` with the held-out book as the unit: passages of one book are not independent samples (one
+    author, one book, read by the same fine-tuned models), so the passage bootstrap's interval is too narrow when a
+    few books give most passages. ``books`` names each passage's book. Gives the passage-weighted difference's 95%
+    interval from a bootstrap over books (``book_ci95_*``), and the difference with every book weighed alike (each
+    book's mean difference, averaged: ``by_book_points``), with its book bootstrap interval and a sign-flip p over
+    books."""
+    import numpy as np
+
+    delta = (np.asarray(correct, dtype=float) - np.asarray(reference, dtype=float)).mean(axis=0)  # (passages,)
+    names, index = np.unique(np.asarray(books), return_inverse=True)
+    sums = np.bincount(index, weights=delta, minlength=len(names))
+    counts = np.bincount(index, minlength=len(names)).astype(float)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(names), size=(BOOTSTRAP_SAMPLES, len(names)))
+    weighted = np.percentile(sums[draws].sum(axis=1) / counts[draws].sum(axis=1), [2.5, 97.5])
+    per_book = sums / counts
+    alike = np.percentile(per_book[draws].mean(axis=1), [2.5, 97.5])
+    signs = rng.choice([-1.0, 1.0], size=(BOOTSTRAP_SAMPLES, len(names)))
+    extreme = int((np.abs((signs * per_book).mean(axis=1)) >= abs(per_book.mean()) - 1e-12).sum())
+    return {
+        "books": len(names),
+        "book_ci95_low": round(100 * float(weighted[0]), 1),
+        "book_ci95_high": round(100 * float(weighted[1]), 1),
+        "by_book_points": round(100 * float(per_book.mean()), 1),
+        "by_book_ci95_low": round(100 * float(alike[0]), 1),
+        "by_book_ci95_high": round(100 * float(alike[1]), 1),
+        "by_book_p": round((extreme + 1) / (BOOTSTRAP_SAMPLES + 1), 4),
+    }
+
+
 def reference_pairs(names: list[str]) -> list[tuple[str, str]]:
     """What each comparison asks: every run against the truncated teacher, and the Linformer against each full
     attention run (does it read its n as well as full attention reads its own?)."""
@@ -1048,8 +1093,12 @@ def pool(
     if len(set(lengths.values())) != 1:
         raise ConfigError(f"the runs' predictions cover different numbers of test passages ({lengths}).")
     kept = np.ones(next(iter(lengths.values())), dtype=bool)
-    if without_test_of or without_passages_in:  # the passages left out are found in the first folder's data set
+    # the passages' books, and those left out, are read from the first folder's data set (a record whose data set is
+    # gone pools without the book-level figures)
+    books = None
+    if without_test_of or without_passages_in or os.path.isdir(records[0]["data"]):
         check_recorded_data(folders[0], records[0], training=False)
+        books = np.array([row["book"] for row in split_rows(records[0]["data"], "test")])
     if without_test_of:
         earlier = {(row["book"], row["start"]) for row in split_rows(without_test_of, "test")}
         scored = np.array([(row["book"], row["start"]) in earlier for row in split_rows(records[0]["data"], "test")])
@@ -1063,16 +1112,32 @@ def pool(
         raise ConfigError("every test passage is left out: nothing to pool.")
     correct = {name: c[:, kept] for name, c in correct.items()}
     lengths = {name: c.shape[1] for name, c in correct.items()}
+    books = books[kept] if books is not None else None
+
+    def by_book(right) -> float | None:  # the mean over books of each book's accuracy, over the seeds
+        if books is None:
+            return None
+        return round(100 * float(np.mean([right[:, books == book].mean() for book in np.unique(books)])), 1)
+
     rows = [
         {
             "run": name,
             "seeds": len(folders),
             "test_accuracy_per_seed": " ".join(f"{100 * a:.1f}" for a in correct[name].mean(axis=1)),
             "test_accuracy_mean": round(100 * float(correct[name].mean()), 1),
+            "test_accuracy_by_book": by_book(correct[name]),
         }
         for name in names
     ]
-    pairs = [{"run": a, "reference": b, **pooled_difference(correct[a], correct[b])} for a, b in reference_pairs(names)]
+    pairs = [
+        {
+            "run": a,
+            "reference": b,
+            **pooled_difference(correct[a], correct[b]),
+            **(book_difference(correct[a], correct[b], books) if books is not None else {}),
+        }
+        for a, b in reference_pairs(names)
+    ]
     os.makedirs(output_dir, exist_ok=True)
     write_csv_atomic(os.path.join(output_dir, "pooled.csv"), POOLED_COLUMNS, rows)
     write_csv_atomic(os.path.join(output_dir, "pairs.csv"), PAIR_COLUMNS, pairs)
@@ -1098,18 +1163,30 @@ def pool(
         + ", ".join(f"{folder} ({record['shared']})" for folder, record in zip(folders, records, strict=True))
         + ".",
         "",
-        "| run | test accuracy per folder | mean |",
-        "| --- | --- | --- |",
-        *[f"| {r['run']} | {r['test_accuracy_per_seed']} | {r['test_accuracy_mean']:.1f} |" for r in rows],
-        "",
-        "Differences in points over all folders (a passage's difference averaged over the folders first; 95% bootstrap "
-        "interval over passages; two-sided paired sign-flip permutation p):",
-        "",
-        "| run | against | points (95% interval) | p |",
+        "| run | test accuracy per folder | mean | each book alike |",
         "| --- | --- | --- | --- |",
         *[
-            f"| {p['run']} | {p['reference']} | {p['points']:+.1f} ({p['ci95_low']:+.1f} to "
-            f"{p['ci95_high']:+.1f}) | {p['p']:.4f} |"
+            f"| {r['run']} | {r['test_accuracy_per_seed']} | {r['test_accuracy_mean']:.1f} | "
+            f"{'-' if r['test_accuracy_by_book'] is None else format(r['test_accuracy_by_book'], '.1f')} |"
+            for r in rows
+        ],
+        "",
+        "Differences in points over all folders (a passage's difference averaged over the folders first; 95% bootstrap "
+        "interval over passages and over held-out books, whose passages are not independent; two-sided paired "
+        "sign-flip permutation p over passages); and with each held-out book weighed alike (its passages' mean "
+        "difference; interval and p over books):",
+        "",
+        "| run | against | points (95% over passages; over books) | p | each book alike (95%; p) |",
+        "| --- | --- | --- | --- | --- |",
+        *[
+            f"| {p['run']} | {p['reference']} | {p['points']:+.1f} ({p['ci95_low']:+.1f} to {p['ci95_high']:+.1f}; "
+            + (
+                f"{p['book_ci95_low']:+.1f} to {p['book_ci95_high']:+.1f}) | {p['p']:.4f} | "
+                f"{p['by_book_points']:+.1f} ({p['by_book_ci95_low']:+.1f} to {p['by_book_ci95_high']:+.1f}; "
+                f"{p['by_book_p']:.4f}) |"
+                if "books" in p
+                else f"-) | {p['p']:.4f} | - |"
+            )
             for p in pairs
         ],
     ]

@@ -873,6 +873,9 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     new_passages = manifest["passages"]["test"] - data[1]["passages"]["test"]
     pooled = author_attribution.pool([rescored, second], str(tmp_path / "pooled"), without_test_of=data[0])
     assert f"over 2 comparisons of the same {new_passages} test passages" in pooled
+    assert "| each book alike (95%; p) |" in pooled
+    with open(tmp_path / "pooled" / "pooled.csv", encoding="utf-8") as fh:
+        assert all(float(row["test_accuracy_by_book"]) >= 0 for row in csv.DictReader(fh))
     assert f"Left out: the {data[1]['passages']['test']} test passages of {data[0]}'s test split." in pooled
 
     def no_model(*args, **kwargs):
@@ -990,3 +993,24 @@ def test_rescore_reads_as_many_tokens_as_the_fine_tuning_did(books, data, linfor
     with pytest.raises(ConfigError, match="the linformer run read 64 tokens .* would read 128"):
         author_attribution.rescore(out, more, str(tmp_path / "rescored"))
     assert not os.path.exists(tmp_path / "rescored")
+
+
+def test_book_level_differences_weigh_each_held_out_book_alike():
+    """With one passage a book, the book-level figures are the passage-level ones (the same bootstrap draws); where
+    one book gives most passages, weighing passages and weighing books answer differently, and the interval over
+    books is the wider."""
+    correct, reference = [[1, 0, 1, 1, 0, 1, 0, 1]], [[0, 0, 1, 0, 0, 1, 1, 0]]
+    by_passage = author_attribution.pooled_difference(correct, reference)
+    by_book = author_attribution.book_difference(correct, reference, list("abcdefgh"))
+    assert by_book["books"] == 8 and by_book["by_book_points"] == by_passage["points"] == 25.0
+    interval = (by_passage["ci95_low"], by_passage["ci95_high"])
+    assert (by_book["book_ci95_low"], by_book["book_ci95_high"]) == interval
+    assert (by_book["by_book_ci95_low"], by_book["by_book_ci95_high"]) == interval
+
+    # book a: 10 passages, all won; books b to e: 1 passage each, all lost
+    correct, reference = [[1] * 10 + [0] * 4], [[0] * 10 + [1] * 4]
+    books = ["a"] * 10 + ["b", "c", "d", "e"]
+    by_passage = author_attribution.pooled_difference(correct, reference)
+    by_book = author_attribution.book_difference(correct, reference, books)
+    assert by_passage["points"] == 42.9 and by_book["by_book_points"] == -60.0
+    assert by_book["book_ci95_high"] - by_book["book_ci95_low"] > by_passage["ci95_high"] - by_passage["ci95_low"]
