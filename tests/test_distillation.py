@@ -199,6 +199,15 @@ def test_a_teacher_the_student_cannot_learn_from_is_refused(teacher, tmp_path):
     load_recipe(FinetuneRecipe, None, extra={**base, "distillation.teacher": str(three)})
     with pytest.raises(ConfigError, match="teacher has 3 labels but the task's student has 2"):
         run({**base, "distillation.teacher": str(three)})
+    # The task's classes in the other order (its id2label; any other names say nothing of the order, and pass).
+    swapped = tmp_path / "swapped_classes"
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(teacher["dir"])
+    assert model.config.id2label == {0: "negative", 1: "positive"}  # SST-2's, as the teacher's fine-tuning saved them
+    model.config.id2label, model.config.label2id = {0: "Positive", 1: "Negative"}, {"Positive": 0, "Negative": 1}
+    model.save_pretrained(swapped)
+    transformers.AutoTokenizer.from_pretrained(teacher["dir"]).save_pretrained(swapped)
+    with pytest.raises(ConfigError, match=r"numbers the task's classes otherwise: .* \['Positive', 'Negative'\]"):
+        run({**base, "distillation.teacher": str(swapped)})
     # Not a classifier.
     encoder = tmp_path / "encoder"
     transformers.BertModel(tiny_bert_config()).save_pretrained(encoder)

@@ -432,3 +432,28 @@ def test_eval_on_start_reaches_the_trainer(pretrained_dir, tmp_path):
     assert training_arguments(recipe).eval_on_start is False
     recipe = load_recipe(FinetuneRecipe, "configs/finetune/sst2.yaml", argv + ["--training.eval_on_start", "true"])
     assert training_arguments(recipe).eval_on_start is True
+
+
+def test_results_best_is_the_kept_model_not_the_evaluation_before_the_first_update(pretrained_dir, tmp_path):
+    """With eval_on_start, the evaluation before any update (of no model the run keeps: the Trainer neither
+    checkpoints it nor counts it for its best) was taken as results.json's best when it scored highest, while best/
+    held a model that scored less; and with no evaluation on the schedule after it, the model trained was never
+    evaluated at all. Here the training labels are all 1 and the validation labels all 0: training only lowers the
+    score, so the evaluation at step 0 is (one of) the highest."""
+    train = sst2_head(tmp_path / "train.tsv", 32, label=1)
+    validation = tmp_path / "dev.tsv"
+    with open(SST2_DEV, encoding="utf-8") as fh:
+        header, *lines = list(fh)
+    validation.write_text(header + "".join([line for line in lines if line.rstrip().endswith("\t0")][:48]))
+    settings = {"training.eval_on_start": True, "training.learning_rate": 5e-3, "training.max_steps": 6}
+    settings.update({"training.per_device_train_batch_size": 8, "data.validation_file": str(validation)})
+    for eval_steps, kept_step in ((3, None), (10, 6)):  # on the schedule at 3 and 6; beyond the last update
+        out = tmp_path / f"out-{eval_steps}"
+        overrides = tiny_finetune_overrides(pretrained_dir, train, out, {**settings, "training.eval_steps": eval_steps})
+        result = run_finetuning(load_recipe(FinetuneRecipe, None, extra=overrides), show_progress=False)
+        assert result["history"][0]["step"] == 0  # the evaluation before the first update stays in the history
+        assert result["best"]["step"] > 0 and result["best"]["step"] == (kept_step or result["best"]["step"])
+        preds, labels = read_predictions(out / "predictions_validation.tsv")  # of the model kept in best/
+        assert result["best"]["accuracy"] == pytest.approx(float(np.mean(preds == labels)))
+        with open(out / "results.json", encoding="utf-8") as fh:
+            assert json.load(fh)["best"] == result["best"]

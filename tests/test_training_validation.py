@@ -829,6 +829,42 @@ def test_a_row_with_another_number_of_fields_than_the_header_is_named(model_dir,
     ]["sentence"] == ["hello, world", "fine"]
 
 
+def test_a_data_set_that_cannot_be_the_tasks_is_refused_in_one_line(model_dir, tmp_path, monkeypatch):
+    """data.dataset with no path, a misspelt key or a split, a folder that is not there, not a data set, without the
+    task's validation split or without the config it names: each failed inside `datasets` with a traceback (a
+    KeyError-like TypeError, "Unknown split", "BuilderConfig ... doesn't have a 'nme' key") before any check."""
+    import datasets
+    from training_utils import write_hub_dataset
+
+    from linformer_hf.training.finetuning import load_task_data
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    rows = [{"sentence": "a fine film", "label": 1}, {"sentence": "a dull film", "label": 0}] * 4
+    train_only = write_hub_dataset(tmp_path / "train_only", {"train": [rows]})
+    whole = write_hub_dataset(tmp_path / "whole", {"train": [rows], "validation": [rows]})
+    (tmp_path / "empty").mkdir()
+    files = {"data.train_file": None, "data.validation_file": None}
+
+    def read(dataset):
+        return load_task_data(finetune(model_dir, **files, **{"data.dataset": dataset}))
+
+    refused = [
+        ({"name": "sst2"}, r"data.dataset needs a 'path' key .*\{path: NAME_OR_FOLDER\}"),
+        ({"path": whole, "nme": "sst2"}, r"Unknown key\(s\) \['nme'\] in data.dataset; allowed: path, name, revision"),
+        ({"path": whole, "split": "train"}, r"data.dataset takes no 'split': data.task sst2 reads .*\['train', 'va"),
+        ({"path": str(tmp_path / "absent")}, r"data.dataset .*absent is not a folder"),
+        ({"path": SST2_DEV}, r"data.dataset .*dev.tsv is not a folder: .* as data.train_file"),
+        ({"path": str(tmp_path / "empty")}, r"the folder .*empty cannot be read as a data set: .*any data files"),
+        ({"path": whole, "name": "sst2"}, r"the folder .*whole cannot be read as a data set: .*'sst2' not found"),
+        ({"path": train_only}, r"train_only has no split\(s\) \['validation'\] \(it has \['train'\]\).*data.train"),
+    ]
+    for dataset, message in refused:
+        with pytest.raises(ConfigError, match=message):
+            read(dataset)
+    splits = read({"path": whole})
+    assert len(splits["train"]) == len(splits["validation"]) == len(rows)
+
+
 def test_empty_text_cells_are_counted_and_named_by_line(model_dir, tmp_path, caplog):
     """An empty or blank text cell (TSV, CSV, JSON lines) is read as empty text, and said, with its line; before,
     nothing was said. Files without one say nothing."""

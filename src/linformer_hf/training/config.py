@@ -744,6 +744,10 @@ class PretrainRecipe:
             )
 
 
+# The keys of data.dataset: what `datasets.load_dataset` is given, besides the task's splits.
+FINETUNE_DATASET_KEYS = ("path", "name", "revision")
+
+
 @dataclasses.dataclass
 class FinetuneDataSection:
     task: str = "sst2"  # sst2 | qnli | qqp | imdb | authors (its data set: experiments/author_attribution.py)
@@ -781,6 +785,8 @@ class FinetuneDataSection:
                 f"data.train_file ({self.train_file}) and data.dataset ({self.dataset}) are both given: local files "
                 "or a data set, not both. Drop one (--data.dataset null)."
             )
+        if self.dataset is not None:
+            self.validate_dataset()
         unread = [name for name in ("validation_file", "test_file") if getattr(self, name) and not self.train_file]
         if unread:
             raise ConfigError(
@@ -792,6 +798,25 @@ class FinetuneDataSection:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"data.{name} must be >= 1, got {value}.")
+
+    def validate_dataset(self):
+        """data.dataset is {path: ...} with the keys `datasets.load_dataset` is given here (`FINETUNE_DATASET_KEYS`);
+        before, a key missing, misspelt or naming a split failed inside `datasets` with a traceback."""
+        task = TASKS[self.task]
+        if "path" not in self.dataset:
+            raise ConfigError(
+                f"data.dataset needs a 'path' key (a Hub name, or a folder in a Hub dataset's layout), got "
+                f"{self.dataset!r}: write it as {{path: NAME_OR_FOLDER}} (with name: CONFIG for a data set of several)."
+            )
+        unknown = sorted(set(self.dataset) - set(FINETUNE_DATASET_KEYS))
+        if "split" in unknown:
+            splits = [task.train_split, task.eval_split] + ([task.test_split] if task.test_split else [])
+            raise ConfigError(
+                f"data.dataset takes no 'split': data.task {self.task} reads the data set's splits {splits} itself. "
+                "Drop it; for other splits, give them as local files (data.train_file, data.validation_file)."
+            )
+        if unknown:
+            raise ConfigError(f"Unknown key(s) {unknown} in data.dataset; allowed: {', '.join(FINETUNE_DATASET_KEYS)}.")
 
 
 @dataclasses.dataclass

@@ -37,10 +37,11 @@ def _load_config(path: str, role: str):
         raise ConfigError(f"{role}={path}: no model config could be read ({' '.join(str(err).split())}).") from None
 
 
-def check_teacher(section, model, task_labels: int | None) -> None:
+def check_teacher(section, model, task_labels: int | None, class_names: list[str] | None = None) -> None:
     """Refuse, before any work, a teacher the student cannot learn from: not a sequence classifier, another label
-    count than the task's, another vocabulary than the student's tokenizer, and (for the hidden-state loss) another
-    depth or width than the student's."""
+    count than the task's, the task's classes in another order (``class_names``, the names of classes 0, 1, ...),
+    another vocabulary than the student's tokenizer, and (for the hidden-state loss) another depth or width than the
+    student's."""
     from .validation import check_model_source
 
     check_model_source(section.teacher, "distillation.teacher")
@@ -56,6 +57,7 @@ def check_teacher(section, model, task_labels: int | None) -> None:
             f"distillation.teacher has {teacher.num_labels} labels but the task's student has {task_labels}: give a "
             "teacher fine-tuned on this task."
         )
+    check_teacher_classes(section.teacher, teacher, class_names)
     student = _load_config(model.pretrained, "model.pretrained")
     if teacher.vocab_size != student.vocab_size:
         raise ConfigError(
@@ -83,6 +85,22 @@ def check_teacher(section, model, task_labels: int | None) -> None:
             raise ConfigError(
                 f"distillation.hidden_layers {bad} out of range: 0 (embeddings) to {student.num_hidden_layers}."
             )
+
+
+def check_teacher_classes(path: str, teacher, class_names: list[str] | None) -> None:
+    """The teacher's classes (its ``id2label``) are the task's in the task's order, where both name the same classes:
+    a teacher saved with negative as 1 and positive as 0 taught the student the opposite of the labels, without a
+    word. Names that differ (another data set's, or transformers' LABEL_0 ...) say nothing of the order: not refused."""
+    if not class_names:
+        return
+    names = [str(teacher.id2label.get(i, teacher.id2label.get(str(i), ""))) for i in range(len(class_names))]
+    same = sorted(name.lower() for name in names) == sorted(name.lower() for name in class_names)
+    if same and [name.lower() for name in names] != [name.lower() for name in class_names]:
+        raise ConfigError(
+            f"distillation.teacher={path} numbers the task's classes otherwise: its classes 0, 1, ... are {names}, the "
+            f"task's {list(class_names)}, so it would teach the opposite of the labels. Give a teacher fine-tuned with "
+            "this task's label indices (or relabel the data to the teacher's)."
+        )
 
 
 def check_teacher_length(teacher_path: str, max_length: int) -> None:

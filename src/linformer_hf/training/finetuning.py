@@ -70,7 +70,7 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
         if recipe.distillation.teacher is not None:
             from . import distillation
 
-            distillation.check_teacher(recipe.distillation, recipe.model, data.task.num_labels)
+            distillation.check_teacher(recipe.distillation, recipe.model, data.task.num_labels, data.class_names)
         run = start_run(recipe, show_progress)
         classifier = load_classifier(recipe, data, run)
         stopping = stop_signal_callback(stop)

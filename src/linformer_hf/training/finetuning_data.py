@@ -11,9 +11,16 @@ import os
 from dataclasses import dataclass
 
 from .config import ConfigError, FinetuneRecipe
-from .errors import hub_unreachable_error
+from .errors import hub_unreachable_error, one_line
 from .tasks import TASKS, Task, with_classes_of
-from .validation import check_field_counts, check_has_rows, check_labels, unreadable_file_error, warn_empty_texts
+from .validation import (
+    check_field_counts,
+    check_has_rows,
+    check_labels,
+    is_local_folder,
+    unreadable_file_error,
+    warn_empty_texts,
+)
 
 
 @dataclass
@@ -111,6 +118,7 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
         from .hub_datasets import load_hub_dataset
 
         hub = dict(dcfg.dataset or task.hub)
+        check_dataset_splits(hub, task, dcfg.task)
         try:
             splits["train"] = load_hub_dataset(**hub, split=task.train_split)
             splits["validation"] = load_hub_dataset(**hub, split=task.eval_split)
@@ -125,6 +133,11 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
                 "give local files instead, --data.train_file F --data.validation_file F "
                 f"(.tsv, .csv or .json(l) with columns {columns})",
             ) from None
+        except (ValueError, FileNotFoundError) as err:  # a Hub data set without the split, or config, asked for
+            raise ConfigError(
+                f"data.dataset {hub} cannot be read as data.task {dcfg.task}'s data set (its splits "
+                f"{task.train_split} and {task.eval_split}): {one_line(err)}"
+            ) from None
         # A task whose classes are the data's: the training split's ClassLabel, which `datasets` gives every split.
         task = with_classes_of(task, splits["train"], f"{hub} split train")
         for name, ds in splits.items():
@@ -136,6 +149,35 @@ def load_task_data(recipe: FinetuneRecipe) -> dict:
     if dcfg.max_eval_samples is not None:
         splits["validation"] = splits["validation"].select(range(min(dcfg.max_eval_samples, len(splits["validation"]))))
     return splits
+
+
+def check_dataset_splits(hub: dict, task: Task, task_name: str) -> None:
+    """A data.dataset that is a local folder reads as a data set (its config, when named, declared) and holds the
+    task's training and evaluation splits; before, each of these failed inside `datasets` with a traceback. Hub names
+    are checked as they are loaded (this machine may not reach the Hub)."""
+    from datasets import load_dataset_builder
+
+    path = str(hub["path"])
+    if not is_local_folder(path):
+        return
+    if not os.path.isdir(path):
+        raise ConfigError(
+            f"data.dataset {path} is not a folder: give a folder in a Hub dataset's layout, a Hub name, or a "
+            "file as data.train_file (.tsv, .csv, .json(l))."
+        )
+    try:
+        builder = load_dataset_builder(path, hub.get("name"))
+    except (ValueError, FileNotFoundError) as err:  # no data files, a config its README does not declare
+        raise ConfigError(f"data.dataset: the folder {path} cannot be read as a data set: {one_line(err)}") from None
+    found = sorted(builder.config.data_files or {})
+    missing = [split for split in (task.train_split, task.eval_split) if split not in found]
+    if missing:
+        raise ConfigError(
+            f"data.dataset {path} has no split(s) {missing} (it has {found or 'none'}): data.task {task_name} "
+            f"trains on its {task.train_split!r} split and keeps the best model by its {task.eval_split!r} split. "
+            "Add the split to the folder, or give the rows as local files (data.train_file, and data.validation_file "
+            "or a share held out by data.validation_split_percentage)."
+        )
 
 
 def _load_file(path: str, split: str):

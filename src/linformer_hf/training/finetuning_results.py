@@ -37,12 +37,13 @@ def write_results(
         f"{best_dir} or results.json" if tcfg.save_best else "results.json",
         {"validation loss": validation.metrics["test_loss"]},
     )
-    # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>").
-    if not evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it once
+    # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>"). The
+    # evaluation before the first update (eval_on_start) is of no model the run keeps: it is not one.
+    if not trained_evaluations(trainer.state.log_history, task):  # eval_steps beyond the last update: evaluate it
         trainer.evaluate()
     history = evaluations(trainer.state.log_history, task)
     train_losses = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
-    best = max(history, key=lambda h: h[task.main_metric])  # the first of equals, as the Trainer keeps it
+    best = kept_evaluation(trained_evaluations(trainer.state.log_history, task), trainer.state, tcfg.save_best, task)
     if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
         check_weights_finite(trainer.model, best_dir)
         trainer.save_model(best_dir)
@@ -103,6 +104,24 @@ def evaluations(log_history: list[dict], task: Task) -> list[dict]:
         for entry in log_history
         if f"eval_{task.main_metric}" in entry
     ]
+
+
+def trained_evaluations(log_history: list[dict], task: Task) -> list[dict]:
+    """The `evaluations` of the model being trained, after its first update: not the one before it (eval_on_start),
+    which the Trainer neither checkpoints nor counts for its best model."""
+    return [entry for entry in evaluations(log_history, task) if entry["step"] > 0]
+
+
+def kept_evaluation(trained: list[dict], state, save_best: bool, task: Task) -> dict:
+    """results.json's "best": with ``save_best``, the evaluation of the model the Trainer kept (its best checkpoint,
+    loaded back into best/); else, or where that step was not evaluated, the best of ``trained`` (the first of
+    equals, as the Trainer keeps it). Before, the best of every evaluation was reported, the one before the first
+    update too: a run with eval_on_start reported that score while best/ held a worse model."""
+    if save_best and state.best_global_step:
+        kept = [entry for entry in trained if entry["step"] == state.best_global_step]
+        if kept:
+            return kept[0]
+    return max(trained, key=lambda h: h[task.main_metric])
 
 
 def _write_predictions(path: str, preds, labels):

@@ -269,7 +269,7 @@ def missing_shards(files: list[str]) -> list[str]:
     return missing
 
 
-def _local_folder(path: str) -> bool:
+def is_local_folder(path: str) -> bool:
     """Whether a data.datasets path means a folder on this machine rather than a Hub name."""
     return os.path.isdir(path) or path.startswith((".", "/", "~")) or os.path.exists(path)
 
@@ -292,7 +292,7 @@ def check_dataset_entry(entry, where: str, default_text_column: str, streaming: 
     if bad:
         raise ConfigError(f"Unknown key(s) {bad} in a {where} entry; allowed: {', '.join(DATASET_ENTRY_KEYS)}.")
     path = str(entry["path"])
-    if not _local_folder(path):
+    if not is_local_folder(path):
         return None
     if not os.path.isdir(path):
         raise ConfigError(f"{where}: {path} is not a folder (give a folder of data files in a Hub dataset's layout).")
