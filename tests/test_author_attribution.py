@@ -328,7 +328,9 @@ def test_the_task_refuses_labels_without_class_names(linformer, tmp_path):
         load_task_data(recipe)
 
 
-def test_fine_tuning_the_task_on_what_is_not_its_data_set_is_refused_before_any_work(data, linformer, tmp_path, capsys):
+def test_fine_tuning_the_task_on_what_is_not_its_data_set_is_refused_before_any_work(
+    books, data, linformer, tmp_path, capsys
+):
     """data.task authors fine-tuned on any folder of texts and ClassLabel labels as the author-attribution data set
     (no authors_manifest.json: passages of no known length), and on passages cut in another tokenizer's tokens than
     the model's (another amount of text each; fewer than n: padding). Each is refused in one line naming the problem
@@ -341,9 +343,12 @@ def test_fine_tuning_the_task_on_what_is_not_its_data_set_is_refused_before_any_
     os.remove(unbuilt / author_attribution.MANIFEST)
     other = tmp_path / "other-tokenizer"
     train_bpe_tokenizer(iter_text_files([WIKITEXT]), str(other), vocab_size=600, model_max_length=PASSAGE)
+    short = str(tmp_path / "short")  # passages of half the model's n: it would read padding
+    author_attribution.build_dataset(books, linformer, short, seed=1, **{**BUILD, "passage_tokens": PASSAGE // 2})
     out = tmp_path / "run"
     for folder, extra, message in [
         (unbuilt, [], f"data.dataset {unbuilt} has no authors_manifest.json: it is not a data set built for data.task"),
+        (short, [], f"its passages hold {PASSAGE // 2} tokens, and the model reads {PASSAGE} (its n)"),
         (
             data[0],
             ["--model.tokenizer", str(other)],
