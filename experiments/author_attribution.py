@@ -1378,6 +1378,13 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             },
         )
         text = write_report(runs, staging, manifest, resolved.data.max_seq_length)
+        unfinished = [name for name in record["models"] if name not in kept]
+        if unfinished:  # said where the results are read, as compare's report leaves them out
+            text += (
+                f"\nNot rescored, as not finished in {folder}: {', '.join(unfinished)} (finish them with the compare "
+                "that started them, then rescore again).\n"
+            )
+            write_text_atomic(os.path.join(staging, "results.md"), text)
         if os.path.isdir(output_dir) and os.listdir(output_dir):
             replace_folder(staging, output_dir)  # an earlier rescore's folder (checked above), with --overwrite
         else:

@@ -879,6 +879,14 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     pooled = author_attribution.pool([rescored, second], str(tmp_path / "pooled"), without_test_of=data[0])
     assert f"over 2 comparisons of the same {new_passages} test passages" in pooled
     assert "| each book alike (95%; p) |" in pooled
+    # a compare with a run not finished (stopped, or --only): the others are rescored, and the report names it
+    partial = str(tmp_path / "partial")
+    shutil.copytree(out, partial)
+    os.remove(os.path.join(partial, "runs", "teacher", "results.json"))
+    text = author_attribution.rescore(partial, more, str(tmp_path / "rescored-partial"))
+    assert os.listdir(tmp_path / "rescored-partial" / "runs") == ["linformer"]
+    assert f"Not rescored, as not finished in {partial}: teacher" in text
+    assert text == (tmp_path / "rescored-partial" / "results.md").read_text()
     with open(tmp_path / "pooled" / "pooled.csv", encoding="utf-8") as fh:
         assert all(float(row["test_accuracy_by_book"]) >= 0 for row in csv.DictReader(fh))
     assert f"Left out: the {data[1]['passages']['test']} test passages of {data[0]}'s test split." in pooled
