@@ -117,6 +117,8 @@ NOT_RUN = {
     "runs the same comparison on tiny models",
     ("docs/training.md", r"experiments\.author_attribution pool"): "pools the two comparisons above (hours to make on "
     "2 cores); tests/test_author_attribution.py pools stand-in compare folders",
+    ("docs/training.md", r"experiments\.author_attribution rescore"): "rescores the comparisons above (hours to make "
+    "on 2 cores); tests/test_author_attribution.py rescores a comparison of tiny models",
     ("docs/deployment.md", r"long_document --mode both"): "65,536 tokens through 12 layers, minutes; the quick look "
     "after it runs the same code",
 }

@@ -470,3 +470,26 @@ def test_the_conversion_figure_draws_update_0_by_k_and_full_attention_by_n_besid
     marks = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in by_n.get_lines()}
     assert marks["BERT itself, positions interpolated, at <mask> inputs"] == ([4096], [835.0])
     assert marks["BERT itself, positions copied, at <mask> inputs"] == ([4096], [600.0])
+
+
+def test_the_rescored_attribution_data_are_the_record_page():
+    """Each pooled difference over every passage of the held-out books (the rescored runs, as pool wrote them) is in
+    docs/results/author-attribution.md's section on them: passage-weighted with its intervals over passages and over
+    books, and with each book weighed alike; and the 137 passages' book intervals beside theirs."""
+    with open(os.path.join(REPO, "docs", "results", "author-attribution.md"), encoding="utf-8") as fh:
+        page = fh.read()
+    start = page.index("\n## Every passage of the held-out books")
+    end = page.find("\n## ", start + 1)
+    section = page[start : end if end != -1 else len(page)]
+    for name in ("author_attribution_pooled_324.csv", "author_attribution_pooled.csv"):
+        with open(os.path.join(DATA, name), newline="") as fh:
+            pairs = list(csv.DictReader(fh))
+        assert len(pairs) == 5
+        for pair in pairs:
+            low, high, book_low, book_high = (float(pair[k]) for k in ("ci95_low", "ci95_high", "book_ci95_low",
+                                                                         "book_ci95_high"))  # fmt: skip
+            points = float(pair["points"])
+            assert f"{points:+.1f} ({low:+.1f} to {high:+.1f}; {book_low:+.1f} to {book_high:+.1f}; " in section, pair
+            if name.endswith("324.csv"):
+                by_book = (float(pair[k]) for k in ("by_book_points", "by_book_ci95_low", "by_book_ci95_high"))
+                assert "{:+.1f} ({:+.1f} to {:+.1f}; ".format(*by_book) in section, pair

@@ -58,6 +58,8 @@ CONVERSION_MINILM_MLM = (
 )
 ATTRIBUTION_RUNS = "author_attribution_runs.csv"  # each attribution run's correct test passages (compare's results)
 ATTRIBUTION_POOLED = "author_attribution_pooled.csv"  # experiments/author_attribution.py pool's pairs.csv
+# the same runs rescored on every passage of the held-out books (author_attribution rescore, then pool's pairs.csv)
+ATTRIBUTION_RESCORED = "author_attribution_pooled_324.csv"
 # The MiniLM uptraining plans drawn together: (curves, what the teacher was, line style)
 UPTRAIN_MINILM_PLANS = (
     (UPTRAIN_MINILM, "from the fitted head", "--"),
@@ -502,20 +504,38 @@ def attribution_figure(data_dir: str, out_dir: str) -> str:
     authors = int(runs[0]["authors"])
     ax.axhline(100 / authors, color="grey", linestyle="--", linewidth=0.8, label=f"chance ({authors} authors)")
     ax.set_xticks(range(len(order)), [label[run] for run in order], fontsize=9)
-    ax.set(ylabel=f"test accuracy, % of {passages} passages", title="each run", ylim=(0, 50))
+    ax.set(ylabel=f"test accuracy, % of {passages} passages", title=f"each run, on the first {passages} passages",
+           ylim=(0, 50))  # fmt: skip
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     ax = axes[1]
+    # per pair: the first test passages (interval over passages), then, where rescored on every passage of the same
+    # held-out books, the passages weighed alike and the books weighed alike, each with its interval over books
+    rescored_path = os.path.join(data_dir, ATTRIBUTION_RESCORED)
+    rescored = {}
+    if os.path.isfile(rescored_path):
+        rescored = {(p["run"], p["reference"]): p for p in read_rows(rescored_path)}
+    series = [
+        ("points", "ci95_low", "ci95_high", "C7", "o", f"{passages} passages, interval over passages", False),
+        ("points", "book_ci95_low", "book_ci95_high", "C0", "s", "all passages of the books, over books", True),
+        ("by_book_points", "by_book_ci95_low", "by_book_ci95_high", "C1", "D", "each book alike, over books", True),
+    ]
+    shown = [entry for entry in series if not entry[-1] or rescored]
     for i, pair in enumerate(pairs):
-        points, low, high = (float(pair[key]) for key in ("points", "ci95_low", "ci95_high"))
-        ax.errorbar(points, i, xerr=[[points - low], [high - points]], fmt="o", color="C0", capsize=4)
-        ax.annotate(f"p {float(pair['p']):.2f}", (high, i), xytext=(6, -3), textcoords="offset points", fontsize=8)
+        for j, (centre, low_key, high_key, colour, marker, name, rescored_only) in enumerate(shown):
+            row = rescored.get((pair["run"], pair["reference"])) if rescored_only else pair
+            if row is None:
+                continue
+            y = i + 0.22 * (j - (len(shown) - 1) / 2)
+            points, low, high = (float(row[key]) for key in (centre, low_key, high_key))
+            ax.errorbar(points, y, xerr=[[points - low], [high - points]], fmt=marker, color=colour, capsize=3,
+                        markersize=5, label=name if i == 0 else None)  # fmt: skip
     ax.axvline(0, color="black", linewidth=0.8)
     ax.axvline(5, color="C3", linestyle="--", linewidth=0.8, label="target: the Linformer 5 points above the teacher")
     flat = {run: text.replace("\n", " ") for run, text in label.items()}
     ax.set_yticks(range(len(pairs)), [f"{flat[p['run']]}\nagainst {flat[p['reference']]}" for p in pairs], fontsize=8)
-    ax.set_ylim(len(pairs) + 0.1, -0.5)  # the first pair on top, room for the legend below the last
-    ax.set(xlabel="difference in points, seeds pooled (95% interval over passages)", title="pooled, passage by passage")
+    ax.set_ylim(len(pairs) + 0.1 + 0.3 * len(shown), -0.5)  # the first pair on top, room for the legend below
+    ax.set(xlabel="difference in points, seeds pooled (95% intervals)", title="pooled over the seeds")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.suptitle("Which author wrote a passage of a held-out book? 4-layer, 256-wide models, 2-core CPU")
