@@ -402,6 +402,15 @@ def test_the_paired_difference_against_the_teacher():
         author_attribution.paired_difference(better[:-1], teacher)
 
 
+def refuse_model_loading(monkeypatch):
+    """From here on, rescore scoring any model fails the test: what follows must be refused before a model loads."""
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the refusal")
+
+    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+
+
 def _fake_compare(folder, data, shared, answers, seed=None, recipe=author_attribution.RECIPE, reading=None):
     """A compare folder as compare leaves it, without fine-tuning: compare.json (with the tokens each run reads,
     ``reading``, when given), and each run's results.json and predictions_test.tsv with the given right (1) / wrong
@@ -891,10 +900,7 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
         assert all(float(row["test_accuracy_by_book"]) >= 0 for row in csv.DictReader(fh))
     assert f"Left out: the {data[1]['passages']['test']} test passages of {data[0]}'s test split." in pooled
 
-    def no_model(*args, **kwargs):
-        raise AssertionError("a model was loaded before the refusal")
-
-    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    refuse_model_loading(monkeypatch)
     fewer = str(tmp_path / "fewer")
     author_attribution.build_dataset(books, linformer, fewer, seed=1, **{**BUILD, "train_per_author": 5})
     with pytest.raises(ConfigError, match="train passages are not the ones"):
@@ -953,10 +959,7 @@ def test_rescore_and_pool_refuse_a_folder_whose_data_set_was_rebuilt_since(
     author_attribution.build_dataset(books, linformer, own, seed=1, overwrite=True, **{**BUILD, "test_per_author": 2})
     author_attribution.build_dataset(books, linformer, more, seed=1, overwrite=True, **{**BUILD, "test_per_author": 4})
 
-    def no_model(*args, **kwargs):
-        raise AssertionError("a model was loaded before the refusal")
-
-    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    refuse_model_loading(monkeypatch)
     again = str(tmp_path / "again")
     author_attribution.build_dataset(books, linformer, again, seed=1, **{**BUILD, "test_per_author": 50})
     with pytest.raises(ConfigError, match="no longer holds the test passages .*compare's runs were scored on"):
@@ -985,10 +988,7 @@ def test_rescore_reads_as_many_tokens_as_the_fine_tuning_did(books, data, linfor
     more = str(tmp_path / "more")
     author_attribution.build_dataset(books, linformer, more, seed=1, **{**BUILD, "test_per_author": 50})
 
-    def no_model(*args, **kwargs):
-        raise AssertionError("a model was loaded before the refusal")
-
-    monkeypatch.setattr(author_attribution, "predict_passages", no_model)
+    refuse_model_loading(monkeypatch)
     recipe.write_text(original)  # edited since: the models would read 128 tokens
     with pytest.raises(ConfigError, match="authors.yaml, is changed since"):
         author_attribution.rescore(out, more, str(tmp_path / "rescored"))

@@ -73,6 +73,31 @@ def books_recipe(books_folder, tokenizer_dir, output_dir, **overrides):
     return load_recipe(PretrainRecipe, os.path.join(REPO, "configs", "pretrain", "books.yaml"), extra=extra)
 
 
+def books_plan(books_folder, tokenizer_dir, output_dir, runs, **shared):
+    """A books plan (experiments/books_pretraining.py) over stand-in books, written to <output_dir>.yaml and loaded:
+    the books recipe's small model, its training books and held-out books, with `shared` (recipe keys) on top."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    plan = {
+        "recipe": os.path.join(REPO, "configs", "pretrain", "books.yaml"),
+        "output_dir": str(output_dir),
+        "shared": {
+            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
+            "tokenizer.name_or_path": tokenizer_dir,
+            "data.datasets": [{"path": books_folder, "split": "train"}],
+            "data.validation_datasets": [{"path": books_folder, "split": "validation"}],
+            **shared,
+        },
+        "runs": runs,
+    }
+    path = f"{output_dir}.yaml"
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(plan, fh)
+    return books_pretraining.load_plan(path)
+
+
 def test_validation_reads_the_held_out_books_and_training_never_does(books, tokenizer_dir, tmp_path):
     from transformers import AutoTokenizer
 
@@ -1122,7 +1147,6 @@ def test_validation_text_that_training_books_hold_is_found_with_the_updates_that
     """books_pretraining --validation_overlap: a held-out book that starts with a passage of a training book (a story
     in a collection too) has that text found among the training books, and each seed of the plan names the updates
     whose blocks hold it; held-out books of their own text find nothing."""
-    import yaml
 
     from experiments import books_pretraining
 
@@ -1132,30 +1156,27 @@ def test_validation_text_that_training_books_hold_is_found_with_the_updates_that
     clean = write_hub_dataset(tmp_path / "clean", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
 
     def plan(books, name):
-        shared = {
-            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
-            "model.config.projected_length": 32,
-            "tokenizer.name_or_path": tokenizer_dir,
-            "data.datasets": [{"path": books, "split": "train"}],
-            "data.validation_datasets": [{"path": books, "split": "validation"}],
-            "data.cache_dir": str(tmp_path / f"cache-{name}"),
-            "data.preprocessing_num_workers": 1,
-            "data.block_size": 256,
-            "data.max_eval_blocks": 8,
-            "training.per_device_train_batch_size": 1,
-            "training.max_steps": 1000,  # beyond the training blocks: every block is read in several passes
-            "training.report_to": [],
-        }
         runs = [
             {"name": "seed1", "overrides": {"model.config.max_sequence_length": 256}},
             {"name": "seed1_n128", "overrides": {"model.config.max_sequence_length": 128, "data.input_length": 128}},
             {"name": "seed2", "overrides": {"model.config.max_sequence_length": 256, "training.seed": 2}},
         ]
-        path = tmp_path / f"{name}.yaml"
-        recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
-        output_dir = str(tmp_path / name)
-        path.write_text(yaml.safe_dump({"recipe": recipe, "output_dir": output_dir, "shared": shared, "runs": runs}))
-        return books_pretraining.load_plan(str(path))
+        return books_plan(
+            books,
+            tokenizer_dir,
+            tmp_path / name,
+            runs,
+            **{
+                "model.config.projected_length": 32,
+                "data.cache_dir": str(tmp_path / f"cache-{name}"),
+                "data.preprocessing_num_workers": 1,
+                "data.block_size": 256,
+                "data.max_eval_blocks": 8,
+                "training.per_device_train_batch_size": 1,
+                "training.max_steps": 1000,  # beyond the training blocks: every block is read in several passes
+                "training.report_to": [],
+            },
+        )
 
     result = books_pretraining.validation_overlap(plan(overlapping, "overlapping"))
     assert result["slices_in_training_books"] >= 2 and result["slices"] > result["slices_in_training_books"]
@@ -1179,7 +1200,6 @@ def test_validation_overlap_reads_the_batches_of_every_pass_as_the_training_does
     cut short where a pass holds fewer): the updates of every later pass, which read the blocks again in another
     order, were never named. The batches it reads are the training's own, update by update, over passes of a length
     that gradient accumulation does not divide (a pass's last update takes the batches left)."""
-    import yaml
 
     from experiments import books_pretraining
     from linformer_hf.training import pretraining
@@ -1188,13 +1208,9 @@ def test_validation_overlap_reads_the_batches_of_every_pass_as_the_training_does
     real = _real_books(8)
     books = write_hub_dataset(tmp_path / "books", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
     shared = {
-        "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
         "model.config.projected_length": 16,
         "model.config.max_sequence_length": 128,
         "model.config.num_hidden_layers": 1,
-        "tokenizer.name_or_path": tokenizer_dir,
-        "data.datasets": [{"path": books, "split": "train"}],
-        "data.validation_datasets": [{"path": books, "split": "validation"}],
         "data.cache_dir": str(tmp_path / "cache"),
         "data.preprocessing_num_workers": 1,
         "data.block_size": 128,
@@ -1208,13 +1224,7 @@ def test_validation_overlap_reads_the_batches_of_every_pass_as_the_training_does
         "training.checkpointing_steps": 100,
         "training.report_to": [],
     }
-    path = tmp_path / "plan.yaml"
-    recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
-    runs = [{"name": "only"}]
-    path.write_text(
-        yaml.safe_dump({"recipe": recipe, "output_dir": str(tmp_path / "out"), "shared": shared, "runs": runs})
-    )
-    plan = books_pretraining.load_plan(str(path))
+    plan = books_plan(books, tokenizer_dir, tmp_path / "out", [{"name": "only"}], **shared)
 
     trained = []
     step = pretraining.MaskedLMTrainer.training_step
@@ -1253,7 +1263,6 @@ def test_validation_overlap_refuses_what_it_would_answer_wrongly(tokenizer_dir, 
     """Before any data or model is built: a plan validated on blocks held out of its training books themselves
     (no data.validation_datasets: all of that text is in the training books, and was reported as found there), and
     runs of one seed that read other batches (the first run of a seed stood for all, with its updates)."""
-    import yaml
 
     from experiments import books_pretraining
 
@@ -1261,21 +1270,13 @@ def test_validation_overlap_refuses_what_it_would_answer_wrongly(tokenizer_dir, 
     books = write_hub_dataset(tmp_path / "books", {"train": [real[:3], real[3:6]], "validation": [real[6:]]})
 
     def plan(name, shared, runs):
-        shared = {
-            "model.config_file": os.path.join(REPO, "configs", "model", "books_small.yaml"),
-            "tokenizer.name_or_path": tokenizer_dir,
-            "data.datasets": [{"path": books, "split": "train"}],
+        recipe = {
             "data.block_size": 256,
             "training.max_steps": 10,
             "training.warmup_steps": 1,
             "training.report_to": [],
-            **shared,
         }
-        path = tmp_path / f"{name}.yaml"
-        recipe = os.path.join(REPO, "configs", "pretrain", "books.yaml")
-        output_dir = str(tmp_path / name)
-        path.write_text(yaml.safe_dump({"recipe": recipe, "output_dir": output_dir, "shared": shared, "runs": runs}))
-        return books_pretraining.load_plan(str(path))
+        return books_plan(books, tokenizer_dir, tmp_path / name, runs, **{**recipe, **shared})
 
     held_out_of_train = plan("held", {"data.validation_datasets": []}, [{"name": "a"}])
     with pytest.raises(ConfigError, match="held out of those very books"):
