@@ -516,6 +516,12 @@ def validation_overlap(plan: BooksPlan) -> dict:
             "of it would be found. Give held-out books as data.validation_datasets."
         )
     sources = data.datasets
+    sliced = [source for source in sources if "[" in str(source.get("split", ""))]
+    if sliced:  # the text outside the slice would be counted as training text
+        raise ConfigError(
+            f"--validation_overlap looks for the validation text in whole training splits, and data.datasets reads a "
+            f"slice of one ({sliced[0]}): run it on a plan that trains on whole splits."
+        )
     shards = [
         path
         for source in sources

@@ -1288,4 +1288,7 @@ def test_validation_overlap_refuses_what_it_would_answer_wrongly(tokenizer_dir, 
     )
     with pytest.raises(ConfigError, match=r"runs a and b have one seed and read other .*gradient_accumulation_steps"):
         books_pretraining.validation_overlap(other_batches)
+    sliced = plan("sliced", {"data.datasets": [{"path": books, "split": "train[:2]"}]}, [{"name": "a"}])
+    with pytest.raises(ConfigError, match=r"reads a slice of one \(\{'path': .*'train\[:2\]'\}\)"):
+        books_pretraining.validation_overlap(sliced)
     assert not os.path.exists(tmp_path / "held") and not os.path.exists(tmp_path / "batches")
