@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     from linformer_hf.training.errors import USER_ERRORS, report
     from linformer_hf.training.validation import check_model_source
 
+    from .long_input import read_configs  # long_input embeds with this module's functions: imported here
+
     parser = ArgumentParser(
         prog="python -m experiments.embedding_probe",
         description=__doc__,
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.models:  # every one before any is run: not transformers' malformed repo id after the first
             check_model_source(name, "--models")
         check_output_file(args.output, overwrite=False, flag=None)
+        read_configs("--models", args.models)  # a Hub name offline: one line, before the first model is embedded
     except (*USER_ERRORS, OSError) as err:
         return report(err)
     try:

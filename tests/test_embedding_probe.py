@@ -97,3 +97,21 @@ def test_a_missing_model_folder_is_named_before_any_model_runs(position, tiny_be
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--models={missing}: no such directory" in err and "Repo id" not in err
     assert not output.exists()
+
+
+def test_a_hub_name_offline_after_a_model_is_one_line_before_any_runs(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    """A Hub name that cannot be fetched offline, given after a model folder, is one line naming --models and the
+    name, before the first model is embedded (before: a traceback after the models before it had run)."""
+    import experiments.embedding_probe as embedding_probe
+
+    def work(*args, **kwargs):
+        raise AssertionError("a model was run before every model was found")
+
+    monkeypatch.setattr(embedding_probe, "run_probe", work)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    output = tmp_path / "probe.json"
+    models = [tiny_bert_dir, "nobody-here/no-such-model"]
+    assert main(["--config", "configs/finetune/sst2.yaml", "--models", *models, "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--models" in err and "nobody-here/no-such-model" in err
+    assert not output.exists()
