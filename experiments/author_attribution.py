@@ -1265,6 +1265,11 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             f"{output_dir} holds files rescore did not write ({others}): --overwrite replaces only an earlier "
             "rescore's folder. Give another --output_dir."
         )
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and "rescored_from" not in read_comparison(output_dir):
+        raise FileExistsError(  # a compare folder (its logs moved away): its runs and models would be deleted
+            f"{output_dir} is a compare folder, not an earlier rescore's: --overwrite replaces only the latter. Give "
+            "another --output_dir."
+        )
     manifest = read_manifest(data)
     if not os.path.isdir(record["data"]):
         raise ConfigError(

@@ -913,6 +913,11 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
         author_attribution.rescore(out, more, str(tmp_path / "mine"), overwrite=True)
     with pytest.raises(ConfigError, match="the compare folder itself"):
         author_attribution.rescore(out, more, out)
+    bare = str(tmp_path / "bare-compare")  # a compare folder without its logs: names rescore writes, runs and all
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns("*.log", "models", ".*"))
+    with pytest.raises(FileExistsError, match="is a compare folder, not an earlier rescore's"):
+        author_attribution.rescore(out, more, bare, overwrite=True)
+    assert os.path.isdir(os.path.join(bare, "runs", "linformer", "best"))
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
 
 
