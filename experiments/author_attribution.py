@@ -103,6 +103,7 @@ from linformer_hf.training.tasks import AUTHORS_MANIFEST as MANIFEST  # the fine
 from linformer_hf.training.validation import check_model_source
 
 from .child_process import claim_runs, claimed_by_others, exclusive, run_child, stopped_message
+from .long_input import read_configs
 
 CHARACTERS_PER_TOKEN = 6  # a slot's characters per token of its passage: more than English text takes (about 4.2)
 COMPARISON = "compare.json"  # in a compare folder: the test passages its runs are scored on, the models, the overrides
@@ -1414,6 +1415,7 @@ def compare(
     for option, model in (("--linformer", linformer), ("--teacher", teacher)):
         if model is not None:  # a missing folder is named as one, not as transformers' malformed repo id
             check_model_source(model, option)
+            read_configs(option, [model])  # a Hub name offline: one line naming the option
     manifest = read_manifest(data)
     if not os.path.isfile(recipe):
         raise ConfigError(f"recipe {recipe} not found; run from the root of a checkout or give --recipe.")

@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     from linformer_hf.training.errors import USER_ERRORS, positive_int, report
     from linformer_hf.training.validation import check_model_source
 
+    from .long_input import naming_the_hub_model
+
     parser = ArgumentParser(
         prog="python -m experiments.context_gain",
         description=__doc__,
@@ -138,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tokenizer:
             check_model_source(args.tokenizer, "--tokenizer")
         check_output_dir(args.output_dir, args.overwrite)
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.models[0])
+        option, name = ("--tokenizer", args.tokenizer) if args.tokenizer else ("--models", args.models[0])
+        with naming_the_hub_model(option, name):  # a Hub name offline: one line naming it
+            tokenizer = AutoTokenizer.from_pretrained(name)
         check_same_tokenizer(tokenizer, args.models)
         models = [AutoModelForMaskedLM.from_pretrained(folder) for folder in args.models]
         lengths = [max_input_length(model.config) for model in models]

@@ -938,6 +938,24 @@ def test_compare_names_a_missing_model_folder_before_any_work(option, tmp_path, 
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("option", ["--linformer", "--teacher"])
+def test_compare_names_a_hub_model_offline_in_one_line(option, tmp_path, capsys, monkeypatch):
+    """A --linformer or --teacher Hub name that cannot be fetched offline is one line naming the option and the
+    name, before anything is written (before: transformers' message, naming neither)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / author_attribution.MANIFEST).write_text('{"tokenizer": "t", "vocabulary_sha256": "0"}')
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main(
+            ["compare", "--data", str(tmp_path / "data"), "--output_dir", str(tmp_path / "out"), option]
+            + ["nobody-here/no-such-model"]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and option in err and "nobody-here/no-such-model" in err
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_rescore_and_pool_refuse_a_folder_whose_data_set_was_rebuilt_since(
     books, data, linformer, tmp_path, monkeypatch
 ):

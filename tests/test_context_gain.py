@@ -177,3 +177,16 @@ def test_a_missing_model_or_tokenizer_folder_is_named_before_any_work(option, tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{option}={missing}: no such directory" in err and "Repo id" not in err
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_hub_tokenizer_offline_is_one_line_naming_the_option(tmp_path, capsys, monkeypatch):
+    """A --tokenizer Hub name that cannot be fetched offline is one line naming --tokenizer and the name, before the
+    output folder is made (before: transformers' message, naming neither)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    argv = ["--models", str(model), "--tokenizer", "nobody-here/no-such-tokenizer", "--output_dir", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--tokenizer" in err and "nobody-here/no-such-tokenizer" in err
