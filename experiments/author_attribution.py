@@ -1415,7 +1415,8 @@ def compare(
     for option, model in (("--linformer", linformer), ("--teacher", teacher)):
         if model is not None:  # a missing folder is named as one, not as transformers' malformed repo id
             check_model_source(model, option)
-            read_configs(option, [model])  # a Hub name offline: one line naming the option
+            if not os.path.isdir(model):  # a Hub name offline: one line naming the option
+                read_configs(option, [model])
     manifest = read_manifest(data)
     if not os.path.isfile(recipe):
         raise ConfigError(f"recipe {recipe} not found; run from the root of a checkout or give --recipe.")
