@@ -181,21 +181,26 @@ def normalised(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", " ", text.lower())
 
 
+def normalised_text(shards: list[str]) -> str:
+    """The `normalised` text of every book of these parquet shards, one book a line: what a slice of a held-out
+    book's text is looked for in."""
+    import pyarrow.parquet as pq
+
+    return "\n".join(
+        normalised(text) for shard in shards for text in pq.read_table(shard, columns=["text"])["text"].to_pylist()
+    )
+
+
 def test_passages_in_training_books(data_dir: str, books: str) -> list[bool]:
     """For each test passage of the data set in `data_dir`, in order: whether a training book of `books` also holds
     its text (the same story in a collection, a volume of a complete edition), looked for by a slice from its middle
     (OVERLAP_CHARACTERS, `normalised`) in all the training books. A book being held out does not keep its text out of
     the training books."""
-    import pyarrow.parquet as pq
 
-    corpus = "\n".join(
-        normalised(text)
-        for shard in book_shards(books)["train"]
-        for text in pq.read_table(shard, columns=["text"])["text"].to_pylist()
-    )
+    corpus = normalised_text(book_shards(books)["train"])
     found = []
-    for text in pq.read_table(os.path.join(data_dir, "test-00000-of-00001.parquet"), columns=["text"])["text"]:
-        text = normalised(text.as_py())
+    for row in split_rows(data_dir, "test", ["text"]):
+        text = normalised(row["text"])
         middle = len(text) // 2
         found.append(text[middle : middle + OVERLAP_CHARACTERS] in corpus)
     return found
@@ -203,11 +208,9 @@ def test_passages_in_training_books(data_dir: str, books: str) -> list[bool]:
 
 def passages_in_training_books(data_dir: str, books: str) -> list[dict]:
     """`test_passages_in_training_books` by held-out book: {book, author, passages, found}."""
-    import pyarrow.parquet as pq
-
     with open(os.path.join(data_dir, MANIFEST), encoding="utf-8") as fh:
         names = list(json.load(fh)["per_author"])  # in the order of the labels (build_dataset's authors)
-    test = pq.read_table(os.path.join(data_dir, "test-00000-of-00001.parquet"), columns=["label", "book"]).to_pylist()
+    test = split_rows(data_dir, "test", ["label", "book"])
     counts: dict[str, dict] = {}
     for row, found in zip(test, test_passages_in_training_books(data_dir, books), strict=True):
         entry = counts.setdefault(
@@ -1099,10 +1102,11 @@ def pool(
     books = None
     if without_test_of or without_passages_in or os.path.isdir(records[0]["data"]):
         check_recorded_data(folders[0], records[0], training=False)
-        books = np.array([row["book"] for row in split_rows(records[0]["data"], "test")])
+        passages = split_rows(records[0]["data"], "test", ["book", "start"])
+        books = np.array([row["book"] for row in passages])
     if without_test_of:
-        earlier = {(row["book"], row["start"]) for row in split_rows(without_test_of, "test")}
-        scored = np.array([(row["book"], row["start"]) in earlier for row in split_rows(records[0]["data"], "test")])
+        earlier = {(row["book"], row["start"]) for row in split_rows(without_test_of, "test", ["book", "start"])}
+        scored = np.array([(row["book"], row["start"]) in earlier for row in passages])
         left_out_scored = int(scored.sum())
         kept &= ~scored
     if without_passages_in:
@@ -1210,8 +1214,8 @@ def pool(
 RESCORE_FILES = (COMPARISON, "results.md", "results.csv", "runs")  # what rescore writes in its folder
 
 
-def split_rows(data: str, split: str) -> list[dict]:
-    """Every row of one split of a data set folder, in order."""
+def split_rows(data: str, split: str, columns: list[str] | None = None) -> list[dict]:
+    """Every row of one split of a data set folder, in order (only `columns`, where given)."""
     import pyarrow.parquet as pq
 
     paths = sorted(glob.glob(os.path.join(data, f"{split}-*.parquet")))
@@ -1220,7 +1224,7 @@ def split_rows(data: str, split: str) -> list[dict]:
             f"{data} has no {split}-*.parquet: build the data first "
             "(python -m experiments.author_attribution build ...)."
         )
-    return [row for path in paths for row in pq.read_table(path).to_pylist()]
+    return [row for path in paths for row in pq.read_table(path, columns=columns).to_pylist()]
 
 
 def predict_passages(model_dir: str, texts: list[str], max_length: int, batch_size: int) -> tuple[list[int], float]:

@@ -436,9 +436,10 @@ READS = (
 )
 
 
-def reads(plan: BooksPlan, run: Run, key: str):
+def setting(resolved: PretrainRecipe, key: str):
+    """A recipe's value of a dotted key (section.name)."""
     section, name = key.split(".")
-    return getattr(getattr(recipe(plan, run), section), name)
+    return getattr(getattr(resolved, section), name)
 
 
 def training_batches(trainer):
@@ -491,24 +492,23 @@ def validation_overlap(plan: BooksPlan) -> dict:
     import glob
     import tempfile
 
-    import pyarrow.parquet as pq
-
     from linformer_hf.training.pretraining import build_trainer
 
-    from .author_attribution import OVERLAP_CHARACTERS, normalised
+    from .author_attribution import OVERLAP_CHARACTERS, normalised_text
 
+    recipes = {run.name: recipe(plan, run) for run in plan.runs}
     seeds: dict[int, Run] = {}
     for run in plan.runs:
-        seeds.setdefault(recipe(plan, run).training.seed, run)
+        seeds.setdefault(recipes[run.name].training.seed, run)
     for run in plan.runs:  # the first run of its seed stands for it: it must read the same batches
-        first = seeds[recipe(plan, run).training.seed]
-        differ = [key for key in READS if reads(plan, run, key) != reads(plan, first, key)]
+        first = seeds[recipes[run.name].training.seed]
+        differ = [key for key in READS if setting(recipes[run.name], key) != setting(recipes[first.name], key)]
         if differ:
             raise ConfigError(
                 f"runs {first.name} and {run.name} have one seed and read other blocks or batches ({', '.join(differ)} "
                 "differ): --validation_overlap takes a seed's first run for all its runs. Give them plans of their own."
             )
-    data = recipe(plan, plan.runs[0]).data
+    data = recipes[plan.runs[0].name].data
     if not data.validation_datasets:
         raise ConfigError(
             "--validation_overlap looks for the validation text in the training books (data.datasets), and the "
@@ -536,7 +536,7 @@ def validation_overlap(plan: BooksPlan) -> dict:
     found: list[str] = []
     with tempfile.TemporaryDirectory() as scratch:
         for seed, run in seeds.items():
-            resolved = recipe(plan, run)
+            resolved = recipe(plan, run)  # a copy of its own: its output folder is the scratch one
             resolved.training.output_dir = os.path.join(scratch, run.name)
             trainer = build_trainer(resolved, show_progress=False)
             try:
@@ -545,11 +545,7 @@ def validation_overlap(plan: BooksPlan) -> dict:
                     text = "".join(block_text(batch, tokenizer) for batch in trainer.get_eval_dataloader())
                     slices = [text[i : i + OVERLAP_CHARACTERS] for i in range(0, len(text), OVERLAP_EVERY)]
                     slices = [piece for piece in slices if len(piece) == OVERLAP_CHARACTERS]
-                    training_text = "\n".join(
-                        normalised(book)
-                        for shard in shards
-                        for book in pq.read_table(shard, columns=["text"])["text"].to_pylist()
-                    )
+                    training_text = normalised_text(shards)
                     found = [piece for piece in slices if piece in training_text]
                     del training_text
                     result.update(
@@ -569,7 +565,7 @@ def validation_overlap(plan: BooksPlan) -> dict:
                         if hits:
                             updates[update] = updates.get(update, 0) + hits
                 result["seeds"][str(seed)] = {
-                    "runs": [r.name for r in plan.runs if recipe(plan, r).training.seed == seed],
+                    "runs": [r.name for r in plan.runs if recipes[r.name].training.seed == seed],
                     "updates_reading_it": updates,  # update (from 1): how many of the found slices its blocks hold
                 }
             finally:

@@ -393,7 +393,8 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
     if conversion is not None:
         # the target as the recipe's model.model_type implies it (fine-tuning's default: a Linformer)
         conversion = {"target": getattr(recipe.model, "model_type", "linformer"), **conversion}
-    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    from ..loading import vocabulary_sha256
+
     data = {k: v for k, v in dataclasses.asdict(recipe.data).items() if k not in _DATA_FIELDS_NOT_COMPARED}
     from .config import FinetuneRecipe
 
@@ -406,7 +407,7 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
     must_match = {
         **{f"model.{k}": v for k, v in model.items()},
         **({CONVERSION_KEY: conversion} if conversion is not None else {}),
-        "tokenizer.vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+        "tokenizer.vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
         **{f"data.{k}": v for k, v in data.items()},
         **{f"data.size_of {path}": os.path.getsize(path) for path in files if path and os.path.isfile(path)},
         **({f"distillation.{k}": v for k, v in dataclasses.asdict(recipe.distillation).items()} if finetuning else {}),

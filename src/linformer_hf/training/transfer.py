@@ -60,7 +60,6 @@ Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAM
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -70,7 +69,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, HfArgumentParser, PrinterCallback, TrainingArguments
 
-from ..loading import load_model, pad_as_the_model_takes
+from ..loading import load_model, pad_as_the_model_takes, vocabulary_sha256
 from ..models.lengths import max_input_length
 from ..outputs import write_json_atomic, write_text_atomic
 from . import checkpointing
@@ -260,14 +259,13 @@ def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
         settings = json.loads(model.config.to_json_string(use_diff=False))
         return {k: v for k, v in settings.items() if k not in ("transformers_version", "_name_or_path")}
 
-    vocab = json.dumps(sorted(run.tokenizer.get_vocab().items()))
     files = list(args.text_files or []) + list(args.data_files or [])
     text = ("text_files", "dataset", "dataset_config", "data_files", "dataset_split", "text_column", "eval_fraction")
     batches = ("batch_size", "seed", "layer_loss", "loss", "train_attention_weights")
     must_match = {
         **{f"student.{k}": v for k, v in config(run.student).items()},
         **{f"teacher.{k}": v for k, v in config(run.teacher).items()},
-        "tokenizer.vocabulary_sha256": hashlib.sha256(vocab.encode()).hexdigest(),
+        "tokenizer.vocabulary_sha256": vocabulary_sha256(run.tokenizer.get_vocab()),
         **{f"--{name}": getattr(args, name) for name in text},
         **{f"size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},
         **{f"--{name}": getattr(args, name) for name in batches},
