@@ -3,6 +3,7 @@ the student's task loss and its KL to the teacher fall, a resumed run repeats th
 teacher the student cannot learn from is refused before any work."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -153,7 +154,7 @@ def test_a_resumed_run_repeats_the_uninterrupted_one(teacher, tmp_path):
         assert resumed[key] == whole[key], key
 
 
-def test_resume_refuses_another_teacher(teacher, tmp_path):
+def test_resume_refuses_another_teacher_and_follows_a_moved_one(teacher, tmp_path, monkeypatch):
     common = {"training.max_steps": 4, "training.eval_steps": 2}
     assert run(student_overrides(teacher, tmp_path, **common, **{"training.stop_after_steps": 2}))["stopped_at"] == 2
     resume = {**common, "training.resume_from_checkpoint": "latest"}
@@ -163,6 +164,17 @@ def test_resume_refuses_another_teacher(teacher, tmp_path):
     del without["distillation.teacher"]
     with pytest.raises(ConfigError, match="resume it with --distillation.teacher"):
         run(without)
+    # Another teacher at the same path (weights changed) is refused; the same teacher at another path, named by a
+    # relative path from another directory, resumes (before: refused as another teacher, by its path).
+    moved, tampered = (tmp_path.parent / f"{tmp_path.name}-{name}" for name in ("moved", "tampered"))
+    shutil.copytree(teacher["dir"], moved)
+    shutil.copytree(teacher["dir"], tampered)
+    config = json.loads((tampered / "config.json").read_text())
+    (tampered / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))
+    monkeypatch.chdir(moved.parent)
+    with pytest.raises(ConfigError, match="distilled with teacher_sha256="):
+        run(student_overrides(teacher, tmp_path, **resume, **{"distillation.teacher": tampered.name}))
+    assert run(student_overrides(teacher, tmp_path, **resume, **{"distillation.teacher": moved.name}))["steps"] == 4
 
 
 @pytest.mark.parametrize(

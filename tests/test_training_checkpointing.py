@@ -975,6 +975,26 @@ def test_a_finetuning_checkpoint_resumes_only_under_its_own_recipe(pretrained_di
     assert result["steps"] == 6 and "records no recipe" in caplog.text
 
 
+def test_a_finetuning_recipe_reading_the_models_n_is_one_recipe_written_out_or_not(pretrained_dir, tmp_path):
+    """Before: a run started without data.max_seq_length (the model's n) and resumed with it written out as n was
+    refused as another recipe (and the other way round). One token less is another recipe."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from linformer_hf.models import max_input_length
+    from linformer_hf.training.checkpointing import recipe_fingerprint
+
+    config, tokenizer = AutoConfig.from_pretrained(pretrained_dir), AutoTokenizer.from_pretrained(pretrained_dir)
+    n = max_input_length(config)
+
+    def fingerprint(max_seq_length):
+        recipe = finetune_recipe(pretrained_dir, tmp_path, tmp_path / "run")
+        recipe.data.max_seq_length = max_seq_length
+        return recipe_fingerprint(recipe, config, tokenizer, 1)
+
+    assert fingerprint(None) == fingerprint(n)
+    assert fingerprint(None) != fingerprint(n - 1)
+
+
 def test_a_finetuning_resumed_from_an_earlier_checkpoint_sets_the_later_ones_aside(pretrained_dir, tmp_path):
     """Before, the later checkpoints stayed: the new path's were written over them, and `latest` went back to them."""
     from linformer_hf.training import finetuning

@@ -60,6 +60,88 @@ def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tokenizer_
         run_finetuning(recipe, show_progress=False)
 
 
+def test_token_id_conflict_finds_an_id_that_means_another_token_and_allows_new_tokens():
+    from linformer_hf.loading import token_id_conflict
+
+    model_vocabulary = {"<pad>": 0, "the": 1, "cat": 2, "sat": 3}
+    assert token_id_conflict(model_vocabulary, dict(model_vocabulary)) is None
+    assert token_id_conflict(model_vocabulary, {**model_vocabulary, "<new>": 4}) is None  # only adds an id
+    swapped = {**model_vocabulary, "cat": 3, "sat": 2}
+    assert token_id_conflict(model_vocabulary, swapped) == "id 2 is 'sat' to it and 'cat' to the model"
+    moved = {"<pad>": 0, "the": 1, "cat": 2, "sat": 7}  # id 3 unused, "sat" elsewhere
+    assert token_id_conflict(model_vocabulary, moved) == "'sat' is id 7 to it and id 3 to the model"
+
+
+def swapped_tokenizer(tokenizer_dir, target) -> str:
+    """The same BPE tokenizer with two tokens' ids swapped: the same size, another vocabulary."""
+    import shutil
+
+    shutil.copytree(tokenizer_dir, target)
+    path = os.path.join(target, "tokenizer.json")
+    with open(path, encoding="utf-8") as fh:
+        saved = json.load(fh)
+    vocabulary = saved["model"]["vocab"]
+    first, second = sorted(vocabulary, key=vocabulary.get)[500:502]
+    vocabulary[first], vocabulary[second] = vocabulary[second], vocabulary[first]
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(saved, fh)
+    for name in ("vocab.json", "merges.txt"):  # the slow files would be read instead where present
+        if os.path.exists(os.path.join(target, name)):
+            os.remove(os.path.join(target, name))
+    return str(target)
+
+
+def test_a_tokenizer_other_than_the_models_own_is_refused_before_training(tokenizer_dir, tmp_path):
+    """Before: a tokenizer of the model's size but another vocabulary (model.tokenizer, tokenizer.name_or_path)
+    fine-tuned and pretrained on without any error, on ids that mean other tokens to the model. After: refused before
+    any work, naming an id; the model's own tokenizer named again, or one that only adds tokens, is taken."""
+    from transformers import AutoTokenizer
+
+    from linformer_hf.training.finetuning import run_finetuning
+    from linformer_hf.training.finetuning_model import load_tokenizer_and_config
+
+    model_dir = str(tmp_path / "model")
+    LinformerForMaskedLM(tiny_config(vocab_size=1008, max_sequence_length=64, projected_length=8)).save_pretrained(
+        model_dir
+    )
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(model_dir)
+    other = swapped_tokenizer(tokenizer_dir, tmp_path / "swapped")
+    assert len(AutoTokenizer.from_pretrained(other)) == len(AutoTokenizer.from_pretrained(tokenizer_dir))
+
+    def finetune(tokenizer):
+        extra = {
+            "model.pretrained": model_dir,
+            "model.tokenizer": tokenizer,
+            "data.train_file": SST2_DEV,
+            "data.validation_file": SST2_DEV,
+            "training.output_dir": str(tmp_path / "fine"),
+        }
+        return load_recipe(FinetuneRecipe, None, extra=extra)
+
+    with pytest.raises(
+        ConfigError, match=r"swapped is not the one saved with the model .*: id 50\d is '.+' to it and "
+    ):
+        run_finetuning(finetune(other), show_progress=False)
+    assert os.listdir(tmp_path / "fine") == [".run.lock"]  # claimed, nothing written
+    with pytest.raises(ConfigError, match=r"leave model.tokenizer unset"):
+        run_finetuning(finetune(other), show_progress=False)
+
+    overrides = tiny_pretrain_overrides(other, tmp_path / "pre", max_steps=4)
+    overrides.update({"model.pretrained": model_dir, "model.config_file": None})
+    with pytest.raises(ConfigError, match=r"not the one saved with the model .*leave tokenizer.name_or_path unset"):
+        run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides), show_progress=False)
+    assert not (tmp_path / "pre").exists()
+
+    # The model's own vocabulary from another folder, and the same with one token added: taken.
+    task = TASKS["sst2"]
+    load_tokenizer_and_config(finetune(tokenizer_dir).model, task, ["negative", "positive"])
+    extended = AutoTokenizer.from_pretrained(tokenizer_dir)
+    extended.add_tokens(["<chapter>"])
+    extended.save_pretrained(tmp_path / "extended")
+    tokenizer, _ = load_tokenizer_and_config(finetune(str(tmp_path / "extended")).model, task, ["negative", "positive"])
+    assert len(tokenizer) == 1001
+
+
 @pytest.mark.parametrize("family", ["linformer", "performer"])
 def test_out_of_range_ids_are_a_clear_error_in_the_forward(family):
     """Before: `IndexError: index out of range in self` from torch.embedding. After: the id, the size and the fix."""

@@ -157,6 +157,19 @@ def vocabulary_sha256(vocabulary: dict) -> str:
     return hashlib.sha256(json.dumps(sorted(vocabulary.items())).encode()).hexdigest()
 
 
+def token_id_conflict(model_vocabulary: dict, vocabulary: dict) -> str | None:
+    """Where ``vocabulary`` (a tokenizer's ``get_vocab()``) gives an id another meaning than ``model_vocabulary`` (the
+    tokenizer a model was trained with): the first such id, in words, or None. A tokenizer that only adds tokens at
+    new ids agrees with the model's."""
+    token_of_id = {index: token for token, index in model_vocabulary.items()}
+    for token, index in sorted(vocabulary.items(), key=lambda item: item[1]):
+        if index in token_of_id and token_of_id[index] != token:
+            return f"id {index} is {token!r} to it and {token_of_id[index]!r} to the model"
+        if token in model_vocabulary and model_vocabulary[token] != index:
+            return f"{token!r} is id {index} to it and id {model_vocabulary[token]} to the model"
+    return None
+
+
 def tokenizer_vocabulary(path: str):
     """The tokenizer's vocabulary in ``path``, or None where the folder holds no tokenizer."""
     from transformers import AutoTokenizer

@@ -394,6 +394,7 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
         # the target as the recipe's model.model_type implies it (fine-tuning's default: a Linformer)
         conversion = {"target": getattr(recipe.model, "model_type", "linformer"), **conversion}
     from ..loading import vocabulary_sha256
+    from ..models import max_input_length
 
     data = {k: v for k, v in dataclasses.asdict(recipe.data).items() if k not in _DATA_FIELDS_NOT_COMPARED}
     from .config import FinetuneRecipe
@@ -401,6 +402,8 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
     finetuning = isinstance(recipe, FinetuneRecipe)
     if finetuning:
         files = [recipe.data.train_file, recipe.data.validation_file, recipe.data.test_file]
+        if data["max_seq_length"] == max_input_length(model_config):  # the model's n, written out or left unset
+            data["max_seq_length"] = None
     else:
         files = list(recipe.data.train_files) + list(recipe.data.validation_files)
     tcfg = recipe.training
@@ -431,7 +434,8 @@ def _differences(saved: dict, now: dict) -> list[str]:
         for field in dataclasses.fields(section)
         if field.default is not dataclasses.MISSING
     }
-    not_compared = {f"model.{k}" for k in _MODEL_FIELDS_NOT_COMPARED}
+    # The teacher's path: distillation.json names the teacher by its config and weights (`check_resumed_teacher`).
+    not_compared = {f"model.{k}" for k in _MODEL_FIELDS_NOT_COMPARED} | {"distillation.teacher"}
     # A checkpoint from before the conversion was recorded: its converted model's config is compared instead.
     not_recorded = {k for k in (CONVERSION_KEY,) if k not in saved}
     keys = sorted((set(saved) | set(now)) - not_compared - not_recorded)

@@ -144,7 +144,9 @@ def check_resumed_teacher(output_dir: str, record: dict | None) -> None:
             f"The run in {output_dir} was distilled from {earlier['teacher']} (see {path}): resume it with "
             f"--distillation.teacher {earlier['teacher']} and the same distillation settings."
         )
-    changed = [key for key in record if earlier.get(key) != record[key]]
+    # The teacher is the one whose config and weights hash alike, wherever it is now (a relative path given from
+    # another directory, a folder copied); its path is recorded to be named.
+    changed = [key for key in record if key != "teacher" and earlier.get(key) != record[key]]
     if changed:
         key = changed[0]
         raise ConfigError(

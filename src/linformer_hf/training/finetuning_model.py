@@ -137,7 +137,9 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
         # What transformers' classification heads set at their first call (integer labels): set here, a compiled
         # model does not recompile at the second update when the config changes under it.
         config.problem_type = "single_label_classification"
-    check_tokenizer_fits_model(tokenizer, config, tok_dir, mcfg.pretrained, pairs=len(task.text_columns) == 2)
+    check_tokenizer_fits_model(
+        tokenizer, config, tok_dir, mcfg.pretrained, "model.tokenizer", pairs=len(task.text_columns) == 2
+    )
     pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
     return tokenizer, config
 

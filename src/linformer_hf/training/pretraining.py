@@ -651,7 +651,11 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     if recipe.model.pretrained and converted is None:
         check_model_files(recipe.model.pretrained, "model.pretrained")
     check_tokenizer_fits_model(
-        tokenizer, model_config, recipe.tokenizer.name_or_path, recipe.model.pretrained or "built"
+        tokenizer,
+        model_config,
+        recipe.tokenizer.name_or_path,
+        recipe.model.pretrained or "built",
+        "tokenizer.name_or_path",
     )
     # Making the settings sets up accelerate's process state as the Trainer uses it: how many processes there are,
     # and which is the main one. Then the recipe a resumed checkpoint was made with, then the output directory

@@ -163,16 +163,31 @@ def check_text_files(train_files: list[str], validation_files: list[str], hold_o
         )
 
 
-def check_tokenizer_fits_model(tokenizer, model_config, tokenizer_source: str, model_source: str, pairs: bool = False):
+def check_tokenizer_fits_model(
+    tokenizer, model_config, tokenizer_source: str, model_source: str, tokenizer_option: str, pairs: bool = False
+):
     """Every id the tokenizer can give has an embedding row: refused before training, naming both sizes (otherwise an
-    index error deep inside the embedding at the first rare token, or a device assert on a GPU). With ``pairs``, a
-    tokenizer that marks the second segment with token_type_ids 1 needs a model with two segment embeddings."""
+    index error deep inside the embedding at the first rare token, or a device assert on a GPU). A tokenizer named by
+    ``tokenizer_option`` beside a model folder that holds its own must give every id the meaning the model's gives it:
+    one of the same size but another vocabulary trains and scores on ids that mean other tokens to the model, without
+    any error. With ``pairs``, a tokenizer that marks the second segment with token_type_ids 1 needs a model with two
+    segment embeddings."""
     if len(tokenizer) > model_config.vocab_size:
         raise ConfigError(
             f"The tokenizer {tokenizer_source} has {len(tokenizer)} tokens but the model {model_source} has only "
             f"{model_config.vocab_size} embeddings (vocab_size): ids from {model_config.vocab_size} up have no "
             f"embedding. Use the tokenizer the model was trained with."
         )
+    if os.path.isdir(model_source) and os.path.realpath(model_source) != os.path.realpath(tokenizer_source):
+        from ..loading import token_id_conflict, tokenizer_vocabulary
+
+        model_vocabulary = tokenizer_vocabulary(model_source)
+        conflict = model_vocabulary and token_id_conflict(model_vocabulary, tokenizer.get_vocab())
+        if conflict:
+            raise ConfigError(
+                f"The tokenizer {tokenizer_source} is not the one saved with the model {model_source}: {conflict}. "
+                f"Use the model's own tokenizer (leave {tokenizer_option} unset), or a model trained with this one."
+            )
     type_vocab_size = getattr(model_config, "type_vocab_size", None)
     if (
         pairs
