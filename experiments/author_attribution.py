@@ -86,7 +86,7 @@ import sys
 import time
 
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.loading import model_sha256, vocabulary_sha256
+from linformer_hf.loading import model_sha256, saved_model_length, vocabulary_sha256
 from linformer_hf.outputs import (
     check_output_dir,
     publish_folder,
@@ -544,19 +544,10 @@ def command(run: dict, data: str, output_dir: str, recipe: str, shared: dict) ->
     return args
 
 
-def model_length(model_dir: str) -> int:
-    from transformers import AutoConfig
-
-    import linformer_hf  # noqa: F401  (registers the Linformer with the Auto classes)
-    from linformer_hf.models import max_input_length
-
-    return max_input_length(AutoConfig.from_pretrained(model_dir))
-
-
 def reading_length(run: dict, max_seq_length: int | None) -> int:
     """How many tokens of a passage the run reads: the recipe's data.max_seq_length (with the overrides) when set,
     else the model's n (the teacher's copied out to the run's n for a full-n<n> run)."""
-    return max_seq_length or run["n"] or model_length(run["source"])
+    return max_seq_length or run["n"] or saved_model_length(run["source"])
 
 
 def check_runs(
@@ -593,7 +584,7 @@ def check_runs(
             ) from None
     asked = resolved.data.max_seq_length
     for run in runs:
-        n = run["n"] or model_length(run["source"])
+        n = run["n"] or saved_model_length(run["source"])
         if asked is not None and asked > n:
             raise ConfigError(
                 f"data.max_seq_length={asked} is longer than the {run['name']} model's n={n}: every model would have "
@@ -1433,11 +1424,11 @@ def compare(
         )
     for source in {run["source"] for run in runs}:
         check_tokenizer(source, manifest)
-    short = [run["n"] for run in runs if run["n"] is not None and run["n"] <= model_length(run["source"])]
+    short = [run["n"] for run in runs if run["n"] is not None and run["n"] <= saved_model_length(run["source"])]
     if short:
         raise ConfigError(
-            f"--full_lengths {short}: not longer than the teacher's n={model_length(teacher)}, so there is nothing to "
-            "copy its positions out to; the teacher's own run reads that many tokens."
+            f"--full_lengths {short}: not longer than the teacher's n={saved_model_length(teacher)}, so there is "
+            "nothing to copy its positions out to; the teacher's own run reads that many tokens."
         )
     resolved = check_runs(runs, data, output_dir, recipe, shared, manifest)
     max_seq_length = resolved.data.max_seq_length

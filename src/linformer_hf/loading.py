@@ -150,6 +150,15 @@ def model_sha256(folder: str) -> str:
     return digest.hexdigest()
 
 
+def saved_model_length(folder: str) -> int:
+    """The longest input of the model saved in ``folder`` (its n), from its config alone."""
+    from transformers import AutoConfig
+
+    from .models import max_input_length
+
+    return max_input_length(AutoConfig.from_pretrained(folder))
+
+
 def vocabulary_sha256(vocabulary: dict) -> str:
     """The SHA-256 of a tokenizer's vocabulary (``get_vocab()``, its tokens and ids): which tokenizer a length in
     tokens was measured with. An author-attribution data set's manifest records its tokenizer's (`tasks.Task.manifest`),

@@ -85,7 +85,7 @@ def check_built_data(recipe: FinetuneRecipe) -> None:
             f"model's tokenizer ({build}), or fine-tune a model of that tokenizer."
         )
     passage_tokens = manifest.get("passage_tokens")
-    reads = dcfg.max_seq_length or saved_model_length(mcfg)
+    reads = dcfg.max_seq_length or model_length(mcfg)
     if passage_tokens and reads and reads > passage_tokens:
         raise ConfigError(
             f"data.dataset {path}: its passages hold {passage_tokens:,} tokens, and the model reads {reads:,} "
@@ -95,16 +95,14 @@ def check_built_data(recipe: FinetuneRecipe) -> None:
         )
 
 
-def saved_model_length(mcfg) -> int | None:
-    """The longest input of a saved model folder (its n), from its config alone; None for a model converted on the
-    fly (its n is the conversion's) or a folder without a config (refused where the model is loaded)."""
+def model_length(mcfg) -> int | None:
+    """The longest input of model.pretrained (its n), from its config alone; None for a model converted on the fly
+    (its n is the conversion's) or a folder without a config (refused where the model is loaded)."""
     if mcfg.convert_from_roberta is not None or not os.path.isfile(os.path.join(mcfg.pretrained, "config.json")):
         return None
-    from transformers import AutoConfig
+    from ..loading import saved_model_length
 
-    from ..models import max_input_length
-
-    return max_input_length(AutoConfig.from_pretrained(mcfg.pretrained))
+    return saved_model_length(mcfg.pretrained)
 
 
 def load_task_data(recipe: FinetuneRecipe) -> dict:
