@@ -82,6 +82,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 import time
 
@@ -1528,7 +1529,13 @@ def main(argv=None):
             )
             return
         if args.command == "rescore":
-            print(rescore(args.folder, args.data, args.output_dir, args.overwrite), end="")
+            # SIGTERM (`kill`, a job scheduler's stop) unwinds as Ctrl-C does: the staging folder beside
+            # --output_dir is removed on the way out (SIGKILL cannot be caught: its hidden .tmp- folder stays).
+            previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+            try:
+                print(rescore(args.folder, args.data, args.output_dir, args.overwrite), end="")
+            finally:
+                signal.signal(signal.SIGTERM, previous)
             return
         if args.command == "build":
             manifest = build_dataset(

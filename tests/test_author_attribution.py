@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -856,6 +857,15 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     assert manifest["passages"]["test"] > data[1]["passages"]["test"]
 
     rescored = str(tmp_path / "rescored")
+    # Stopped by SIGTERM while scoring (before: its hidden staging folder stayed beside --output_dir)
+    scoring, handler = author_attribution.predict_passages, signal.getsignal(signal.SIGTERM)
+    with monkeypatch.context() as patch:
+        patch.setattr(author_attribution, "predict_passages", lambda *a: os.kill(os.getpid(), signal.SIGTERM))
+        with pytest.raises(KeyboardInterrupt):
+            author_attribution.main(["rescore", out, "--data", more, "--output_dir", rescored])
+    assert signal.getsignal(signal.SIGTERM) is handler  # restored
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")] and not os.path.exists(rescored)
+    assert author_attribution.predict_passages is scoring
     text = author_attribution.rescore(out, more, rescored)
     assert f"{manifest['passages']['test']} test" in text
     for name in ("linformer", "teacher"):
