@@ -553,3 +553,18 @@ def test_a_checkpoint_without_projection_weights_warns_that_e_and_f_start_untrai
     finally:
         transformers_logging.disable_propagation()
     assert "LOAD REPORT" not in caplog.text and "projection" not in caplog.text
+
+
+@pytest.mark.parametrize("family", ["linformer", "performer"])
+@pytest.mark.parametrize("argument", ["input_ids", "inputs_embeds"])
+def test_an_unbatched_input_is_an_error_naming_the_shape_and_the_fix(family, argument):
+    if family == "linformer":
+        model = LinformerModel(tiny_config()).eval()
+    else:
+        config = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+        model = linformer_hf.PerformerModel(linformer_hf.PerformerConfig(num_random_features=16, **config)).eval()
+    ids = random_batch(1, 10)
+    inputs = {"input_ids": ids[0]} if argument == "input_ids" else {"inputs_embeds": torch.randn(10, 32)}
+    with pytest.raises(ValueError, match=rf"{argument} must be of shape .*got \(10,( 32)?\).*\[None\]"):
+        model(**inputs)
+    model(**({"input_ids": ids} if argument == "input_ids" else {"inputs_embeds": torch.randn(1, 10, 32)}))  # batched
