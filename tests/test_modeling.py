@@ -388,6 +388,66 @@ def test_half_precision_weights(dtype, tmp_path):
     torch.testing.assert_close(logits.float(), expected, rtol=0.05, atol=0.05)
 
 
+def _padded_batch():
+    ids = random_batch(2, 12)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    return ids, mask
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an accelerator beside the CPU")
+@pytest.mark.parametrize("sharing", ["headwise", "layerwise"])
+def test_layers_placed_on_different_devices_give_the_same_outputs(sharing):
+    """A device map over several accelerators (`device_map="auto"`) puts layers on different devices, and accelerate's
+    hooks move each layer's inputs to its own: the encoder must not stack the E, F and biases of all layers at once."""
+    hooks = pytest.importorskip("accelerate.hooks")
+    model = LinformerModel(tiny_config(sharing=sharing)).eval()
+    randomize_projections(model)
+    ids, mask = _padded_batch()
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).last_hidden_state
+        model.to("cuda")
+        hooks.add_hook_to_module(model.encoder.layer[1].to("cpu"), hooks.AlignDevicesHook("cpu", io_same_device=True))
+        placed = model(ids.cuda(), attention_mask=mask.cuda()).last_hidden_state
+    torch.testing.assert_close(placed.cpu(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("sharing", ["headwise", "layerwise", "none"])
+def test_a_device_map_that_offloads_layers_is_an_error_naming_the_fix(sharing, tmp_path):
+    """accelerate's offloading hooks bring a weight in only when its own module runs; a Linformer layer reads E, F and
+    the key/value biases as tensors. Said before any work, instead of an error about the meta device from inside (or,
+    with sharing="none", outputs computed with a slot mask made from the meta device's E)."""
+    pytest.importorskip("accelerate")
+    LinformerModel(tiny_config(sharing=sharing)).save_pretrained(tmp_path / "model")
+    device_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "encoder.layer.2": "cpu"}
+    device_map.update({"pooler": "cpu", **({"encoder.shared_projection": "cpu"} if sharing == "layerwise" else {})})
+    offloaded = LinformerModel.from_pretrained(
+        tmp_path / "model", device_map=device_map, offload_folder=str(tmp_path / "offload")
+    )
+    assert offloaded.encoder.layer[1].attention.self.key.weight.device.type == "meta"  # offloaded, as meant
+    ids, mask = _padded_batch()
+    with pytest.raises(
+        ValueError,
+        match=r"Linformer's layer 1 hold weights on the meta device: offloaded by a device_map.*Give every layer",
+    ):
+        offloaded(ids, attention_mask=mask)
+
+
+def test_a_device_map_that_offloads_layers_of_max_pooling_gives_the_same_outputs(tmp_path):
+    """Max pooling reads no weight outside a module's forward: offloaded layers work, and are not refused."""
+    pytest.importorskip("accelerate")
+    model = LinformerModel(tiny_config(projection="max")).eval()
+    model.save_pretrained(tmp_path / "model")
+    device_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "encoder.layer.2": "cpu"}
+    offloaded = LinformerModel.from_pretrained(
+        tmp_path / "model", device_map={**device_map, "pooler": "cpu"}, offload_folder=str(tmp_path / "offload")
+    )
+    ids, mask = _padded_batch()
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(offloaded(ids, attention_mask=mask).last_hidden_state, expected)
+
+
 def test_torch_compile_gives_the_same_outputs():
     model = LinformerForSequenceClassification(tiny_config(num_labels=2)).eval()
     ids = random_batch(2, 12)
@@ -493,3 +553,18 @@ def test_a_checkpoint_without_projection_weights_warns_that_e_and_f_start_untrai
     finally:
         transformers_logging.disable_propagation()
     assert "LOAD REPORT" not in caplog.text and "projection" not in caplog.text
+
+
+@pytest.mark.parametrize("family", ["linformer", "performer"])
+@pytest.mark.parametrize("argument", ["input_ids", "inputs_embeds"])
+def test_an_unbatched_input_is_an_error_naming_the_shape_and_the_fix(family, argument):
+    if family == "linformer":
+        model = LinformerModel(tiny_config()).eval()
+    else:
+        config = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+        model = linformer_hf.PerformerModel(linformer_hf.PerformerConfig(num_random_features=16, **config)).eval()
+    ids = random_batch(1, 10)
+    inputs = {"input_ids": ids[0]} if argument == "input_ids" else {"inputs_embeds": torch.randn(10, 32)}
+    with pytest.raises(ValueError, match=rf"{argument} must be of shape .*got \(10,( 32)?\).*\[None\]"):
+        model(**inputs)
+    model(**({"input_ids": ids} if argument == "input_ids" else {"inputs_embeds": torch.randn(1, 10, 32)}))  # batched

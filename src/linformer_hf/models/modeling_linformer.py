@@ -260,9 +260,14 @@ def _is_plain_linear(module: nn.Module) -> bool:
     return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
 
 
+def _bias_tensor(linear: nn.Module) -> torch.Tensor | None:
+    """The bias b of a key or value map (a method on a dynamically quantised Linear), or None."""
+    return linear.bias() if callable(linear.bias) else linear.bias
+
+
 def _bias_of(linear: nn.Module, like: torch.Tensor, width: int) -> torch.Tensor:
-    """The bias b of a key or value map (a method on a dynamically quantised Linear), zeros if it has none."""
-    bias = linear.bias() if callable(linear.bias) else linear.bias
+    """The bias b of a key or value map, zeros if it has none."""
+    bias = _bias_tensor(linear)
     return like.new_zeros(width) if bias is None else bias
 
 
@@ -291,7 +296,13 @@ def prepare_linear_compressions(
     """
     seq_len = mask.shape[-1]
     groups, count, k = len(layer_projections), len(layer_projections[0]), layer_projections[0][0].k
-    weights = [projection.weight for projections in layer_projections for projection in projections]  # (1, k, n)
+    # (1, k, n) each; the one E of sharing="layerwise" (the encoder's) may sit on another device than a layer placed
+    # by a device map
+    weights = [
+        projection.weight if projection.weight.device == mask.device else projection.weight.to(mask.device)
+        for projections in layer_projections
+        for projection in projections
+    ]
     # squeeze, not [0]: its backward is a view, where select's allocates and fills a (1, R, n) gradient
     stacked = torch.cat(weights, dim=1).squeeze(0)[:, :seq_len]  # (R, L), R = groups * count * k
     maps_add_bias = not all(_is_plain_linear(linear) for maps in key_value_maps for linear in maps)
@@ -658,9 +669,25 @@ class LinformerEncoder(nn.Module):
         layer_projections = [
             attention.linear_compression_projections(self.shared_projection) for attention in attentions
         ]
-        if layer_projections[0] is None:  # pooled or per-head (sharing='none') projections: each layer makes its own
-            return [((), shared)] * len(self.layer)
         key_value_maps = [(attention.key, attention.value) for attention in attentions]
+        # What the layers read as tensors rather than through their modules' forward: E, F (mean and max pooling have
+        # none) and, when the input is compressed first, the key/value biases.
+        read = [
+            projection.weight
+            for attention in attentions
+            for projection in attention.projections(self.shared_projection)
+        ]
+        # CODEPATH: checkpoints whose E, F serve all heads (key_value: model_cards/all-MiniLM-L6-v2-linformer-k128;
+        # headwise) read the biases; sharing="none" and max pooling (configs/replication) call the maps as modules.
+        if self.config.compresses_input_first:
+            read += [_bias_tensor(linear) for maps in key_value_maps for linear in maps]
+        read = [tensor for tensor in read if tensor is not None]
+        if any(tensor.device.type == "meta" for tensor in read):
+            self.refuse_offloaded_weights()
+        # Pooled or per-head (sharing='none') projections, or layers placed on other devices than the first (a device
+        # map over several accelerators, whose hooks move each layer's inputs to its device): each layer makes its own
+        if layer_projections[0] is None or any(tensor.device != hidden_states.device for tensor in read):
+            return [((), shared)] * len(self.layer)
         width = self.config.hidden_size
         # CODEPATH: sharing="layerwise" (configs/model/*_layer): one E for all layers, stacked once; else one per layer.
         if self.config.sharing == "layerwise":
@@ -673,6 +700,23 @@ class LinformerEncoder(nn.Module):
                 for projections, maps in zip(layer_projections, key_value_maps)
             ]
         return [(tuple(inputs[:-1]), {**shared, "maps_add_bias": inputs.maps_add_bias}) for inputs in prepared]
+
+    def refuse_offloaded_weights(self) -> None:
+        """Raise the error that names the weights left on the meta device, and the fix."""
+        modules = [*self.layer, *([self.shared_projection] if self.shared_projection is not None else [])]
+        on_meta = [
+            f"layer {i}" if i < len(self.layer) else "the shared projection"
+            for i, module in enumerate(modules)
+            if any(tensor.device.type == "meta" for tensor in [*module.parameters(), *module.buffers()])
+        ]
+        raise ValueError(
+            f"This Linformer's {', '.join(on_meta)} hold weights on the meta device: offloaded by a device_map (its "
+            "'cpu' or 'disk' entries beside an accelerator, or a max_memory smaller than the model), or never "
+            "loaded. A Linformer layer reads its projections E, F and its key/value biases as tensors, outside their "
+            "modules' forward, where accelerate's offloading hooks do not bring them in. Give every layer a device: "
+            "load without a device_map, or with one whose entries are all accelerators (device_map='auto' with "
+            "max_memory enough for the whole model)."
+        )
 
     def forward(self, hidden_states, attention_mask, **kwargs) -> BaseModelOutput:
         for layer_module, (tensors, inputs) in zip(self.layer, self.layer_inputs(hidden_states, attention_mask)):
@@ -964,6 +1008,13 @@ class LinformerModel(LinformerPreTrainedModel):
                 f"{type(self).__name__} is an encoder only: it has no cross-attention (`encoder_hidden_states`)."
             )
         input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        if len(input_shape) != 2:  # an unbatched input would fail further in with an index error
+            name, shape = ("input_ids", "(batch, L)") if input_ids is not None else ("inputs_embeds", "(batch, L, d)")
+            got = tuple((input_ids if input_ids is not None else inputs_embeds).shape)
+            raise ValueError(
+                f"{name} must be of shape {shape}, got {got}. Add the batch dimension of a single sequence "
+                f"({name}[None]), or tokenize with return_tensors='pt'."
+            )
         self.check_input_length(input_shape[1])
         if attention_mask is not None:
             check_padding_mask(attention_mask, input_shape)

@@ -734,6 +734,13 @@ class PerformerModel(PerformerPreTrainedModel):
                 f"{type(self).__name__} is an encoder only: it has no cross-attention (`encoder_hidden_states`)."
             )
         input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        if len(input_shape) != 2:  # an unbatched input would fail further in with an index error
+            name, shape = ("input_ids", "(batch, L)") if input_ids is not None else ("inputs_embeds", "(batch, L, d)")
+            got = tuple((input_ids if input_ids is not None else inputs_embeds).shape)
+            raise ValueError(
+                f"{name} must be of shape {shape}, got {got}. Add the batch dimension of a single sequence "
+                f"({name}[None]), or tokenize with return_tensors='pt'."
+            )
         self.check_input_length(input_shape[1])
         if attention_mask is not None:
             check_padding_mask(attention_mask, input_shape)
