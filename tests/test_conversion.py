@@ -739,3 +739,17 @@ def test_a_conversion_into_a_link_to_an_empty_folder_lands_in_the_folder(tmp_pat
     assert os.path.islink(tmp_path / "out")  # the link is kept, and the model is in its folder
     assert linformer_hf.LinformerConfig.from_pretrained(str(tmp_path / "disk" / "out")).projected_length == 4
     assert sorted(os.listdir(tmp_path / "disk")) == ["out"]  # no staging folder left
+
+
+def test_a_truncated_source_weights_file_is_one_error_line_naming_it(tmp_path, wordpiece, capsys):
+    """A source folder copied part-way (its safetensors file cut short): one `error:` line naming the file and the
+    fix, and nothing written (before: safetensors' traceback, "incomplete metadata, file not fully covered")."""
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    weights = tmp_path / "bert" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()
+    assert convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: {weights} is truncated or corrupt") and "Copy or download it again" in error
+    assert "\n" not in error
+    assert sorted(os.listdir(tmp_path)) == ["bert"]
