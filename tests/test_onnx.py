@@ -454,6 +454,29 @@ def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
     assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "pooler_output"]  # the new head's
 
 
+def test_an_export_stopped_part_way_leaves_nothing_that_reads_as_an_export(classifier_export, tmp_path, monkeypatch):
+    """Stopped while quantising (Ctrl-C): before, the new folder held model.onnx and its data file with no config,
+    int8 graph or tokenizer, and an --overwrite had already deleted the earlier export. Now the export is written
+    beside the folder and moved in when whole: nothing is left, and an earlier export stays as it was."""
+    import linformer_hf.onnx_export as onnx_export
+
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    earlier = shutil.copytree(classifier_export[1], tmp_path / "earlier")
+    before = {name: (earlier / name).read_bytes() for name in os.listdir(earlier)}
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnx_export, "quantize_int8", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        export_folder(str(model_dir), str(tmp_path / "new"))
+    with pytest.raises(KeyboardInterrupt):
+        export_folder(str(model_dir), str(earlier), overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["earlier", "model"]  # no partial export, no staging folder
+    assert {name: (earlier / name).read_bytes() for name in os.listdir(earlier)} == before
+
+
 def half_precision_folder(kind, model_dir):
     """A saved folder in half precision, and its fp32 reference: bf16 weights (a Linformer classifier), a Performer's
     bf16 feature maps, fp16 weights (a Performer)."""
