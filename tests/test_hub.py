@@ -232,6 +232,32 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
     assert "'sharing' expected one of" in capsys.readouterr().err
 
 
+def test_a_folder_stopped_part_way_leaves_nothing_ready_to_push_and_keeps_the_earlier_one(
+    converted, tmp_path, monkeypatch
+):
+    """Stopped while the folder was written (Ctrl-C): before, --output_dir held the weights without a card, and an
+    --overwrite had deleted the earlier folder first. Now it is written beside --output_dir and moved in when whole."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    folder, earlier = folders["RobertaForMaskedLM"], tmp_path / "earlier"
+    prepare_model_folder(folder, str(earlier), "someone/x")
+    before = {name: (earlier / name).read_bytes() for name in os.listdir(earlier) if (earlier / name).is_file()}
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hub, "copy_sentence_transformers_modules", stopped)
+    for output_dir, overwrite in ((tmp_path / "new", False), (earlier, True)):
+        with pytest.raises(KeyboardInterrupt):
+            prepare_model_folder(folder, str(output_dir), "someone/y", overwrite=overwrite)
+    assert sorted(os.listdir(tmp_path)) == ["earlier"]  # no partial folder, no staging folder
+    assert {name: (earlier / name).read_bytes() for name in os.listdir(earlier) if (earlier / name).is_file()} == before
+    monkeypatch.undo()
+    prepare_model_folder(folder, str(earlier), "someone/y", overwrite=True)  # replaced whole
+    assert "someone/y" in (earlier / "README.md").read_text()
+
+
 def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
     """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
     (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""
