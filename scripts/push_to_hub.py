@@ -21,6 +21,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.hub import check_can_push, check_remote_loading, prepare_model_folder, push_folder
+from linformer_hf.outputs import sigterm_unwinds
 from linformer_hf.training.errors import USER_ERRORS, report
 
 
@@ -46,7 +47,8 @@ def main(argv=None):
     if args.dry_run and not args.output_dir:
         parser.error("--dry_run needs --output_dir (the folder is the dry run's result)")
     try:
-        run(args)
+        with sigterm_unwinds():  # a `kill` removes the staging folder, as Ctrl-C does
+            run(args)
     except (*USER_ERRORS, OSError, ValueError, RuntimeError) as err:
         # OSError: missing folders or files; ValueError: not a Linformer or Performer (hub.load_model says so before
         # any work),

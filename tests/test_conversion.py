@@ -753,3 +753,15 @@ def test_a_truncated_source_weights_file_is_one_error_line_naming_it(tmp_path, w
     assert error.startswith(f"error: {weights} is truncated or corrupt") and "Copy or download it again" in error
     assert "\n" not in error
     assert sorted(os.listdir(tmp_path)) == ["bert"]
+
+
+def test_a_conversion_stopped_by_sigterm_leaves_no_staging_folder(tmp_path, wordpiece, monkeypatch, send_sigterm):
+    """`kill` (SIGTERM) while the model is written unwinds as Ctrl-C does (before: the process ended and its hidden
+    .tmp- staging folder, a partial model, stayed beside output_dir)."""
+    import linformer_hf.conversion as conversion
+
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    monkeypatch.setattr(conversion, "copy_sentence_transformers_modules", send_sigterm)
+    with pytest.raises(KeyboardInterrupt):
+        convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")])
+    assert sorted(os.listdir(tmp_path)) == ["bert"]

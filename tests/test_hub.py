@@ -258,6 +258,18 @@ def test_a_folder_stopped_part_way_leaves_nothing_ready_to_push_and_keeps_the_ea
     assert "someone/y" in (earlier / "README.md").read_text()
 
 
+def test_a_folder_stopped_by_sigterm_leaves_no_staging_folder(converted, tmp_path, monkeypatch, send_sigterm):
+    """`kill` (SIGTERM) unwinds as Ctrl-C does: before, the process ended and its staging folder stayed."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    monkeypatch.setattr(hub, "copy_sentence_transformers_modules", send_sigterm)
+    args = [folders["RobertaForMaskedLM"], "someone/x", "--dry_run", "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(KeyboardInterrupt):
+        push_to_hub.main(args)
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
     """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
     (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""

@@ -477,6 +477,18 @@ def test_an_export_stopped_part_way_leaves_nothing_that_reads_as_an_export(class
     assert {name: (earlier / name).read_bytes() for name in os.listdir(earlier)} == before
 
 
+def test_an_export_stopped_by_sigterm_leaves_no_staging_folder(tmp_path, monkeypatch, send_sigterm):
+    """`kill` (SIGTERM) unwinds as Ctrl-C does: before, the process ended and its staging folder stayed."""
+    import linformer_hf.onnx_export as onnx_export
+
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    monkeypatch.setattr(onnx_export, "quantize_int8", send_sigterm)
+    with pytest.raises(KeyboardInterrupt):
+        load_script().main([str(model_dir), str(tmp_path / "onnx")])
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+
+
 def half_precision_folder(kind, model_dir):
     """A saved folder in half precision, and its fp32 reference: bf16 weights (a Linformer classifier), a Performer's
     bf16 feature maps, fp16 weights (a Performer)."""
