@@ -427,6 +427,14 @@ def test_the_export_folder_is_self_contained_and_movable(classifier_export, tmp_
         onnx_session(str(alone / ONNX_FILE))
 
 
+def test_the_int8_data_file_is_as_readable_as_the_other_files(classifier_export):
+    """onnx wrote model_int8.onnx.data readable by its owner only (0600), unlike every other file of the export: a
+    server running as another user could load the fp32 graph but not the int8 one."""
+    _, output_dir = classifier_export
+    modes = {name: os.stat(os.path.join(output_dir, name)).st_mode & 0o777 for name in os.listdir(output_dir)}
+    assert modes[INT8_FILE + ".data"] == modes[ONNX_FILE + ".data"] == modes["config.json"], modes
+
+
 def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
     """A non-empty output_dir is refused before any work (checked even before the model folder is read); with
     --overwrite the earlier export's files are replaced (an int8 graph and a tokenizer the new export does not write

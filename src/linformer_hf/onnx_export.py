@@ -265,6 +265,12 @@ def quantize_int8(onnx_path: str, int8_path: str) -> str:
         os.remove(stale)
     with one_line_per_kind_of_skip() as skipped:
         quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8, use_external_data_format=True)
+    # onnx creates the data file readable by its owner only (0600): a server running as another user could not load
+    # the int8 graph. It gets the permissions of every other file written here (the umask's).
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in check_data_files(int8_path):
+        os.chmod(path, 0o666 & ~umask)
     if skipped:
         logger.warning("int8: %d tensors that are not float (masks, indices) were left as they are.", len(skipped))
     return int8_path
