@@ -31,7 +31,9 @@ def main(argv=None):
         "model_dir", help="a saved Linformer or Performer (save_pretrained output, e.g. from the conversion)"
     )
     parser.add_argument("repo_id", help="Hub repository, e.g. user/linformer-base-n1024-k256")
-    parser.add_argument("--output_dir", help="where to write the folder (default: a temporary directory)")
+    parser.add_argument(
+        "--output_dir", help="where to write the folder, kept (default: a temporary folder, deleted after the push)"
+    )
     parser.add_argument("--dry_run", action="store_true", help="write and check the folder, do not push")
     parser.add_argument("--card_info", help="JSON with license, datasets, training text and eval_results")
     parser.add_argument("--efficiency", help="efficiency figures: CSV or JSON list of rows")
@@ -64,7 +66,15 @@ def run(args):
         validate_repo_id(args.repo_id)
     else:
         args.token = check_can_push(args.repo_id, args.token)
-    output_dir = args.output_dir or tempfile.mkdtemp(prefix="hub-folder-")
+    if args.output_dir:
+        build_check_and_push(args, args.output_dir)
+        return
+    # Without --output_dir the folder is only the push's copy of the model: deleted once pushed (or failed)
+    with tempfile.TemporaryDirectory(prefix="hub-folder-") as scratch:
+        build_check_and_push(args, os.path.join(scratch, args.repo_id.split("/")[-1]))
+
+
+def build_check_and_push(args, output_dir: str):
     prepare_model_folder(
         args.model_dir,
         output_dir,

@@ -270,6 +270,23 @@ def test_a_folder_stopped_by_sigterm_leaves_no_staging_folder(converted, tmp_pat
     assert os.listdir(tmp_path) == []
 
 
+def test_a_push_without_output_dir_deletes_its_copy_of_the_model(converted, tmp_path, monkeypatch, capsys):
+    """Without --output_dir the folder was written to a temporary directory that was never deleted: every push left
+    a whole copy of the model (weights included) in the temporary directory."""
+    import tempfile
+
+    import push_to_hub as script
+
+    root, folders = converted
+    pushed = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(script, "check_can_push", lambda repo_id, token: "hf_x")
+    monkeypatch.setattr(script, "push_folder", lambda folder, *a, **k: pushed.append(sorted(os.listdir(folder))))
+    assert script.main([folders["RobertaForMaskedLM"], "someone/x", "--skip_remote_check"]) == 0
+    assert "model.safetensors" in pushed[0] and "README.md" in pushed[0]
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
     """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
     (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""
