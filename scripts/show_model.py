@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceC
 import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
 from linformer_hf import LinformerConfig, PerformerConfig
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.loading import check_weight_files
+from linformer_hf.loading import check_holds_weights, check_weight_files
 from linformer_hf.models.lengths import max_input_length
 from linformer_hf.registration import TOKENIZER_FILES
 from linformer_hf.training.config import ConfigError
@@ -55,6 +55,7 @@ def show(args):
             f"{args.model_dir} is not a saved model folder (no config.json): give the directory written by "
             "pretraining, e.g. outputs/demo/pretrain/final."
         )
+    check_holds_weights(args.model_dir)  # e.g. an ONNX export folder: config.json and no weights
     check_weight_files(args.model_dir)  # a truncated or corrupt safetensors file, named, before transformers reads it
     if not any(os.path.exists(os.path.join(args.model_dir, name)) for name in TOKENIZER_FILES):
         # AutoTokenizer would build an empty tokenizer from the config alone: every guess and label would be noise

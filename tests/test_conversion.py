@@ -765,3 +765,15 @@ def test_a_conversion_stopped_by_sigterm_leaves_no_staging_folder(tmp_path, word
     with pytest.raises(KeyboardInterrupt):
         convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")])
     assert sorted(os.listdir(tmp_path)) == ["bert"]
+
+
+def test_a_source_folder_without_weights_is_one_error_line_naming_the_fix(tmp_path, wordpiece, capsys):
+    """A source folder with its config and tokenizer but no weights: before, transformers' "Error no file named
+    model.safetensors, or pytorch_model.bin, found in directory", naming no way out."""
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    os.remove(tmp_path / "bert" / "model.safetensors")
+    capsys.readouterr()
+    assert convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: {tmp_path / 'bert'} holds no weights") and "save_pretrained" in error
+    assert sorted(os.listdir(tmp_path)) == ["bert"]

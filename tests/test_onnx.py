@@ -356,6 +356,16 @@ def test_a_folder_that_is_not_a_linformer_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_without_weights_is_refused_naming_the_fix(classifier_export, tmp_path):
+    """An export folder (config.json, no weights) given as the model: before, transformers' "no file named
+    model.safetensors"."""
+    _, output_dir = classifier_export
+    assert load_script().main([output_dir, str(tmp_path / "out")]) == 2
+    with pytest.raises(ValueError, match=f"{output_dir} holds no weights .*save_pretrained"):
+        export_folder(output_dir, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_causal_performer_is_refused_before_any_work(tmp_path):
     model_dir = tmp_path / "causal"
     tiny_performer(PerformerForCausalLM, is_decoder=True).save_pretrained(model_dir)

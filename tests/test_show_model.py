@@ -100,6 +100,16 @@ def test_a_truncated_weights_file_is_named_on_one_line(masked_lm_dir, tmp_path, 
     assert "fill-mask:" not in out
 
 
+def test_a_folder_without_weights_is_refused_on_one_line(masked_lm_dir, tmp_path, capsys):
+    """A folder holding a config and a tokenizer but no weights (an ONNX export folder): before, transformers' "Error
+    no file named model.safetensors, or pytorch_model.bin", naming no way out."""
+    model_dir = shutil.copytree(masked_lm_dir, tmp_path / "onnx", ignore=shutil.ignore_patterns("*.safetensors"))
+    code, out, errors = show([str(model_dir)], capsys)
+    assert code == 2 and len(errors) == 1, errors
+    assert f"{model_dir} holds no weights" in errors[0] and "save_pretrained" in errors[0]
+    assert out == ""
+
+
 def test_a_folder_without_a_tokenizer_is_refused_on_one_line(tokenizer, tmp_path, capsys):
     """Before, AutoTokenizer built an empty tokenizer from the config alone: "loaded ..." then five `0.003  ''`
     guesses per text, exit 0."""
