@@ -287,6 +287,26 @@ def test_a_push_without_output_dir_deletes_its_copy_of_the_model(converted, tmp_
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("option", ["--card_info", "--efficiency", "--recipe", "--template", "--tokenizer"])
+def test_a_missing_input_file_is_named_before_the_model_is_read(converted, tmp_path, capsys, monkeypatch, option):
+    """A mistyped --card_info, --efficiency, --recipe or --template was reported as "[Errno 2] No such file or
+    directory" after the model was loaded (minutes for a base model), and a --tokenizer file or missing folder as a
+    malformed Hub repo id."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    monkeypatch.setattr(hub, "load_model", lambda *a, **k: pytest.fail("the model was read first"))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    given = [str(tmp_path / "missing.json")] + ([str(tmp_path / "tokenizer.json")] if option == "--tokenizer" else [])
+    for path in given:
+        out = tmp_path / "out"
+        args = [folders["RobertaForMaskedLM"], "someone/x", "--dry_run", "--output_dir", str(out), option, path]
+        assert push_to_hub.main(args) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"error: {option[2:]} {path} ") and f"({option})" in error, error
+        assert "\n" not in error and not out.exists()
+
+
 def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
     """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
     (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""

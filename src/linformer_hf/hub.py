@@ -843,6 +843,24 @@ def prepare_model_folder(
                 "output_dir of its own."
             )
 
+    # The inputs' paths before the model is read (minutes for a base model): a mistyped one was reported after it, and
+    # a tokenizer file or missing folder as a malformed Hub repo id.
+    for what, path in (
+        ("card_info", card_info_path),
+        ("efficiency", efficiency_path),
+        ("recipe", recipe_path),
+        ("template", template_path),
+    ):
+        if path and not os.path.isfile(path):
+            found = "is a folder" if os.path.isdir(path) else "does not exist"
+            raise FileNotFoundError(f"{what} {path} {found}: give the path of the {what} file (--{what}).")
+    if tokenizer_path and not os.path.isdir(tokenizer_path) and _is_local(tokenizer_path):  # not a Hub name either
+        found = "is a file" if os.path.exists(tokenizer_path) else "does not exist"
+        raise FileNotFoundError(
+            f"tokenizer {tokenizer_path} {found}: give the folder the tokenizer was saved to "
+            "(tokenizer.save_pretrained), or its Hub name (--tokenizer)."
+        )
+
     from transformers import AutoTokenizer
 
     card_info = None
