@@ -307,6 +307,22 @@ def test_a_missing_input_file_is_named_before_the_model_is_read(converted, tmp_p
         assert "\n" not in error and not out.exists()
 
 
+@pytest.mark.parametrize("text", ["n,k,time_ms\n", "[]", '{"rows": []}'])
+def test_efficiency_figures_without_rows_are_refused_before_the_model_is_read(converted, tmp_path, monkeypatch, text):
+    """A CSV with its header only (or an empty JSON list) gave a card saying "No efficiency measurements were supplied",
+    though a file was given."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    monkeypatch.setattr(hub, "load_model", lambda *a, **k: pytest.fail("the model was read first"))
+    path = tmp_path / ("efficiency.csv" if text.startswith("n,") else "efficiency.json")
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path} holds no efficiency figures \\(no rows\\)"):
+        prepare_model_folder(
+            folders["RobertaForMaskedLM"], str(tmp_path / "out"), "someone/x", efficiency_path=str(path)
+        )
+
+
 def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
     """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
     (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""

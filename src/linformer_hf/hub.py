@@ -339,11 +339,14 @@ def _read_rows(path: str) -> list[dict]:
     """Efficiency rows from a CSV, or a JSON list of objects (or an object holding one under "rows")."""
     if path.endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    data = _read_json(path)
-    rows = data.get("rows") if isinstance(data, dict) else data
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise ValueError(f"{path}: efficiency figures must be a CSV, a JSON list of objects, or {{'rows': [...]}}.")
+            rows = list(csv.DictReader(handle))
+    else:
+        data = _read_json(path)
+        rows = data.get("rows") if isinstance(data, dict) else data
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise ValueError(f"{path}: efficiency figures must be a CSV, a JSON list of objects, or {{'rows': [...]}}.")
+    if not rows:  # the card would say that no measurements were supplied, though a file was
+        raise ValueError(f"{path} holds no efficiency figures (no rows): give a file with at least one row.")
     return rows
 
 
@@ -861,6 +864,8 @@ def prepare_model_folder(
             "(tokenizer.save_pretrained), or its Hub name (--tokenizer)."
         )
 
+    if efficiency_path:
+        _read_rows(efficiency_path)  # its rows are checked here too, before the model is read
     from transformers import AutoTokenizer
 
     card_info = None
