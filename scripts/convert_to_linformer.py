@@ -21,6 +21,7 @@ from linformer_hf import PROJECTION_KINDS, SHARING_MODES
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.conversion import PROJECTION_INITS, TARGET_FAMILIES, check_projection_init, convert_checkpoint
 from linformer_hf.models.configuration_performer import KERNELS, ROW_NORMS
+from linformer_hf.outputs import sigterm_unwinds
 from linformer_hf.training.config import ConfigError
 from linformer_hf.training.errors import (
     LOCAL_MODEL,
@@ -108,7 +109,8 @@ def main(argv=None):
         check_model_source(args.source, "source")
         if os.path.isdir(args.source) and not os.path.isfile(os.path.join(args.source, "config.json")):
             raise ConfigError(f"source={args.source} has no config.json: not a saved checkpoint directory.")
-        convert(args, parser)
+        with sigterm_unwinds():  # a `kill` removes the staging folder, as Ctrl-C does
+            convert(args, parser)
     except (*USER_ERRORS, OSError, ValueError) as err:  # conversion reports bad input as ValueError / OSError
         if hub_unreachable(err):  # transformers' message names neither the model nor the way out
             err = hub_unreachable_error("source", args.source, err, LOCAL_MODEL)

@@ -19,6 +19,7 @@ import sys
 from linformer_hf import LINFORMER_HEADS, PERFORMER_HEADS
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.onnx_export import export_folder
+from linformer_hf.outputs import sigterm_unwinds
 from linformer_hf.training.errors import USER_ERRORS, report
 
 
@@ -43,9 +44,10 @@ def main(argv=None):
     )
     args = parser.parse_args(argv)
     try:
-        paths = export_folder(
-            args.model_dir, args.output_dir, head=args.head, int8=not args.no_int8, overwrite=args.overwrite
-        )
+        with sigterm_unwinds():  # a `kill` removes the staging folder, as Ctrl-C does
+            paths = export_folder(
+                args.model_dir, args.output_dir, head=args.head, int8=not args.no_int8, overwrite=args.overwrite
+            )
     except (*USER_ERRORS, OSError, ValueError) as err:  # a missing onnx extra included
         return report(err)
     for precision, path in paths.items():

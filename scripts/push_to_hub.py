@@ -21,6 +21,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.hub import check_can_push, check_remote_loading, prepare_model_folder, push_folder
+from linformer_hf.outputs import sigterm_unwinds
 from linformer_hf.training.errors import USER_ERRORS, report
 
 
@@ -30,7 +31,9 @@ def main(argv=None):
         "model_dir", help="a saved Linformer or Performer (save_pretrained output, e.g. from the conversion)"
     )
     parser.add_argument("repo_id", help="Hub repository, e.g. user/linformer-base-n1024-k256")
-    parser.add_argument("--output_dir", help="where to write the folder (default: a temporary directory)")
+    parser.add_argument(
+        "--output_dir", help="where to write the folder, kept (default: a temporary folder, deleted after the push)"
+    )
     parser.add_argument("--dry_run", action="store_true", help="write and check the folder, do not push")
     parser.add_argument("--card_info", help="JSON with license, datasets, training text and eval_results")
     parser.add_argument("--efficiency", help="efficiency figures: CSV or JSON list of rows")
@@ -46,7 +49,8 @@ def main(argv=None):
     if args.dry_run and not args.output_dir:
         parser.error("--dry_run needs --output_dir (the folder is the dry run's result)")
     try:
-        run(args)
+        with sigterm_unwinds():  # a `kill` removes the staging folder, as Ctrl-C does
+            run(args)
     except (*USER_ERRORS, OSError, ValueError, RuntimeError) as err:
         # OSError: missing folders or files; ValueError: not a Linformer or Performer (hub.load_model says so before
         # any work),
@@ -62,7 +66,15 @@ def run(args):
         validate_repo_id(args.repo_id)
     else:
         args.token = check_can_push(args.repo_id, args.token)
-    output_dir = args.output_dir or tempfile.mkdtemp(prefix="hub-folder-")
+    if args.output_dir:
+        build_check_and_push(args, args.output_dir)
+        return
+    # Without --output_dir the folder is only the push's copy of the model: deleted once pushed (or failed)
+    with tempfile.TemporaryDirectory(prefix="hub-folder-") as scratch:
+        build_check_and_push(args, os.path.join(scratch, args.repo_id.split("/")[-1]))
+
+
+def build_check_and_push(args, output_dir: str):
     prepare_model_folder(
         args.model_dir,
         output_dir,

@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForSequenceC
 import linformer_hf  # noqa: F401  (registers Linformer with the Auto classes)
 from linformer_hf import LinformerConfig, PerformerConfig
 from linformer_hf.cli import ArgumentParser
-from linformer_hf.loading import check_weight_files
+from linformer_hf.loading import check_holds_weights, check_weight_files
 from linformer_hf.models.lengths import max_input_length
 from linformer_hf.registration import TOKENIZER_FILES
 from linformer_hf.training.config import ConfigError
@@ -55,6 +55,7 @@ def show(args):
             f"{args.model_dir} is not a saved model folder (no config.json): give the directory written by "
             "pretraining, e.g. outputs/demo/pretrain/final."
         )
+    check_holds_weights(args.model_dir)  # e.g. an ONNX export folder: config.json and no weights
     check_weight_files(args.model_dir)  # a truncated or corrupt safetensors file, named, before transformers reads it
     if not any(os.path.exists(os.path.join(args.model_dir, name)) for name in TOKENIZER_FILES):
         # AutoTokenizer would build an empty tokenizer from the config alone: every guess and label would be noise
@@ -88,14 +89,7 @@ def show(args):
     if os.path.isfile(results):
         with open(results) as fh:
             r = json.load(fh)
-        print(f"validation MLM loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f} (step {r['step']})")
-        if "unigram_mask_input_perplexity" in r:  # written by pretraining runs on map-style data
-            print(
-                f"at the scored tokens whose input is <mask> (80% of them; the other 20% show a random or the true "
-                f"token): perplexity {r['mask_input_perplexity']:.2f}, unigram baseline (the training set's token "
-                f"frequencies) {r['unigram_mask_input_perplexity']:.2f}, model / unigram = "
-                f"{r['perplexity_over_unigram']:.3f}"
-            )
+        print(describe_results(r))
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=args.top_k)
     mask = tokenizer.mask_token
     texts = args.text or [
@@ -108,6 +102,24 @@ def show(args):
         print(f"fill-mask: {text}")
         for p in preds:
             print(f"    {p['score']:.3f}  {p['token_str'].strip()!r}")
+
+
+def describe_results(r: dict) -> str:
+    """eval_results.json in words: pretraining's figures, or every key of another writer's file (transformers'
+    `Trainer.save_metrics` writes one without a step) or of one with a non-finite figure (null)."""
+    unigram = ("mask_input_perplexity", "unigram_mask_input_perplexity", "perplexity_over_unigram")
+    required = ("eval_loss", "perplexity", "step") + (unigram if "unigram_mask_input_perplexity" in r else ())
+    if not all(isinstance(r.get(key), (int, float)) for key in required):
+        return f"validation (eval_results.json): {', '.join(f'{key} = {value}' for key, value in r.items())}"
+    text = f"validation MLM loss {r['eval_loss']:.4f}, perplexity {r['perplexity']:.2f} (step {r['step']})"
+    if "unigram_mask_input_perplexity" in r:  # written by pretraining runs on map-style data
+        text += (
+            f"\nat the scored tokens whose input is <mask> (80% of them; the other 20% show a random or the true "
+            f"token): perplexity {r['mask_input_perplexity']:.2f}, unigram baseline (the training set's token "
+            f"frequencies) {r['unigram_mask_input_perplexity']:.2f}, model / unigram = "
+            f"{r['perplexity_over_unigram']:.3f}"
+        )
+    return text
 
 
 def show_classifier(args, head: str):

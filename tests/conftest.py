@@ -92,6 +92,27 @@ def random_batch(batch_size: int, seq_len: int, vocab_size: int = 99, seed: int 
     return torch.randint(3, vocab_size, (batch_size, seq_len), generator=generator)
 
 
+class SigtermNotUnwound(Exception):
+    """SIGTERM reached the test's stand-in for its default action (the process would have ended, its staging folder
+    left behind)."""
+
+
+@pytest.fixture
+def send_sigterm():
+    """A function that sends this process SIGTERM. Its default action would end pytest: while the fixture is active it
+    raises `SigtermNotUnwound` instead, unless the code under test handles SIGTERM itself."""
+    import signal
+
+    def stand_in(signum, frame):
+        raise SigtermNotUnwound("SIGTERM was not turned into KeyboardInterrupt")
+
+    previous = signal.signal(signal.SIGTERM, stand_in)
+    try:
+        yield lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -739,3 +739,41 @@ def test_a_conversion_into_a_link_to_an_empty_folder_lands_in_the_folder(tmp_pat
     assert os.path.islink(tmp_path / "out")  # the link is kept, and the model is in its folder
     assert linformer_hf.LinformerConfig.from_pretrained(str(tmp_path / "disk" / "out")).projected_length == 4
     assert sorted(os.listdir(tmp_path / "disk")) == ["out"]  # no staging folder left
+
+
+def test_a_truncated_source_weights_file_is_one_error_line_naming_it(tmp_path, wordpiece, capsys):
+    """A source folder copied part-way (its safetensors file cut short): one `error:` line naming the file and the
+    fix, and nothing written (before: safetensors' traceback, "incomplete metadata, file not fully covered")."""
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    weights = tmp_path / "bert" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    capsys.readouterr()
+    assert convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: {weights} is truncated or corrupt") and "Copy or download it again" in error
+    assert "\n" not in error
+    assert sorted(os.listdir(tmp_path)) == ["bert"]
+
+
+def test_a_conversion_stopped_by_sigterm_leaves_no_staging_folder(tmp_path, wordpiece, monkeypatch, send_sigterm):
+    """`kill` (SIGTERM) while the model is written unwinds as Ctrl-C does (before: the process ended and its hidden
+    .tmp- staging folder, a partial model, stayed beside output_dir)."""
+    import linformer_hf.conversion as conversion
+
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    monkeypatch.setattr(conversion, "copy_sentence_transformers_modules", send_sigterm)
+    with pytest.raises(KeyboardInterrupt):
+        convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")])
+    assert sorted(os.listdir(tmp_path)) == ["bert"]
+
+
+def test_a_source_folder_without_weights_is_one_error_line_naming_the_fix(tmp_path, wordpiece, capsys):
+    """A source folder with its config and tokenizer but no weights: before, transformers' "Error no file named
+    model.safetensors, or pytorch_model.bin, found in directory", naming no way out."""
+    save_bert("BertModel", tmp_path / "bert", wordpiece)
+    os.remove(tmp_path / "bert" / "model.safetensors")
+    capsys.readouterr()
+    assert convert_to_linformer.main([str(tmp_path / "bert"), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: {tmp_path / 'bert'} holds no weights") and "save_pretrained" in error
+    assert sorted(os.listdir(tmp_path)) == ["bert"]

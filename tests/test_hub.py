@@ -232,6 +232,97 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
     assert "'sharing' expected one of" in capsys.readouterr().err
 
 
+def test_a_folder_stopped_part_way_leaves_nothing_ready_to_push_and_keeps_the_earlier_one(
+    converted, tmp_path, monkeypatch
+):
+    """Stopped while the folder was written (Ctrl-C): before, --output_dir held the weights without a card, and an
+    --overwrite had deleted the earlier folder first. Now it is written beside --output_dir and moved in when whole."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    folder, earlier = folders["RobertaForMaskedLM"], tmp_path / "earlier"
+    prepare_model_folder(folder, str(earlier), "someone/x")
+    before = {name: (earlier / name).read_bytes() for name in os.listdir(earlier) if (earlier / name).is_file()}
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hub, "copy_sentence_transformers_modules", stopped)
+    for output_dir, overwrite in ((tmp_path / "new", False), (earlier, True)):
+        with pytest.raises(KeyboardInterrupt):
+            prepare_model_folder(folder, str(output_dir), "someone/y", overwrite=overwrite)
+    assert sorted(os.listdir(tmp_path)) == ["earlier"]  # no partial folder, no staging folder
+    assert {name: (earlier / name).read_bytes() for name in os.listdir(earlier) if (earlier / name).is_file()} == before
+    monkeypatch.undo()
+    prepare_model_folder(folder, str(earlier), "someone/y", overwrite=True)  # replaced whole
+    assert "someone/y" in (earlier / "README.md").read_text()
+
+
+def test_a_folder_stopped_by_sigterm_leaves_no_staging_folder(converted, tmp_path, monkeypatch, send_sigterm):
+    """`kill` (SIGTERM) unwinds as Ctrl-C does: before, the process ended and its staging folder stayed."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    monkeypatch.setattr(hub, "copy_sentence_transformers_modules", send_sigterm)
+    args = [folders["RobertaForMaskedLM"], "someone/x", "--dry_run", "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(KeyboardInterrupt):
+        push_to_hub.main(args)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_push_without_output_dir_deletes_its_copy_of_the_model(converted, tmp_path, monkeypatch, capsys):
+    """Without --output_dir the folder was written to a temporary directory that was never deleted: every push left
+    a whole copy of the model (weights included) in the temporary directory."""
+    import tempfile
+
+    import push_to_hub as script
+
+    root, folders = converted
+    pushed = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(script, "check_can_push", lambda repo_id, token: "hf_x")
+    monkeypatch.setattr(script, "push_folder", lambda folder, *a, **k: pushed.append(sorted(os.listdir(folder))))
+    assert script.main([folders["RobertaForMaskedLM"], "someone/x", "--skip_remote_check"]) == 0
+    assert "model.safetensors" in pushed[0] and "README.md" in pushed[0]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("option", ["--card_info", "--efficiency", "--recipe", "--template", "--tokenizer"])
+def test_a_missing_input_file_is_named_before_the_model_is_read(converted, tmp_path, capsys, monkeypatch, option):
+    """A mistyped --card_info, --efficiency, --recipe or --template was reported as "[Errno 2] No such file or
+    directory" after the model was loaded (minutes for a base model), and a --tokenizer file or missing folder as a
+    malformed Hub repo id."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    monkeypatch.setattr(hub, "load_model", lambda *a, **k: pytest.fail("the model was read first"))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    given = [str(tmp_path / "missing.json")] + ([str(tmp_path / "tokenizer.json")] if option == "--tokenizer" else [])
+    for path in given:
+        out = tmp_path / "out"
+        args = [folders["RobertaForMaskedLM"], "someone/x", "--dry_run", "--output_dir", str(out), option, path]
+        assert push_to_hub.main(args) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"error: {option[2:]} {path} ") and f"({option})" in error, error
+        assert "\n" not in error and not out.exists()
+
+
+@pytest.mark.parametrize("text", ["n,k,time_ms\n", "[]", '{"rows": []}'])
+def test_efficiency_figures_without_rows_are_refused_before_the_model_is_read(converted, tmp_path, monkeypatch, text):
+    """A CSV with its header only (or an empty JSON list) gave a card saying "No efficiency measurements were supplied",
+    though a file was given."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    monkeypatch.setattr(hub, "load_model", lambda *a, **k: pytest.fail("the model was read first"))
+    path = tmp_path / ("efficiency.csv" if text.startswith("n,") else "efficiency.json")
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"{path} holds no efficiency figures \\(no rows\\)"):
+        prepare_model_folder(
+            folders["RobertaForMaskedLM"], str(tmp_path / "out"), "someone/x", efficiency_path=str(path)
+        )
+
+
 def test_a_push_that_cannot_happen_is_refused_before_the_folder_is_built(converted, tmp_path, capsys, monkeypatch):
     """Offline, without credentials, or with a malformed repo id, the folder was built and loaded in a fresh process
     (minutes for a base model) before the push failed; a malformed repo id passed a dry run."""

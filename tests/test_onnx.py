@@ -356,6 +356,16 @@ def test_a_folder_that_is_not_a_linformer_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_without_weights_is_refused_naming_the_fix(classifier_export, tmp_path):
+    """An export folder (config.json, no weights) given as the model: before, transformers' "no file named
+    model.safetensors"."""
+    _, output_dir = classifier_export
+    assert load_script().main([output_dir, str(tmp_path / "out")]) == 2
+    with pytest.raises(ValueError, match=f"{output_dir} holds no weights .*save_pretrained"):
+        export_folder(output_dir, str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_causal_performer_is_refused_before_any_work(tmp_path):
     model_dir = tmp_path / "causal"
     tiny_performer(PerformerForCausalLM, is_decoder=True).save_pretrained(model_dir)
@@ -427,6 +437,14 @@ def test_the_export_folder_is_self_contained_and_movable(classifier_export, tmp_
         onnx_session(str(alone / ONNX_FILE))
 
 
+def test_the_int8_data_file_is_as_readable_as_the_other_files(classifier_export):
+    """onnx wrote model_int8.onnx.data readable by its owner only (0600), unlike every other file of the export: a
+    server running as another user could load the fp32 graph but not the int8 one."""
+    _, output_dir = classifier_export
+    modes = {name: os.stat(os.path.join(output_dir, name)).st_mode & 0o777 for name in os.listdir(output_dir)}
+    assert modes[INT8_FILE + ".data"] == modes[ONNX_FILE + ".data"] == modes["config.json"], modes
+
+
 def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
     """A non-empty output_dir is refused before any work (checked even before the model folder is read); with
     --overwrite the earlier export's files are replaced (an int8 graph and a tokenizer the new export does not write
@@ -452,6 +470,41 @@ def test_an_earlier_export_is_not_overwritten(classifier_export, tmp_path):
     assert (output_dir / "README.md").read_text() == "notes"
     session = onnx_session(str(output_dir / ONNX_FILE))
     assert [o.name for o in session.get_outputs()] == ["last_hidden_state", "pooler_output"]  # the new head's
+
+
+def test_an_export_stopped_part_way_leaves_nothing_that_reads_as_an_export(classifier_export, tmp_path, monkeypatch):
+    """Stopped while quantising (Ctrl-C): before, the new folder held model.onnx and its data file with no config,
+    int8 graph or tokenizer, and an --overwrite had already deleted the earlier export. Now the export is written
+    beside the folder and moved in when whole: nothing is left, and an earlier export stays as it was."""
+    import linformer_hf.onnx_export as onnx_export
+
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    earlier = shutil.copytree(classifier_export[1], tmp_path / "earlier")
+    before = {name: (earlier / name).read_bytes() for name in os.listdir(earlier)}
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnx_export, "quantize_int8", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        export_folder(str(model_dir), str(tmp_path / "new"))
+    with pytest.raises(KeyboardInterrupt):
+        export_folder(str(model_dir), str(earlier), overwrite=True)
+    assert sorted(os.listdir(tmp_path)) == ["earlier", "model"]  # no partial export, no staging folder
+    assert {name: (earlier / name).read_bytes() for name in os.listdir(earlier)} == before
+
+
+def test_an_export_stopped_by_sigterm_leaves_no_staging_folder(tmp_path, monkeypatch, send_sigterm):
+    """`kill` (SIGTERM) unwinds as Ctrl-C does: before, the process ended and its staging folder stayed."""
+    import linformer_hf.onnx_export as onnx_export
+
+    model_dir = tmp_path / "model"
+    tiny_model(LinformerModel).save_pretrained(model_dir)
+    monkeypatch.setattr(onnx_export, "quantize_int8", send_sigterm)
+    with pytest.raises(KeyboardInterrupt):
+        load_script().main([str(model_dir), str(tmp_path / "onnx")])
+    assert sorted(os.listdir(tmp_path)) == ["model"]
 
 
 def half_precision_folder(kind, model_dir):

@@ -100,6 +100,33 @@ def test_a_truncated_weights_file_is_named_on_one_line(masked_lm_dir, tmp_path, 
     assert "fill-mask:" not in out
 
 
+def test_a_folder_without_weights_is_refused_on_one_line(masked_lm_dir, tmp_path, capsys):
+    """A folder holding a config and a tokenizer but no weights (an ONNX export folder): before, transformers' "Error
+    no file named model.safetensors, or pytorch_model.bin", naming no way out."""
+    model_dir = shutil.copytree(masked_lm_dir, tmp_path / "onnx", ignore=shutil.ignore_patterns("*.safetensors"))
+    code, out, errors = show([str(model_dir)], capsys)
+    assert code == 2 and len(errors) == 1, errors
+    assert f"{model_dir} holds no weights" in errors[0] and "save_pretrained" in errors[0]
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        {"epoch": 3.0, "eval_loss": 2.5, "perplexity": 12.18, "eval_samples": 80},  # Trainer.save_metrics("eval")
+        {"step": 40, "eval_loss": 800.0, "perplexity": None, "nonfinite": ["perplexity"]},  # inf written as null
+    ],
+)
+def test_an_eval_results_file_of_another_shape_is_shown_as_it_is(masked_lm_dir, tmp_path, capsys, results):
+    """Before: a KeyError ('step') or a TypeError (None:.2f) traceback after "loaded ...", and no guesses."""
+    model_dir = shutil.copytree(masked_lm_dir, tmp_path / "copy")
+    (model_dir / "eval_results.json").write_text(json.dumps(results))
+    code, out, errors = show([str(model_dir), "--text", "The <mask> of the river.", "--top_k", "2"], capsys)
+    assert code == 0 and errors == []
+    assert "validation (eval_results.json): " + ", ".join(f"{k} = {v}" for k, v in results.items()) in out
+    assert "fill-mask: The <mask> of the river." in out
+
+
 def test_a_folder_without_a_tokenizer_is_refused_on_one_line(tokenizer, tmp_path, capsys):
     """Before, AutoTokenizer built an empty tokenizer from the config alone: "loaded ..." then five `0.003  ''`
     guesses per text, exit 0."""

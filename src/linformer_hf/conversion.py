@@ -46,7 +46,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
-from .loading import pad_as_the_model_takes
+from .loading import check_holds_weights, check_weight_files, pad_as_the_model_takes
 from .models import max_input_length, modeling_linformer, modeling_performer
 from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
@@ -859,6 +859,8 @@ def convert_checkpoint(
     if source_config.model_type in SOURCE_CONFIGS:  # another is refused by load_source, naming it
         # the settings are checked on the source's config, before any weight is read (or downloaded)
         check_conversion(source_config, target=target, **conversion_options)
+    check_holds_weights(source)
+    check_weight_files(source)  # a truncated or corrupt safetensors file, named (transformers' error names none)
     model, loading_info = load_source(source, architecture, target)
     converted, report = convert_model(model, target=target, source_name=source, **conversion_options)
     report.source_missing = sorted(loading_info.get("missing_keys", []))

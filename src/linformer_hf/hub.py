@@ -72,7 +72,13 @@ from .conversion import ConversionReport, copy_sentence_transformers_modules
 from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model, pad_as_the_model_takes
 from .models import compat
 from .models.lengths import max_input_length
-from .outputs import check_output_dir, write_json_atomic
+from .outputs import (
+    check_output_dir,
+    publish_new_folder,
+    replace_folder,
+    unique_staging_folder,
+    write_json_atomic,
+)
 from .registration import FAMILIES, TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).
@@ -333,11 +339,14 @@ def _read_rows(path: str) -> list[dict]:
     """Efficiency rows from a CSV, or a JSON list of objects (or an object holding one under "rows")."""
     if path.endswith(".csv"):
         with open(path, newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    data = _read_json(path)
-    rows = data.get("rows") if isinstance(data, dict) else data
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise ValueError(f"{path}: efficiency figures must be a CSV, a JSON list of objects, or {{'rows': [...]}}.")
+            rows = list(csv.DictReader(handle))
+    else:
+        data = _read_json(path)
+        rows = data.get("rows") if isinstance(data, dict) else data
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise ValueError(f"{path}: efficiency figures must be a CSV, a JSON list of objects, or {{'rows': [...]}}.")
+    if not rows:  # the card would say that no measurements were supplied, though a file was
+        raise ValueError(f"{path} holds no efficiency figures (no rows): give a file with at least one row.")
     return rows
 
 
@@ -837,6 +846,26 @@ def prepare_model_folder(
                 "output_dir of its own."
             )
 
+    # The inputs' paths before the model is read (minutes for a base model): a mistyped one was reported after it, and
+    # a tokenizer file or missing folder as a malformed Hub repo id.
+    for what, path in (
+        ("card_info", card_info_path),
+        ("efficiency", efficiency_path),
+        ("recipe", recipe_path),
+        ("template", template_path),
+    ):
+        if path and not os.path.isfile(path):
+            found = "is a folder" if os.path.isdir(path) else "does not exist"
+            raise FileNotFoundError(f"{what} {path} {found}: give the path of the {what} file (--{what}).")
+    if tokenizer_path and not os.path.isdir(tokenizer_path) and _is_local(tokenizer_path):  # not a Hub name either
+        found = "is a file" if os.path.exists(tokenizer_path) else "does not exist"
+        raise FileNotFoundError(
+            f"tokenizer {tokenizer_path} {found}: give the folder the tokenizer was saved to "
+            "(tokenizer.save_pretrained), or its Hub name (--tokenizer)."
+        )
+
+    if efficiency_path:
+        _read_rows(efficiency_path)  # its rows are checked here too, before the model is read
     from transformers import AutoTokenizer
 
     card_info = None
@@ -868,25 +897,39 @@ def prepare_model_folder(
             file=sys.stderr,
         )
 
-    if os.path.isdir(output_dir):
-        shutil.rmtree(output_dir)
-    model.save_pretrained(output_dir)  # safetensors + config with the full auto_map + the modeling files
-    tokenizer.save_pretrained(output_dir)
-    drop_machine_settings(os.path.join(output_dir, "tokenizer_config.json"))
-    copy_sentence_transformers_modules(model_dir, output_dir)  # what the card's sentence-encoder section uses
+    # Written beside output_dir under a temporary name and moved into place when whole: a run stopped part-way leaves
+    # no folder without its card or tokenizer that reads as ready to push, and an overwritten folder stays as it was.
+    target = os.path.realpath(output_dir)  # a link's folder: a rename onto the link would replace it
+    staging = unique_staging_folder(target)
+    try:
+        _write_model_folder(model, tokenizer, card, model_dir, staging)
+        if overwrite and os.path.isdir(target) and os.listdir(target):
+            replace_folder(staging, target)  # written fresh: none of the earlier folder's files stays
+        else:
+            publish_new_folder(staging, target, flag="overwrite=True (--overwrite)")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+    return output_dir
+
+
+def _write_model_folder(model, tokenizer, card: str, model_dir: str, folder: str) -> None:
+    """`prepare_model_folder`'s files, in `folder`."""
+    model.save_pretrained(folder)  # safetensors + config with the full auto_map + the modeling files
+    tokenizer.save_pretrained(folder)
+    drop_machine_settings(os.path.join(folder, "tokenizer_config.json"))
+    copy_sentence_transformers_modules(model_dir, folder)  # what the card's sentence-encoder section uses
     for name, (path, content) in find_provenance(model_dir).items():
         if content is None:  # a log of figures, copied as it is
-            shutil.copy(path, os.path.join(output_dir, name))
+            shutil.copy(path, os.path.join(folder, name))
         else:
-            write_json_atomic(os.path.join(output_dir, name), without_local_layout(content))
-    with open(os.path.join(output_dir, "README.md"), "w", encoding="utf-8") as handle:
+            write_json_atomic(os.path.join(folder, name), without_local_layout(content))
+    with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as handle:
         handle.write(card)
 
     expected = ["config.json", "model.safetensors", "README.md", *remote_code_files(model.config.model_type)]
-    absent = [name for name in expected if not os.path.exists(os.path.join(output_dir, name))]
+    absent = [name for name in expected if not os.path.exists(os.path.join(folder, name))]
     if absent:
-        raise RuntimeError(f"The prepared folder {output_dir} lacks {absent}.")
-    return output_dir
+        raise RuntimeError(f"The prepared folder lacks {absent}.")
 
 
 # Where a model card shows how to load the model: the first Python block of this section.

@@ -79,6 +79,7 @@ def load_model(
             f"Unknown head {head!r} for {model_dir}; choose one of {', '.join(HEADS_BY_MODEL_TYPE[model_type])} (or "
             f"the {family_name(model_type)} class names)."
         )
+    check_holds_weights(model_dir)
     check_weight_files(model_dir)
     options = {} if dtype is None else {"dtype": dtype}
     model, loading = heads[head].from_pretrained(model_dir, output_loading_info=True, **options)
@@ -97,6 +98,18 @@ def load_model(
             f"bare model, {bare}, drops a head); fine-tune the model to make a new head."
         )
     return model.eval()
+
+
+def check_holds_weights(model_dir: str) -> None:
+    """Refuse a folder with a config but no weights file (an ONNX export folder, a config saved alone) before
+    transformers reads it: its "no file named model.safetensors" names no way out."""
+    if not os.path.isdir(model_dir):  # a Hub name: the download finds its files
+        return
+    if not any(name.endswith(WEIGHT_SUFFIXES) for name in os.listdir(model_dir)):
+        raise ValueError(
+            f"{model_dir} holds no weights (no .safetensors or .bin file, only a config: e.g. an ONNX export folder): "
+            "give the folder the model was saved to with save_pretrained."
+        )
 
 
 def check_weight_files(model_dir: str) -> None:

@@ -51,6 +51,7 @@ import importlib
 import inspect
 import logging
 import os
+import shutil
 import types
 
 import torch
@@ -68,7 +69,7 @@ from .models.modeling_linformer import (
     check_token_ids,
 )
 from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreTrainedModel
-from .outputs import check_output_dir
+from .outputs import check_output_dir, publish_folder, publish_new_folder, unique_staging_folder
 from .registration import FAMILIES, TOKENIZER_FILES, TOKENIZER_SAVED_FILES
 from .training.errors import MissingExtra
 
@@ -264,6 +265,12 @@ def quantize_int8(onnx_path: str, int8_path: str) -> str:
         os.remove(stale)
     with one_line_per_kind_of_skip() as skipped:
         quantize_dynamic(onnx_path, int8_path, weight_type=QuantType.QInt8, use_external_data_format=True)
+    # onnx creates the data file readable by its owner only (0600): a server running as another user could not load
+    # the int8 graph. It gets the permissions of every other file written here (the umask's).
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in check_data_files(int8_path):
+        os.chmod(path, 0o666 & ~umask)
     if skipped:
         logger.warning("int8: %d tensors that are not float (masks, indices) were left as they are.", len(skipped))
     return int8_path
@@ -339,8 +346,9 @@ def export_folder(
     imports) and the folder's tokenizer (padding on the side the model takes). Return the graphs' paths by precision.
 
     The folder is self-contained and movable. A non-empty `output_dir` holds an earlier export and is refused unless
-    `overwrite` (then that export's files, its tokenizer included, are deleted first; other files there are kept); one
-    that holds a saved model is refused either way. A folder saved in half precision is exported in fp32.
+    `overwrite` (then that export's files, its tokenizer included, are replaced or deleted; other files there are
+    kept); one that holds a saved model is refused either way. A folder saved in half precision is exported in fp32.
+    The export is written beside `output_dir` under a temporary name and moved into place when whole.
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the export writes its own config.json.")
@@ -355,24 +363,23 @@ def export_folder(
     if half:
         logger.warning("%s was saved with %s: exported in float32 (what ONNX Runtime on CPU runs).", model_dir, half)
     check_exportable(model)
-    if overwrite:
-        remove_export(output_dir)
-    paths = {"fp32": os.path.join(output_dir, ONNX_FILE)}
-    export_onnx(model, paths["fp32"])
-    if int8:
-        paths["int8"] = quantize_int8(paths["fp32"], os.path.join(output_dir, INT8_FILE))
-    # The config and the tokenizer beside the graph: a reader knows n, k and the head, and encodes its inputs.
-    model.config.save_pretrained(output_dir)
-    if any(os.path.isfile(os.path.join(model_dir, name)) for name in TOKENIZER_FILES):
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        pad_as_the_model_takes(tokenizer, model.config)
-        tokenizer.save_pretrained(output_dir)
-    else:
-        logger.warning(
-            "%s holds no tokenizer: put the model's tokenizer beside the graph to encode its inputs.", model_dir
-        )
+    # Written in a folder of its own beside output_dir and moved into place when whole: an export stopped part-way
+    # leaves no graph without its config, int8 graph or tokenizer that reads as an export (nor the quantiser's
+    # scratch graph), and an overwritten export stays whole until the new one is.
+    target = os.path.realpath(output_dir)  # a link's folder: a rename onto the link would replace it
+    staging = unique_staging_folder(target)
+    try:
+        written = _write_export(model, model_dir, staging, int8)
+        if overwrite and os.path.isdir(target) and os.listdir(target):
+            earlier, new = export_files(target), set(os.listdir(staging))
+            publish_folder(staging, target)  # each file replaces the earlier one of its name; others are kept
+            for name in earlier - new:  # the earlier export's files the new one did not replace (its int8 graph, ...)
+                os.remove(os.path.join(target, name))
+        else:
+            publish_new_folder(staging, target, flag="overwrite=True (--overwrite)")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+    paths = {precision: os.path.join(output_dir, name) for precision, name in written.items()}
     for path in paths.values():
         check_data_files(path)  # every data file landed beside its graph: the folder moves as a whole
     return paths
@@ -405,24 +412,53 @@ def check_not_a_model_folder(output_dir: str) -> None:
         )
 
 
+def _write_export(model, model_dir: str, folder: str, int8: bool) -> dict[str, str]:
+    """`export_folder`'s files, in `folder`: the graphs (their names by precision), the config, the tokenizer."""
+    written = {"fp32": ONNX_FILE}
+    export_onnx(model, os.path.join(folder, ONNX_FILE))
+    if int8:
+        quantize_int8(os.path.join(folder, ONNX_FILE), os.path.join(folder, INT8_FILE))
+        written["int8"] = INT8_FILE
+    # The config and the tokenizer beside the graph: a reader knows n, k and the head, and encodes its inputs.
+    model.config.save_pretrained(folder)
+    if any(os.path.isfile(os.path.join(model_dir, name)) for name in TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        pad_as_the_model_takes(tokenizer, model.config)
+        tokenizer.save_pretrained(folder)
+    else:
+        logger.warning(
+            "%s holds no tokenizer: put the model's tokenizer beside the graph to encode its inputs.", model_dir
+        )
+    for name in written.values():
+        check_data_files(os.path.join(folder, name))
+    return written
+
+
+def export_files(output_dir: str) -> set[str]:
+    """The names of what `export_folder` writes that are in `output_dir` (graphs, their data files, the config, the
+    tokenizer), nothing else."""
+    found = set()
+    for name in (ONNX_FILE, INT8_FILE):
+        path = os.path.join(output_dir, name)
+        named = {os.path.basename(data_file_path(path))}  # also when a killed export left the data file but no graph
+        if os.path.isfile(path):
+            with contextlib.suppress(Exception):  # a truncated graph names nothing; its conventional file is enough
+                named.update(location for location in data_files(path) if os.path.dirname(location) == "")
+            named.add(name)
+        found.update(name for name in named if os.path.isfile(os.path.join(output_dir, name)))
+    for name in {name for config_class in FAMILIES for name in config_files(config_class)} | set(TOKENIZER_SAVED_FILES):
+        if os.path.isfile(os.path.join(output_dir, name)):
+            found.add(name)
+    return found
+
+
 def remove_export(output_dir: str) -> None:
     """Delete what `export_folder` writes in `output_dir` (graphs, their data files, the config, the tokenizer),
     nothing else."""
-    for name in (ONNX_FILE, INT8_FILE):
-        path = os.path.join(output_dir, name)
-        doomed = {data_file_path(path)}  # also when a killed export left the data file but no graph
-        if os.path.isfile(path):
-            with contextlib.suppress(Exception):  # a truncated graph names nothing; its conventional file is enough
-                doomed.update(os.path.join(output_dir, location) for location in data_files(path))
-            doomed.add(path)
-        for doomed_path in doomed:
-            inside = os.path.dirname(os.path.relpath(doomed_path, output_dir)) == ""
-            if inside and os.path.isfile(doomed_path):
-                os.remove(doomed_path)
-    for name in {name for config_class in FAMILIES for name in config_files(config_class)} | set(TOKENIZER_SAVED_FILES):
-        path = os.path.join(output_dir, name)
-        if os.path.isfile(path):
-            os.remove(path)
+    for name in export_files(output_dir):
+        os.remove(os.path.join(output_dir, name))
 
 
 def config_files(config_class: type = LinformerConfig) -> list[str]:

@@ -7,12 +7,15 @@ file, is refused before any work unless `--overwrite`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 
 
 def held(output_dir: str) -> str:
@@ -178,3 +181,18 @@ def publish_folder(staging: str, output_dir: str) -> None:
             shutil.rmtree(target)
         os.replace(os.path.join(staging, name), target)
     os.rmdir(staging)
+
+
+@contextlib.contextmanager
+def sigterm_unwinds():
+    """SIGTERM (`kill`, a job scheduler's stop) unwinds as Ctrl-C does (KeyboardInterrupt) while a command writes: its
+    staging folder beside the output is removed on the way out, not left behind (SIGKILL cannot be caught). Only the
+    main thread can set a handler; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
