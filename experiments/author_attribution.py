@@ -82,7 +82,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import sys
 import time
 
@@ -93,6 +92,7 @@ from linformer_hf.outputs import (
     publish_folder,
     publish_new_folder,
     replace_folder,
+    sigterm_unwinds,
     staging_folder,
     unique_staging_folder,
     write_json_atomic,
@@ -1529,13 +1529,8 @@ def main(argv=None):
             )
             return
         if args.command == "rescore":
-            # SIGTERM (`kill`, a job scheduler's stop) unwinds as Ctrl-C does: the staging folder beside
-            # --output_dir is removed on the way out (SIGKILL cannot be caught: its hidden .tmp- folder stays).
-            previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-            try:
+            with sigterm_unwinds():  # a kill removes the staging folder beside --output_dir
                 print(rescore(args.folder, args.data, args.output_dir, args.overwrite), end="")
-            finally:
-                signal.signal(signal.SIGTERM, previous)
             return
         if args.command == "build":
             manifest = build_dataset(

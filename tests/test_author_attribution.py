@@ -8,7 +8,6 @@ import glob
 import json
 import os
 import shutil
-import signal
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -837,7 +836,7 @@ def test_overlap_finds_the_test_passages_a_training_book_also_holds(books, data,
 
 
 def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_recorded_answers(
-    books, data, linformer, tmp_path, monkeypatch
+    books, data, linformer, tmp_path, monkeypatch, send_sigterm
 ):
     """A compare's kept models scored on the test passages of the same data built with more of them: the answers on
     the passages compare scored are its own (recorded as agreeing), every passage of the larger test split is
@@ -858,12 +857,11 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
 
     rescored = str(tmp_path / "rescored")
     # Stopped by SIGTERM while scoring (before: its hidden staging folder stayed beside --output_dir)
-    scoring, handler = author_attribution.predict_passages, signal.getsignal(signal.SIGTERM)
+    scoring = author_attribution.predict_passages
     with monkeypatch.context() as patch:
-        patch.setattr(author_attribution, "predict_passages", lambda *a: os.kill(os.getpid(), signal.SIGTERM))
+        patch.setattr(author_attribution, "predict_passages", send_sigterm)
         with pytest.raises(KeyboardInterrupt):
             author_attribution.main(["rescore", out, "--data", more, "--output_dir", rescored])
-    assert signal.getsignal(signal.SIGTERM) is handler  # restored
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")] and not os.path.exists(rescored)
     assert author_attribution.predict_passages is scoring
     text = author_attribution.rescore(out, more, rescored)
