@@ -483,6 +483,31 @@ def test_overwrite_output_dir_leaves_no_file_of_the_earlier_run(pair, tmp_path):
     assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").exists()
 
 
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("nothing to train", "Stage 1 has nothing to train for a Performer student"),
+        ("one document", r"1 document\(s\) cannot be split into training and held-out text"),
+        ("too few held-out tokens", "The held-out text has .* tokens, fewer than 1000 windows"),
+    ],
+)
+def test_overwrite_output_dir_deletes_nothing_when_the_run_is_refused(pair, tmp_path, case, expected):
+    """A refusal found once the models and text are read comes before --overwrite_output_dir deletes the earlier
+    run's outputs: they used to be deleted first, and the run then refused, leaving an empty folder."""
+    out = tmp_path / "out"
+    run_transfer(arguments(pair, out, layer_steps=1))
+    earlier = sorted(path.name for path in out.iterdir())
+    (tmp_path / "one.txt").write_text(" ".join(wikitext_lines(50)) + "\n")
+    overrides = {
+        "nothing to train": dict(student=str(pair / "student_performer")),
+        "one document": dict(text_files=[str(tmp_path / "one.txt")]),
+        "too few held-out tokens": dict(eval_windows=1000),
+    }[case]
+    with pytest.raises(ValueError, match=expected):
+        run_transfer(arguments(pair, out, layer_steps=1, overwrite_output_dir=True, **overrides))
+    assert sorted(path.name for path in out.iterdir()) == earlier
+
+
 def test_a_folder_another_transfer_is_writing_is_refused_naming_the_flag(pair, tmp_path):
     from training_utils import lock_held_by_another_process
 

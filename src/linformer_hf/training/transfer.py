@@ -38,20 +38,20 @@ parameters of its own (its random features are a fixed buffer), so stage 1 train
 `--train_attention_weights`; with the softmax kernel a converted Performer already estimates the teacher's attention,
 and what is left to learn is to adapt W^Q, W^K, W^V to the m features drawn.
 
-This module is the run: its output directory, its checkpoints' recipe fingerprint, its outputs and the command
-line. The run reads top-down in `_transfer`: the text read and checked (`load_texts`: unreadable text is said before
-the models load), `load_models` (the pair, checked), `load_text` (the text tokenised), then `evaluate_only`, or
-`build_trainer`, `start_or_resume`, `train` and `evaluate_and_save`; the steps share one `TransferRun`. The
-Trainer does what it does for pretraining and fine-tuning: the loop, the ``checkpoint-N`` it saves and resumes from
-(student, optimizer, schedule, RNG, step), the progress bar, the processes; `AttentionTransferTrainer`
-(`transfer_trainer`) adds what a transfer needs. The run directory, its lock, the checkpoints' completion marker,
-their pruning, the divergence guard and the stop on SIGTERM / SIGINT are the other training runs'
-(training/checkpointing.py, training/guards.py). What it runs is split by concern: the options
+This module is the run: its output directory, its checkpoints' recipe fingerprint, its outputs and the command line.
+The run reads top-down in `_transfer`: the text read and checked (`load_texts`: unreadable text is said before the
+models load), `load_models` (the pair, checked), `load_text` (the text tokenised), then `evaluate_only`, or
+`check_training` (the last refusals, before the folder is claimed), `build_trainer`, `start_or_resume`, `train` and
+`evaluate_and_save`; the steps share one `TransferRun`. The Trainer does what it does for pretraining and fine-tuning:
+the loop, the ``checkpoint-N`` it saves and resumes from (student, optimizer, schedule, RNG, step), the progress bar,
+the processes; `AttentionTransferTrainer` (`transfer_trainer`) adds what a transfer needs. The run directory, its
+lock, the checkpoints' completion marker, their pruning, the divergence guard and the stop on SIGTERM / SIGINT are the
+other training runs' (training/checkpointing.py, training/guards.py). What it runs is split by concern: the options
 (`transfer_arguments`), the teacher and student and their attention (`transfer_models`), the text and its windows
 (`transfer_data`), the losses (`transfer_losses`), what trains when (`transfer_schedule`), the Trainer
-(`transfer_trainer`) and the fidelity figures (`transfer_evaluation`). It lives in `training/` beside pretraining
-and fine-tuning: it is a training run under `accelerate launch`, needs the `train` extra (accelerate, datasets,
-tqdm), and is not part of the model API.
+(`transfer_trainer`) and the fidelity figures (`transfer_evaluation`). It lives in `training/` beside pretraining and
+fine-tuning: it is a training run under `accelerate launch`, needs the `train` extra (accelerate, datasets, tqdm), and
+is not part of the model API.
 
 Usage: `accelerate launch scripts/transfer_attention.py --teacher DIR_OR_HUB_NAME --student CONVERTED_DIR ...`
 (or `python -m linformer_hf.training.transfer`).
@@ -301,6 +301,7 @@ class TransferRun:
     streams: Any = None
     documents: list = dataclasses.field(default_factory=list)
     eval_batches: Any = None
+    fingerprint: dict = dataclasses.field(default_factory=dict)  # what a checkpoint must agree with to be resumed
     trainer: AttentionTransferTrainer | None = None
     guard: DivergenceGuard | None = None
     report: dict = dataclasses.field(default_factory=dict)
@@ -322,12 +323,15 @@ def _transfer(run: TransferRun, locks: list, stop: StopSignal) -> dict:
     # a column that is not text is said at once. Reading needs no tokenizer.
     texts = load_texts(run.args)
     load_models(run)
-    if PartialState().is_main_process:  # the pair is sound: the folder is taken before the first write
-        locks += [lock for lock in [claim_output_dir(run.args)] if lock is not None]
     load_text(run, texts)
     del texts  # from here the token streams hold the text (and the held-out documents theirs)
     if run.args.evaluate_only:
         return evaluate_only(run)
+    check_training(run)
+    # The pair, the text and the checkpoint are sound: the folder is taken (with --overwrite_output_dir, the earlier
+    # run's outputs deleted) only now, before the first write, so that no refusal comes after that deletion.
+    if PartialState().is_main_process:
+        locks += [lock for lock in [claim_output_dir(run.args)] if lock is not None]
     build_trainer(run, stop)
     start_or_resume(run)
     train(run, stop)
@@ -398,9 +402,9 @@ def evaluate_only(run: TransferRun) -> dict:
     return report
 
 
-def build_trainer(run: TransferRun, stop: StopSignal) -> None:
-    """The held-out windows, the teacher on the device, the student compiled (--torch_compile layers), and the
-    `AttentionTransferTrainer` that trains it; a resumed checkpoint is checked against this run's fingerprint."""
+def check_training(run: TransferRun) -> None:
+    """What training needs and the folder is not yet claimed for (nothing is written): a window of training text, the
+    held-out windows, a resumed checkpoint of this run's recipe (its fingerprint), something to train in stage 1."""
     from accelerate import PartialState
 
     args = run.args
@@ -408,16 +412,21 @@ def build_trainer(run: TransferRun, stop: StopSignal) -> None:
     if len(run.streams.train) < longest:
         raise ValueError(f"The training text has {len(run.streams.train)} tokens, fewer than one window of {longest}.")
     run.eval_batches = held_out_batches(run.streams, run.tokenizer, run.lengths, args.eval_windows)
-    training, processes = run.training, PartialState()
-    fingerprint = transfer_fingerprint(run, processes.num_processes)
+    run.fingerprint = transfer_fingerprint(run, PartialState().num_processes)
     if run.resume_from:
         latest = args.resume == "latest"
-        checkpointing.check_resume_compatible(run.resume_from, fingerprint, args.total_steps, latest, TRANSFER)
+        checkpointing.check_resume_compatible(run.resume_from, run.fingerprint, args.total_steps, latest, TRANSFER)
+    parameter_groups(run.student, args)  # nothing to train in stage 1: refused
+
+
+def build_trainer(run: TransferRun, stop: StopSignal) -> None:
+    """The teacher on the device, the student compiled (--torch_compile layers), and the `AttentionTransferTrainer`
+    that trains it (`check_training` has checked what it needs)."""
+    args, training = run.args, run.training
     run.teacher.to(training.device)
     run.student.to(training.device).eval()  # dropout off: match the teacher's deterministic output
     if args.torch_compile == "layers":
         compile_student_layers(run.student, args, training.device)
-    parameter_groups(run.student, args)  # nothing to train in stage 1: refused before the Trainer is built
     run.guard = transfer_guard(args, run.resume_from)
     run.trainer = AttentionTransferTrainer(
         model=run.student,
@@ -425,7 +434,7 @@ def build_trainer(run: TransferRun, stop: StopSignal) -> None:
         train_dataset=range(args.total_steps),  # the steps (`get_train_dataloader`)
         run=run,
         stopping=stop_signal_callback(stop),
-        fingerprint=fingerprint,
+        fingerprint=run.fingerprint,
     )
     if not args.show_progress:  # with the progress bar off, the Trainer would print its logs instead
         run.trainer.remove_callback(PrinterCallback)
