@@ -452,6 +452,66 @@ def test_a_second_tokenizer_is_refused_in_a_used_output_dir(tokenizer_dir, tmp_p
     assert (out / "tokenizer.json").read_bytes() != before["tokenizer.json"]  # 300 tokens, not 400
 
 
+def test_overwrite_leaves_no_file_of_the_earlier_tokenizer(tmp_path, capsys):
+    """--overwrite kept an earlier tokenizer's files the new one does not write, and AutoTokenizer read them with it:
+    its special_tokens_map.json gave another mask and pad token, its added_tokens.json extra ids (302 tokens, not
+    300). Files that are not a tokenizer's stay."""
+    from training_utils import load_script
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "tok"
+    out.mkdir()
+    (out / "special_tokens_map.json").write_text('{"mask_token": "[MASK]", "pad_token": "<s>"}')
+    (out / "added_tokens.json").write_text('{"<extra>": 300}')
+    (out / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (out / "notes.txt").write_text("mine")
+    argv = ["--files", WIKITEXT, "--max_documents", "50", "--vocab_size", "300", "--output_dir", str(out)]
+    assert load_script("train_tokenizer").main([*argv, "--overwrite"]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert (len(tokenizer), tokenizer.mask_token, tokenizer.pad_token_id) == (300, "<mask>", 1)
+    assert sorted(os.listdir(out)) == ["notes.txt", "tokenizer.json", "tokenizer_config.json"]
+    assert sorted(os.listdir(tmp_path)) == ["tok"]  # no staging folder left
+
+
+def test_a_tokenizer_dir_another_run_filled_meanwhile_is_kept(tmp_path, monkeypatch, capsys):
+    """Two runs into one new --output_dir both passed the check before training: the second merged its tokenizer
+    over the first's (and deleted the first's staging folder, of the same name, while it was being written)."""
+    from linformer_hf.training import train_tokenizer
+
+    out = tmp_path / "tok"
+    with open(WIKITEXT, encoding="utf-8") as fh:
+        lines = [line for _, line in zip(range(200), fh)]
+
+    def texts(files):
+        yield from lines
+        out.mkdir()
+        (out / "tokenizer.json").write_text("the other run's")  # it finished first
+
+    monkeypatch.setattr(train_tokenizer, "iter_text_files", texts)
+    line = run_main("train_tokenizer", ["--files", WIKITEXT, "--vocab_size", "300", "--output_dir", str(out)], capsys)
+    assert f"{out} was filled by another run while this one worked" in line and "--overwrite" in line
+    assert os.listdir(out) == ["tokenizer.json"] and (out / "tokenizer.json").read_text() == "the other run's"
+    assert sorted(os.listdir(tmp_path)) == ["tok"]
+
+
+def test_a_tokenizer_killed_while_saved_leaves_no_staging_folder(tmp_path, monkeypatch, send_sigterm):
+    """SIGTERM (`kill`) during the save ended the process at once, leaving the staging folder beside --output_dir."""
+    import transformers
+    from training_utils import load_script
+
+    save = transformers.PreTrainedTokenizerBase.save_pretrained
+
+    def killed_while_saving(self, directory, *args, **kwargs):
+        save(self, directory, *args, **kwargs)
+        send_sigterm()
+
+    monkeypatch.setattr(transformers.PreTrainedTokenizerBase, "save_pretrained", killed_while_saving)
+    argv = ["--files", WIKITEXT, "--max_documents", "50", "--vocab_size", "300", "--output_dir", str(tmp_path / "tok")]
+    with pytest.raises(KeyboardInterrupt):
+        load_script("train_tokenizer").main(argv)
+    assert os.listdir(tmp_path) == []
+
+
 def test_empty_tokenizer_dir_is_an_error_line(tmp_path, capsys):
     empty = tmp_path / "tok"
     empty.mkdir()

@@ -8,7 +8,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 
-from ..outputs import publish_folder, staging_folder
+from ..outputs import publish_folder, publish_new_folder, unique_staging_folder
 from .config import ConfigError
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error, one_line
 
@@ -38,11 +38,21 @@ def iter_text_files(files: list[str]) -> Iterator[str]:
 
 
 def train_bpe_tokenizer(
-    texts: Iterable[str], output_dir: str, vocab_size: int = 8192, min_frequency: int = 2, model_max_length: int = 512
+    texts: Iterable[str],
+    output_dir: str,
+    vocab_size: int = 8192,
+    min_frequency: int = 2,
+    model_max_length: int = 512,
+    overwrite: bool = True,
 ):
-    """Train byte-level BPE on ``texts`` and save a ``RobertaTokenizer`` to ``output_dir``; returns the tokenizer."""
+    """Train byte-level BPE on ``texts`` and save a ``RobertaTokenizer`` to ``output_dir``; returns the tokenizer.
+
+    ``overwrite``: an earlier tokenizer in ``output_dir`` is replaced (every file of it; other files stay); without
+    it, an ``output_dir`` that is not empty when the tokenizer is saved is refused (FileExistsError)."""
     from tokenizers import AddedToken, ByteLevelBPETokenizer
     from transformers import RobertaTokenizer
+
+    from ..registration import TOKENIZER_SAVED_FILES
 
     if vocab_size < 300:
         raise ConfigError(f"vocab_size must be at least 300 (256 bytes + special tokens), got {vocab_size}.")
@@ -87,10 +97,22 @@ def train_bpe_tokenizer(
         )
     # Saved beside output_dir under a temporary name and moved into place when whole: a kill during the save leaves
     # no folder that reads as a tokenizer (scripts/demo.sh takes tokenizer_config.json as "trained").
-    staging = staging_folder(output_dir)
-    shutil.rmtree(staging, ignore_errors=True)  # what a killed run left
-    tokenizer.save_pretrained(staging)
-    publish_folder(staging, output_dir)
+    target = os.path.realpath(output_dir)  # a link's target: a rename onto the link itself would fail
+    staging = unique_staging_folder(target)  # its own: another run into output_dir stages elsewhere
+    try:
+        tokenizer.save_pretrained(staging)
+        if overwrite:
+            saved = set(os.listdir(staging))
+            publish_folder(staging, target)
+            # An earlier tokenizer's files the new one does not write (special_tokens_map.json, added_tokens.json,
+            # a vocab.txt) would be read with it by AutoTokenizer: another mask or pad token, extra token ids.
+            for name in TOKENIZER_SAVED_FILES:
+                if name not in saved and os.path.isfile(os.path.join(target, name)):
+                    os.remove(os.path.join(target, name))
+        else:  # refused if another run filled output_dir meanwhile
+            publish_new_folder(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure or a stop
     return tokenizer
 
 

@@ -17,7 +17,7 @@ import os
 import sys
 
 from ..cli import ArgumentParser
-from ..outputs import check_output_dir
+from ..outputs import check_output_dir, sigterm_unwinds
 from .config import ConfigError
 from .errors import USER_ERRORS, hub_unreachable_error, one_line, report
 from .tokenizer import iter_text_files, train_bpe_tokenizer
@@ -96,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("Give --files or --dataset.")
         if args.max_documents is not None:
             texts = itertools.islice(texts, args.max_documents)
-        tok = train_bpe_tokenizer(texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length)
+        with sigterm_unwinds():  # a `kill` removes the staging folder, as Ctrl-C does
+            tok = train_bpe_tokenizer(
+                texts, args.output_dir, args.vocab_size, args.min_frequency, args.model_max_length, args.overwrite
+            )
     except (*USER_ERRORS, OSError) as err:
         return report(err)
     print(f"tokenizer with {len(tok)} tokens saved to {args.output_dir}")
