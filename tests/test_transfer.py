@@ -462,6 +462,33 @@ def test_counts_below_one_are_refused_when_parsed(pair, tmp_path, option):
         arguments(pair, tmp_path, **{option: 0})
 
 
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("stop_after_steps", 0, "--stop_after_steps must be at least 1 (or left out: run to the end), got 0"),
+        ("stop_after_steps", -2, "--stop_after_steps must be at least 1"),
+        ("warmup_steps", -3, "--warmup_steps must be 0 or more, got -3"),
+        ("projection_learning_rate", -1.0, "--projection_learning_rate must be a finite number, 0 or more, got -1.0"),
+        ("projection_learning_rate", float("nan"), "--projection_learning_rate must be a finite number"),
+        ("attention_learning_rate", float("inf"), "--attention_learning_rate must be a finite number"),
+        ("end_to_end_learning_rate", -2e-5, "--end_to_end_learning_rate must be a finite number"),
+        ("mlm_weight", -1.0, "--mlm_weight must be a finite number, 0 or more, got -1.0"),
+        ("seed", -1, r"--seed must be in [0, 2**32 - 1], got -1"),
+    ],
+)
+def test_values_that_cannot_work_are_refused_when_parsed(pair, tmp_path, capsys, option, value, expected):
+    """Each used to run: --stop_after_steps 0 stopped after one step, a negative warm-up was none, a negative learning
+    rate or MLM weight climbed the loss it should lower, a NaN one diverged after the teacher was measured, and a
+    negative seed was accelerate's error, naming no option."""
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        arguments(pair, tmp_path, **{option: value})
+    command = ["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"), "--output_dir"]
+    command += [str(tmp_path / "out"), "--text_files", str(pair / "text.txt"), f"--{option}={value}"]
+    with pytest.raises(SystemExit) as exit:
+        main(command)
+    assert exit.value.code == 2 and expected in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
 def test_overwrite_output_dir_leaves_no_file_of_the_earlier_run(pair, tmp_path):
     """An earlier transfer's model files (another family's modeling code, a sentence-transformers pooling, a
     tokenizer's vocabulary, a conversion report) are deleted with it; a folder holding what no transfer writes is

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 
@@ -124,6 +125,20 @@ class TransferArguments:
         for name in ("log_every", "checkpoint_every", "checkpoints_to_keep", "eval_documents"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be at least 1, got {getattr(self, name)}.")
+        # Each ran: 0 or a negative stop stopped after one step, a negative warm-up was none, a negative learning
+        # rate or MLM weight climbed the loss, a NaN one diverged after the teacher was measured.
+        if self.stop_after_steps is not None and self.stop_after_steps < 1:
+            raise ValueError(
+                f"--stop_after_steps must be at least 1 (or left out: run to the end), got {self.stop_after_steps}."
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"--warmup_steps must be 0 or more, got {self.warmup_steps}.")
+        for name in ("projection_learning_rate", "attention_learning_rate", "end_to_end_learning_rate", "mlm_weight"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"--{name} must be a finite number, 0 or more, got {value}.")
+        if not 0 <= self.seed < 2**32:  # numpy's range: accelerate's set_seed said so without naming the option
+            raise ValueError(f"--seed must be in [0, 2**32 - 1], got {self.seed}.")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"--eval_fraction must be in (0, 1), got {self.eval_fraction}.")
         from .compiling import ConfigError, check_compile_options
