@@ -414,6 +414,14 @@ BOOKS = os.path.join(os.path.dirname(WIKITEXT), "..", "gutenberg")
         (["--files", WIKITEXT, "--min_frequency", "-1"], "--min_frequency must be >= 0"),
         (["--files", WIKITEXT, "--dataset", BOOKS], "--files and --dataset are both given"),  # dropped the dataset
         (["--dataset", BOOKS, "--split", "nosuch"], "--split 'nosuch': "),
+        # a folder was "not found", a file as --dataset datasets' "Couldn't find any data file", and a
+        # --dataset_config beside --files was dropped
+        (["--files", os.path.dirname(WIKITEXT)], f"--files {os.path.dirname(WIKITEXT)} is a folder: give the text"),
+        (
+            ["--dataset", WIKITEXT],
+            f"--dataset {WIKITEXT} is a file: give text files (one document a line) with --files",
+        ),
+        (["--files", WIKITEXT, "--dataset_config", "en"], "--dataset_config is given with --files"),
     ],
 )
 def test_tokenizer_arguments_that_cannot_work_are_an_error_line(tmp_path, capsys, argv, message):

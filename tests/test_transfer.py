@@ -555,6 +555,9 @@ def test_a_folder_another_transfer_is_writing_is_refused_naming_the_flag(pair, t
         ("csv read as json", r"Data file\(s\) \S+table.csv could not be read: .*Check that --dataset json is the"),
         ("empty json file", r"Data file \S+empty.json has no text"),
         ("a column of numbers", r"--text_column label of csv holds int64 values, not text: give the column with"),
+        # were "[Errno 21] Is a directory" and datasets' "Unable to find"
+        ("a folder of text files", r"--text_files \S+texts is a folder: give the files in it \(e.g. \S+texts/\*.txt\)"),
+        ("a folder of data files", r"--data_files \S+texts is a folder: give the files in it"),
     ],
 )
 def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, monkeypatch, case, expected):
@@ -570,6 +573,7 @@ def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, monk
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "binary.txt").write_bytes(b"ab\xff\xfe\x00\x01cd\n")
+    (tmp_path / "texts").mkdir()
     (tmp_path / "table.csv").write_text("text,label\n" + "".join(f"{line},{i}\n" for i, line in enumerate("abc")))
     text = {
         "empty text file": ["--text_files", str(tmp_path / "empty.txt")],
@@ -577,6 +581,8 @@ def test_text_that_cannot_be_read_is_one_error_line(pair, tmp_path, capsys, monk
         "csv read as json": ["--dataset", "json", "--data_files", str(tmp_path / "table.csv")],
         "empty json file": ["--dataset", "json", "--data_files", str(tmp_path / "empty.json")],
         "a column of numbers": ["--dataset", "csv", "--data_files", str(tmp_path / "table.csv")],
+        "a folder of text files": ["--text_files", str(tmp_path / "texts")],
+        "a folder of data files": ["--dataset", "text", "--data_files", str(tmp_path / "texts")],
     }[case]
     if case == "a column of numbers":
         text += ["--text_column", "label"]

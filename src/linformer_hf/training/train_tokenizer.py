@@ -28,6 +28,8 @@ def check_arguments(args) -> None:
     # Both given: one of them would be dropped without a word.
     if args.files and args.dataset:
         raise ConfigError("--files and --dataset are both given: train on one of them (drop the other).")
+    if args.files and args.dataset_config:  # it names a configuration of a --dataset: with --files it was dropped
+        raise ConfigError("--dataset_config is given with --files: it applies to a --dataset only (drop it).")
     # 0 used to mean "every document", and a negative count failed inside itertools.
     if args.max_documents is not None and args.max_documents < 1:
         raise ConfigError(f"--max_documents must be >= 1 (or left out: every document), got {args.max_documents}.")
@@ -70,11 +72,19 @@ def main(argv: list[str] | None = None) -> int:
         check_arguments(args)
         if args.files:
             for f in args.files:  # fail on a missing file before training starts
+                if os.path.isdir(f):
+                    raise ConfigError(f"--files {f} is a folder: give the text files in it (e.g. {f}/*.txt).")
                 if not os.path.isfile(f):
                     raise ConfigError(f"Tokenizer training file not found: {f}.")
             texts = iter_text_files(args.files)
         elif args.dataset:
             from datasets import load_dataset
+
+            if os.path.isfile(args.dataset):  # datasets: "Couldn't find any data file at ..."
+                raise ConfigError(
+                    f"--dataset {args.dataset} is a file: give text files (one document a line) with --files, or a "
+                    f"dataset's folder or Hub name with --dataset."
+                )
 
             try:
                 ds = load_dataset(args.dataset, args.dataset_config, split=args.split, streaming=True)

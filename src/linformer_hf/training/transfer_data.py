@@ -22,6 +22,11 @@ def load_texts(args: TransferArguments) -> list[str]:
 
     from .hub_datasets import load_hub_dataset
 
+    # A folder was "[Errno 21] Is a directory" (--text_files) or datasets' "Unable to find" (--data_files).
+    for option, paths in (("--text_files", args.text_files), ("--data_files", args.data_files)):
+        for path in paths or []:
+            if os.path.isdir(path):
+                raise ConfigError(f"{option} {path} is a folder: give the files in it (e.g. {path}/*.txt).")
     if args.text_files:
         missing = [path for path in args.text_files if not os.path.exists(path)]
         if missing:
