@@ -9,8 +9,9 @@ import os
 import sys
 
 from linformer_hf.cli import ArgumentParser
+from linformer_hf.outputs import sigterm_unwinds
 from linformer_hf.training.corpus import build_docs_corpus, check_corpus_output, split_paths
-from linformer_hf.training.errors import positive_int, report
+from linformer_hf.training.errors import ConfigError, positive_int, report
 
 
 def fraction(text: str) -> float:
@@ -45,19 +46,34 @@ def main(argv=None):
         check_corpus_output(args.output, args.overwrite)
     except OSError as err:
         return report(err)
-    m = build_docs_corpus(args.output, args.max_chars, args.max_chars_per_package, args.force, args.overwrite)
-    # A deterministic train/validation split into two files (every k-th paragraph held out).
-    k = max(2, round(1 / args.validation_fraction))
-    # Written under temporary names and renamed when whole: a stop part-way leaves no short split behind.
-    with (
-        open(args.output, encoding="utf-8") as src,
-        open(train_path + ".tmp", "w", encoding="utf-8") as tr,
-        open(valid_path + ".tmp", "w", encoding="utf-8") as va,
-    ):
-        for i, line in enumerate(src):
-            (va if i % k == k - 1 else tr).write(line)
-    for path in (train_path, valid_path):
-        os.replace(path + ".tmp", path)
+    with sigterm_unwinds():  # a `kill` removes the partial files, as Ctrl-C does
+        m = build_docs_corpus(args.output, args.max_chars, args.max_chars_per_package, args.force, args.overwrite)
+        # A deterministic train/validation split into two files (every k-th paragraph held out).
+        k = max(2, round(1 / args.validation_fraction))
+        if m["paragraphs"] < k:  # an empty split: training on it fails later, far from the cause
+            return report(
+                ConfigError(
+                    f"The corpus {args.output} has {m['paragraphs']} paragraph(s) (at most --max_chars "
+                    f"{args.max_chars} characters, --max_chars_per_package {args.max_chars_per_package} from each "
+                    f"package), too few to hold one out of {k} as validation text: raise --max_chars and "
+                    f"--max_chars_per_package."
+                )
+            )
+        # Written under temporary names and renamed when whole: a stop part-way leaves no short split behind.
+        try:
+            with (
+                open(args.output, encoding="utf-8") as src,
+                open(train_path + ".tmp", "w", encoding="utf-8") as tr,
+                open(valid_path + ".tmp", "w", encoding="utf-8") as va,
+            ):
+                for i, line in enumerate(src):
+                    (va if i % k == k - 1 else tr).write(line)
+            for path in (train_path, valid_path):
+                os.replace(path + ".tmp", path)
+        finally:
+            for path in (train_path, valid_path):
+                if os.path.exists(path + ".tmp"):  # left only by a stop or a failure
+                    os.remove(path + ".tmp")
     state = "cached" if m.get("cached") else "built"
     print(
         f"corpus {state}: {args.output} ({m['chars'] / 1e6:.1f} M chars, {m['paragraphs']} paragraphs from "

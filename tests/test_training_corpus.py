@@ -2,7 +2,9 @@
 
 import json
 import os
+import re
 
+import pytest
 from training_utils import load_script
 
 from linformer_hf.training.corpus import build_docs_corpus
@@ -120,7 +122,7 @@ def test_the_caps_are_never_passed(tmp_path):
 def test_build_corpus_never_overwrites_files_it_did_not_build(tmp_path, capsys):
     build_corpus = load_script("build_corpus")
     corpus, train, valid = tmp_path / "docs.txt", tmp_path / "docs.train.txt", tmp_path / "docs.valid.txt"
-    small = ["--output", str(corpus), "--max_chars", "6000", "--max_chars_per_package", "3000"]
+    small = ["--output", str(corpus), "--max_chars", "20000", "--max_chars_per_package", "3000"]  # >= 50 paragraphs
     corpus.write_text("my own notes\n")
     assert build_corpus.main(small) == 2
     assert "docs.txt is not a corpus this tool built (no docs.txt.manifest.json" in capsys.readouterr().err
@@ -139,3 +141,35 @@ def test_build_corpus_never_overwrites_files_it_did_not_build(tmp_path, capsys):
     assert len(train.read_text().splitlines()) + len(valid.read_text().splitlines()) == len(
         corpus.read_text().splitlines()
     )
+
+
+def test_build_corpus_refuses_a_folder_and_a_corpus_too_small_to_split(tmp_path, capsys):
+    """A folder as --output was "not a corpus this tool built ... pass --overwrite", which then failed too; caps that
+    let no paragraph (or fewer than one validation paragraph) in wrote empty splits and said "corpus built"."""
+    build_corpus = load_script("build_corpus")
+    assert build_corpus.main(["--output", str(tmp_path)]) == 2
+    line = capsys.readouterr().err
+    assert f"{tmp_path} is a folder: give the corpus file's name" in line and "--overwrite" not in line
+    corpus = tmp_path / "docs.txt"
+    for caps in (["--max_chars", "10"], ["--max_chars", "2000", "--max_chars_per_package", "1000"]):
+        assert build_corpus.main(["--output", str(corpus), *caps]) == 2
+        line = capsys.readouterr().err
+        assert re.search(r"has \d+ paragraph\(s\) .* too few to hold one out of 50 as validation text: raise", line)
+        assert not (tmp_path / "docs.train.txt").exists() and not (tmp_path / "docs.valid.txt").exists()
+
+
+def test_a_corpus_build_stopped_by_sigterm_leaves_no_partial_file(tmp_path, monkeypatch, send_sigterm):
+    from linformer_hf.training import corpus as corpus_module
+
+    clean, calls = corpus_module._clean, []
+
+    def stopped(text):
+        calls.append(text)
+        if len(calls) == 20:
+            send_sigterm()
+        return clean(text)
+
+    monkeypatch.setattr(corpus_module, "_clean", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        load_script("build_corpus").main(["--output", str(tmp_path / "docs.txt")])
+    assert os.listdir(tmp_path) == []  # no docs.txt.tmp

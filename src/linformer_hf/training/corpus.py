@@ -77,6 +77,8 @@ def check_corpus_output(output_path: str, overwrite: bool = False, flag: str = "
     """Before any work: the corpus and its splits may be written at ``output_path``. Files there are replaced only
     where they are a corpus this tool built (its manifest beside it), or with ``overwrite``; creates the folder."""
     paths = [output_path, *split_paths(output_path)]
+    if os.path.isdir(output_path):  # --overwrite would not replace it either
+        raise IsADirectoryError(f"{output_path} is a folder: give the corpus file's name, e.g. {output_path}/docs.txt.")
     if not overwrite and not os.path.isfile(output_path + ".manifest.json"):
         foreign = [path for path in paths if os.path.exists(path)]
         if foreign:
@@ -150,25 +152,29 @@ def build_docs_corpus(
     total = 0
     packages = []
     tmp = output_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        for name in sorted(dists):
-            if total >= max_chars:
-                break
-            dist = dists[name]
-            budget = min(max_chars_per_package, max_chars - total)
-            used = 0
-            for para in _paragraphs(dist):
-                digest = hashlib.sha1(para.encode()).hexdigest()
-                if digest in seen:
-                    continue
-                if used + len(para) + 1 > budget:  # the caps are never passed: this package ends here
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            for name in sorted(dists):
+                if total >= max_chars:
                     break
-                seen.add(digest)
-                out.write(para + "\n")
-                used += len(para) + 1
-            if used:
-                packages.append({"name": name, "version": dist.version, "chars": used})
-                total += used
+                dist = dists[name]
+                budget = min(max_chars_per_package, max_chars - total)
+                used = 0
+                for para in _paragraphs(dist):
+                    digest = hashlib.sha1(para.encode()).hexdigest()
+                    if digest in seen:
+                        continue
+                    if used + len(para) + 1 > budget:  # the caps are never passed: this package ends here
+                        break
+                    seen.add(digest)
+                    out.write(para + "\n")
+                    used += len(para) + 1
+                if used:
+                    packages.append({"name": name, "version": dist.version, "chars": used})
+                    total += used
+    except BaseException:  # Ctrl-C, or SIGTERM turned into it: no partial corpus is left beside the output
+        os.remove(tmp)
+        raise
     manifest = {
         "path": output_path,
         "chars": total,
