@@ -34,17 +34,21 @@ def compile_target(value) -> str:
     return "no" if value in (None, False, "no") else value
 
 
-def check_compile_options(target, mode, backend, flag: str = "training.torch_compile") -> None:
-    """Refuse option values that cannot work, naming the option and the fix (no model or device needed)."""
+def check_compile_options(
+    target, mode, backend, flag: str = "training.torch_compile", targets: tuple[str, ...] = COMPILE_TARGETS
+) -> None:
+    """Refuse option values that cannot work, naming the option and the fix (no model or device needed). ``targets``:
+    what the command compiles (attention transfer: layers only)."""
     import torch._dynamo
 
     target = compile_target(target)
-    if target not in ("no", *COMPILE_TARGETS):
-        raise ConfigError(f"{flag} must be no, model or layers, got {target!r}.")
+    choices = " or ".join(targets)
+    if target not in ("no", *targets):
+        raise ConfigError(f"{flag} must be {', '.join(('no', *targets[:-1]))} or {targets[-1]}, got {target!r}.")
     if target == "no":
         for name, value in ((f"{flag}_mode", mode), (f"{flag}_backend", backend)):
             if value is not None:
-                raise ConfigError(f"{name}={value!r} is set but {flag} is no: set {flag} to model or layers.")
+                raise ConfigError(f"{name}={value!r} is set but {flag} is no: set {flag} to {choices}.")
         return
     backends = torch._dynamo.list_backends(exclude_tags=())
     if backend is not None and backend not in backends:

@@ -144,13 +144,12 @@ class TransferArguments:
         from .compiling import ConfigError, check_compile_options
 
         try:
+            # stage 1 runs the layers one by one: no whole-model graph
             check_compile_options(
-                self.torch_compile, self.torch_compile_mode, self.torch_compile_backend, "--torch_compile"
+                self.torch_compile, self.torch_compile_mode, self.torch_compile_backend, "--torch_compile", ("layers",)
             )
         except ConfigError as error:
             raise ValueError(str(error)) from None
-        if self.torch_compile not in ("no", "layers"):  # stage 1 runs the layers one by one: no whole-model graph
-            raise ValueError(f"--torch_compile must be no or layers for a transfer, got {self.torch_compile!r}.")
         if self.resume is not None and self.overwrite_output_dir:
             raise ValueError(
                 "--overwrite_output_dir deletes the checkpoints that --resume would continue from: give one of them."
