@@ -537,6 +537,21 @@ def test_overwrite_output_dir_deletes_nothing_when_the_run_is_refused(pair, tmp_
     assert sorted(path.name for path in out.iterdir()) == earlier
 
 
+def test_overwrite_output_dir_never_deletes_the_student_the_run_reads(pair, tmp_path):
+    """A checkpoint of the earlier run taken as --student (with a tokenizer saved into it) was deleted with that run's
+    outputs, after it was loaded: the user's model was gone and the result lacked its conversion report."""
+    import shutil
+
+    out = tmp_path / "out"
+    run_transfer(arguments(pair, out, layer_steps=3, checkpoint_every=2))
+    student = out / "checkpoint-2"
+    for name in ("tokenizer.json", "tokenizer_config.json", "conversion_report.json"):
+        shutil.copy(pair / "student_k4" / name, student)
+    with pytest.raises(ValueError, match=f"--student={student} is inside {student}, which --overwrite_output_dir"):
+        run_transfer(arguments(pair, out, student=str(student), layer_steps=1, overwrite_output_dir=True))
+    assert (student / "model.safetensors").is_file() and (out / "transfer_report.json").is_file()
+
+
 def test_a_folder_another_transfer_is_writing_is_refused_naming_the_flag(pair, tmp_path):
     from training_utils import lock_held_by_another_process
 

@@ -129,7 +129,11 @@ def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | No
         checkpointing.check_not_running(out, TRANSFER)  # a live run's folder: said as such, not as an earlier run's
         checkpointing.check_output_dir_unused(out, resuming, args.overwrite_output_dir, TRANSFER)
         return None
-    return checkpointing.claim_output_dir(out, resuming, args.overwrite_output_dir, options=TRANSFER)
+    # What the run reads to its end (the student's modules and conversion report are copied beside the result) is
+    # never inside what --overwrite_output_dir deletes, e.g. --student <output_dir>/checkpoint-N.
+    inputs = {"--teacher": args.teacher, "--student": args.student, "--text_files": args.text_files}
+    inputs["--data_files"] = args.data_files
+    return checkpointing.claim_output_dir(out, resuming, args.overwrite_output_dir, inputs=inputs, options=TRANSFER)
 
 
 def refuse_foreign_entries(output_dir: str) -> None:
