@@ -620,6 +620,19 @@ class PerformerPreTrainedModel(PreTrainedModelCompat, RobertaPreTrainedModel):
             init.zeros_(module.training_calls)
 
 
+# Copied from linformer_hf.models.modeling_linformer.check_batched
+def check_batched(input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor | None) -> None:
+    """An unbatched input (input_ids of shape (L,), inputs_embeds of (L, d)) is an error naming the fix; further in it
+    would fail with an index error."""
+    name, given, rank = ("input_ids", input_ids, 2) if input_ids is not None else ("inputs_embeds", inputs_embeds, 3)
+    if given.dim() != rank:
+        shape = "(batch, L)" if rank == 2 else "(batch, L, d)"
+        raise ValueError(
+            f"{name} must be of shape {shape}, got {tuple(given.shape)}. Add the batch dimension of a single sequence "
+            f"({name}[None]), or tokenize with return_tensors='pt'."
+        )
+
+
 # Copied from linformer_hf.models.modeling_linformer.check_padding_mask with Linformer->Performer
 def check_padding_mask(attention_mask: torch.Tensor, input_shape: torch.Size) -> None:
     """Refuse a mask that is not the (batch, L) padding mask of 1 (token) / 0 (padding) that tokenizers return."""
@@ -734,13 +747,7 @@ class PerformerModel(PerformerPreTrainedModel):
                 f"{type(self).__name__} is an encoder only: it has no cross-attention (`encoder_hidden_states`)."
             )
         input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
-        if len(input_shape) != 2:  # an unbatched input would fail further in with an index error
-            name, shape = ("input_ids", "(batch, L)") if input_ids is not None else ("inputs_embeds", "(batch, L, d)")
-            got = tuple((input_ids if input_ids is not None else inputs_embeds).shape)
-            raise ValueError(
-                f"{name} must be of shape {shape}, got {got}. Add the batch dimension of a single sequence "
-                f"({name}[None]), or tokenize with return_tensors='pt'."
-            )
+        check_batched(input_ids, inputs_embeds)
         self.check_input_length(input_shape[1])
         if attention_mask is not None:
             check_padding_mask(attention_mask, input_shape)
