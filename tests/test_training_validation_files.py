@@ -34,6 +34,18 @@ def small_model_dir(tmp_path_factory):
 # ------------------------------------------------------------------------------------------------------------------
 
 
+def sst2_recipe(model_dir, tokenizer, output_dir) -> FinetuneRecipe:
+    """Fine-tuning ``model_dir`` on SST-2's dev rows with ``tokenizer`` (model.tokenizer)."""
+    extra = {
+        "model.pretrained": str(model_dir),
+        "model.tokenizer": str(tokenizer),
+        "data.train_file": SST2_DEV,
+        "data.validation_file": SST2_DEV,
+        "training.output_dir": str(output_dir),
+    }
+    return load_recipe(FinetuneRecipe, None, extra=extra)
+
+
 def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tokenizer_dir, small_model_dir, tmp_path):
     """Before: pretraining started and failed at the first batch holding an id >= 500 with `IndexError: index out of
     range in self` inside the embedding (a device-side assert on a GPU). After: refused before any work."""
@@ -43,17 +55,7 @@ def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tokenizer_
         run_pretraining(load_recipe(PretrainRecipe, None, extra=overrides), show_progress=False)
     assert not (tmp_path / "pre").exists()
 
-    recipe = load_recipe(
-        FinetuneRecipe,
-        None,
-        extra={
-            "model.pretrained": small_model_dir,
-            "model.tokenizer": tokenizer_dir,
-            "data.train_file": SST2_DEV,
-            "data.validation_file": SST2_DEV,
-            "training.output_dir": str(tmp_path / "fine"),
-        },
-    )
+    recipe = sst2_recipe(small_model_dir, tokenizer_dir, tmp_path / "fine")
     from linformer_hf.training.finetuning import run_finetuning
 
     with pytest.raises(ConfigError, match=r"has 1000 tokens but the model .* has only 500 embeddings"):
@@ -109,14 +111,7 @@ def test_a_tokenizer_other_than_the_models_own_is_refused_before_training(tokeni
     assert len(AutoTokenizer.from_pretrained(other)) == len(AutoTokenizer.from_pretrained(tokenizer_dir))
 
     def finetune(tokenizer):
-        extra = {
-            "model.pretrained": model_dir,
-            "model.tokenizer": tokenizer,
-            "data.train_file": SST2_DEV,
-            "data.validation_file": SST2_DEV,
-            "training.output_dir": str(tmp_path / "fine"),
-        }
-        return load_recipe(FinetuneRecipe, None, extra=extra)
+        return sst2_recipe(model_dir, tokenizer, tmp_path / "fine")
 
     with pytest.raises(
         ConfigError, match=r"swapped is not the one saved with the model .*: id 50\d is '.+' to it and "
