@@ -1031,3 +1031,19 @@ def test_settings_that_cannot_work_are_refused_however_they_reach_the_model(tmp_
     with pytest.raises(StrictDataclassError, match="`max_position_embeddings`=2 holds no token"):
         tiny_performer(max_position_embeddings=2)
     assert AutoModel.from_pretrained(tmp_path, attn_implementation="eager").config._attn_implementation == "eager"
+
+
+def test_output_attentions_says_that_a_performer_has_none():
+    """Before: `attentions` came back None without a word (RoBERTa with SDPA warns); now one warning says why, the
+    outputs are unchanged, and a call without it says nothing."""
+    from transformers.testing_utils import CaptureLogger
+
+    model = PerformerModel(tiny_performer()).eval()
+    ids = torch.randint(0, 99, (2, 8))
+    modeling_performer.logger.warning_once.cache_clear()
+    with CaptureLogger(modeling_performer.logger) as quiet:
+        plain = model(ids)
+    with CaptureLogger(modeling_performer.logger) as told:
+        asked = model(ids, output_attentions=True)
+    assert quiet.out == "" and "a Performer forms no (L x L) attention matrix" in told.out
+    assert asked.attentions is None and torch.equal(asked.last_hidden_state, plain.last_hidden_state)

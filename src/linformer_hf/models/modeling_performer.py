@@ -751,6 +751,11 @@ class PerformerModel(PerformerPreTrainedModel):
         self.check_input_length(input_shape[1])
         if attention_mask is not None:
             check_padding_mask(attention_mask, input_shape)
+        if kwargs.get("output_attentions"):  # asked for, and the output would otherwise be None without a word
+            logger.warning_once(
+                "output_attentions=True: a Performer forms no (L x L) attention matrix (FAVOR+ never does), so the "
+                "output's `attentions` is None."
+            )
 
         check_token_ids(self.config, input_ids, token_type_ids)
         if position_ids is None and attention_mask is not None:
