@@ -859,8 +859,8 @@ def convert_checkpoint(
     if source_config.model_type in SOURCE_CONFIGS:  # another is refused by load_source, naming it
         # the settings are checked on the source's config, before any weight is read (or downloaded)
         check_conversion(source_config, target=target, **conversion_options)
-    check_holds_weights(source)
-    check_weight_files(source)  # a truncated or corrupt safetensors file, named (transformers' error names none)
+        check_holds_weights(source)
+        check_weight_files(source)  # a truncated or corrupt safetensors file, named (transformers' error names none)
     model, loading_info = load_source(source, architecture, target)
     converted, report = convert_model(model, target=target, source_name=source, **conversion_options)
     report.source_missing = sorted(loading_info.get("missing_keys", []))
