@@ -457,3 +457,52 @@ def test_results_best_is_the_kept_model_not_the_evaluation_before_the_first_upda
         assert result["best"]["accuracy"] == pytest.approx(float(np.mean(preds == labels)))
         with open(out / "results.json", encoding="utf-8") as fh:
             assert json.load(fh)["best"] == result["best"]
+
+
+@pytest.mark.parametrize("max_seq_length", [59, None])
+def test_mixed_precision_pads_to_a_multiple_of_8_never_past_n(tmp_path, max_seq_length):
+    """Under bf16 the batches are padded to a multiple of 8, but never past the model's n: a Linformer of n = 60 read
+    batches of 59 or 60 tokens padded to 64, and refused them as longer than n."""
+    pretrained = save_tiny_pretrained_linformer(tmp_path / "n60", n=60, k=12)
+    recipe = load_recipe(
+        FinetuneRecipe,
+        None,
+        extra={
+            "model.pretrained": pretrained,
+            "data.task": "imdb",
+            "data.train_file": IMDB,
+            "data.max_train_samples": 8,
+            "data.max_eval_samples": 8,
+            "data.validation_split_percentage": 10,
+            "data.max_seq_length": max_seq_length,
+            "training.output_dir": str(tmp_path / "out"),
+            "training.num_train_epochs": 1,
+            "training.per_device_train_batch_size": 8,
+            "training.mixed_precision": "bf16",
+            "training.save_best": False,
+        },
+    )  # IMDB reviews: every one longer than 60 tokens, cut to max_seq_length
+    result = run_finetuning(recipe, show_progress=False)
+    assert result["steps"] == 1 and 0.0 <= result["best"]["accuracy"] <= 1.0
+
+
+def test_the_padding_collator_rounds_to_8_up_to_n_only_under_mixed_precision(tmp_path):
+    from transformers import AutoTokenizer
+
+    from linformer_hf.training.data import padding_collator
+
+    tokenizer = AutoTokenizer.from_pretrained(save_tiny_pretrained_linformer(tmp_path, n=60, k=12))
+
+    def padded(lengths, longest, precision):
+        features = [{"input_ids": [5] * length, "attention_mask": [1] * length, "label": 0} for length in lengths]
+        batch = padding_collator(tokenizer, longest, precision)(features)
+        assert batch["labels"].tolist() == [0] * len(lengths)
+        assert batch["attention_mask"].sum(1).tolist() == lengths  # padding is masked out
+        return batch["input_ids"].shape[1]
+
+    for precision in ("bf16", "fp16"):
+        assert [padded([10, 17], 60, precision), padded([56], 60, precision)] == [24, 56]
+        assert [padded([57], 60, precision), padded([59, 3], 60, precision), padded([60], 60, precision)] == [60] * 3
+        assert padded([59], 64, precision) == 64
+    for precision in (None, "no"):
+        assert [padded([10, 17], 60, precision), padded([59], 60, precision)] == [17, 59]

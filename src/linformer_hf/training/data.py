@@ -410,6 +410,45 @@ class SeededMaskingCollator:
         return batch
 
 
+# Under fp16 / bf16 a batch is padded to a multiple of this many tokens (tensor cores' tile), up to the model's n.
+PAD_MULTIPLE = 8
+
+
+@dataclasses.dataclass
+class PaddingCollator:
+    """transformers' ``DataCollatorWithPadding`` (each batch padded to its longest example, ``label`` renamed
+    ``labels``), padded further to a multiple of ``multiple`` tokens but never past ``longest``, the model's n: a batch
+    that the multiple would take past n is padded to n. Built by `padding_collator`."""
+
+    rounded: object  # DataCollatorWithPadding(pad_to_multiple_of=multiple)
+    capped: object  # DataCollatorWithPadding(padding="max_length", max_length=longest)
+    multiple: int
+    longest: int
+
+    def __call__(self, features):
+        name = self.rounded.tokenizer.model_input_names[0]
+        length = max(len(feature[name]) for feature in features)
+        if math.ceil(length / self.multiple) * self.multiple <= self.longest:
+            return self.rounded(features)
+        return self.capped(features)  # longer than n already (never: inputs are cut to n) stays so, and is refused
+
+
+def padding_collator(tokenizer, longest: int, mixed_precision: str | None):
+    """The collator of variable-length inputs (fine-tuning's): each batch padded to its longest example, and under
+    mixed precision (``fp16`` / ``bf16``) to a multiple of `PAD_MULTIPLE` tokens, but never past ``longest`` (the
+    model's longest input, its n). A Linformer's n need not be a multiple of 8: a batch near n was padded past it (a
+    Linformer of n = 60 got 64 tokens) and refused as longer than n."""
+    from transformers import DataCollatorWithPadding
+
+    if mixed_precision not in ("fp16", "bf16"):
+        return DataCollatorWithPadding(tokenizer)
+    rounded = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=PAD_MULTIPLE)
+    if longest % PAD_MULTIPLE == 0:  # no multiple of 8 falls between a length <= n and n
+        return rounded
+    capped = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=longest)
+    return PaddingCollator(rounded, capped, PAD_MULTIPLE, longest)
+
+
 def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_index: int = 0):
     from transformers import DataCollatorForLanguageModeling
 
@@ -428,10 +467,13 @@ def build_mlm_collator(tokenizer, cfg: PretrainDataSection, seed: int, process_i
 
 __all__ = [
     "INDEX_COLUMN",
+    "PAD_MULTIPLE",
+    "PaddingCollator",
     "SeededMaskingCollator",
     "block_lengths",
     "build_mlm_collator",
     "load_raw_corpus",
+    "padding_collator",
     "prepare_held_out_blocks",
     "prepare_pretraining_data",
     "shard_stream",

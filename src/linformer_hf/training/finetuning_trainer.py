@@ -35,7 +35,10 @@ CHECKPOINTS_KEPT = 1
 def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier: Classifier, stopping):
     """The Trainer (a DistillationTrainer with a teacher) with its callbacks, ``stopping`` (`stop_signal_callback`)
     first; returns it with its divergence guard and its compile record (None when nothing is compiled)."""
-    from transformers import DataCollatorWithPadding, Trainer
+    from transformers import Trainer
+
+    from ..models.lengths import max_input_length
+    from .data import padding_collator
 
     tcfg = recipe.training
     # What each checkpoint records, and what the one resumed must agree with: the task, the files, the model, the
@@ -58,8 +61,9 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
         args=run.args,
         train_dataset=classifier.encoded["train"],
         eval_dataset=classifier.encoded["validation"],
-        data_collator=DataCollatorWithPadding(
-            classifier.tokenizer, pad_to_multiple_of=8 if tcfg.mixed_precision in ("fp16", "bf16") else None
+        # to a multiple of 8 under mixed precision, never past the model's n
+        data_collator=padding_collator(
+            classifier.tokenizer, max_input_length(classifier.model.config), tcfg.mixed_precision
         ),
         processing_class=classifier.tokenizer,
         compute_metrics=metrics_function(task, run.processes.is_main_process),
