@@ -491,6 +491,37 @@ def test_values_that_cannot_work_are_refused_when_parsed(pair, tmp_path, capsys,
     assert exit.value.code == 2 and expected in capsys.readouterr().err and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--stop_after_steps", "5"], "--stop_after_steps does"),
+        (["--resume", "latest"], "--resume does"),
+        (["--layer_steps", "50", "--checkpoint_every", "10"], "--layer_steps, --checkpoint_every do"),
+        (["--end_to_end_steps", "4", "--mlm_weight", "0.5"], "--end_to_end_steps, --mlm_weight do"),
+        (["--eval_fraction", "0.5"], "--eval_fraction does"),
+        (["--torch_compile", "layers"], "--torch_compile does"),
+        (["--train_attention_weights"], "--train_attention_weights does"),
+    ],
+)
+def test_evaluate_only_refuses_the_options_of_training_when_parsed(pair, tmp_path, capsys, flags, named):
+    """--evaluate_only trains nothing: a stop, a resume, a schedule or a checkpoint option given with it was taken
+    without a word and did nothing; each is refused by name before any work."""
+    command = ["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"), "--output_dir"]
+    command += [str(tmp_path / "out"), "--text_files", str(pair / "text.txt"), "--evaluate_only", *flags]
+    with pytest.raises(SystemExit) as exit:
+        main(command)
+    error = capsys.readouterr().err
+    assert exit.value.code == 2 and f"--evaluate_only trains nothing, so {named} nothing with it" in error
+    assert not (tmp_path / "out").exists()
+    # What the evaluation reads is kept: the text, the lengths and batches, the seed, replacing fidelity.json.
+    kept = dict(lengths=[16], batch_size=2, eval_windows=2, eval_documents=4, seed=3, overwrite_output_dir=True)
+    kept.update(teacher=str(pair / "teacher"), student=str(pair / "student_k4"), output_dir=str(tmp_path / "out"))
+    assert TransferArguments(text_files=[str(pair / "text.txt")], evaluate_only=True, show_progress=False, **kept)
+    # the test's training arguments (layer_steps and others away from their defaults)
+    with pytest.raises(ValueError, match="--layer_steps, --projection_learning_rate, --warmup_steps, --log_every do"):
+        arguments(pair, tmp_path, evaluate_only=True)
+
+
 def test_overwrite_output_dir_leaves_no_file_of_the_earlier_run(pair, tmp_path):
     """An earlier transfer's model files (another family's modeling code, a sentence-transformers pooling, a
     tokenizer's vocabulary, a conversion report) are deleted with it; a folder holding what no transfer writes is

@@ -355,7 +355,7 @@ def load_models(run: TransferRun) -> None:
     run.tokenizer = AutoTokenizer.from_pretrained(args.student)
     pad_as_the_model_takes(run.tokenizer, run.student.config)  # the held-out documents' batches, the saved tokenizer
     n = max_input_length(run.student.config)
-    if args.projection_learning_rate is None:
+    if args.projection_learning_rate is None and not args.evaluate_only:  # (a rate set is refused with it)
         run.args = args = dataclasses.replace(args, projection_learning_rate=default_projection_learning_rate(n))
     run.teacher = load_teacher(args.teacher)
     # by default 32 and the longest window both models read (a student converted longer than its teacher's positions

@@ -6,6 +6,33 @@ import dataclasses
 import math
 from typing import Literal
 
+# The options of training alone, which --evaluate_only refuses (`TransferArguments.check_evaluate_only`): what trains
+# and how, what is held out of training (--evaluate_only holds out everything), its log and checkpoints, their
+# resumption and the stops. It keeps the text, --lengths, --batch_size, --eval_windows, --eval_documents, --seed (which
+# held-out documents are embedded whole), --overwrite_output_dir (replaces fidelity.json) and --show_progress.
+TRAINING_ONLY = (
+    "layer_steps",
+    "end_to_end_steps",
+    "train_attention_weights",
+    "layer_loss",
+    "loss",
+    "projection_learning_rate",
+    "attention_learning_rate",
+    "end_to_end_learning_rate",
+    "warmup_steps",
+    "mlm_weight",
+    "eval_fraction",
+    "log_every",
+    "checkpoint_every",
+    "checkpoints_to_keep",
+    "resume",
+    "stop_after_steps",
+    "nonfinite_patience",
+    "torch_compile",
+    "torch_compile_mode",
+    "torch_compile_backend",
+)
+
 
 @dataclasses.dataclass
 class TransferArguments:
@@ -114,6 +141,7 @@ class TransferArguments:
                 "Give the text either as --text_files or as --dataset (with --data_files for a local "
                 "csv/json/text builder), not both and not neither."
             )
+        self.check_evaluate_only()
         if (
             self.layer_steps < 0
             or self.end_to_end_steps < 0
@@ -153,6 +181,20 @@ class TransferArguments:
         if self.resume is not None and self.overwrite_output_dir:
             raise ValueError(
                 "--overwrite_output_dir deletes the checkpoints that --resume would continue from: give one of them."
+            )
+
+    def check_evaluate_only(self) -> None:
+        """--evaluate_only trains nothing: a training-only option set with it (away from its default) is refused,
+        naming each, rather than ignored (a --resume or --stop_after_steps was taken without a word)."""
+        if not self.evaluate_only:
+            return
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        given = [name for name in TRAINING_ONLY if getattr(self, name) != defaults[name]]
+        if given:
+            raise ValueError(
+                f"--evaluate_only trains nothing, so {', '.join(f'--{name}' for name in given)} "
+                f"{'does' if len(given) == 1 else 'do'} nothing with it: leave {'it' if len(given) == 1 else 'them'} "
+                "out (it measures the student as it is, on all the text given), or drop --evaluate_only to train."
             )
 
     @property
