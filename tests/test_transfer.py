@@ -134,6 +134,34 @@ def test_resume_is_exact_across_both_stages(pair, tmp_path):
     assert any(key.startswith("lm_head.") for key in changed)
 
 
+def test_the_same_transfer_run_again_after_it_finished_says_so_and_redoes_nothing(pair, tmp_path, capsys):
+    """The last step keeps no checkpoint (the model is the result): the command that finished a run (--resume latest,
+    as a requeued job has it) resumed the newest earlier checkpoint, trained the last steps again and replaced the
+    model, report and log; without --resume it was refused, advising that resume. Now either says the run is complete
+    and returns its report; other options, or --overwrite_output_dir, are not the finished run."""
+    from linformer_hf.training.errors import OutputDirInUse
+
+    out = tmp_path / "out"
+    overrides = dict(layer_steps=4, checkpoint_every=2)
+    assert run_transfer(arguments(pair, out, stop_after_steps=3, **overrides))["stopped_at"] == 3
+    finished = run_transfer(arguments(pair, out, resume="latest", **overrides))
+    written = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    capsys.readouterr()
+    for again in (dict(resume="latest"), dict(resume="latest", stop_after_steps=3), {}, dict(log_every=2)):
+        report = run_transfer(arguments(pair, out, **overrides, **again))
+        assert report["after"] == finished["after"], again
+        assert f"The transfer in {out} is complete (transfer_report.json: 4 of 4 steps" in capsys.readouterr().out
+        assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == written, again
+    # the default projection learning rate, recorded as the student's n sets it, is the same option left out
+    default = run_transfer(arguments(pair, tmp_path / "default", layer_steps=1, projection_learning_rate=None))
+    assert run_transfer(arguments(pair, tmp_path / "default", layer_steps=1, projection_learning_rate=None)) == default
+    assert "is complete" in capsys.readouterr().out
+    # Another transfer in the finished run's folder is refused as before (or resumed, with --resume).
+    with pytest.raises(OutputDirInUse, match="is not empty"):
+        run_transfer(arguments(pair, out, layer_steps=5, checkpoint_every=2))
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == written
+
+
 def test_a_teacher_that_does_not_match_is_refused(pair, tmp_path):
     other = transformers.BertModel(tiny_bert_config(num_hidden_layers=3))
     other.save_pretrained(tmp_path / "other")

@@ -96,8 +96,56 @@ LOOP_CHECKPOINTS = RunOptions(checkpoint_folder="checkpoints", checkpoint_prefix
 LOOP_COMMIT = "bb52f8c"  # a commit of this repository that transfers on that loop: the last before the Trainer
 
 
+REPORT_FILE = "transfer_report.json"  # written last: its presence says the transfer finished
+# Options that change how a run goes (its stops, resumption, log, checkpoints, compiling, progress), not what it
+# makes: a finished transfer run again with others is still the same transfer (`finished_transfer`).
+RUN_CONTROL = (
+    "resume",
+    "stop_after_steps",
+    "overwrite_output_dir",
+    "show_progress",
+    "log_every",
+    "checkpoint_every",
+    "checkpoints_to_keep",
+    "nonfinite_patience",
+    "torch_compile",
+    "torch_compile_mode",
+    "torch_compile_backend",
+)
+
+
 def checkpoint_dir(output_dir: str, step: int) -> str:
     return TRANSFER.checkpoint_path(output_dir, step)
+
+
+def finished_transfer(args: TransferArguments) -> dict | None:
+    """The report of the transfer that finished in --output_dir with these options (`REPORT_FILE`, its arguments
+    those of this run, `RUN_CONTROL` apart), or None. The last step keeps no checkpoint (the model is the result), so
+    the same command run again (--resume latest, as a requeued job has it) resumed the newest earlier checkpoint,
+    trained its last steps again and replaced the model, report and log; without --resume it was refused as an
+    earlier run's folder, the advice being that resume. None with --overwrite_output_dir (start over) or
+    --evaluate_only (fidelity.json beside a transferred model), and when a checkpoint was written after the report
+    (a later run in the folder, e.g. one resumed with more steps)."""
+    path = os.path.join(args.output_dir, REPORT_FILE)
+    if args.evaluate_only or args.overwrite_output_dir or not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            report = json.load(handle)
+        recorded = dict(report["arguments"])
+        given = json.loads(json.dumps(dataclasses.asdict(args)))
+        if given["projection_learning_rate"] is None:  # the default the finished run recorded, by the student's n
+            from ..loading import saved_model_length
+
+            given["projection_learning_rate"] = default_projection_learning_rate(saved_model_length(args.student))
+    except (OSError, ValueError, KeyError, TypeError):  # not a report of this command, or no student to read
+        return None
+    if any(recorded.get(name) != value for name, value in given.items() if name not in RUN_CONTROL):
+        return None
+    written = os.path.getmtime(path)
+    if any(os.path.getmtime(c) > written for c in checkpointing.list_checkpoints(args.output_dir, TRANSFER)):
+        return None
+    return report
 
 
 def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | None:
@@ -204,6 +252,16 @@ def run_transfer(args: TransferArguments) -> dict:
     # Made first, the Trainer's settings set up accelerate's process state as the Trainer uses it: how many processes
     # there are and which is the main one (a PartialState made before them sees one process on CPU).
     training = training_arguments(args)
+    finished = finished_transfer(args)
+    if finished is not None:  # the same transfer, run to its end: said, nothing redone or replaced
+        if PartialState().is_main_process:
+            print(
+                f"The transfer in {args.output_dir} is complete ({REPORT_FILE}: {args.total_steps} of "
+                f"{args.total_steps} steps, the same options): nothing to do. To run it again, add "
+                "--overwrite_output_dir (deletes its checkpoints, log, reports and model), or give another "
+                "--output_dir."
+            )
+        return finished
     if PartialState().is_main_process:
         claim_output_dir(args, take=False)  # a used folder is refused before any work
     locks = []  # the folder's lock, taken before the first write
@@ -529,7 +587,7 @@ def _save_result(student, tokenizer, args: TransferArguments, report: dict) -> N
     if os.path.exists(os.path.join(args.student, "conversion_report.json")):
         shutil.copy(os.path.join(args.student, "conversion_report.json"), args.output_dir)
     # Last, and whole or absent: its presence says the transfer finished (experiments/pretrained_evidence.sh reads it).
-    write_json_atomic(os.path.join(args.output_dir, "transfer_report.json"), report)
+    write_json_atomic(os.path.join(args.output_dir, REPORT_FILE), report)
     for length, result in report["after"]["windows"].items():
         before = report.get("before", {}).get("windows", {}).get(length)
         was = f" (before: {before['embedding_cosine_mean']:.4f})" if before else ""
