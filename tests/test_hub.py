@@ -93,7 +93,7 @@ def test_dry_run_folder_loads_in_a_clean_process_without_the_package(converted, 
         assert not any(name.endswith(".bin") for name in names)
         config = json.loads(open(os.path.join(output_dir, "config.json")).read())
         assert config["auto_map"]["AutoModel"] == "modeling_linformer.LinformerModel"
-        assert len(config["auto_map"]) == 7
+        assert len(config["auto_map"]) == 8  # AutoConfig, the six heads and AutoModelForPreTraining
         # transformers 5 saves where the tokenizer was loaded from (here: a local folder, offline); a Hub repo is not
         tokenizer_config = json.loads(open(os.path.join(output_dir, "tokenizer_config.json")).read())
         assert not {"is_local", "local_files_only"} & set(tokenizer_config)
@@ -635,7 +635,7 @@ def test_performer_dry_run_folders_load_in_a_clean_process_with_the_original_out
         assert {"README.md", "model.safetensors", "tokenizer.json", "conversion_report.json"} <= names
         assert "modeling_linformer.py" not in names
         config = json.loads(open(os.path.join(output_dir, "config.json")).read())
-        assert config["auto_map"] == modeling_performer.auto_map() and len(config["auto_map"]) == 8
+        assert config["auto_map"] == modeling_performer.auto_map() and len(config["auto_map"]) == 9
         prepared[architecture] = output_dir
 
     jobs = [

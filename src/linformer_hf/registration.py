@@ -5,13 +5,18 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, BertTokenizer, RobertaTokenizer
 from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
 
+from .models import modeling_linformer, modeling_performer
 from .models.configuration_linformer import LinformerConfig
 from .models.configuration_performer import PerformerConfig
-from .models.modeling_linformer import LINFORMER_HEADS
-from .models.modeling_performer import PERFORMER_HEADS
 
-# Each family's config class and its table of heads (Auto class name -> model class).
-FAMILIES = {LinformerConfig: LINFORMER_HEADS, PerformerConfig: PERFORMER_HEADS}
+# Each family's config class and its table of heads (Auto class name -> model class, one name per class).
+FAMILIES = {LinformerConfig: modeling_linformer.LINFORMER_HEADS, PerformerConfig: modeling_performer.PERFORMER_HEADS}
+# Each family's every Auto class -> the class it gives: its heads, and a head again under a second Auto class
+# (AutoModelForPreTraining: the masked LM, as transformers maps RoBERTa's), declared in the family's modeling file.
+AUTO_CLASSES = {
+    LinformerConfig: modeling_linformer.auto_classes(),
+    PerformerConfig: modeling_performer.auto_classes(),
+}
 
 # Every family uses RoBERTa's byte-level BPE tokenizer.
 TOKENIZER_CLASS = RobertaTokenizer
@@ -34,8 +39,10 @@ def register() -> None:
     for config_class, heads in FAMILIES.items():
         AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
         config_class.register_for_auto_class("AutoConfig")
-        for auto_name, model_class in heads.items():
+        for auto_name, model_class in AUTO_CLASSES[config_class].items():
             getattr(transformers, auto_name).register(config_class, model_class, exist_ok=True)
+        for auto_name, model_class in heads.items():
             # save_pretrained then copies the modeling and configuration files (and their siblings) beside the weights.
+            # transformers keeps one Auto class per class (`_auto_class`): the head's own, never a second name.
             model_class.register_for_auto_class(auto_name)
         AutoTokenizer.register(config_class, tokenizer_class=TOKENIZER_CLASS, exist_ok=True)

@@ -1350,8 +1350,9 @@ class LinformerForQuestionAnswering(LinformerPreTrainedModel):
         )
 
 
-# The one table of heads: Auto class name -> Linformer class. Registration, the saved `auto_map`, conversion and the
-# model card derive their lists from it.
+# The one table of heads: Auto class name -> Linformer class, one name per class (the head's own Auto class: the one
+# conversion, the model card and its pipeline tag read). Registration, the saved `auto_map`, conversion and the model
+# card derive their lists from it.
 LINFORMER_HEADS = {
     "AutoModel": LinformerModel,
     "AutoModelForMaskedLM": LinformerForMaskedLM,
@@ -1362,17 +1363,25 @@ LINFORMER_HEADS = {
 }
 
 
+def auto_classes() -> dict[str, type]:
+    """Every Auto class that loads a Linformer -> the class it gives: the heads, and AutoModelForPreTraining giving the
+    masked LM, as transformers maps RoBERTa's (`MODEL_FOR_PRETRAINING_MAPPING`). Registration and the saved `auto_map`
+    derive from it; a head's own Auto class stays the one in `LINFORMER_HEADS`."""
+    return {**LINFORMER_HEADS, "AutoModelForPreTraining": LINFORMER_HEADS["AutoModelForMaskedLM"]}
+
+
 def auto_map() -> dict[str, str]:
     """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there):
     transformers records only the saved class in `auto_map`, and a family's folder must load as any of its heads."""
     module = __name__.rsplit(".", 1)[-1]
     entries = {"AutoConfig": f"{LinformerConfig.__module__.rsplit('.', 1)[-1]}.{LinformerConfig.__name__}"}
-    entries.update({auto: f"{module}.{cls.__name__}" for auto, cls in LINFORMER_HEADS.items()})
+    entries.update({auto: f"{module}.{cls.__name__}" for auto, cls in auto_classes().items()})
     return entries
 
 
 __all__ = [
     "LINFORMER_HEADS",
+    "auto_classes",
     "auto_map",
     "LinformerProjection",
     "LinformerSelfAttention",

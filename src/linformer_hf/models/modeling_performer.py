@@ -1161,7 +1161,8 @@ class PerformerForQuestionAnswering(PerformerPreTrainedModel):
         )
 
 
-# The one table of heads: Auto class name -> Performer class. Registration and the saved `auto_map` derive from it.
+# The one table of heads: Auto class name -> Performer class, one name per class (the head's own Auto class: the one
+# the model card and its pipeline tag read). Registration and the saved `auto_map` derive from it.
 PERFORMER_HEADS = {
     "AutoModel": PerformerModel,
     "AutoModelForMaskedLM": PerformerForMaskedLM,
@@ -1173,18 +1174,27 @@ PERFORMER_HEADS = {
 }
 
 
+# Copied from linformer_hf.models.modeling_linformer.auto_classes with Linformer->Performer
+def auto_classes() -> dict[str, type]:
+    """Every Auto class that loads a Performer -> the class it gives: the heads, and AutoModelForPreTraining giving the
+    masked LM, as transformers maps RoBERTa's (`MODEL_FOR_PRETRAINING_MAPPING`). Registration and the saved `auto_map`
+    derive from it; a head's own Auto class stays the one in `PERFORMER_HEADS`."""
+    return {**PERFORMER_HEADS, "AutoModelForPreTraining": PERFORMER_HEADS["AutoModelForMaskedLM"]}
+
+
 # Copied from linformer_hf.models.modeling_linformer.auto_map with Linformer->Performer
 def auto_map() -> dict[str, str]:
     """What `trust_remote_code=True` needs to load every head from a saved folder (file names as copied there):
     transformers records only the saved class in `auto_map`, and a family's folder must load as any of its heads."""
     module = __name__.rsplit(".", 1)[-1]
     entries = {"AutoConfig": f"{PerformerConfig.__module__.rsplit('.', 1)[-1]}.{PerformerConfig.__name__}"}
-    entries.update({auto: f"{module}.{cls.__name__}" for auto, cls in PERFORMER_HEADS.items()})
+    entries.update({auto: f"{module}.{cls.__name__}" for auto, cls in auto_classes().items()})
     return entries
 
 
 __all__ = [
     "PERFORMER_HEADS",
+    "auto_classes",
     "auto_map",
     "draw_random_features",
     "favor_attention",
