@@ -2,12 +2,14 @@
 either whole or absent (a kill mid-write leaves no truncated file under the final name).
 
 The wording and the flag are those of export_onnx and push_to_hub: a non-empty output folder, or an existing output
-file, is refused before any work unless `--overwrite`.
+file, is refused before any work unless `--overwrite`. An overwrite that replaces a folder whole replaces only a folder
+of the command's own kind (`FolderKind`, `check_replaceable`): never a folder of other things given by mistake.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import math
@@ -16,6 +18,7 @@ import shutil
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 
 
 def held(output_dir: str) -> str:
@@ -155,17 +158,60 @@ def publish_new_folder(staging: str, output_dir: str, flag: str | None = "--over
         ) from None
 
 
-def replace_folder(staging: str, output_dir: str) -> None:
+@dataclasses.dataclass(frozen=True)
+class FolderKind:
+    """The folder a command writes as its output, as an overwrite that replaces it whole tells it from a folder of
+    other things (a home or data folder, a training run with its checkpoints) given by mistake."""
+
+    what: str  # how messages name it: "a model folder written by push_to_hub"
+    required: tuple[str, ...]  # the files every such folder holds
+    holds: Callable[[str, str], bool]  # (folder, name): whether such a folder may hold the entry `name`
+    mismatch: Callable[[str], str | None] = lambda folder: None  # what else tells the folder apart, in words
+
+
+def check_replaceable(output_dir: str, kind: FolderKind, flag: str | None = "--overwrite") -> None:
+    """Before an overwrite that deletes `output_dir` whole: refuse it unless it is empty or an earlier output of `kind`
+    (every file `kind.required` there, nothing `kind.holds` does not allow, no `kind.mismatch`), naming what it holds
+    instead and the ways out. Run before any work, and again by `replace_folder` just before the deletion."""
+    if not os.path.isdir(output_dir) or not os.listdir(output_dir):
+        return
+    names = sorted(os.listdir(output_dir))
+    foreign = [name for name in names if not kind.holds(output_dir, name)]
+    missing = [name for name in kind.required if not os.path.isfile(os.path.join(output_dir, name))]
+    if foreign:
+        found = (
+            f"it holds {', '.join(foreign[:6])}{', ...' if len(foreign) > 6 else ''}, which such a folder never holds"
+        )
+    elif missing:
+        found = f"it has no {', '.join(missing)}, which every such folder holds"
+    else:
+        found = kind.mismatch(output_dir)
+        if not found:
+            return
+    option = f"{flag} replaces" if flag else "an overwrite replaces"
+    raise FileExistsError(
+        f"{output_dir} is not {kind.what} ({found}): {option} only such a folder, whole, and never deletes a folder "
+        f"of other things. Give another output directory, or delete {output_dir} yourself if nothing in it is needed."
+    )
+
+
+def replace_folder(staging: str, output_dir: str, kind: FolderKind, flag: str | None = "--overwrite") -> None:
     """Move the whole folder `staging` to `output_dir`, replacing the whole folder there (an overwritten model: no
     file of the earlier one may outlive it, such as a tokenizer of another length beside the new weights, or another
-    family's modeling code). The earlier folder is moved aside first and deleted once the new one is in place."""
+    family's modeling code) once `check_replaceable` finds it an earlier output of `kind`. The earlier folder is moved
+    aside first (back again if the new one cannot be moved in) and deleted once the new one is in place."""
     if not os.path.isdir(output_dir):
         os.replace(staging, output_dir)
         return
+    check_replaceable(output_dir, kind, flag)  # again: the folder may have changed while the run worked
     earlier = f"{staging}-replaced"
-    shutil.rmtree(earlier, ignore_errors=True)  # what a killed replacement left
+    shutil.rmtree(earlier, ignore_errors=True)
     os.replace(output_dir, earlier)
-    os.replace(staging, output_dir)
+    try:
+        os.replace(staging, output_dir)
+    except BaseException:
+        os.replace(earlier, output_dir)
+        raise
     shutil.rmtree(earlier)
 
 
