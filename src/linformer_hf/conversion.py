@@ -58,6 +58,7 @@ from .outputs import (
     FolderKind,
     check_output_dir,
     check_replaceable,
+    discard_staging,
     publish_folder,
     publish_new_folder,
     replace_folder,
@@ -902,7 +903,7 @@ def convert_checkpoint(
     one), adds the model to a folder that holds no model, and refuses any other folder holding a model (another
     model's, or one beside other things: a training run, its checkpoints). The folder is written beside `output_dir`
     under a temporary name and moved into place when whole, so a conversion killed part-way leaves no folder that
-    reads as a model.
+    reads as a model; what a killed one left there is cleared by the next (`outputs.clear_staging_debris`).
     """
     if os.path.abspath(source) == os.path.abspath(output_dir):
         raise ValueError(f"output_dir must differ from the source {source}: the conversion would replace it.")
@@ -941,7 +942,7 @@ def convert_checkpoint(
         else:  # refused if another run filled output_dir meanwhile
             publish_new_folder(staging, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+        discard_staging(staging)  # left only by a failure
     print(report.summary())
     return report
 

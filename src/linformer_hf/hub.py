@@ -82,6 +82,7 @@ from .outputs import (
     FolderKind,
     check_output_dir,
     check_replaceable,
+    discard_staging,
     publish_new_folder,
     replace_folder,
     unique_staging_folder,
@@ -916,7 +917,7 @@ def prepare_model_folder(
         else:
             publish_new_folder(staging, target, flag="overwrite=True (--overwrite)")
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+        discard_staging(staging)  # left only by a failure
     return output_dir
 
 
