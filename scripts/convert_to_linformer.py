@@ -91,7 +91,8 @@ def main(argv=None):
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an earlier model in output_dir (the whole folder; into a folder without a model, add it)",
+        help="replace an earlier conversion in output_dir (the whole folder; another model's folder is refused; "
+        "into a folder without a model, add it)",
     )
     parser.add_argument(
         "--seed",

@@ -40,7 +40,11 @@ def main(argv=None):
     parser.add_argument("--recipe", help="training recipe (YAML or JSON), shown in the card")
     parser.add_argument("--tokenizer", help="tokenizer directory, if not beside the model")
     parser.add_argument("--template", help="model card template (Jinja2; default: the one shipped with the package)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier folder of this command in --output_dir (a folder of other things is refused)",
+    )
     parser.add_argument("--skip_remote_check", action="store_true")
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--token", help="Hub token (default: the saved login or HF_TOKEN)")

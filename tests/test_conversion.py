@@ -435,6 +435,8 @@ def test_sentence_transformers_pooling_is_copied(tmp_path, wordpiece):
     (tmp_path / "st" / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
     (tmp_path / "st" / "sentence_bert_config.json").write_text('{"max_seq_length": 16}')
     report = convert_checkpoint(str(tmp_path / "st"), str(tmp_path / "linformer"), projected_length=4)
+    # an earlier conversion with its pooling module folder is the conversion's own: --overwrite replaces it
+    report = convert_checkpoint(str(tmp_path / "st"), str(tmp_path / "linformer"), projected_length=4, overwrite=True)
     assert json.loads((tmp_path / "linformer" / "1_Pooling" / "config.json").read_text()) == {
         "pooling_mode_mean_tokens": True
     }
@@ -469,6 +471,35 @@ def test_overwrite_replaces_an_earlier_model_whole(tmp_path, wordpiece):
     with pytest.raises(ValueError, match="lies inside output_dir .* which --overwrite replaces"):
         convert_checkpoint(str(out / "source"), str(out), overwrite=True, projected_length=4)
     assert (out / "source" / "config.json").exists()
+
+
+def test_overwrite_refuses_a_model_folder_the_conversion_did_not_write(tmp_path, wordpiece, capsys):
+    """--overwrite replaced any folder holding a config.json whole: a training run (its model beside checkpoints and
+    logs), another model's folder. Now only an earlier conversion is replaced; anything else is refused before any
+    work, naming what it holds and the ways out, and kept as it was."""
+    save_bert("BertForMaskedLM", tmp_path / "bert", wordpiece)
+    run = tmp_path / "run"  # a conversion trained on there: its checkpoints and log beside the model
+    convert_checkpoint(str(tmp_path / "bert"), str(run), projected_length=4)
+    (run / "checkpoint-500").mkdir()
+    (run / "checkpoint-500" / "optimizer.pt").write_bytes(b"state")
+    (run / "train_log.jsonl").write_text("{}\n")
+    other = tmp_path / "other"  # another family's model: its own config.json and weights
+    shutil.copytree(tmp_path / "bert", other)
+    (other / "conversion_report.json").write_text("{}")
+    capsys.readouterr()
+    for folder, found in (
+        (run, "it holds checkpoint-500, train_log.jsonl, which such a folder never holds"),
+        (other, "its config.json is a 'bert' model's"),
+        (tmp_path / "bert", "it has no conversion_report.json"),
+    ):
+        before = sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+        argv = [str(tmp_path / "bert") if folder != tmp_path / "bert" else str(run), str(folder), "--overwrite"]
+        assert convert_to_linformer.main([*argv, "--projected_length", "8"]) == 2
+        error = capsys.readouterr().err
+        assert f"{folder} is not a model folder written by the conversion ({found}" in error
+        assert "Give another output directory, or delete" in error and "yourself" in error
+        assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == before
+    assert json.loads((run / "config.json").read_text())["projected_length"] == 4
 
 
 # ---- Performer as the target family ----

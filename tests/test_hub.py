@@ -210,15 +210,16 @@ def test_bad_inputs_are_errors(converted, tmp_path):
 def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_path, capsys):
     root, folders = converted
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("an earlier folder")
+    prepare_model_folder(folders["RobertaForMaskedLM"], str(out), "someone/x")  # an earlier folder
+    earlier = sorted(os.listdir(out))
+    capsys.readouterr()
     roberta_folder = str(root / "RobertaForMaskedLM")
     args = ["someone/x", "--dry_run", "--output_dir", str(out), "--overwrite", "--skip_remote_check"]
     assert push_to_hub.main([roberta_folder] + args) == 2
     error = capsys.readouterr().err
     assert error.startswith("error: ") and "holds a 'roberta' model, not a Linformer" in error
     assert "scripts/convert_to_linformer.py" in error
-    assert (out / "keep.txt").exists()  # nothing deleted before the inputs were checked
+    assert sorted(os.listdir(out)) == earlier  # nothing deleted before the inputs were checked
 
     assert push_to_hub.main([str(tmp_path / "nowhere")] + args) == 2
     assert "is not a saved model folder (no config.json)" in capsys.readouterr().err
@@ -230,6 +231,43 @@ def test_push_to_hub_on_a_folder_that_is_not_a_linformer_says_so(converted, tmp_
     (edited / "config.json").write_text(json.dumps(dict(config, sharing="per_head")))
     assert push_to_hub.main([str(edited)] + args) == 2
     assert "'sharing' expected one of" in capsys.readouterr().err
+
+
+def test_overwrite_refuses_a_folder_that_push_to_hub_did_not_write(converted, tmp_path, capsys):
+    """--output_dir D --overwrite deleted D whole, whatever it held: pointed by mistake at a data folder, a training
+    run with its checkpoints or a model's own folder, it was gone. Now only an earlier folder of push_to_hub (a model
+    and its card, nothing else) is replaced; anything else is refused before any work, named, and kept."""
+    root, folders = converted
+    model = folders["RobertaForMaskedLM"]
+    data = tmp_path / "data"  # a folder of other things
+    data.mkdir()
+    (data / "train.csv").write_text("text,label\n")
+    run = tmp_path / "run"  # a training run: the model at its top, checkpoints and a log beside it
+    shutil.copytree(folders["RobertaForSequenceClassification"], run)
+    (run / "checkpoint-500").mkdir()
+    (run / "checkpoint-500" / "model.safetensors").write_bytes(b"weights")
+    (run / "train_log.jsonl").write_text("{}\n")
+    converted_model = tmp_path / "converted"  # a model folder with no card: not pushed, maybe the only copy
+    shutil.copytree(folders["RobertaForSequenceClassification"], converted_model)
+    capsys.readouterr()
+    for folder, found in (
+        (data, "it holds train.csv, which such a folder never holds"),
+        (run, "it holds checkpoint-500, train_log.jsonl, which such a folder never holds"),
+        (converted_model, "it has no README.md, which every such folder holds"),
+    ):
+        before = sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+        args = [model, "someone/x", "--dry_run", "--skip_remote_check", "--output_dir", str(folder), "--overwrite"]
+        assert push_to_hub.main(args) == 2
+        error = capsys.readouterr().err
+        assert f"{folder} is not a model folder written by push_to_hub ({found})" in error
+        assert "never deletes a folder of other things" in error
+        assert f"Give another output directory, or delete {folder} yourself" in error
+        assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == before
+    # its own earlier folder is replaced as before
+    prepare_model_folder(model, str(tmp_path / "pushed"), "someone/x")
+    args = [model, "someone/y", "--dry_run", "--skip_remote_check", "--output_dir", str(tmp_path / "pushed")]
+    assert push_to_hub.main([*args, "--overwrite"]) == 0
+    assert "someone/y" in (tmp_path / "pushed" / "README.md").read_text()
 
 
 def test_a_folder_stopped_part_way_leaves_nothing_ready_to_push_and_keeps_the_earlier_one(

@@ -35,9 +35,11 @@ what the source does on right-padded batches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -46,14 +48,23 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, BertConfig, PretrainedConfig, PreTrainedModel, RobertaConfig
 
-from .loading import check_holds_weights, check_weight_files, pad_as_the_model_takes
+from .loading import check_holds_weights, check_weight_files, pad_as_the_model_takes, remote_code_files
 from .models import max_input_length, modeling_linformer, modeling_performer
 from .models.configuration_linformer import PROJECTION_INITS, LinformerConfig
 from .models.configuration_performer import PerformerConfig
 from .models.modeling_linformer import LINFORMER_HEADS, neighbour_average_projection
 from .models.modeling_performer import PERFORMER_HEADS
-from .outputs import check_output_dir, publish_folder, publish_new_folder, replace_folder, unique_staging_folder
-from .registration import TOKENIZER_FILES
+from .outputs import (
+    FolderKind,
+    check_output_dir,
+    check_replaceable,
+    discard_staging,
+    publish_folder,
+    publish_new_folder,
+    replace_folder,
+    unique_staging_folder,
+)
+from .registration import FAMILIES, TOKENIZER_FILES, TOKENIZER_SAVED_FILES
 
 # The source families, by model_type. The heads of each are found through transformers' own Auto mappings.
 SOURCE_CONFIGS: dict[str, type[PretrainedConfig]] = {"roberta": RobertaConfig, "bert": BertConfig}
@@ -122,6 +133,54 @@ _CONFIG_KEYS_NOT_CARRIED = (
 
 # sentence-transformers keeps its pooling outside the transformer, in these files and folders beside the weights.
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+# What save_pretrained writes to a model folder of the package's families besides the code files (`remote_code_files`)
+# and the tokenizer's: the config and the safetensors weights, in one file or in shards with their index.
+MODEL_FOLDER_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json")
+WEIGHT_SHARD = re.compile(r"model-\d+-of-\d+\.safetensors")
+
+
+@functools.cache
+def _family_code_files() -> frozenset[str]:
+    return frozenset(name for config_class in FAMILIES for name in remote_code_files(config_class.model_type))
+
+
+def is_model_file(folder: str, name: str) -> bool:
+    """Whether the entry `name` of `folder` is one the package's tools write to a model folder: the config, weights,
+    the families' code, the tokenizer, sentence-transformers' files and the module folders its `modules.json` names.
+    How an overwrite that replaces a model folder whole tells an earlier one from a folder of other things."""
+    if name in MODEL_FOLDER_FILES or name in TOKENIZER_SAVED_FILES or name in SENTENCE_TRANSFORMERS_FILES:
+        return True
+    if WEIGHT_SHARD.fullmatch(name) or name in _family_code_files():
+        return True
+    try:
+        with open(os.path.join(folder, "modules.json"), encoding="utf-8") as handle:
+            modules = json.load(handle)
+        paths = {module.get("path", "") for module in modules if isinstance(module, dict)}
+    except (OSError, ValueError, TypeError):
+        return False
+    return os.path.isdir(os.path.join(folder, name)) and any(path.split("/")[0] == name for path in paths if path)
+
+
+def model_type_mismatch(folder: str) -> str | None:
+    """Why the model folder `folder` is not one of the package's families (its config.json's model_type), or None."""
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+            model_type = json.load(handle).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return "its config.json is not a model's config"
+    if model_type not in {config_class.model_type for config_class in FAMILIES}:
+        return f"its config.json is a {model_type!r} model's, not a Linformer's or Performer's"
+    return None
+
+
+# What `convert_checkpoint` writes: what its --overwrite replaces whole, and nothing else.
+CONVERTED_MODEL = FolderKind(
+    what="a model folder written by the conversion",
+    required=("config.json", "conversion_report.json"),
+    holds=lambda folder, name: name == "conversion_report.json" or is_model_file(folder, name),
+    mismatch=model_type_mismatch,
+)
 
 # "roberta." prefixed in task heads, bare in the base model
 POSITION_EMBEDDINGS_SUFFIX = "embeddings.position_embeddings.weight"
@@ -840,9 +899,11 @@ def convert_checkpoint(
     Writes the weights (safetensors), the config with the full `auto_map`, the modeling files, the source's tokenizer
     (with `model_max_length` set to n), a sentence-transformers folder's pooling modules, and
     `conversion_report.json`; prints the report's summary. A non-empty `output_dir` (an earlier model) is refused
-    unless `overwrite`, which replaces an earlier model's folder whole (none of its files stays beside the new one)
-    and adds the model to a folder that holds no model. The folder is written beside `output_dir` under a temporary
-    name and moved into place when whole, so a conversion killed part-way leaves no folder that reads as a model.
+    unless `overwrite`, which replaces an earlier conversion's folder whole (none of its files stays beside the new
+    one), adds the model to a folder that holds no model, and refuses any other folder holding a model (another
+    model's, or one beside other things: a training run, its checkpoints). The folder is written beside `output_dir`
+    under a temporary name and moved into place when whole, so a conversion killed part-way leaves no folder that
+    reads as a model; what a killed one left there is cleared by the next (`outputs.clear_staging_debris`).
     """
     if os.path.abspath(source) == os.path.abspath(output_dir):
         raise ValueError(f"output_dir must differ from the source {source}: the conversion would replace it.")
@@ -855,6 +916,8 @@ def convert_checkpoint(
             "output_dir."
         )
     check_output_dir(output_dir, overwrite, create=False)
+    if overwrite and os.path.isfile(os.path.join(output_dir, "config.json")):  # a model, replaced whole: ours only
+        check_replaceable(output_dir, CONVERTED_MODEL)
     source_config = AutoConfig.from_pretrained(source)
     if source_config.model_type in SOURCE_CONFIGS:  # another is refused by load_source, naming it
         # the settings are checked on the source's config, before any weight is read (or downloaded)
@@ -873,13 +936,13 @@ def convert_checkpoint(
     try:
         _write_conversion(converted, report, source, staging, copy_tokenizer)
         if overwrite and os.path.isfile(os.path.join(target, "config.json")):  # an earlier model: replaced whole
-            replace_folder(staging, target)
+            replace_folder(staging, target, CONVERTED_MODEL)
         elif overwrite and os.path.isdir(target) and os.listdir(target):
             publish_folder(staging, target)
         else:  # refused if another run filled output_dir meanwhile
             publish_new_folder(staging, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+        discard_staging(staging)  # left only by a failure
     print(report.summary())
     return report
 

@@ -66,20 +66,29 @@ import transformers
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel
-from transformers.dynamic_module_utils import get_relative_import_files
 
-from .conversion import ConversionReport, copy_sentence_transformers_modules
-from .loading import HEADS_BY_MODEL_TYPE, family_name, load_linformer, load_model, pad_as_the_model_takes
+from .conversion import ConversionReport, copy_sentence_transformers_modules, is_model_file, model_type_mismatch
+from .loading import (
+    HEADS_BY_MODEL_TYPE,
+    family_name,
+    load_linformer,
+    load_model,
+    pad_as_the_model_takes,
+    remote_code_files,
+)
 from .models import compat
 from .models.lengths import max_input_length
 from .outputs import (
+    FolderKind,
     check_output_dir,
+    check_replaceable,
+    discard_staging,
     publish_new_folder,
     replace_folder,
     unique_staging_folder,
     write_json_atomic,
 )
-from .registration import FAMILIES, TOKENIZER_FILES
+from .registration import TOKENIZER_FILES
 
 # The model card template, package data (so an installed package renders cards without the repository).
 TEMPLATE = importlib.resources.files(__package__).joinpath("templates", "linformer_template.md")
@@ -102,18 +111,6 @@ def _pipeline_tag(auto_name: str) -> str | None:
 
 # Pipeline tag of each class of every family, derived from the heads tables and transformers' pipeline registry.
 PIPELINE_TAGS = {cls_name: _pipeline_tag(auto) for cls_name, auto in AUTO_CLASS_OF.items()}
-
-
-def remote_code_files(model_type: str) -> list[str]:
-    """The code files a folder of this family needs for `trust_remote_code` loading: the modules of its config and
-    heads (the `auto_map` entries) and every sibling they import, found as transformers finds them when it copies
-    them beside the weights."""
-    config_class = next(config_class for config_class in FAMILIES if config_class.model_type == model_type)
-    modules = {inspect.getfile(cls) for cls in (config_class, *HEADS_BY_MODEL_TYPE[model_type].values())}
-    files = set(modules)
-    for module in modules:
-        files.update(get_relative_import_files(module))
-    return sorted(os.path.basename(path) for path in files)
 
 
 SHARING_MEANING = {
@@ -327,6 +324,15 @@ PROVENANCE_FILES = (
     "transfer_log.jsonl",
     "fidelity_before.json",
     "eval_results.json",
+)
+
+# What `prepare_model_folder` writes (a model folder, the provenance files found beside it, its card): what its
+# overwrite replaces whole, and nothing else.
+PUSHED_MODEL = FolderKind(
+    what="a model folder written by push_to_hub",
+    required=("config.json", "README.md"),
+    holds=lambda folder, name: name == "README.md" or name in PROVENANCE_FILES or is_model_file(folder, name),
+    mismatch=model_type_mismatch,
 )
 
 
@@ -845,6 +851,8 @@ def prepare_model_folder(
                 f"{what} {path} is inside output_dir {output_dir}, which is written fresh (deleted first): give an "
                 "output_dir of its own."
             )
+    if overwrite:  # deleted whole: only an earlier folder of this command, never a folder of other things
+        check_replaceable(output_dir, PUSHED_MODEL, flag="overwrite=True (--overwrite)")
 
     # The inputs' paths before the model is read (minutes for a base model): a mistyped one was reported after it, and
     # a tokenizer file or missing folder as a malformed Hub repo id.
@@ -904,11 +912,12 @@ def prepare_model_folder(
     try:
         _write_model_folder(model, tokenizer, card, model_dir, staging)
         if overwrite and os.path.isdir(target) and os.listdir(target):
-            replace_folder(staging, target)  # written fresh: none of the earlier folder's files stays
+            # written fresh: none of the earlier folder's files stays
+            replace_folder(staging, target, PUSHED_MODEL, flag="overwrite=True (--overwrite)")
         else:
             publish_new_folder(staging, target, flag="overwrite=True (--overwrite)")
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+        discard_staging(staging)  # left only by a failure
     return output_dir
 
 

@@ -4,11 +4,13 @@ checked first."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import os
 
 from transformers import PretrainedConfig, PreTrainedModel
+from transformers.dynamic_module_utils import get_relative_import_files
 
 from .models.configuration_linformer import LinformerConfig
 from .registration import FAMILIES, TOKENIZER_FILES
@@ -21,6 +23,18 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")  # the files of a model folder that h
 HEADS_BY_MODEL_TYPE: dict[str, dict[str, type[PreTrainedModel]]] = {
     config_class.model_type: heads for config_class, heads in FAMILIES.items()
 }
+
+
+def remote_code_files(model_type: str) -> list[str]:
+    """The code files a folder of this family needs for `trust_remote_code` loading: the modules of its config and
+    heads (the `auto_map` entries) and every sibling they import, found as transformers finds them when it copies
+    them beside the weights."""
+    config_class = next(config_class for config_class in FAMILIES if config_class.model_type == model_type)
+    modules = {inspect.getfile(cls) for cls in (config_class, *HEADS_BY_MODEL_TYPE[model_type].values())}
+    files = set(modules)
+    for module in modules:
+        files.update(get_relative_import_files(module))
+    return sorted(os.path.basename(path) for path in files)
 
 
 def family_name(model_type: str) -> str:

@@ -51,7 +51,6 @@ import importlib
 import inspect
 import logging
 import os
-import shutil
 import types
 
 import torch
@@ -69,7 +68,7 @@ from .models.modeling_linformer import (
     check_token_ids,
 )
 from .models.modeling_performer import PerformerForMultipleChoice, PerformerPreTrainedModel
-from .outputs import check_output_dir, publish_folder, publish_new_folder, unique_staging_folder
+from .outputs import check_output_dir, discard_staging, publish_folder, publish_new_folder, unique_staging_folder
 from .registration import FAMILIES, TOKENIZER_FILES, TOKENIZER_SAVED_FILES
 from .training.errors import MissingExtra
 
@@ -378,7 +377,7 @@ def export_folder(
         else:
             publish_new_folder(staging, target, flag="overwrite=True (--overwrite)")
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure
+        discard_staging(staging)  # left only by a failure
     paths = {precision: os.path.join(output_dir, name) for precision, name in written.items()}
     for path in paths.values():
         check_data_files(path)  # every data file landed beside its graph: the folder moves as a whole

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 
-from ..outputs import publish_folder, publish_new_folder, unique_staging_folder
+from ..outputs import discard_staging, publish_folder, publish_new_folder, unique_staging_folder
 from .config import ConfigError
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error, one_line
 
@@ -112,7 +111,7 @@ def train_bpe_tokenizer(
         else:  # refused if another run filled output_dir meanwhile
             publish_new_folder(staging, target)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # left only by a failure or a stop
+        discard_staging(staging)  # left only by a failure or a stop
     return tokenizer
 
 
