@@ -493,12 +493,14 @@ def test_overwrite_refuses_a_model_folder_the_conversion_did_not_write(tmp_path,
         (tmp_path / "bert", "it has no conversion_report.json"),
     ):
         before = sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
-        argv = [str(tmp_path / "bert") if folder != tmp_path / "bert" else str(run), str(folder), "--overwrite"]
-        assert convert_to_linformer.main([*argv, "--projected_length", "8"]) == 2
-        error = capsys.readouterr().err
-        assert f"{folder} is not a model folder written by the conversion ({found}" in error
-        assert "Give another output directory, or delete" in error and "yourself" in error
-        assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == before
+        # without --overwrite the refusal is the same: it used to advise passing --overwrite, refused in turn
+        for flags in (["--overwrite"], []):
+            argv = [str(tmp_path / "bert") if folder != tmp_path / "bert" else str(run), str(folder), *flags]
+            assert convert_to_linformer.main([*argv, "--projected_length", "8"]) == 2
+            error = capsys.readouterr().err
+            assert f"{folder} is not a model folder written by the conversion ({found}" in error
+            assert "Give another output directory, or delete" in error and "yourself" in error and "or pass" not in error
+            assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == before
     assert json.loads((run / "config.json").read_text())["projected_length"] == 4
 
 

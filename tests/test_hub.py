@@ -256,13 +256,15 @@ def test_overwrite_refuses_a_folder_that_push_to_hub_did_not_write(converted, tm
         (converted_model, "it has no README.md, which every such folder holds"),
     ):
         before = sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
-        args = [model, "someone/x", "--dry_run", "--skip_remote_check", "--output_dir", str(folder), "--overwrite"]
-        assert push_to_hub.main(args) == 2
-        error = capsys.readouterr().err
-        assert f"{folder} is not a model folder written by push_to_hub ({found})" in error
-        assert "never deletes a folder of other things" in error
-        assert f"Give another output directory, or delete {folder} yourself" in error
-        assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == before
+        # without --overwrite the refusal is the same: it used to advise passing --overwrite, refused in turn
+        for flags in (["--overwrite"], []):
+            args = [model, "someone/x", "--dry_run", "--skip_remote_check", "--output_dir", str(folder), *flags]
+            assert push_to_hub.main(args) == 2
+            error = capsys.readouterr().err
+            assert f"{folder} is not a model folder written by push_to_hub ({found})" in error
+            assert "never deletes a folder of other things" in error and "or pass" not in error
+            assert f"Give another output directory, or delete {folder} yourself" in error
+            assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*")) == before
     # its own earlier folder is replaced as before
     prepare_model_folder(model, str(tmp_path / "pushed"), "someone/x")
     args = [model, "someone/y", "--dry_run", "--skip_remote_check", "--output_dir", str(tmp_path / "pushed")]

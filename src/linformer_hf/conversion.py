@@ -915,9 +915,11 @@ def convert_checkpoint(
             f"the source {source} lies inside output_dir {output_dir}, which --overwrite replaces: give another "
             "output_dir."
         )
-    check_output_dir(output_dir, overwrite, create=False)
-    if overwrite and os.path.isfile(os.path.join(output_dir, "config.json")):  # a model, replaced whole: ours only
+    # A model there is replaced whole by --overwrite: only an earlier conversion's (refused with or without the flag,
+    # so that the refusal never advises a flag that would be refused in turn).
+    if os.path.isfile(os.path.join(output_dir, "config.json")):
         check_replaceable(output_dir, CONVERTED_MODEL)
+    check_output_dir(output_dir, overwrite, create=False)
     source_config = AutoConfig.from_pretrained(source)
     if source_config.model_type in SOURCE_CONFIGS:  # another is refused by load_source, naming it
         # the settings are checked on the source's config, before any weight is read (or downloaded)
