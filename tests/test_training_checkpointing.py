@@ -1011,3 +1011,21 @@ def test_a_finetuning_resumed_from_an_earlier_checkpoint_sets_the_later_ones_asi
     aside = [p for p in out.iterdir() if p.name.startswith("superseded-after-step2-")]
     assert len(aside) == 1 and [p.name for p in aside[0].iterdir()] == ["checkpoint-4"]
     assert finetuning_checkpoints(out) == {2: True, 4: True}  # the new path's checkpoint-4
+
+
+def test_claiming_a_run_folder_removes_its_own_debris_and_no_other_commands_staging(tmp_path):
+    """A resumed run removes what a kill left of its own writes (`.tmp-final`, a pruned checkpoint's `.trash-...`),
+    and it removed every `.tmp-*` there: another command's staging folder inside the run folder (push_to_hub
+    --output_dir <run>/hub, still being written) went with them."""
+    from linformer_hf.training.checkpointing import claim_output_dir
+
+    out = tmp_path / "run"
+    for name in (".tmp-final", ".trash-checkpoint-4-1234", ".tmp-hub-x1y2z3", ".trash-notes-77"):
+        (out / name).mkdir(parents=True)
+        (out / name / "model.safetensors").write_bytes(b"weights")
+    (out / "checkpoint-2").mkdir()
+    lock = claim_output_dir(str(out), resuming=True, overwrite=False)
+    try:
+        assert sorted(os.listdir(out)) == [".run.lock", ".tmp-hub-x1y2z3", ".trash-notes-77", "checkpoint-2"]
+    finally:
+        lock.release()

@@ -732,9 +732,21 @@ def claim_output_dir(
                 os.remove(full)
     for parent in (output_dir, options.checkpoint_root(output_dir)):  # a kill while saving or pruning leaves these
         for name in os.listdir(parent) if os.path.isdir(parent) else []:
-            if name.startswith((TMP_PREFIX, TRASH_PREFIX)):
+            own = parent != output_dir or is_run_debris(name, options)  # a checkpoint folder holds only the run's
+            if own and name.startswith((TMP_PREFIX, TRASH_PREFIX)):
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     return lock
+
+
+def is_run_debris(name: str, options: RunOptions = PRETRAINING) -> bool:
+    """Whether an entry of an output directory is one of the run's own outputs half written (``.tmp-<output>``) or
+    half deleted (``.trash-<output>-<pid>``), which a kill leaves: never another command's staging folder there (e.g.
+    a push_to_hub ``--output_dir <run>/hub`` still being written)."""
+    if name.startswith(TMP_PREFIX):
+        return is_run_output(name[len(TMP_PREFIX) :], options)
+    if name.startswith(TRASH_PREFIX):
+        return is_run_output(name[len(TRASH_PREFIX) :].rpartition("-")[0], options)
+    return False
 
 
 # ----------------------------------------------------------------------------------------------------------------
