@@ -460,6 +460,22 @@ def test_a_second_tokenizer_is_refused_in_a_used_output_dir(tokenizer_dir, tmp_p
     assert (out / "tokenizer.json").read_bytes() != before["tokenizer.json"]  # 300 tokens, not 400
 
 
+def test_a_tokenizer_is_never_trained_into_a_models_folder(tokenizer_dir, tmp_path, capsys):
+    """--output_dir <model> --overwrite replaced the model's tokenizer files without a word: its embeddings then read
+    ids of another vocabulary. Refused with or without --overwrite, the folder kept as it was."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tokenizer_dir, model)
+    (model / "config.json").write_text('{"model_type": "linformer"}')
+    before = {name: (model / name).read_bytes() for name in os.listdir(model)}
+    argv = ["--files", WIKITEXT, "--max_documents", "50", "--vocab_size", "300", "--output_dir", str(model)]
+    for flags in ([], ["--overwrite"]):
+        line = run_main("train_tokenizer", [*argv, *flags], capsys)
+        assert f"--output_dir {model} holds a model (config.json)" in line and "a folder of its own" in line
+        assert {name: (model / name).read_bytes() for name in os.listdir(model)} == before
+
+
 def test_overwrite_leaves_no_file_of_the_earlier_tokenizer(tmp_path, capsys):
     """--overwrite kept an earlier tokenizer's files the new one does not write, and AutoTokenizer read them with it:
     its special_tokens_map.json gave another mask and pad token, its added_tokens.json extra ids (302 tokens, not

@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         # A tokenizer is the vocabulary of every model trained with it: an earlier one is never replaced silently.
+        if os.path.isfile(os.path.join(args.output_dir, "config.json")):  # refused with --overwrite too
+            raise ConfigError(
+                f"--output_dir {args.output_dir} holds a model (config.json): a tokenizer trained there would replace "
+                f"the one its embeddings were trained with, and the model would read other tokens than it learned. "
+                f"Give the new tokenizer a folder of its own."
+            )
         check_output_dir(args.output_dir, args.overwrite, create=False)
         check_arguments(args)
         if args.files:
