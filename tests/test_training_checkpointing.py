@@ -1029,3 +1029,33 @@ def test_claiming_a_run_folder_removes_its_own_debris_and_no_other_commands_stag
         assert sorted(os.listdir(out)) == [".run.lock", ".tmp-hub-x1y2z3", ".trash-notes-77", "checkpoint-2"]
     finally:
         lock.release()
+
+
+def test_the_same_command_run_again_after_the_run_finished_has_nothing_to_do(
+    tokenizer_dir, small_corpus, tmp_path, capsys
+):
+    """`--resume_from_checkpoint latest` on a finished run loaded its last checkpoint, evaluated again and wrote
+    final/ and its summary again. Now it says the run is complete and returns its summary, writing nothing; a run
+    killed between its last checkpoint and final/ is still finished, and more updates still train on."""
+    out = tmp_path / "run"
+    first = run(tokenizer_dir, small_corpus, out, max_steps=4)
+
+    def written():
+        return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+    before = written()
+    capsys.readouterr()
+    again = run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")
+    assert f"The run in {out} is complete (4 updates" in capsys.readouterr().out
+    assert again == json.loads(json.dumps(first)) and written() == before
+    # another recipe is still refused as such, not called complete
+    with pytest.raises(ConfigError, match="training.seed"):
+        run(tokenizer_dir, small_corpus, out, max_steps=4, seed=7, resume_from_checkpoint="latest")
+    # killed before final/ was published: finished from the last checkpoint
+    shutil.rmtree(out / "final")
+    os.remove(out / "summary_step4.json")
+    resumed = run(tokenizer_dir, small_corpus, out, max_steps=4, resume_from_checkpoint="latest")
+    assert json.loads((out / "final" / "eval_results.json").read_text())["step"] == 4
+    assert resumed["evals"].keys() == first["evals"].keys()
+    # raising max_steps trains on
+    assert run(tokenizer_dir, small_corpus, out, max_steps=6, resume_from_checkpoint="latest")["completed_steps"] == 6

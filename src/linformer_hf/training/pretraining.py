@@ -117,6 +117,16 @@ def summary_path(output_dir: str, completed_steps: int) -> str:
     return os.path.join(output_dir, f"summary_step{completed_steps}.json")
 
 
+def finished(output_dir: str, max_steps: int) -> bool:
+    """Whether the run in ``output_dir`` ended at ``max_steps`` with its ``final/`` and summary written: the same
+    command run again with ``--resume_from_checkpoint latest`` has nothing to do (it evaluated and wrote both again)."""
+    results = os.path.join(output_dir, "final", "eval_results.json")
+    if not (os.path.isfile(summary_path(output_dir, max_steps)) and os.path.isfile(results)):
+        return False
+    with open(results, encoding="utf-8") as fh:
+        return json.load(fh).get("step") == max_steps
+
+
 def read_final_summary(output_dir: str) -> dict:
     """The summary of the run that went furthest in ``output_dir`` (a time budget may end it before max_steps)."""
     found = summary_steps(output_dir)
@@ -612,7 +622,8 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     """Check the inputs and claim the output directory, then build the data, the model, its optimizer and schedule,
     and the `MaskedLMTrainer` that runs them (stopped after the update in which ``stop`` is set, with a checkpoint;
     the optimizer and schedule are the Trainer's, made when it starts).
-    ``trainer.train(resume_from_checkpoint=trainer.resume_dir)`` runs it (`run_pretraining`)."""
+    ``trainer.train(resume_from_checkpoint=trainer.resume_dir)`` runs it (`run_pretraining`). None when the run
+    resumed by ``latest`` has finished (`finished`): nothing is claimed, built or written."""
     from accelerate import PartialState
     from transformers import set_seed
 
@@ -665,6 +676,8 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, processes.num_processes)
     if resume_dir:
         check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
+        if tcfg.resume_from_checkpoint == "latest" and finished(tcfg.output_dir, tcfg.max_steps):
+            return None
     lock = claim_output_dir(
         tcfg.output_dir,
         resuming=resume_dir is not None,
@@ -871,6 +884,14 @@ def run_pretraining(recipe: PretrainRecipe, show_progress: bool = True) -> dict:
     stop = StopSignal().install()  # from the start: a signal during setup stops the run after its first update
     try:
         trainer = build_trainer(recipe, stop, show_progress)
+        if trainer is None:
+            output_dir = recipe.training.output_dir
+            print(
+                f"The run in {output_dir} is complete ({recipe.training.max_steps} updates, final model in "
+                f"{os.path.join(output_dir, 'final')}): nothing to do. To train on, raise training.max_steps.",
+                flush=True,
+            )
+            return read_final_summary(output_dir)
         try:
             summary = train(trainer, stop)
         except TrainingDiverged as err:
