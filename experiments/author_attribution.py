@@ -89,6 +89,7 @@ from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import model_sha256, saved_model_length, vocabulary_sha256
 from linformer_hf.outputs import (
     check_output_dir,
+    held,
     publish_folder,
     publish_new_folder,
     replace_folder,
@@ -143,6 +144,10 @@ PAIR_COLUMNS = [
     "by_book_p",
 ]
 POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
+
+
+# What `build_dataset` writes in its folder: all that --overwrite may delete.
+BUILD_FILES = (MANIFEST, "README.md", *(f"{split}-00000-of-00001.parquet" for split in ("train", "validation", "test")))
 
 
 def book_shards(books: str) -> dict[str, list[str]]:
@@ -298,6 +303,13 @@ def build_dataset(
                 f"--output_dir {output_dir} is {flag} {source}, or holds it or lies inside it: the data set is written "
                 f"as a folder of its own (--overwrite deletes it whole). Give another --output_dir."
             )
+    if os.path.isdir(output_dir) and os.listdir(output_dir):  # --overwrite (else refused above): it is deleted whole
+        names = os.listdir(output_dir)
+        if MANIFEST not in names or set(names) - set(BUILD_FILES):  # a compare folder, say: its runs would go with it
+            raise FileExistsError(
+                f"{output_dir} is not a data set build wrote (it holds {held(output_dir)}): --overwrite replaces only "
+                f"such a folder ({MANIFEST}, README.md, the splits) and deletes it whole. Give another --output_dir."
+            )
     for name, value in (("passage_tokens", passage_tokens), ("train_per_author", train_per_author)):
         if value < 1:
             raise ConfigError(f"--{name} must be >= 1, got {value}.")
@@ -330,8 +342,8 @@ def build_dataset(
         order = round_robin(training, slot, edge_characters, rng)
         for i, key in enumerate(order[: train_per_author + dev_per_author]):
             wanted[key] = "train" if i < train_per_author else "validation"
-        for held in [b for b in catalogue if b["author"] == author and b["split"] == "validation"]:
-            for key in round_robin([held], slot, edge_characters, rng)[:test_per_author]:
+        for held_out in [b for b in catalogue if b["author"] == author and b["split"] == "validation"]:
+            for key in round_robin([held_out], slot, edge_characters, rng)[:test_per_author]:
                 wanted[key] = "test"
     by_book: dict[str, list[int]] = {}
     for book_id, start in wanted:
@@ -1480,7 +1492,7 @@ def main(argv=None):
     build.add_argument("--edge_characters", type=non_negative_int, default=5000)
     build.add_argument("--seed", type=int, default=1)
     build.add_argument("--max_authors", type=positive_int, default=None, help="the first N authors (a small run)")
-    build.add_argument("--overwrite", action="store_true")
+    build.add_argument("--overwrite", action="store_true", help="replace an earlier data set (a folder build wrote)")
     run = commands.add_parser("compare", help="fine-tune each model on the data set and report")
     run.add_argument("--data", default=os.path.join("outputs", "authors", "data"))
     run.add_argument("--output_dir", default=os.path.join("outputs", "authors"))

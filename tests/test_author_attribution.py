@@ -565,6 +565,28 @@ def test_build_never_writes_over_its_books_or_tokenizer_and_leaves_room_for_text
         author_attribution.build_dataset(str(corpus), str(model), str(tmp_path / "d"), **{**BUILD, "passage_tokens": 2})
 
 
+def test_build_overwrites_only_an_earlier_data_set(books, linformer, data, tmp_path):
+    """`--overwrite` deletes the output folder whole. Given a compare folder (compare's default output is the folder
+    above build's), it deleted every run and kept model the refusal without it had named: only a folder build wrote
+    is replaced."""
+    compared = tmp_path / "authors"
+    shutil.copytree(data[0], compared / "data")
+    (compared / "runs" / "teacher" / "best").mkdir(parents=True)
+    (compared / "compare.json").write_text("{}")
+    for output in (compared, compared / "data" / ".."):
+        with pytest.raises(FileExistsError, match="is not a data set build wrote"):
+            author_attribution.build_dataset(books, linformer, str(output), overwrite=True, **BUILD)
+    mine = tmp_path / "mine"  # a folder of other files, not a data set
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a data set build wrote"):
+        author_attribution.build_dataset(books, linformer, str(mine), overwrite=True, **BUILD)
+    assert sorted(os.listdir(compared)) == ["compare.json", "data", "runs"] and os.listdir(mine) == ["notes.txt"]
+    earlier = shutil.copytree(data[0], tmp_path / "earlier")  # an earlier data set is replaced
+    manifest = author_attribution.build_dataset(books, linformer, str(earlier), overwrite=True, **{**BUILD, "seed": 2})
+    assert manifest["seed"] == 2 and sorted(os.listdir(earlier)) == sorted(author_attribution.BUILD_FILES)
+
+
 def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linformer, tmp_path, monkeypatch):
     """A misspelt override is refused before compare.json is written (it locked the folder against the corrected
     command); a record whose runs left nothing behind (no result, no checkpoint) is replaced by the next compare, and
