@@ -90,11 +90,9 @@ from linformer_hf.loading import model_sha256, saved_model_length, vocabulary_sh
 from linformer_hf.outputs import (
     check_output_dir,
     held,
-    publish_folder,
     publish_new_folder,
     replace_folder,
     sigterm_unwinds,
-    staging_folder,
     unique_staging_folder,
     write_json_atomic,
     write_text_atomic,
@@ -381,54 +379,56 @@ def build_dataset(
     features = Features(
         {"text": Value("string"), "label": ClassLabel(names=authors), "book": Value("string"), "start": Value("int64")}
     )
-    staging = staging_folder(output_dir)
-    import shutil
-
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    for split, split_rows in rows.items():
-        Dataset.from_list(split_rows, features=features).to_parquet(
-            os.path.join(staging, f"{split}-00000-of-00001.parquet")
+    # A staging folder of this build's own: two builds into one --output_dir never write into, or delete, each other's,
+    # and the data set appears whole at once, or not at all when another build published there meanwhile.
+    staging = unique_staging_folder(output_dir)
+    try:
+        for split, split_rows in rows.items():
+            Dataset.from_list(split_rows, features=features).to_parquet(
+                os.path.join(staging, f"{split}-00000-of-00001.parquet")
+            )
+        per_author = {author: counts[author] for author in authors}
+        manifest = {
+            "books": os.path.abspath(books),
+            "tokenizer": os.path.abspath(tokenizer_dir),
+            "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
+            "passage_tokens": passage_tokens,
+            "train_per_author": train_per_author,
+            "dev_per_author": dev_per_author,
+            "test_per_author": test_per_author,
+            "edge_characters": edge_characters,
+            "seed": seed,
+            "authors": len(authors),
+            "authors_without_passages": {author: counts[author] for author in without},  # no class: see above
+            "passages": {split: len(split_rows) for split, split_rows in rows.items()},
+            "books_used": {split: len({r["book"] for r in rows[split]}) for split in rows},  # the passages' books
+            "passages_per_author": {
+                split: {
+                    "min": min(c[split] for c in per_author.values()),
+                    "max": max(c[split] for c in per_author.values()),
+                }
+                for split in rows
+            },
+            "dropped_slots": dropped,
+            "per_author": per_author,
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+        write_json_atomic(os.path.join(staging, MANIFEST), manifest)
+        lines = [f"  - split: {split}\n    path: {split}-*.parquet" for split in rows]
+        readme = (
+            "---\nconfigs:\n- config_name: default\n  data_files:\n" + "\n".join(lines) + "\n---\n\n"
+            f"# Author attribution: passages of at least {passage_tokens} tokens\n\n"
+            f"Built by experiments/author_attribution.py from {books} (seed {seed}): {len(authors)} authors; "
+            + ", ".join(f"{split} {len(split_rows)} passages" for split, split_rows in rows.items())
+            + f". {MANIFEST} has the settings and the counts per author.\n"
         )
-    per_author = {author: counts[author] for author in authors}
-    manifest = {
-        "books": os.path.abspath(books),
-        "tokenizer": os.path.abspath(tokenizer_dir),
-        "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
-        "passage_tokens": passage_tokens,
-        "train_per_author": train_per_author,
-        "dev_per_author": dev_per_author,
-        "test_per_author": test_per_author,
-        "edge_characters": edge_characters,
-        "seed": seed,
-        "authors": len(authors),
-        "authors_without_passages": {author: counts[author] for author in without},  # no class: see above
-        "passages": {split: len(split_rows) for split, split_rows in rows.items()},
-        "books_used": {split: len({r["book"] for r in rows[split]}) for split in rows},  # the passages' books
-        "passages_per_author": {
-            split: {
-                "min": min(c[split] for c in per_author.values()),
-                "max": max(c[split] for c in per_author.values()),
-            }
-            for split in rows
-        },
-        "dropped_slots": dropped,
-        "per_author": per_author,
-        "seconds": round(time.perf_counter() - began, 1),
-    }
-    write_json_atomic(os.path.join(staging, MANIFEST), manifest)
-    lines = [f"  - split: {split}\n    path: {split}-*.parquet" for split in rows]
-    readme = (
-        "---\nconfigs:\n- config_name: default\n  data_files:\n" + "\n".join(lines) + "\n---\n\n"
-        f"# Author attribution: passages of at least {passage_tokens} tokens\n\n"
-        f"Built by experiments/author_attribution.py from {books} (seed {seed}): {len(authors)} authors; "
-        + ", ".join(f"{split} {len(split_rows)} passages" for split, split_rows in rows.items())
-        + f". {MANIFEST} has the settings and the counts per author.\n"
-    )
-    write_text_atomic(os.path.join(staging, "README.md"), readme)
-    if os.path.isdir(output_dir):  # empty, or replaced (overwrite)
-        shutil.rmtree(output_dir)
-    publish_folder(staging, output_dir)
+        write_text_atomic(os.path.join(staging, "README.md"), readme)
+        if overwrite and os.path.isdir(output_dir) and os.listdir(output_dir):
+            replace_folder(staging, output_dir)  # an earlier data set (checked above)
+        else:
+            publish_new_folder(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # what a failed or stopped build wrote
     return manifest
 
 
@@ -1545,19 +1545,20 @@ def main(argv=None):
                 print(rescore(args.folder, args.data, args.output_dir, args.overwrite), end="")
             return
         if args.command == "build":
-            manifest = build_dataset(
-                args.books,
-                args.tokenizer,
-                args.output_dir,
-                args.passage_tokens,
-                args.train_per_author,
-                args.dev_per_author,
-                args.test_per_author,
-                args.edge_characters,
-                args.seed,
-                args.max_authors,
-                args.overwrite,
-            )
+            with sigterm_unwinds():  # a kill removes the staging folder beside --output_dir
+                manifest = build_dataset(
+                    args.books,
+                    args.tokenizer,
+                    args.output_dir,
+                    args.passage_tokens,
+                    args.train_per_author,
+                    args.dev_per_author,
+                    args.test_per_author,
+                    args.edge_characters,
+                    args.seed,
+                    args.max_authors,
+                    args.overwrite,
+                )
             summary = {k: v for k, v in manifest.items() if k != "per_author"}
             print(json.dumps(summary, indent=2))
             return

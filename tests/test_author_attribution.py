@@ -587,6 +587,35 @@ def test_build_overwrites_only_an_earlier_data_set(books, linformer, data, tmp_p
     assert manifest["seed"] == 2 and sorted(os.listdir(earlier)) == sorted(author_attribution.BUILD_FILES)
 
 
+def test_two_builds_into_one_folder_never_replace_each_other(books, linformer, tmp_path, monkeypatch, send_sigterm):
+    """Two builds into one empty --output_dir at once (both found it empty): the later one deleted the staging folder
+    the first was writing (one name for both) and then the first's published data set, without --overwrite. Now each
+    writes its own, and the one that ends second is refused, the other's data set kept; a stopped build leaves no
+    staging folder behind."""
+    out = tmp_path / "data"
+    cut = author_attribution.cut_passage
+
+    def another_build_publishes(*args, **kwargs):  # the other build ends while this one cuts its passages
+        if not out.exists():
+            out.mkdir()
+            (out / author_attribution.MANIFEST).write_text('{"the other build": true}')
+        return cut(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(author_attribution, "cut_passage", another_build_publishes)
+        with pytest.raises(FileExistsError, match="filled by another run"):
+            author_attribution.build_dataset(books, linformer, str(out), **BUILD)
+    assert os.listdir(out) == ["authors_manifest.json"] and "the other" in (out / "authors_manifest.json").read_text()
+    with monkeypatch.context() as patch:  # SIGTERM while writing: unwound, its staging folder removed
+        patch.setattr(author_attribution, "vocabulary_sha256", send_sigterm)
+        with pytest.raises(KeyboardInterrupt):
+            author_attribution.main(
+                ["build", "--books", books, "--tokenizer", linformer, "--output_dir", str(tmp_path / "stopped")]
+                + [f"--{key}={value}" for key, value in BUILD.items()]
+            )
+    assert sorted(os.listdir(tmp_path)) == ["data"]
+
+
 def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linformer, tmp_path, monkeypatch):
     """A misspelt override is refused before compare.json is written (it locked the folder against the corrected
     command); a record whose runs left nothing behind (no result, no checkpoint) is replaced by the next compare, and
