@@ -1408,6 +1408,16 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
     return text
 
 
+# The recipe keys compare sets for each run (`command`): not overrides a comparison can take.
+SET_BY_COMPARE = (
+    "model.pretrained",
+    "data.dataset",
+    "training.output_dir",
+    "training.resume_from_checkpoint",
+    "training.overwrite_output_dir",
+)
+
+
 def compare(
     data: str,
     output_dir: str,
@@ -1420,6 +1430,12 @@ def compare(
 ) -> str:
     """Fine-tune each model on the data (one run each, skipped when finished), then write results.md / .csv."""
     shared = shared or {}
+    set_here = sorted(set(shared) & set(SET_BY_COMPARE))
+    if set_here:  # else ignored without a word (the folders), or a stopped run could never be resumed (the last two)
+        raise ConfigError(
+            f"--shared sets {', '.join(set_here)}, which compare sets for each run itself (its model, --data, "
+            "<output_dir>/runs/<run>, and resuming a stopped run from its checkpoint): remove it from --shared."
+        )
     for option, model in (("--linformer", linformer), ("--teacher", teacher)):
         if model is not None:  # a missing folder is named as one, not as transformers' malformed repo id
             check_model_source(model, option)

@@ -637,6 +637,28 @@ def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linfor
         author_attribution.record_comparison(str(out), data[0], runs, {"training.seed": 3})
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("training.overwrite_output_dir", True),
+        ("training.resume_from_checkpoint", "latest"),
+        ("training.output_dir", "elsewhere"),
+        ("model.pretrained", "roberta-base"),
+        ("data.dataset", {"path": "other"}),
+    ],
+)
+def test_compare_refuses_a_shared_override_of_what_it_sets_itself(key, value, data, linformer, tmp_path, monkeypatch):
+    """compare sets each run's model, data, folder and resuming. Given in --shared, the folders and the model were
+    ignored without a word, and training.overwrite_output_dir ran until the first stop, after which the same command
+    failed (overwrite and resume at once) and any other was refused (other settings): the run could not go on."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "run_child", lambda *args: pytest.fail("a run started"))
+    out = tmp_path / "compare"
+    with pytest.raises(ConfigError, match=f"--shared sets {key}, which compare sets for each run itself"):
+        author_attribution.compare(data[0], str(out), linformer, shared={key: value, "training.max_steps": 2})
+    assert not out.exists()
+
+
 def test_what_a_run_cannot_read_or_finish_is_refused_before_any_run(data, linformer, tmp_path, monkeypatch):
     """Refused before anything is written: a teacher that full attention cannot be copied out from (it failed only
     after the teacher's own fine-tuning, as a raw ValueError), a data.max_seq_length longer than a model's n, a model
