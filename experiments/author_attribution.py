@@ -1580,7 +1580,13 @@ def main(argv=None):
             return
         import yaml
 
-        shared = yaml.safe_load(args.shared) or {}
+        try:
+            shared = yaml.safe_load(args.shared) or {}
+        except yaml.YAMLError as err:  # a brace or quote left out: one line, not the parser's traceback
+            raise ConfigError(
+                f"--shared {args.shared!r} is not YAML ({getattr(err, 'problem', None) or err}): give a mapping of "
+                "recipe keys, e.g. '{training.seed: 2, training.learning_rate: 2.0e-4}'."
+            ) from None
         if not isinstance(shared, dict):
             raise ConfigError(f"--shared must be a mapping of recipe keys, got {args.shared!r}.")
         text = compare(

@@ -1002,6 +1002,19 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
 
 
+def test_compare_names_a_shared_that_is_not_yaml_in_one_line(data, linformer, tmp_path, capsys):
+    """--shared with a brace left out ended in the YAML parser's traceback (exit 1)."""
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main(
+            ["compare", "--data", data[0], "--linformer", linformer, "--output_dir", str(tmp_path / "out")]
+            + ["--shared", "{training.seed: 2"]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--shared '{training.seed: 2' is not YAML" in err
+    assert not os.path.exists(tmp_path / "out")
+
+
 @pytest.mark.parametrize("option", ["--linformer", "--teacher"])
 def test_compare_names_a_missing_model_folder_before_any_work(option, tmp_path, capsys):
     """A --linformer or --teacher folder that is not there is said to be missing on one line, before the data is
