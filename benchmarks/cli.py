@@ -10,7 +10,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from linformer_hf.outputs import check_output_dir, write_json_atomic, write_text_atomic
+from linformer_hf.outputs import check_output_dir, sigterm_unwinds, write_json_atomic, write_text_atomic
 from linformer_hf.training.errors import report
 
 from .config import PRESETS, BenchmarkConfig
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, RuntimeError) as err:
         return report(err)
     try:
-        return _measure(command_line, cfg, argv, made)
+        with sigterm_unwinds():  # SIGTERM (kill, timeout, a job scheduler) stops the run as Ctrl-C does
+            return _measure(command_line, cfg, argv, made)
     finally:
         os.close(lock)  # the run is over (main called again in this process finds the folder free)
 
@@ -151,7 +152,7 @@ def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], m
     except KeyboardInterrupt:  # one line, not the traceback of wherever the run was
         kept = f"the points measured so far are in {partial}" if os.path.exists(partial) else "no point was measured"
         remove_if_unused(out_dir, made)
-        print(f"stopped (Ctrl-C): {kept}; the same command with --overwrite runs it again.", file=sys.stderr)
+        print(f"stopped (Ctrl-C or SIGTERM): {kept}; the same command with --overwrite runs it again.", file=sys.stderr)
         return 130
     except RuntimeError as err:  # the run itself failed (measuring the matmul peak, WorkerFailed): one line
         remove_if_unused(out_dir, made)

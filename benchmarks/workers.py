@@ -812,23 +812,25 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
     process.start()
     ends = time.monotonic() + timeout_s  # counted from the process start, not through the forkserver's own start
     sender.close()
-    while True:
-        if not receiver.poll(max(0.0, ends - time.monotonic())):
+    try:
+        while True:
+            if not receiver.poll(max(0.0, ends - time.monotonic())):
+                process.kill()
+                process.join()
+                raise WorkerTimedOut(f"timed out after {timeout_s:g} s")
+            try:
+                message = receiver.recv()
+            except EOFError:  # the process died before sending its result
+                message = None
+            if message is None or "progress" not in message:
+                break
+            if on_progress is not None:
+                on_progress(message["progress"])
+        process.join(timeout=10)
+    finally:  # also when this process is stopped (SIGTERM reaches it alone): no worker goes on measuring behind it
+        if process.is_alive():
             process.kill()
             process.join()
-            raise WorkerTimedOut(f"timed out after {timeout_s:g} s")
-        try:
-            message = receiver.recv()
-        except EOFError:  # the process died before sending its result
-            message = None
-        if message is None or "progress" not in message:
-            break
-        if on_progress is not None:
-            on_progress(message["progress"])
-    process.join(timeout=10)
-    if process.is_alive():
-        process.kill()
-        process.join()
     if message is None:
         code = process.exitcode
         reason = " (killed: out of memory?)" if code in (-9, 137) else ""

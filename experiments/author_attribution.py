@@ -89,11 +89,10 @@ from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import model_sha256, saved_model_length, vocabulary_sha256
 from linformer_hf.outputs import (
     check_output_dir,
-    publish_folder,
+    held,
     publish_new_folder,
     replace_folder,
     sigterm_unwinds,
-    staging_folder,
     unique_staging_folder,
     write_json_atomic,
     write_text_atomic,
@@ -143,6 +142,10 @@ PAIR_COLUMNS = [
     "by_book_p",
 ]
 POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
+
+
+# What `build_dataset` writes in its folder: all that --overwrite may delete.
+BUILD_FILES = (MANIFEST, "README.md", *(f"{split}-00000-of-00001.parquet" for split in ("train", "validation", "test")))
 
 
 def book_shards(books: str) -> dict[str, list[str]]:
@@ -298,6 +301,13 @@ def build_dataset(
                 f"--output_dir {output_dir} is {flag} {source}, or holds it or lies inside it: the data set is written "
                 f"as a folder of its own (--overwrite deletes it whole). Give another --output_dir."
             )
+    if os.path.isdir(output_dir) and os.listdir(output_dir):  # --overwrite (else refused above): it is deleted whole
+        names = os.listdir(output_dir)
+        if MANIFEST not in names or set(names) - set(BUILD_FILES):  # a compare folder, say: its runs would go with it
+            raise FileExistsError(
+                f"{output_dir} is not a data set build wrote (it holds {held(output_dir)}): --overwrite replaces only "
+                f"such a folder ({MANIFEST}, README.md, the splits) and deletes it whole. Give another --output_dir."
+            )
     for name, value in (("passage_tokens", passage_tokens), ("train_per_author", train_per_author)):
         if value < 1:
             raise ConfigError(f"--{name} must be >= 1, got {value}.")
@@ -330,8 +340,8 @@ def build_dataset(
         order = round_robin(training, slot, edge_characters, rng)
         for i, key in enumerate(order[: train_per_author + dev_per_author]):
             wanted[key] = "train" if i < train_per_author else "validation"
-        for held in [b for b in catalogue if b["author"] == author and b["split"] == "validation"]:
-            for key in round_robin([held], slot, edge_characters, rng)[:test_per_author]:
+        for held_out in [b for b in catalogue if b["author"] == author and b["split"] == "validation"]:
+            for key in round_robin([held_out], slot, edge_characters, rng)[:test_per_author]:
                 wanted[key] = "test"
     by_book: dict[str, list[int]] = {}
     for book_id, start in wanted:
@@ -369,54 +379,56 @@ def build_dataset(
     features = Features(
         {"text": Value("string"), "label": ClassLabel(names=authors), "book": Value("string"), "start": Value("int64")}
     )
-    staging = staging_folder(output_dir)
-    import shutil
-
-    shutil.rmtree(staging, ignore_errors=True)
-    os.makedirs(staging)
-    for split, split_rows in rows.items():
-        Dataset.from_list(split_rows, features=features).to_parquet(
-            os.path.join(staging, f"{split}-00000-of-00001.parquet")
+    # A staging folder of this build's own: two builds into one --output_dir never write into, or delete, each other's,
+    # and the data set appears whole at once, or not at all when another build published there meanwhile.
+    staging = unique_staging_folder(output_dir)
+    try:
+        for split, split_rows in rows.items():
+            Dataset.from_list(split_rows, features=features).to_parquet(
+                os.path.join(staging, f"{split}-00000-of-00001.parquet")
+            )
+        per_author = {author: counts[author] for author in authors}
+        manifest = {
+            "books": os.path.abspath(books),
+            "tokenizer": os.path.abspath(tokenizer_dir),
+            "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
+            "passage_tokens": passage_tokens,
+            "train_per_author": train_per_author,
+            "dev_per_author": dev_per_author,
+            "test_per_author": test_per_author,
+            "edge_characters": edge_characters,
+            "seed": seed,
+            "authors": len(authors),
+            "authors_without_passages": {author: counts[author] for author in without},  # no class: see above
+            "passages": {split: len(split_rows) for split, split_rows in rows.items()},
+            "books_used": {split: len({r["book"] for r in rows[split]}) for split in rows},  # the passages' books
+            "passages_per_author": {
+                split: {
+                    "min": min(c[split] for c in per_author.values()),
+                    "max": max(c[split] for c in per_author.values()),
+                }
+                for split in rows
+            },
+            "dropped_slots": dropped,
+            "per_author": per_author,
+            "seconds": round(time.perf_counter() - began, 1),
+        }
+        write_json_atomic(os.path.join(staging, MANIFEST), manifest)
+        lines = [f"  - split: {split}\n    path: {split}-*.parquet" for split in rows]
+        readme = (
+            "---\nconfigs:\n- config_name: default\n  data_files:\n" + "\n".join(lines) + "\n---\n\n"
+            f"# Author attribution: passages of at least {passage_tokens} tokens\n\n"
+            f"Built by experiments/author_attribution.py from {books} (seed {seed}): {len(authors)} authors; "
+            + ", ".join(f"{split} {len(split_rows)} passages" for split, split_rows in rows.items())
+            + f". {MANIFEST} has the settings and the counts per author.\n"
         )
-    per_author = {author: counts[author] for author in authors}
-    manifest = {
-        "books": os.path.abspath(books),
-        "tokenizer": os.path.abspath(tokenizer_dir),
-        "vocabulary_sha256": vocabulary_sha256(tokenizer.get_vocab()),
-        "passage_tokens": passage_tokens,
-        "train_per_author": train_per_author,
-        "dev_per_author": dev_per_author,
-        "test_per_author": test_per_author,
-        "edge_characters": edge_characters,
-        "seed": seed,
-        "authors": len(authors),
-        "authors_without_passages": {author: counts[author] for author in without},  # no class: see above
-        "passages": {split: len(split_rows) for split, split_rows in rows.items()},
-        "books_used": {split: len({r["book"] for r in rows[split]}) for split in rows},  # the passages' books
-        "passages_per_author": {
-            split: {
-                "min": min(c[split] for c in per_author.values()),
-                "max": max(c[split] for c in per_author.values()),
-            }
-            for split in rows
-        },
-        "dropped_slots": dropped,
-        "per_author": per_author,
-        "seconds": round(time.perf_counter() - began, 1),
-    }
-    write_json_atomic(os.path.join(staging, MANIFEST), manifest)
-    lines = [f"  - split: {split}\n    path: {split}-*.parquet" for split in rows]
-    readme = (
-        "---\nconfigs:\n- config_name: default\n  data_files:\n" + "\n".join(lines) + "\n---\n\n"
-        f"# Author attribution: passages of at least {passage_tokens} tokens\n\n"
-        f"Built by experiments/author_attribution.py from {books} (seed {seed}): {len(authors)} authors; "
-        + ", ".join(f"{split} {len(split_rows)} passages" for split, split_rows in rows.items())
-        + f". {MANIFEST} has the settings and the counts per author.\n"
-    )
-    write_text_atomic(os.path.join(staging, "README.md"), readme)
-    if os.path.isdir(output_dir):  # empty, or replaced (overwrite)
-        shutil.rmtree(output_dir)
-    publish_folder(staging, output_dir)
+        write_text_atomic(os.path.join(staging, "README.md"), readme)
+        if overwrite and os.path.isdir(output_dir) and os.listdir(output_dir):
+            replace_folder(staging, output_dir)  # an earlier data set (checked above)
+        else:
+            publish_new_folder(staging, output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # what a failed or stopped build wrote
     return manifest
 
 
@@ -1396,6 +1408,16 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
     return text
 
 
+# The recipe keys compare sets for each run (`command`): not overrides a comparison can take.
+SET_BY_COMPARE = (
+    "model.pretrained",
+    "data.dataset",
+    "training.output_dir",
+    "training.resume_from_checkpoint",
+    "training.overwrite_output_dir",
+)
+
+
 def compare(
     data: str,
     output_dir: str,
@@ -1408,6 +1430,12 @@ def compare(
 ) -> str:
     """Fine-tune each model on the data (one run each, skipped when finished), then write results.md / .csv."""
     shared = shared or {}
+    set_here = sorted(set(shared) & set(SET_BY_COMPARE))
+    if set_here:  # else ignored without a word (the folders), or a stopped run could never be resumed (the last two)
+        raise ConfigError(
+            f"--shared sets {', '.join(set_here)}, which compare sets for each run itself (its model, --data, "
+            "<output_dir>/runs/<run>, and resuming a stopped run from its checkpoint): remove it from --shared."
+        )
     for option, model in (("--linformer", linformer), ("--teacher", teacher)):
         if model is not None:  # a missing folder is named as one, not as transformers' malformed repo id
             check_model_source(model, option)
@@ -1480,7 +1508,7 @@ def main(argv=None):
     build.add_argument("--edge_characters", type=non_negative_int, default=5000)
     build.add_argument("--seed", type=int, default=1)
     build.add_argument("--max_authors", type=positive_int, default=None, help="the first N authors (a small run)")
-    build.add_argument("--overwrite", action="store_true")
+    build.add_argument("--overwrite", action="store_true", help="replace an earlier data set (a folder build wrote)")
     run = commands.add_parser("compare", help="fine-tune each model on the data set and report")
     run.add_argument("--data", default=os.path.join("outputs", "authors", "data"))
     run.add_argument("--output_dir", default=os.path.join("outputs", "authors"))
@@ -1533,25 +1561,32 @@ def main(argv=None):
                 print(rescore(args.folder, args.data, args.output_dir, args.overwrite), end="")
             return
         if args.command == "build":
-            manifest = build_dataset(
-                args.books,
-                args.tokenizer,
-                args.output_dir,
-                args.passage_tokens,
-                args.train_per_author,
-                args.dev_per_author,
-                args.test_per_author,
-                args.edge_characters,
-                args.seed,
-                args.max_authors,
-                args.overwrite,
-            )
+            with sigterm_unwinds():  # a kill removes the staging folder beside --output_dir
+                manifest = build_dataset(
+                    args.books,
+                    args.tokenizer,
+                    args.output_dir,
+                    args.passage_tokens,
+                    args.train_per_author,
+                    args.dev_per_author,
+                    args.test_per_author,
+                    args.edge_characters,
+                    args.seed,
+                    args.max_authors,
+                    args.overwrite,
+                )
             summary = {k: v for k, v in manifest.items() if k != "per_author"}
             print(json.dumps(summary, indent=2))
             return
         import yaml
 
-        shared = yaml.safe_load(args.shared) or {}
+        try:
+            shared = yaml.safe_load(args.shared) or {}
+        except yaml.YAMLError as err:  # a brace or quote left out: one line, not the parser's traceback
+            raise ConfigError(
+                f"--shared {args.shared!r} is not YAML ({getattr(err, 'problem', None) or err}): give a mapping of "
+                "recipe keys, e.g. '{training.seed: 2, training.learning_rate: 2.0e-4}'."
+            ) from None
         if not isinstance(shared, dict):
             raise ConfigError(f"--shared must be a mapping of recipe keys, got {args.shared!r}.")
         text = compare(

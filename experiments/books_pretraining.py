@@ -36,7 +36,8 @@ from linformer_hf.outputs import write_json_atomic, write_text_atomic
 from linformer_hf.training.checkpointing import list_checkpoints, moved_files_hint
 from linformer_hf.training.config import ConfigError, PretrainRecipe, build_section, load_recipe, load_yaml
 from linformer_hf.training.errors import USER_ERRORS, report
-from linformer_hf.training.pretraining import LOOP_CHECKPOINTS, read_final_summary
+from linformer_hf.training.model_setup import make_config
+from linformer_hf.training.pretraining import LOOP_CHECKPOINTS, check_block_size, read_final_summary
 
 from .child_process import claim_runs, claimed_by_others, run_child, stopped_message
 
@@ -97,7 +98,20 @@ class BooksPlan:
                 "inputs (data.input_length)."
             )
         for run in self.runs:  # a bad key or value fails here, before any run
-            recipe(self, run)
+            check_model(recipe(self, run))
+
+
+def check_model(resolved: PretrainRecipe) -> None:
+    """A run's fresh model and the length of its inputs, checked as the run checks them (`make_config`,
+    `check_block_size`), but before any run of the plan: an unknown model field, or a k longer than n, in a run
+    failed only when that run started, after every run before it had trained. A model read from model.pretrained
+    (an uptraining's source) is its run's to check."""
+    if resolved.model.pretrained:
+        return
+    fields = load_yaml(resolved.model.config_file) if resolved.model.config_file else {}
+    fields.update(resolved.model.config or {})
+    fields.pop("model_type", None)
+    check_block_size(resolved, make_config(resolved.model.model_type, fields))
 
 
 def recipe(plan: BooksPlan, run: Run) -> PretrainRecipe:

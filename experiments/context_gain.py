@@ -24,6 +24,7 @@ import argparse
 import csv
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -32,7 +33,14 @@ import torch.nn.functional as F
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.models.lengths import max_input_length
-from linformer_hf.outputs import check_output_dir, write_json_atomic
+from linformer_hf.outputs import (
+    check_output_dir,
+    publish_folder,
+    publish_new_folder,
+    sigterm_unwinds,
+    unique_staging_folder,
+    write_json_atomic,
+)
 
 
 def masked_lm_head(model):
@@ -206,11 +214,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"{folder}: window {window}, perplexity {math.exp(loss):.3f}, at <mask> inputs "
                 f"{math.exp(mask_loss):.3f} ({seconds:.1f} s)"
             )
-    with open(os.path.join(args.output_dir, "scores_by_position.csv"), "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    write_json_atomic(os.path.join(args.output_dir, "summary.json"), summary)
+    # Written whole in a folder of this run's own, then moved in: another run into the same --output_dir at once (both
+    # found it empty) never has its results replaced by, or mixed with, these.
+    with sigterm_unwinds():
+        staging = unique_staging_folder(args.output_dir)
+        try:
+            with open(os.path.join(staging, "scores_by_position.csv"), "w", newline="", encoding="utf-8") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+            write_json_atomic(os.path.join(staging, "summary.json"), summary)
+            if args.overwrite:
+                publish_folder(staging, args.output_dir)  # the earlier run's two files replaced, others kept
+            else:
+                publish_new_folder(staging, args.output_dir)  # refused if another run filled it meanwhile
+        except FileExistsError as err:
+            return report(err)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return 0
 
 

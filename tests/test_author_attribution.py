@@ -565,6 +565,57 @@ def test_build_never_writes_over_its_books_or_tokenizer_and_leaves_room_for_text
         author_attribution.build_dataset(str(corpus), str(model), str(tmp_path / "d"), **{**BUILD, "passage_tokens": 2})
 
 
+def test_build_overwrites_only_an_earlier_data_set(books, linformer, data, tmp_path):
+    """`--overwrite` deletes the output folder whole. Given a compare folder (compare's default output is the folder
+    above build's), it deleted every run and kept model the refusal without it had named: only a folder build wrote
+    is replaced."""
+    compared = tmp_path / "authors"
+    shutil.copytree(data[0], compared / "data")
+    (compared / "runs" / "teacher" / "best").mkdir(parents=True)
+    (compared / "compare.json").write_text("{}")
+    for output in (compared, compared / "data" / ".."):
+        with pytest.raises(FileExistsError, match="is not a data set build wrote"):
+            author_attribution.build_dataset(books, linformer, str(output), overwrite=True, **BUILD)
+    mine = tmp_path / "mine"  # a folder of other files, not a data set
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a data set build wrote"):
+        author_attribution.build_dataset(books, linformer, str(mine), overwrite=True, **BUILD)
+    assert sorted(os.listdir(compared)) == ["compare.json", "data", "runs"] and os.listdir(mine) == ["notes.txt"]
+    earlier = shutil.copytree(data[0], tmp_path / "earlier")  # an earlier data set is replaced
+    manifest = author_attribution.build_dataset(books, linformer, str(earlier), overwrite=True, **{**BUILD, "seed": 2})
+    assert manifest["seed"] == 2 and sorted(os.listdir(earlier)) == sorted(author_attribution.BUILD_FILES)
+
+
+def test_two_builds_into_one_folder_never_replace_each_other(books, linformer, tmp_path, monkeypatch, send_sigterm):
+    """Two builds into one empty --output_dir at once (both found it empty): the later one deleted the staging folder
+    the first was writing (one name for both) and then the first's published data set, without --overwrite. Now each
+    writes its own, and the one that ends second is refused, the other's data set kept; a stopped build leaves no
+    staging folder behind."""
+    out = tmp_path / "data"
+    cut = author_attribution.cut_passage
+
+    def another_build_publishes(*args, **kwargs):  # the other build ends while this one cuts its passages
+        if not out.exists():
+            out.mkdir()
+            (out / author_attribution.MANIFEST).write_text('{"the other build": true}')
+        return cut(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(author_attribution, "cut_passage", another_build_publishes)
+        with pytest.raises(FileExistsError, match="filled by another run"):
+            author_attribution.build_dataset(books, linformer, str(out), **BUILD)
+    assert os.listdir(out) == ["authors_manifest.json"] and "the other" in (out / "authors_manifest.json").read_text()
+    with monkeypatch.context() as patch:  # SIGTERM while writing: unwound, its staging folder removed
+        patch.setattr(author_attribution, "vocabulary_sha256", send_sigterm)
+        with pytest.raises(KeyboardInterrupt):
+            author_attribution.main(
+                ["build", "--books", books, "--tokenizer", linformer, "--output_dir", str(tmp_path / "stopped")]
+                + [f"--{key}={value}" for key, value in BUILD.items()]
+            )
+    assert sorted(os.listdir(tmp_path)) == ["data"]
+
+
 def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linformer, tmp_path, monkeypatch):
     """A misspelt override is refused before compare.json is written (it locked the folder against the corrected
     command); a record whose runs left nothing behind (no result, no checkpoint) is replaced by the next compare, and
@@ -584,6 +635,28 @@ def test_a_compare_that_fails_before_any_run_leaves_its_folder_free(data, linfor
     os.makedirs(out / "runs" / "linformer" / "checkpoint-2")  # now a run would go on from this one
     with pytest.raises(ConfigError, match=r"holds runs \(linformer\) made with other settings"):
         author_attribution.record_comparison(str(out), data[0], runs, {"training.seed": 3})
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("training.overwrite_output_dir", True),
+        ("training.resume_from_checkpoint", "latest"),
+        ("training.output_dir", "elsewhere"),
+        ("model.pretrained", "roberta-base"),
+        ("data.dataset", {"path": "other"}),
+    ],
+)
+def test_compare_refuses_a_shared_override_of_what_it_sets_itself(key, value, data, linformer, tmp_path, monkeypatch):
+    """compare sets each run's model, data, folder and resuming. Given in --shared, the folders and the model were
+    ignored without a word, and training.overwrite_output_dir ran until the first stop, after which the same command
+    failed (overwrite and resume at once) and any other was refused (other settings): the run could not go on."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(author_attribution, "run_child", lambda *args: pytest.fail("a run started"))
+    out = tmp_path / "compare"
+    with pytest.raises(ConfigError, match=f"--shared sets {key}, which compare sets for each run itself"):
+        author_attribution.compare(data[0], str(out), linformer, shared={key: value, "training.max_steps": 2})
+    assert not out.exists()
 
 
 def test_what_a_run_cannot_read_or_finish_is_refused_before_any_run(data, linformer, tmp_path, monkeypatch):
@@ -927,6 +1000,19 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
         author_attribution.rescore(out, more, bare, overwrite=True)
     assert os.path.isdir(os.path.join(bare, "runs", "linformer", "best"))
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
+
+
+def test_compare_names_a_shared_that_is_not_yaml_in_one_line(data, linformer, tmp_path, capsys):
+    """--shared with a brace left out ended in the YAML parser's traceback (exit 1)."""
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main(
+            ["compare", "--data", data[0], "--linformer", linformer, "--output_dir", str(tmp_path / "out")]
+            + ["--shared", "{training.seed: 2"]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--shared '{training.seed: 2' is not YAML" in err
+    assert not os.path.exists(tmp_path / "out")
 
 
 @pytest.mark.parametrize("option", ["--linformer", "--teacher"])

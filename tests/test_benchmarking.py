@@ -774,6 +774,40 @@ def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch,
     assert (out / "results_partial.csv").exists()
 
 
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_leaves_no_worker_measuring(tmp_path, monkeypatch, capsys, send_sigterm):
+    """SIGTERM (kill, timeout, a job scheduler) reaches the benchmark's process alone: it died at once, without the
+    line naming what was kept, and its worker went on measuring, unseen, for as long as its point took (beside
+    whatever was timed next)."""
+    from timing_stand_ins import StopsTheBenchmark
+
+    from benchmarks import cli
+
+    pid_file = tmp_path / "worker.pid"
+
+    def stopped_while_measuring(cfg, log, on_measured):
+        on_measured([BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, time_s=0.5)])
+        return run_in_fresh_process(StopsTheBenchmark(os.getpid(), str(pid_file)), timeout_s=120)
+
+    monkeypatch.setattr(cli, "run_benchmark", stopped_while_measuring)
+    out = tmp_path / "out"
+    argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--output_dir", str(out)]
+    assert cli.main(argv) == 130
+    assert f"stopped (Ctrl-C or SIGTERM): the points measured so far are in {out}/results_partial.csv" in (
+        capsys.readouterr().err
+    )
+    worker = int(pid_file.read_text())
+    for _ in range(50):  # gone, or a zombie its forkserver has yet to reap
+        try:
+            with open(f"/proc/{worker}/stat", encoding="utf-8") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the worker {worker} is still running")
+
+
 def test_a_run_that_fails_at_its_start_is_one_error_line_and_leaves_no_folder(tmp_path, capsys):
     """--timeout_s 0.5 ended in two chained tracebacks (the matmul peak's process timed out, "after 0 s") and left an
     empty folder behind."""

@@ -190,3 +190,28 @@ def test_a_hub_tokenizer_offline_is_one_line_naming_the_option(tmp_path, capsys,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--tokenizer" in err and "nobody-here/no-such-tokenizer" in err
+
+
+def test_two_runs_into_one_folder_never_replace_or_mix_each_others_results(
+    books,  # noqa: F811
+    roberta_source,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    capsys,
+):
+    """Two runs into one empty --output_dir at once (both found it empty): the one that ended second wrote its files
+    over the first's, or one's CSV beside the other's summary. Now the second is refused and the first's kept."""
+    from experiments import context_gain
+
+    out = tmp_path / "out"
+    scoring = context_gain.score_blocks
+
+    def another_run_ends(*args, **kwargs):  # the other run writes its results while this one scores
+        (out / "summary.json").write_text('{"the other run": true}')
+        return scoring(*args, **kwargs)
+
+    monkeypatch.setattr(context_gain, "score_blocks", another_run_ends)
+    assert run(books, [roberta_source], out) == 2
+    assert "filled by another run" in capsys.readouterr().err.splitlines()[-1]  # one line, after the loading bars
+    assert os.listdir(out) == ["summary.json"] and "the other run" in (out / "summary.json").read_text()
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]

@@ -953,6 +953,38 @@ def test_a_bad_plan_command_line_is_one_error_line_before_any_run(argv, error, m
     assert error in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "overrides, error",
+    [
+        ({"model.config.projected_length": 1024, "data.input_length": 512}, "k=1024 is larger than"),
+        ({"model.config.projected_lenght": 64}, "Unknown LinformerConfig field(s) ['projected_lenght']"),
+        ({"data.input_length": 384}, "data.block_size=4096 is not a multiple of data.input_length=384"),
+    ],
+)
+def test_a_plans_last_run_that_cannot_build_its_model_is_refused_before_its_first_run(
+    overrides, error, tmp_path, monkeypatch, capsys
+):
+    """A model field misspelt, a k longer than n, an input length the blocks cannot be cut into: in a plan's last run
+    each failed when that run started, after every run before it (hours each) had trained."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    monkeypatch.chdir(REPO)
+    with open("configs/books/figure3.yaml", encoding="utf-8") as fh:
+        plan = yaml.safe_load(fh)
+    out = tmp_path / "books-figure3"
+    plan_path = tmp_path / "figure3.yaml"
+    runs = [*plan["runs"], {"name": "last", "overrides": overrides}]
+    plan_path.write_text(yaml.safe_dump({**plan, "output_dir": str(out), "runs": runs}))
+    monkeypatch.setattr(books_pretraining, "run_child", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as stop:
+        books_pretraining.main(["--plan", str(plan_path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert error in err and err.count("\n") == 1 and not out.exists()
+
+
 def test_a_report_of_a_plan_no_run_of_which_has_started_is_refused_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """`--report` before any run: it wrote an empty results.md, results.json and curves.csv and exited 0."""
     import yaml

@@ -49,3 +49,18 @@ class Interrupted:
     def run(self):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(60)
+
+
+@dataclasses.dataclass
+class StopsTheBenchmark:
+    """A task whose process writes its pid to `pid_file`, sends the benchmark's process (`parent`) SIGTERM, as `kill`
+    or a job scheduler does (to it alone, not to its process group), then works on for a minute."""
+
+    parent: int
+    pid_file: str
+
+    def run(self):
+        with open(self.pid_file, "w", encoding="utf-8") as fh:
+            fh.write(str(os.getpid()))
+        os.kill(self.parent, signal.SIGTERM)
+        time.sleep(60)
