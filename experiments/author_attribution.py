@@ -88,8 +88,10 @@ import time
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.loading import model_sha256, saved_model_length, vocabulary_sha256
 from linformer_hf.outputs import (
+    FolderKind,
     check_output_dir,
-    held,
+    check_replaceable,
+    discard_staging,
     publish_new_folder,
     replace_folder,
     sigterm_unwinds,
@@ -146,6 +148,10 @@ POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
 
 # What `build_dataset` writes in its folder: all that --overwrite may delete.
 BUILD_FILES = (MANIFEST, "README.md", *(f"{split}-00000-of-00001.parquet" for split in ("train", "validation", "test")))
+# What --overwrite replaces, whole: only an earlier data set (a compare folder above it, say, holds its runs).
+DATA_SET = FolderKind(
+    what="a data set build wrote", required=(MANIFEST,), holds=lambda folder, name: name in BUILD_FILES
+)
 
 
 def book_shards(books: str) -> dict[str, list[str]]:
@@ -293,7 +299,6 @@ def build_dataset(
 
     datasets.disable_progress_bars()  # one parquet file a split: its bar says nothing
     began = time.perf_counter()
-    check_output_dir(output_dir, overwrite=overwrite, create=False)
     for flag, source in (("--books", books), ("--tokenizer", tokenizer_dir)):  # --overwrite deletes output_dir whole
         inside = os.path.commonpath([os.path.realpath(output_dir), os.path.realpath(source)])
         if inside in (os.path.realpath(output_dir), os.path.realpath(source)):
@@ -301,13 +306,8 @@ def build_dataset(
                 f"--output_dir {output_dir} is {flag} {source}, or holds it or lies inside it: the data set is written "
                 f"as a folder of its own (--overwrite deletes it whole). Give another --output_dir."
             )
-    if os.path.isdir(output_dir) and os.listdir(output_dir):  # --overwrite (else refused above): it is deleted whole
-        names = os.listdir(output_dir)
-        if MANIFEST not in names or set(names) - set(BUILD_FILES):  # a compare folder, say: its runs would go with it
-            raise FileExistsError(
-                f"{output_dir} is not a data set build wrote (it holds {held(output_dir)}): --overwrite replaces only "
-                f"such a folder ({MANIFEST}, README.md, the splits) and deletes it whole. Give another --output_dir."
-            )
+    check_replaceable(output_dir, DATA_SET)  # with or without --overwrite: it would be refused in turn
+    check_output_dir(output_dir, overwrite=overwrite, create=False)
     for name, value in (("passage_tokens", passage_tokens), ("train_per_author", train_per_author)):
         if value < 1:
             raise ConfigError(f"--{name} must be >= 1, got {value}.")
@@ -424,11 +424,11 @@ def build_dataset(
         )
         write_text_atomic(os.path.join(staging, "README.md"), readme)
         if overwrite and os.path.isdir(output_dir) and os.listdir(output_dir):
-            replace_folder(staging, output_dir)  # an earlier data set (checked above)
+            replace_folder(staging, output_dir, DATA_SET)  # an earlier data set (checked above)
         else:
             publish_new_folder(staging, output_dir)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)  # what a failed or stopped build wrote
+        discard_staging(staging)  # what a failed or stopped build wrote
     return manifest
 
 
@@ -1216,6 +1216,14 @@ def pool(
 # ------------------------------------------------------------------------------------------------------------------
 
 RESCORE_FILES = (COMPARISON, "results.md", "results.csv", "runs")  # what rescore writes in its folder
+# What rescore's --overwrite replaces, whole: only an earlier rescore's folder, never a compare folder (its runs and
+# kept models would go with it).
+RESCORED = FolderKind(
+    what="an earlier rescore's folder",
+    required=(COMPARISON,),
+    holds=lambda folder, name: name in RESCORE_FILES,
+    mismatch=lambda folder: None if "rescored_from" in read_comparison(folder) else "it is a compare folder",
+)
 
 
 def split_rows(data: str, split: str, columns: list[str] | None = None) -> list[dict]:
@@ -1267,18 +1275,8 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
     record = read_comparison(folder)
     if os.path.realpath(output_dir) == os.path.realpath(folder):
         raise ConfigError(f"--output_dir {output_dir} is the compare folder itself: give a folder of its own.")
+    check_replaceable(output_dir, RESCORED)  # with or without --overwrite: it would be refused in turn
     check_output_dir(output_dir, overwrite=overwrite, create=False)
-    if os.path.isdir(output_dir) and set(os.listdir(output_dir)) - set(RESCORE_FILES):
-        others = sorted(set(os.listdir(output_dir)) - set(RESCORE_FILES))
-        raise FileExistsError(
-            f"{output_dir} holds files rescore did not write ({others}): --overwrite replaces only an earlier "
-            "rescore's folder. Give another --output_dir."
-        )
-    if os.path.isdir(output_dir) and os.listdir(output_dir) and "rescored_from" not in read_comparison(output_dir):
-        raise FileExistsError(  # a compare folder (its logs moved away): its runs and models would be deleted
-            f"{output_dir} is a compare folder, not an earlier rescore's: --overwrite replaces only the latter. Give "
-            "another --output_dir."
-        )
     manifest = read_manifest(data)
     if not os.path.isdir(record["data"]):
         raise ConfigError(
@@ -1400,11 +1398,11 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
             )
             write_text_atomic(os.path.join(staging, "results.md"), text)
         if os.path.isdir(output_dir) and os.listdir(output_dir):
-            replace_folder(staging, output_dir)  # an earlier rescore's folder (checked above), with --overwrite
+            replace_folder(staging, output_dir, RESCORED)  # an earlier rescore's folder (checked above)
         else:
             publish_new_folder(staging, output_dir)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard_staging(staging)
     return text
 
 

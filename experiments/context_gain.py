@@ -24,7 +24,6 @@ import argparse
 import csv
 import math
 import os
-import shutil
 import sys
 import time
 
@@ -35,6 +34,7 @@ from linformer_hf.cli import ArgumentParser
 from linformer_hf.models.lengths import max_input_length
 from linformer_hf.outputs import (
     check_output_dir,
+    discard_staging,
     publish_folder,
     publish_new_folder,
     sigterm_unwinds,
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         except FileExistsError as err:
             return report(err)
         finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            discard_staging(staging)
     return 0
 
 

@@ -585,6 +585,12 @@ def test_build_overwrites_only_an_earlier_data_set(books, linformer, data, tmp_p
     earlier = shutil.copytree(data[0], tmp_path / "earlier")  # an earlier data set is replaced
     manifest = author_attribution.build_dataset(books, linformer, str(earlier), overwrite=True, **{**BUILD, "seed": 2})
     assert manifest["seed"] == 2 and sorted(os.listdir(earlier)) == sorted(author_attribution.BUILD_FILES)
+    # nothing of the staging is left beside it: neither the folder nor its writer's record
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+    # without --overwrite a folder of other things is refused as such, not with advice to pass --overwrite
+    with pytest.raises(FileExistsError, match="not a data set build wrote") as refused:
+        author_attribution.build_dataset(books, linformer, str(mine), **BUILD)
+    assert "pass --overwrite" not in str(refused.value)
 
 
 def test_two_builds_into_one_folder_never_replace_each_other(books, linformer, tmp_path, monkeypatch, send_sigterm):
@@ -990,13 +996,13 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
         author_attribution.rescore(out, more, rescored)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"files rescore did not write \(\['notes.txt'\]\)"):
+    with pytest.raises(FileExistsError, match=r"not an earlier rescore's folder \(it holds notes.txt, which"):
         author_attribution.rescore(out, more, str(tmp_path / "mine"), overwrite=True)
     with pytest.raises(ConfigError, match="the compare folder itself"):
         author_attribution.rescore(out, more, out)
     bare = str(tmp_path / "bare-compare")  # a compare folder without its logs: names rescore writes, runs and all
     shutil.copytree(out, bare, ignore=shutil.ignore_patterns("*.log", "models", ".*"))
-    with pytest.raises(FileExistsError, match="is a compare folder, not an earlier rescore's"):
+    with pytest.raises(FileExistsError, match=r"is not an earlier rescore's folder \(it is a compare folder\)"):
         author_attribution.rescore(out, more, bare, overwrite=True)
     assert os.path.isdir(os.path.join(bare, "runs", "linformer", "best"))
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
