@@ -77,8 +77,12 @@ class BooksPlan:
 
     def validate(self):
         names = [run.name for run in self.runs]
-        if not names or len(set(names)) != len(names):
+        if not names:
+            raise ConfigError("the plan has no runs: give its runs as a list under runs: (each with a name).")
+        if len(set(names)) != len(names):
             raise ConfigError(f"runs need unique names, got {names}.")
+        if os.path.exists(self.output_dir) and not os.path.isdir(self.output_dir):
+            raise ConfigError(f"output_dir {self.output_dir} is a file: give the plan a folder for its runs.")
         if self.baseline is not None and self.baseline not in names:
             raise ConfigError(f"baseline {self.baseline!r} is not one of the runs {names}.")
         if not os.path.isfile(self.recipe):

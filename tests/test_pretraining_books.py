@@ -985,6 +985,38 @@ def test_a_plans_last_run_that_cannot_build_its_model_is_refused_before_its_firs
     assert error in err and err.count("\n") == 1 and not out.exists()
 
 
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        ({"runs": []}, "the plan has no runs: give its runs as a list under runs:"),
+        ({"output_dir": "FILE"}, "is a file: give the plan a folder for its runs."),
+    ],
+)
+def test_a_plan_without_runs_or_with_a_file_for_its_folder_is_one_error_line(
+    change, error, tmp_path, monkeypatch, capsys
+):
+    """A plan with no runs said "runs need unique names, got []"; a file as its output_dir was a traceback once its
+    first run was to be written."""
+    import yaml
+
+    from experiments import books_pretraining
+
+    monkeypatch.chdir(REPO)
+    with open("configs/books/figure3.yaml", encoding="utf-8") as fh:
+        plan = yaml.safe_load(fh)
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("mine")
+    change = {key: str(a_file) if value == "FILE" else value for key, value in change.items()}
+    plan_path = tmp_path / "plan.yaml"
+    plan_path.write_text(yaml.safe_dump({**plan, "output_dir": str(tmp_path / "out"), **change}))
+    monkeypatch.setattr(books_pretraining, "run_child", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(SystemExit) as stop:
+        books_pretraining.main(["--plan", str(plan_path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert error in err and err.count("\n") == 1 and a_file.read_text() == "mine"
+
+
 def test_a_report_of_a_plan_no_run_of_which_has_started_is_refused_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """`--report` before any run: it wrote an empty results.md, results.json and curves.csv and exited 0."""
     import yaml
