@@ -1538,6 +1538,9 @@ def main(argv=None):
     rescoring.add_argument("--overwrite", action="store_true", help="replace an earlier rescore's folder")
     args = parser.parse_args(argv)
     try:
+        output_dir = getattr(args, "output_dir", None)
+        if output_dir is not None and os.path.exists(output_dir) and not os.path.isdir(output_dir):
+            raise ConfigError(f"--output_dir {output_dir} is a file: give a folder for the {args.command}'s results.")
         if args.command == "overlap":
             books = passages_in_training_books(args.data, args.books)
             found = [book for book in books if book["found"]]

@@ -1021,6 +1021,25 @@ def test_compare_names_a_shared_that_is_not_yaml_in_one_line(data, linformer, tm
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("command", ["compare", "pool", "rescore", "build"])
+def test_a_file_as_output_dir_is_one_error_line_naming_it(command, data, linformer, tmp_path, capsys):
+    """compare and pool given a file for --output_dir ended on a bare errno line ('[Errno 17] File exists')."""
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("mine")
+    argv = {
+        "compare": ["compare", "--data", data[0], "--linformer", linformer],
+        "pool": ["pool", str(tmp_path / "a"), str(tmp_path / "b")],
+        "rescore": ["rescore", str(tmp_path / "a"), "--data", data[0]],
+        "build": ["build", "--tokenizer", linformer],
+    }[command]
+    with pytest.raises(SystemExit) as stop:
+        author_attribution.main([*argv, "--output_dir", str(a_file)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--output_dir {a_file} is a file: give a folder" in err
+    assert a_file.read_text() == "mine"
+
+
 @pytest.mark.parametrize("option", ["--linformer", "--teacher"])
 def test_compare_names_a_missing_model_folder_before_any_work(option, tmp_path, capsys):
     """A --linformer or --teacher folder that is not there is said to be missing on one line, before the data is
