@@ -152,7 +152,8 @@ def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], m
     except KeyboardInterrupt:  # one line, not the traceback of wherever the run was
         kept = f"the points measured so far are in {partial}" if os.path.exists(partial) else "no point was measured"
         remove_if_unused(out_dir, made)
-        print(f"stopped (Ctrl-C or SIGTERM): {kept}; the same command with --overwrite runs it again.", file=sys.stderr)
+        again = "the same command with --overwrite" if os.path.isdir(out_dir) else "the same command"
+        print(f"stopped (Ctrl-C or SIGTERM): {kept}; {again} runs it again.", file=sys.stderr)
         return 130
     except RuntimeError as err:  # the run itself failed (measuring the matmul peak, WorkerFailed): one line
         remove_if_unused(out_dir, made)

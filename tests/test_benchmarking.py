@@ -770,8 +770,20 @@ def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch,
     out = tmp_path / "out"
     argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--output_dir", str(out)]
     assert cli.main(argv) == 130
-    assert f"the points measured so far are in {out}/results_partial.csv" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"the points measured so far are in {out}/results_partial.csv; the same command with --overwrite" in err
     assert (out / "results_partial.csv").exists()
+
+    def interrupted_at_once(cfg, log, on_measured):
+        raise KeyboardInterrupt
+
+    # stopped before a point: the folder it made is removed, and the same command runs again as it is (it said to add
+    # --overwrite, which is not needed)
+    monkeypatch.setattr(cli, "run_benchmark", interrupted_at_once)
+    fresh = tmp_path / "fresh"
+    assert cli.main([*argv[:-1], str(fresh)]) == 130
+    err = capsys.readouterr().err
+    assert "no point was measured; the same command runs it again." in err and not fresh.exists()
 
 
 def test_sigterm_stops_a_run_as_ctrl_c_does_and_leaves_no_worker_measuring(tmp_path, monkeypatch, capsys, send_sigterm):
