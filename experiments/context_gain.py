@@ -106,7 +106,7 @@ def check_same_tokenizer(tokenizer, model_dirs: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
     import linformer_hf  # noqa: F401  (registers the model families)
     from linformer_hf.training.config import PretrainRecipe, load_recipe
@@ -147,14 +147,21 @@ def main(argv: list[str] | None = None) -> int:
                 raise FileNotFoundError(f"{folder} is not a saved model folder (no config.json).")
         if args.tokenizer:
             check_model_source(args.tokenizer, "--tokenizer")
-        check_output_dir(args.output_dir, args.overwrite)
+        check_output_dir(args.output_dir, args.overwrite, create=False)  # made when the results are whole
         option, name = ("--tokenizer", args.tokenizer) if args.tokenizer else ("--models", args.models[0])
         with naming_the_hub_model(option, name):  # a Hub name offline: one line naming it
             tokenizer = AutoTokenizer.from_pretrained(name)
         check_same_tokenizer(tokenizer, args.models)
-        models = [AutoModelForMaskedLM.from_pretrained(folder) for folder in args.models]
-        lengths = [max_input_length(model.config) for model in models]
+        lengths = [max_input_length(AutoConfig.from_pretrained(folder)) for folder in args.models]
         block_size = args.block_size or max(lengths)
+        longest = min(max(lengths), block_size)  # the longest window any model reads
+        too_long = [window for window in args.windows or [] if window > longest]
+        if too_long:
+            raise ValueError(
+                f"--windows {too_long}: no model reads windows that long (the longest is {longest}, the smaller of the "
+                f"models' n and the block size); give windows up to {longest}."
+            )
+        models = [AutoModelForMaskedLM.from_pretrained(folder) for folder in args.models]
         recipe = load_recipe(
             PretrainRecipe,
             args.recipe,
@@ -162,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             extra={"data.block_size": block_size, "data.max_eval_blocks": args.max_blocks, "data.streaming": False},
         )
         blocks = prepare_held_out_blocks(recipe.data, tokenizer)
+        if len(blocks) < args.max_blocks:
+            print(f"scoring {len(blocks)} blocks: the held-out text holds no more (--max_blocks {args.max_blocks}).")
         collator = build_mlm_collator(tokenizer, recipe.data, seed=args.seed + 1)  # pretraining's evaluation masking
         batches = [
             collator([blocks[i] for i in range(start, min(start + args.batch_size, len(blocks)))])

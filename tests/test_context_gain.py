@@ -207,6 +207,7 @@ def test_two_runs_into_one_folder_never_replace_or_mix_each_others_results(
     scoring = context_gain.score_blocks
 
     def another_run_ends(*args, **kwargs):  # the other run writes its results while this one scores
+        out.mkdir(exist_ok=True)
         (out / "summary.json").write_text('{"the other run": true}')
         return scoring(*args, **kwargs)
 
@@ -215,3 +216,16 @@ def test_two_runs_into_one_folder_never_replace_or_mix_each_others_results(
     assert "filled by another run" in capsys.readouterr().err.splitlines()[-1]  # one line, after the loading bars
     assert os.listdir(out) == ["summary.json"] and "the other run" in (out / "summary.json").read_text()
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+
+
+def test_what_a_run_cannot_do_is_said_not_dropped(books, roberta_source, tmp_path, capsys):  # noqa: F811
+    """A --windows size longer than every model reads was dropped without a word, and a --max_blocks beyond the
+    held-out text was cut short noted only in summary.json; a run that failed left its output folder, empty."""
+    assert run(books, [roberta_source], tmp_path / "out", "--windows", "8", "100") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--windows [100]: no model reads windows that long (the longest is 64" in err
+    assert not (tmp_path / "out").exists()
+    assert run(books, [roberta_source], tmp_path / "all", "--max_blocks", "100000") == 0
+    with open(tmp_path / "all" / "summary.json") as fh:
+        blocks = json.load(fh)["blocks"]
+    assert f"scoring {blocks} blocks: the held-out text holds no more (--max_blocks 100000)" in capsys.readouterr().out

@@ -62,7 +62,9 @@ def check_output_dir(output_dir: str, overwrite: bool, flag: str | None = "--ove
             f"{output_dir} is not empty (it holds {held(output_dir)}): an earlier run's results are never "
             f"overwritten silently. Give another output directory{replace_hint(flag, 'them')}"
         )
-    if not create:
+    if not create:  # the folder is made (or staged beside it) after the work: where it goes must be writable now
+        if not os.access(ancestor, os.W_OK):
+            raise PermissionError(f"{ancestor} cannot be written by this user: give another output directory.")
         return
     os.makedirs(output_dir, exist_ok=True)
     if not os.access(output_dir, os.W_OK):
