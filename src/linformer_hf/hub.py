@@ -835,10 +835,6 @@ def prepare_model_folder(
     """
     if os.path.abspath(model_dir) == os.path.abspath(output_dir):
         raise ValueError("output_dir must differ from model_dir: the folder is written fresh.")
-    # Deleted whole by an overwrite: only an earlier folder of this command, never a folder of other things (refused
-    # with or without --overwrite, so that the refusal never advises a flag that would be refused in turn).
-    check_replaceable(output_dir, PUSHED_MODEL, flag="overwrite=True (--overwrite)")
-    check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
     # An overwrite deletes output_dir whole: never with one of the inputs inside it (e.g. --output_dir outputs/run
     # for the model outputs/run/final).
     for what, path in (
@@ -854,6 +850,10 @@ def prepare_model_folder(
                 f"{what} {path} is inside output_dir {output_dir}, which is written fresh (deleted first): give an "
                 "output_dir of its own."
             )
+    # Deleted whole by an overwrite: only an earlier folder of this command, never a folder of other things (refused
+    # with or without --overwrite, so that the refusal never advises a flag that would be refused in turn).
+    check_replaceable(output_dir, PUSHED_MODEL, flag="overwrite=True (--overwrite)")
+    check_output_dir(output_dir, overwrite, flag="overwrite=True (--overwrite)", create=False)
 
     # The inputs' paths before the model is read (minutes for a base model): a mistyped one was reported after it, and
     # a tokenizer file or missing folder as a malformed Hub repo id.
