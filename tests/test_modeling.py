@@ -145,42 +145,60 @@ def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_packag
     assert result.stdout.count("loaded") == len(HEADS)
 
 
-def test_pretraining_auto_class_gives_the_masked_lm_as_for_roberta(tmp_path):
+def pretraining_families():
+    """Each family's masked LM and a tiny model of it, with E, F (Linformer) away from their initial values."""
+    from test_performer import tiny_performer
+
+    from linformer_hf import PerformerForMaskedLM
+
+    def linformer():
+        model = LinformerForMaskedLM(tiny_config(sharing="layerwise", projection="conv")).eval()
+        randomize_projections(model)
+        return model
+
+    return [
+        pytest.param(linformer, id="linformer"),
+        pytest.param(lambda: PerformerForMaskedLM(tiny_performer()).eval(), id="performer"),
+    ]
+
+
+@pytest.mark.parametrize("make_model", pretraining_families())
+def test_pretraining_auto_class_gives_the_masked_lm_as_for_roberta(make_model, tmp_path):
     """transformers maps RoBERTa's AutoModelForPreTraining to its masked LM (`MODEL_FOR_PRETRAINING_MAPPING`); so does
     the registration, also for a folder saved before (no AutoModelForPreTraining in its `auto_map`). The masked LM's
     own Auto class stays AutoModelForMaskedLM: the one transformers records for it, the model card's and fill-mask's."""
     from linformer_hf.hub import AUTO_CLASS_OF, PIPELINE_TAGS
 
-    model = LinformerForMaskedLM(tiny_config(sharing="key_value")).eval()
-    randomize_projections(model)
+    model = make_model()
+    masked_lm = type(model)
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["auto_map"]["AutoModelForPreTraining"] == saved["auto_map"]["AutoModelForMaskedLM"]
-    inputs = example_inputs(LinformerForMaskedLM)
+    inputs = example_inputs(masked_lm)
     expected = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()(**inputs).logits
 
     loaded = transformers.AutoModelForPreTraining.from_pretrained(tmp_path).eval()
-    assert type(loaded) is LinformerForMaskedLM
+    assert type(loaded) is masked_lm
     torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=1e-6)
-    assert type(transformers.AutoModelForPreTraining.from_config(tiny_config())) is LinformerForMaskedLM
+    assert type(transformers.AutoModelForPreTraining.from_config(model.config)) is masked_lm
 
     del saved["auto_map"]["AutoModelForPreTraining"]  # as saved before AutoModelForPreTraining was registered
     (tmp_path / "config.json").write_text(json.dumps(saved))
     loaded = transformers.AutoModelForPreTraining.from_pretrained(tmp_path).eval()
-    assert type(loaded) is LinformerForMaskedLM
+    assert type(loaded) is masked_lm
     torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=1e-6)
 
-    assert LinformerForMaskedLM._auto_class == "AutoModelForMaskedLM"
-    assert AUTO_CLASS_OF["LinformerForMaskedLM"] == "AutoModelForMaskedLM"
-    assert PIPELINE_TAGS["LinformerForMaskedLM"] == "fill-mask"
+    assert masked_lm._auto_class == "AutoModelForMaskedLM"
+    assert AUTO_CLASS_OF[masked_lm.__name__] == "AutoModelForMaskedLM"
+    assert PIPELINE_TAGS[masked_lm.__name__] == "fill-mask"
 
 
-def test_remote_code_pretraining_auto_class_gives_the_masked_lm(tmp_path):
+@pytest.mark.parametrize("make_model", pretraining_families())
+def test_remote_code_pretraining_auto_class_gives_the_masked_lm(make_model, tmp_path):
     """`AutoModelForPreTraining` with `trust_remote_code=True` on a saved folder, the package never imported."""
-    model = LinformerForMaskedLM(tiny_config(sharing="layerwise", projection="conv")).eval()
-    randomize_projections(model)
+    model = make_model()
     model.save_pretrained(tmp_path / "model")
-    torch.save(example_inputs(LinformerForMaskedLM), tmp_path / "inputs.pt")
+    torch.save(example_inputs(type(model)), tmp_path / "inputs.pt")
     script = textwrap.dedent(
         f"""
         import sys, torch, transformers
@@ -188,7 +206,7 @@ def test_remote_code_pretraining_auto_class_gives_the_masked_lm(tmp_path):
         masked_lm = transformers.AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
         loaded = transformers.AutoModelForPreTraining.from_pretrained(folder, trust_remote_code=True).eval()
         assert type(loaded).__module__.startswith("transformers_modules"), type(loaded).__module__
-        assert type(loaded).__name__ == "LinformerForMaskedLM", type(loaded).__name__
+        assert type(loaded).__name__ == {type(model).__name__!r}, type(loaded).__name__
         torch.testing.assert_close(loaded(**inputs).logits, masked_lm(**inputs).logits, rtol=0, atol=1e-6)
         assert not any(m.startswith("linformer_hf") for m in sys.modules), "the package was imported"
         print("loaded")

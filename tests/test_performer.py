@@ -593,62 +593,6 @@ def test_remote_code_loads_every_head_in_a_process_that_never_imports_the_packag
     assert result.stdout.count("loaded") == len(HEADS)
 
 
-def test_pretraining_auto_class_gives_the_masked_lm_as_for_roberta(tmp_path):
-    """transformers maps RoBERTa's AutoModelForPreTraining to its masked LM (`MODEL_FOR_PRETRAINING_MAPPING`); so does
-    the registration, also for a folder saved before (no AutoModelForPreTraining in its `auto_map`). The masked LM's
-    own Auto class stays AutoModelForMaskedLM: the one transformers records for it, the model card's and fill-mask's."""
-    from linformer_hf.hub import AUTO_CLASS_OF, PIPELINE_TAGS
-
-    model = PerformerForMaskedLM(tiny_performer()).eval()
-    model.save_pretrained(tmp_path)
-    saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["auto_map"]["AutoModelForPreTraining"] == saved["auto_map"]["AutoModelForMaskedLM"]
-    inputs = example_inputs(PerformerForMaskedLM)
-    expected = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()(**inputs).logits
-
-    loaded = transformers.AutoModelForPreTraining.from_pretrained(tmp_path).eval()
-    assert type(loaded) is PerformerForMaskedLM
-    torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=1e-6)
-    assert type(transformers.AutoModelForPreTraining.from_config(tiny_performer())) is PerformerForMaskedLM
-
-    del saved["auto_map"]["AutoModelForPreTraining"]  # as saved before AutoModelForPreTraining was registered
-    (tmp_path / "config.json").write_text(json.dumps(saved))
-    loaded = transformers.AutoModelForPreTraining.from_pretrained(tmp_path).eval()
-    assert type(loaded) is PerformerForMaskedLM
-    torch.testing.assert_close(loaded(**inputs).logits, expected, rtol=0, atol=1e-6)
-
-    assert PerformerForMaskedLM._auto_class == "AutoModelForMaskedLM"
-    assert AUTO_CLASS_OF["PerformerForMaskedLM"] == "AutoModelForMaskedLM"
-    assert PIPELINE_TAGS["PerformerForMaskedLM"] == "fill-mask"
-
-
-def test_remote_code_pretraining_auto_class_gives_the_masked_lm(tmp_path):
-    """`AutoModelForPreTraining` with `trust_remote_code=True` on a saved folder, the package never imported."""
-    model = PerformerForMaskedLM(tiny_performer()).eval()
-    model.save_pretrained(tmp_path / "model")
-    torch.save(example_inputs(PerformerForMaskedLM), tmp_path / "inputs.pt")
-    script = textwrap.dedent(
-        f"""
-        import sys, torch, transformers
-        folder, inputs = {str(tmp_path / "model")!r}, torch.load({str(tmp_path / "inputs.pt")!r})
-        masked_lm = transformers.AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
-        loaded = transformers.AutoModelForPreTraining.from_pretrained(folder, trust_remote_code=True).eval()
-        assert type(loaded).__module__.startswith("transformers_modules"), type(loaded).__module__
-        assert type(loaded).__name__ == "PerformerForMaskedLM", type(loaded).__name__
-        torch.testing.assert_close(loaded(**inputs).logits, masked_lm(**inputs).logits, rtol=0, atol=1e-6)
-        assert not any(m.startswith("linformer_hf") for m in sys.modules), "the package was imported"
-        print("loaded")
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "loaded"
-
-
 def _train_calls(model, n, ids):
     model.train()
     for _ in range(n):
