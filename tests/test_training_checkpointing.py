@@ -1013,6 +1013,30 @@ def test_a_finetuning_resumed_from_an_earlier_checkpoint_sets_the_later_ones_asi
     assert finetuning_checkpoints(out) == {2: True, 4: True}  # the new path's checkpoint-4
 
 
+def test_finetuning_never_takes_a_pretraining_runs_folder_even_to_overwrite(pretrained_dir, tmp_path):
+    """Before, a fine-tuning run given a pretraining run's folder with training.overwrite_output_dir true (as the
+    refusal of the used folder advised) deleted that run's final model, checkpoints, log and summaries; now it is
+    refused before any work, naming what the folder holds, and the folder is left as it was."""
+    from linformer_hf.training import finetuning
+
+    out = tmp_path / "pretrain"
+    for name in ("final", "checkpoint-4"):
+        (out / name).mkdir(parents=True)
+        (out / name / "model.safetensors").write_bytes(b"weights")
+    for name in (UPDATE_LOG, "summary_step4.json"):
+        (out / name).write_text("{}\n")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    for overwrite in (True, False):
+        with pytest.raises(ConfigError) as err:
+            finetuning.run_finetuning(
+                finetune_recipe(pretrained_dir, tmp_path, out, overwrite_output_dir=overwrite), show_progress=False
+            )
+        message = str(err.value)
+        assert f"training.output_dir={out} holds a pretraining run" in message, message
+        assert "final, summary_step4.json, train_log.jsonl" in message and "Give another training.output_dir" in message
+        assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.name != LOCK_FILE) == before
+
+
 def test_claiming_a_run_folder_removes_its_own_debris_and_no_other_commands_staging(tmp_path):
     """A resumed run removes what a kill left of its own writes (`.tmp-final`, a pruned checkpoint's `.trash-...`),
     and it removed every `.tmp-*` there: another command's staging folder inside the run folder (push_to_hub
