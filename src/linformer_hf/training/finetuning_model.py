@@ -54,6 +54,14 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
             f"data.max_seq_length={max_length} is larger than the model's longest input n={n}: set "
             f"--data.max_seq_length {n} or less (null: the model's n), or fine-tune a model with a larger n."
         )
+    pairs = len(data.task.text_columns) == 2
+    least = tokenizer.num_special_tokens_to_add(pair=pairs) + len(data.task.text_columns)  # a token of each text
+    if max_length < least:  # else the tokenizer does not truncate at all (a logged warning): inputs past the length
+        raise ConfigError(
+            f"data.max_seq_length={max_length} leaves no token for the text: the tokenizer adds "
+            f"{least - len(data.task.text_columns)} special tokens to each {'pair' if pairs else 'input'}. Set "
+            f"--data.max_seq_length {least} or more (null: the model's n={n})."
+        )
     distilling, record = recipe.distillation.teacher is not None, None
     if distilling:
         distillation.check_teacher_length(recipe.distillation.teacher, max_length)
