@@ -1009,6 +1009,27 @@ def test_a_model_config_field_that_reshapes_the_trained_weights_is_refused_befor
                                               "training.output_dir": str(out)}), False)  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"id2label": {0: "a", 1: "b", 2: "c"}},
+            r"id2label=\{0: 'a', 1: 'b', 2: 'c'\} gives 3 classes, but the task has 2",
+        ),
+        ({"num_labels": 3}, r"num_labels=3 gives 3 classes, but the task has 2 \(labels 0..1\)"),
+        ({"problem_type": "regression"}, r"problem_type='regression': fine-tuning trains single-label classification"),
+    ],
+)
+def test_model_config_keeps_the_tasks_classes_and_loss(model_dir, tmp_path, settings, message):
+    """model.config id2label with three names trained a three-class head on SST-2's two classes without a word (and
+    pipeline() answered with a class no row has); problem_type regression failed at the first update with a shape
+    error; num_labels was called an unknown field. Each is refused before any work."""
+    from linformer_hf.training.finetuning import run_finetuning
+
+    with pytest.raises(ConfigError, match=message):
+        run_finetuning(finetune(model_dir, **{"model.config": settings, "training.output_dir": str(tmp_path)}), False)
+
+
 def test_a_pretraining_run_folder_given_as_the_model_points_to_its_final(model_dir, tmp_path):
     run = tmp_path / "pretrain"
     shutil.copytree(model_dir, run / "final")

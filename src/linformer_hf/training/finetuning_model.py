@@ -127,7 +127,8 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
             mcfg.pretrained,
             config.model_type,
         )
-    unknown = sorted(set(mcfg.config) - set(config.to_dict()))
+    check_label_fields(mcfg.config, task.num_labels)
+    unknown = sorted(set(mcfg.config) - set(config.to_dict()) - {"num_labels"})
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
     reshaped = sorted(k for k, v in mcfg.config.items() if k in WEIGHT_SHAPE_FIELDS and getattr(config, k) != v)
@@ -150,6 +151,28 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
     )
     pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
     return tokenizer, config
+
+
+def check_label_fields(settings: dict, num_labels: int) -> None:
+    """``model.config`` may rename the task's classes (id2label, label2id), never change their number or the loss:
+    before, id2label with three names trained a three-class head on the two-class task without a word, and
+    problem_type regression failed at the first update with a shape error."""
+    for key in ("num_labels", "id2label", "label2id"):
+        if key in settings:
+            value = settings[key]
+            classes = value if key == "num_labels" else len(value) if isinstance(value, dict) else None
+            if classes != num_labels:
+                raise ConfigError(
+                    f"model.config {key}={value!r} gives {classes if classes is not None else 'no'} classes, but the "
+                    f"task has {num_labels} (labels 0..{num_labels - 1}): the classifier has the task's classes. Drop "
+                    f"{key} from model.config; id2label may rename them ({num_labels} names: {{0: NAME, 1: NAME}})."
+                )
+    problem_type = settings.get("problem_type", "single_label_classification")
+    if problem_type != "single_label_classification":
+        raise ConfigError(
+            f"model.config problem_type={problem_type!r}: fine-tuning trains single-label classification (the "
+            "cross-entropy of the class index in the label column). Drop problem_type from model.config."
+        )
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
