@@ -62,6 +62,28 @@ def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tokenizer_
         run_finetuning(recipe, show_progress=False)
 
 
+def test_a_model_folder_without_its_tokenizer_is_refused_before_training(small_model_dir, tmp_path):
+    """Before: transformers made an empty tokenizer of a model folder that holds none (5 tokens: every word <unk>),
+    and fine-tuning trained and scored on it without a word, saving it with best/. After: refused before any work,
+    asking for model.tokenizer; the same for a model.tokenizer folder without one."""
+    from linformer_hf.training.finetuning import run_finetuning
+
+    extra = {
+        "model.pretrained": small_model_dir,
+        "data.train_file": SST2_DEV,
+        "data.validation_file": SST2_DEV,
+        "data.max_train_samples": 16,
+        "data.max_eval_samples": 16,
+        "training.max_steps": 1,
+        "training.output_dir": str(tmp_path / "fine"),
+    }
+    with pytest.raises(ConfigError, match=rf"model.pretrained={small_model_dir} holds no tokenizer .*model.tokenizer"):
+        run_finetuning(load_recipe(FinetuneRecipe, None, extra=extra), show_progress=False)
+    assert os.listdir(tmp_path / "fine") == [".run.lock"]
+    with pytest.raises(ConfigError, match=rf"model.tokenizer={small_model_dir} holds no tokenizer"):
+        run_finetuning(sst2_recipe(small_model_dir, small_model_dir, tmp_path / "fine"), show_progress=False)
+
+
 def test_token_id_conflict_finds_an_id_that_means_another_token_and_allows_new_tokens():
     from linformer_hf.loading import token_id_conflict
 

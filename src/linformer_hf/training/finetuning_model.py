@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..loading import pad_as_the_model_takes
+from ..loading import TOKENIZER_FILES, pad_as_the_model_takes
 from ..outputs import write_json_atomic
 from . import compiling
 from .config import ConfigError, FinetuneRecipe
@@ -113,11 +113,6 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
     the tokenizer pads as the model takes its padding."""
     from transformers import AutoConfig, AutoTokenizer
 
-    tok_dir = mcfg.tokenizer or mcfg.pretrained
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
     check_model_files(mcfg.pretrained, "model.pretrained")
     if config.model_type not in ("linformer", "performer"):  # a teacher to distil from, say; or a conversion forgotten
@@ -146,6 +141,18 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
         # What transformers' classification heads set at their first call (integer labels): set here, a compiled
         # model does not recompile at the second update when the config changes under it.
         config.problem_type = "single_label_classification"
+    tok_dir = mcfg.tokenizer or mcfg.pretrained
+    if os.path.isdir(tok_dir) and not any(os.path.isfile(os.path.join(tok_dir, name)) for name in TOKENIZER_FILES):
+        # transformers 5 makes an empty tokenizer of a folder without one (5 tokens: every word <unk>) without a word
+        raise ConfigError(
+            f"{'model.tokenizer' if mcfg.tokenizer else 'model.pretrained'}={tok_dir} holds no tokenizer (none of "
+            f"{', '.join(TOKENIZER_FILES)}): set model.tokenizer to the folder of the tokenizer the model was "
+            "pretrained with."
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     check_tokenizer_fits_model(
         tokenizer, config, tok_dir, mcfg.pretrained, "model.tokenizer", pairs=len(task.text_columns) == 2
     )
