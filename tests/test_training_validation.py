@@ -676,8 +676,8 @@ def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
     ):
         run_finetuning(finetune(model_dir, **{"training.output_dir": str(out)}), show_progress=False)
     assert (out / "best").is_dir() and (out / "results.json").exists() and (out / "checkpoint-3").is_dir()
-    # Overwriting deletes the earlier run's outputs only (the model dir here has no tokenizer: the run stops there).
-    with pytest.raises(ConfigError, match="holds no tokenizer"):
+    # Overwriting deletes the earlier run's outputs only (the model dir here has no weights: the run stops there).
+    with pytest.raises(ConfigError, match=r"model.pretrained: .* holds no weights"):
         run_finetuning(
             finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
             show_progress=False,

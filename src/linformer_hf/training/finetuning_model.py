@@ -114,7 +114,6 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
     from transformers import AutoConfig, AutoTokenizer
 
     config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
-    check_model_files(mcfg.pretrained, "model.pretrained")
     if config.model_type not in ("linformer", "performer"):  # a teacher to distil from, say; or a conversion forgotten
         logger.warning(
             "model.pretrained=%s is a %r model: it is fine-tuned as it is, with its own attention. For a Linformer, "
@@ -141,6 +140,7 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
         # What transformers' classification heads set at their first call (integer labels): set here, a compiled
         # model does not recompile at the second update when the config changes under it.
         config.problem_type = "single_label_classification"
+    check_model_files(mcfg.pretrained, "model.pretrained", holds_weights=True)  # else an OSError after the tokenising
     tok_dir = mcfg.tokenizer or mcfg.pretrained
     if os.path.isdir(tok_dir) and not any(os.path.isfile(os.path.join(tok_dir, name)) for name in TOKENIZER_FILES):
         # transformers 5 makes an empty tokenizer of a folder without one (5 tokens: every word <unk>) without a word
