@@ -975,6 +975,24 @@ def test_a_finetuning_checkpoint_resumes_only_under_its_own_recipe(pretrained_di
     assert result["steps"] == 6 and "records no recipe" in caplog.text
 
 
+def test_a_finetuning_resume_of_another_recipe_is_refused_before_tokenising_or_loading_the_model(
+    pretrained_dir, tmp_path, monkeypatch
+):
+    """Before, the checkpoint's recipe was compared once the splits were tokenised and the model loaded (minutes on a
+    large data set, for a run then refused); now it is compared first."""
+    from linformer_hf.training import finetuning, finetuning_model
+
+    out = tmp_path / "run"
+    assert finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out, stop_after_steps=2), False) == {
+        "stopped_at": 2
+    }
+    monkeypatch.setattr(finetuning_model, "tokenize_task", lambda *a, **k: pytest.fail("tokenised"))
+    changed = finetune_recipe(pretrained_dir, tmp_path, out, resume_from_checkpoint="latest", seed=7)
+    with pytest.raises(ConfigError, match=r"written by another run: .*training.seed: 42 in the checkpoint, 7 now"):
+        finetuning.run_finetuning(changed, False)
+    assert finetuning_checkpoints(out) == {2: True}
+
+
 def test_a_finetuning_recipe_reading_the_models_n_is_one_recipe_written_out_or_not(pretrained_dir, tmp_path):
     """Before: a run started without data.max_seq_length (the model's n) and resumed with it written out as n was
     refused as another recipe (and the other way round). One token less is another recipe."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..loading import TOKENIZER_FILES, pad_as_the_model_takes
 from ..outputs import write_json_atomic
 from . import compiling
+from .checkpointing import FINETUNING, check_resume_compatible, recipe_fingerprint
 from .config import ConfigError, FinetuneRecipe
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 from .tasks import Task
@@ -32,6 +33,7 @@ class Classifier:
     encoded: dict  # the task's splits tokenised to at most max_length tokens
     max_length: int
     teacher_record: dict | None  # which teacher the run learns from (distillation.teacher_record), None without one
+    fingerprint: dict  # the recipe each checkpoint records (checkpointing.recipe_fingerprint)
 
 
 def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Classifier:
@@ -70,6 +72,12 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
         distillation.check_resumed_teacher(tcfg.output_dir, record)
     elif distilling and run.processes.is_main_process:  # which teacher this run learns from
         write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
+    # What each checkpoint records, and what the one resumed must agree with (the task, the files, the model, the seed
+    # and batch; the teacher just above): checked before the tokenising and the model's weights, not after them.
+    fingerprint = recipe_fingerprint(recipe, config, tokenizer, run.processes.num_processes)
+    if run.checkpoint:
+        latest = tcfg.resume_from_checkpoint == "latest"
+        check_resume_compatible(run.checkpoint, fingerprint, tcfg.max_steps, latest, FINETUNING, unrecorded_ok=True)
 
     compiling.check_compile_device(
         tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, run.args.device
@@ -89,7 +97,7 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
     if tcfg.torch_compile == "layers":
         compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
-    return Classifier(model, tokenizer, encoded, max_length, record)
+    return Classifier(model, tokenizer, encoded, max_length, record, fingerprint)
 
 
 # Config fields that set the shapes of saved weights: a pretrained model cannot take another value of them.
