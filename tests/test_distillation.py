@@ -237,6 +237,13 @@ def test_a_teacher_the_student_cannot_learn_from_is_refused(teacher, tmp_path):
     transformers.BertTokenizer(vocab_file=str(other / "vocab.txt")).save_pretrained(other)
     with pytest.raises(ConfigError, match="tokenizer .* differs from the student's"):
         run({**base, "distillation.teacher": str(other)})
+    # A copy of the teacher without its weights (its best/ keeps the Trainer's training_args.bin): before, the run
+    # wrote distillation.json and tokenised, then failed loading the teacher with a traceback.
+    weightless = tmp_path / "weightless"
+    shutil.copytree(teacher["dir"], weightless, ignore=shutil.ignore_patterns("*.safetensors"))
+    assert (weightless / "training_args.bin").is_file()
+    with pytest.raises(ConfigError, match=r"distillation.teacher: .*weightless holds no weights"):
+        run({**base, "distillation.teacher": str(weightless)})
     # Another depth, with the hidden-state loss on.
     deep = tmp_path / "deep"
     transformers.BertForSequenceClassification(tiny_bert_config(num_labels=2, num_hidden_layers=3)).save_pretrained(

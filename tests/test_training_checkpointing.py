@@ -975,6 +975,24 @@ def test_a_finetuning_checkpoint_resumes_only_under_its_own_recipe(pretrained_di
     assert result["steps"] == 6 and "records no recipe" in caplog.text
 
 
+def test_a_finetuning_resume_of_another_recipe_is_refused_before_tokenising_or_loading_the_model(
+    pretrained_dir, tmp_path, monkeypatch
+):
+    """Before, the checkpoint's recipe was compared once the splits were tokenised and the model loaded (minutes on a
+    large data set, for a run then refused); now it is compared first."""
+    from linformer_hf.training import finetuning, finetuning_model
+
+    out = tmp_path / "run"
+    assert finetuning.run_finetuning(finetune_recipe(pretrained_dir, tmp_path, out, stop_after_steps=2), False) == {
+        "stopped_at": 2
+    }
+    monkeypatch.setattr(finetuning_model, "tokenize_task", lambda *a, **k: pytest.fail("tokenised"))
+    changed = finetune_recipe(pretrained_dir, tmp_path, out, resume_from_checkpoint="latest", seed=7)
+    with pytest.raises(ConfigError, match=r"written by another run: .*training.seed: 42 in the checkpoint, 7 now"):
+        finetuning.run_finetuning(changed, False)
+    assert finetuning_checkpoints(out) == {2: True}
+
+
 def test_a_finetuning_recipe_reading_the_models_n_is_one_recipe_written_out_or_not(pretrained_dir, tmp_path):
     """Before: a run started without data.max_seq_length (the model's n) and resumed with it written out as n was
     refused as another recipe (and the other way round). One token less is another recipe."""
@@ -1011,6 +1029,30 @@ def test_a_finetuning_resumed_from_an_earlier_checkpoint_sets_the_later_ones_asi
     aside = [p for p in out.iterdir() if p.name.startswith("superseded-after-step2-")]
     assert len(aside) == 1 and [p.name for p in aside[0].iterdir()] == ["checkpoint-4"]
     assert finetuning_checkpoints(out) == {2: True, 4: True}  # the new path's checkpoint-4
+
+
+def test_finetuning_never_takes_a_pretraining_runs_folder_even_to_overwrite(pretrained_dir, tmp_path):
+    """Before, a fine-tuning run given a pretraining run's folder with training.overwrite_output_dir true (as the
+    refusal of the used folder advised) deleted that run's final model, checkpoints, log and summaries; now it is
+    refused before any work, naming what the folder holds, and the folder is left as it was."""
+    from linformer_hf.training import finetuning
+
+    out = tmp_path / "pretrain"
+    for name in ("final", "checkpoint-4"):
+        (out / name).mkdir(parents=True)
+        (out / name / "model.safetensors").write_bytes(b"weights")
+    for name in (UPDATE_LOG, "summary_step4.json"):
+        (out / name).write_text("{}\n")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    for overwrite in (True, False):
+        with pytest.raises(ConfigError) as err:
+            finetuning.run_finetuning(
+                finetune_recipe(pretrained_dir, tmp_path, out, overwrite_output_dir=overwrite), show_progress=False
+            )
+        message = str(err.value)
+        assert f"training.output_dir={out} holds a pretraining run" in message, message
+        assert "final, summary_step4.json, train_log.jsonl" in message and "Give another training.output_dir" in message
+        assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.name != LOCK_FILE) == before
 
 
 def test_claiming_a_run_folder_removes_its_own_debris_and_no_other_commands_staging(tmp_path):

@@ -677,7 +677,7 @@ def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
         run_finetuning(finetune(model_dir, **{"training.output_dir": str(out)}), show_progress=False)
     assert (out / "best").is_dir() and (out / "results.json").exists() and (out / "checkpoint-3").is_dir()
     # Overwriting deletes the earlier run's outputs only (the model dir here has no weights: the run stops there).
-    with pytest.raises(OSError, match="no file named model.safetensors"):
+    with pytest.raises(ConfigError, match=r"model.pretrained: .* holds no weights"):
         run_finetuning(
             finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
             show_progress=False,
@@ -1007,6 +1007,27 @@ def test_a_model_config_field_that_reshapes_the_trained_weights_is_refused_befor
     with pytest.raises(ConfigError, match=r"model.config max_sequence_length=64 \(saved: \d+\).* keeps its sizes, n"):
         run_finetuning(finetune(model_dir, **{"model.config": {"max_sequence_length": 64},
                                               "training.output_dir": str(out)}), False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            {"id2label": {0: "a", 1: "b", 2: "c"}},
+            r"id2label=\{0: 'a', 1: 'b', 2: 'c'\} gives 3 classes, but the task has 2",
+        ),
+        ({"num_labels": 3}, r"num_labels=3 gives 3 classes, but the task has 2 \(labels 0..1\)"),
+        ({"problem_type": "regression"}, r"problem_type='regression': fine-tuning trains single-label classification"),
+    ],
+)
+def test_model_config_keeps_the_tasks_classes_and_loss(model_dir, tmp_path, settings, message):
+    """model.config id2label with three names trained a three-class head on SST-2's two classes without a word (and
+    pipeline() answered with a class no row has); problem_type regression failed at the first update with a shape
+    error; num_labels was called an unknown field. Each is refused before any work."""
+    from linformer_hf.training.finetuning import run_finetuning
+
+    with pytest.raises(ConfigError, match=message):
+        run_finetuning(finetune(model_dir, **{"model.config": settings, "training.output_dir": str(tmp_path)}), False)
 
 
 def test_a_pretraining_run_folder_given_as_the_model_points_to_its_final(model_dir, tmp_path):

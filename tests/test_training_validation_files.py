@@ -62,6 +62,28 @@ def test_a_tokenizer_larger_than_the_model_is_refused_before_training(tokenizer_
         run_finetuning(recipe, show_progress=False)
 
 
+def test_a_model_folder_without_its_tokenizer_is_refused_before_training(small_model_dir, tmp_path):
+    """Before: transformers made an empty tokenizer of a model folder that holds none (5 tokens: every word <unk>),
+    and fine-tuning trained and scored on it without a word, saving it with best/. After: refused before any work,
+    asking for model.tokenizer; the same for a model.tokenizer folder without one."""
+    from linformer_hf.training.finetuning import run_finetuning
+
+    extra = {
+        "model.pretrained": small_model_dir,
+        "data.train_file": SST2_DEV,
+        "data.validation_file": SST2_DEV,
+        "data.max_train_samples": 16,
+        "data.max_eval_samples": 16,
+        "training.max_steps": 1,
+        "training.output_dir": str(tmp_path / "fine"),
+    }
+    with pytest.raises(ConfigError, match=rf"model.pretrained={small_model_dir} holds no tokenizer .*model.tokenizer"):
+        run_finetuning(load_recipe(FinetuneRecipe, None, extra=extra), show_progress=False)
+    assert os.listdir(tmp_path / "fine") == [".run.lock"]
+    with pytest.raises(ConfigError, match=rf"model.tokenizer={small_model_dir} holds no tokenizer"):
+        run_finetuning(sst2_recipe(small_model_dir, small_model_dir, tmp_path / "fine"), show_progress=False)
+
+
 def test_token_id_conflict_finds_an_id_that_means_another_token_and_allows_new_tokens():
     from linformer_hf.loading import token_id_conflict
 
@@ -410,3 +432,36 @@ def test_max_seq_length_longer_than_n_names_the_fix(tokenizer_dir, tmp_path):
     }
     with pytest.raises(ConfigError, match=r"max_seq_length=128 is larger than .* n=64: set --data.max_seq_length 64"):
         run_finetuning(load_recipe(FinetuneRecipe, os.path.join(REPO, "configs", "finetune", "sst2.yaml"), extra=extra))
+
+
+@pytest.mark.parametrize("task, max_seq_length, least", [("sst2", 1, 3), ("qnli", 3, 6)])
+def test_max_seq_length_shorter_than_the_special_tokens_is_refused_before_tokenising(
+    tokenizer_dir, tmp_path, monkeypatch, task, max_seq_length, least
+):
+    """Before, a length below the tokenizer's special tokens (<s> </s>, or four for a pair) was not cut to at all (the
+    tokenizer only logs it): the inputs kept their whole length, past data.max_seq_length, none was reported cut, and
+    the run trained on them (a model of a small n failed at its first update). Now it is refused before tokenising."""
+    from linformer_hf.training import finetuning_model
+    from linformer_hf.training.finetuning import run_finetuning
+
+    model_dir = tmp_path / "model"
+    LinformerForMaskedLM(tiny_config(vocab_size=1000, max_sequence_length=64, projected_length=8)).save_pretrained(
+        model_dir
+    )
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("question\tsentence\tlabel\n" + "who wrote it?\tnobody knows who wrote the book .\t1\n" * 8)
+    data = SST2_DEV if task == "sst2" else str(pairs)
+    extra = {
+        "model.pretrained": str(model_dir),
+        "model.tokenizer": tokenizer_dir,
+        "data.task": task,
+        "data.train_file": data,
+        "data.validation_file": data,
+        "data.max_seq_length": max_seq_length,
+        "training.output_dir": str(tmp_path / "out"),
+        "training.max_steps": 1,
+    }
+    monkeypatch.setattr(finetuning_model, "tokenize_task", lambda *a, **k: pytest.fail("tokenised"))
+    message = rf"max_seq_length={max_seq_length} leaves no token for the text: .* --data.max_seq_length {least} or more"
+    with pytest.raises(ConfigError, match=message):
+        run_finetuning(load_recipe(FinetuneRecipe, None, extra=extra), show_progress=False)

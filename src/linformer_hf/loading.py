@@ -119,7 +119,8 @@ def check_holds_weights(model_dir: str) -> None:
     transformers reads it: its "no file named model.safetensors" names no way out."""
     if not os.path.isdir(model_dir):  # a Hub name: the download finds its files
         return
-    if not any(name.endswith(WEIGHT_SUFFIXES) for name in os.listdir(model_dir)):
+    # training_args.bin: the Trainer's settings, which it saves beside a model (a fine-tuned classifier's best/)
+    if not any(name.endswith(WEIGHT_SUFFIXES) and name != "training_args.bin" for name in os.listdir(model_dir)):
         raise ValueError(
             f"{model_dir} holds no weights (no .safetensors or .bin file, only a config: e.g. an ONNX export folder): "
             "give the folder the model was saved to with save_pretrained."

@@ -153,6 +153,10 @@ class RunOptions:
         "start over with training.overwrite_output_dir: true, or use another training.output_dir"
     )
     max_steps: str = "training.max_steps"  # the option that sets the run's last update
+    # What another command's run writes, and this command never does (fine-tuning: pretraining's final model, log and
+    # summaries): a folder holding one is that run's, refused even with an overwrite, which would delete it.
+    foreign_patterns: tuple[str, ...] = ()
+    foreign_what: str = ""  # how the refusal names that run: "a pretraining run"
 
     def named(self, output_dir: str) -> str:
         return f"{self.output_dir}{self.assign}{output_dir}"
@@ -179,6 +183,8 @@ FINETUNING = dataclasses.replace(
         "Checkpoints are written at each evaluation and removed when the run finishes; start the run without "
         "resume_from_checkpoint (with --training.overwrite_output_dir true over a finished run's folder)."
     ),
+    foreign_patterns=(r"final", re.escape(UPDATE_LOG), r"summary_step\d+\.json", r"checkpoints"),
+    foreign_what="a pretraining run, not a fine-tuning one",
 )
 
 
@@ -674,6 +680,12 @@ def check_output_dir_unused(
     """Refuse a non-empty ``output_dir`` unless the run resumes or overwrites it; creates and locks nothing (a check
     before any work; `claim_output_dir` repeats it under the lock)."""
     earlier = _earlier_outputs(output_dir)
+    foreign = [name for name in earlier if any(re.fullmatch(pattern, name) for pattern in options.foreign_patterns)]
+    if foreign and not resuming:  # before, an overwrite deleted that run's outputs too (its checkpoints, final model)
+        raise OutputDirInUse(
+            f"{options.named(output_dir)} holds {options.foreign_what} ({', '.join(foreign)}): "
+            f"{options.overwrite} would delete that run's checkpoints and outputs. Give another {options.output_dir}."
+        )
     if earlier and not resuming and not overwrite:
         shown = ", ".join(earlier[:6]) + (", ..." if len(earlier) > 6 else "")
         raise OutputDirInUse(

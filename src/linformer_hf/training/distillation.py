@@ -42,7 +42,7 @@ def check_teacher(section, model, task_labels: int | None, class_names: list[str
     count than the task's, the task's classes in another order (``class_names``, the names of classes 0, 1, ...),
     another vocabulary than the student's tokenizer, and (for the hidden-state loss) another depth or width than the
     student's."""
-    from .validation import check_model_source
+    from .validation import check_model_files, check_model_source
 
     check_model_source(section.teacher, "distillation.teacher")
     teacher = _load_config(section.teacher, "distillation.teacher")
@@ -58,6 +58,7 @@ def check_teacher(section, model, task_labels: int | None, class_names: list[str
             "teacher fine-tuned on this task."
         )
     check_teacher_classes(section.teacher, teacher, class_names)
+    check_model_files(section.teacher, "distillation.teacher", holds_weights=True)  # before distillation.json
     student = _load_config(model.pretrained, "model.pretrained")
     if teacher.vocab_size != student.vocab_size:
         raise ConfigError(

@@ -31,8 +31,8 @@ The run reads top-down in `run_finetuning`, one step per module, each returning 
 2. `finetuning_setup.start_run`: `TrainingArguments` from the recipe, the output directory claimed and locked, the
    checkpoint to resume from.
 3. `finetuning_model.load_classifier`: the model (converted from RoBERTa first where the recipe says), its tokenizer
-   and config checked against each other, the teacher checked against the length and recorded, the splits
-   tokenised, the classification head initialised.
+   and config checked against each other, a resumed checkpoint's recipe against this one, the teacher checked
+   against the length and recorded, the splits tokenised, the classification head initialised.
 4. `finetuning_trainer.build_trainer` and `finetuning_trainer.train`: the Trainer with its callbacks, and its run.
 5. `finetuning_results.write_results`: best/, the predictions and results.json.
 6. `finetuning_setup.end_run`: the process group torn down and the directory's lock released, also when the run

@@ -10,9 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..loading import pad_as_the_model_takes
+from ..loading import TOKENIZER_FILES, pad_as_the_model_takes
 from ..outputs import write_json_atomic
 from . import compiling
+from .checkpointing import FINETUNING, check_resume_compatible, recipe_fingerprint
 from .config import ConfigError, FinetuneRecipe
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 from .tasks import Task
@@ -32,6 +33,7 @@ class Classifier:
     encoded: dict  # the task's splits tokenised to at most max_length tokens
     max_length: int
     teacher_record: dict | None  # which teacher the run learns from (distillation.teacher_record), None without one
+    fingerprint: dict  # the recipe each checkpoint records (checkpointing.recipe_fingerprint)
 
 
 def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Classifier:
@@ -54,6 +56,14 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
             f"data.max_seq_length={max_length} is larger than the model's longest input n={n}: set "
             f"--data.max_seq_length {n} or less (null: the model's n), or fine-tune a model with a larger n."
         )
+    pairs = len(data.task.text_columns) == 2
+    least = tokenizer.num_special_tokens_to_add(pair=pairs) + len(data.task.text_columns)  # a token of each text
+    if max_length < least:  # else the tokenizer does not truncate at all (a logged warning): inputs past the length
+        raise ConfigError(
+            f"data.max_seq_length={max_length} leaves no token for the text: the tokenizer adds "
+            f"{least - len(data.task.text_columns)} special tokens to each {'pair' if pairs else 'input'}. Set "
+            f"--data.max_seq_length {least} or more (null: the model's n={n})."
+        )
     distilling, record = recipe.distillation.teacher is not None, None
     if distilling:
         distillation.check_teacher_length(recipe.distillation.teacher, max_length)
@@ -62,6 +72,12 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
         distillation.check_resumed_teacher(tcfg.output_dir, record)
     elif distilling and run.processes.is_main_process:  # which teacher this run learns from
         write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
+    # What each checkpoint records, and what the one resumed must agree with (the task, the files, the model, the seed
+    # and batch; the teacher just above): checked before the tokenising and the model's weights, not after them.
+    fingerprint = recipe_fingerprint(recipe, config, tokenizer, run.processes.num_processes)
+    if run.checkpoint:
+        latest = tcfg.resume_from_checkpoint == "latest"
+        check_resume_compatible(run.checkpoint, fingerprint, tcfg.max_steps, latest, FINETUNING, unrecorded_ok=True)
 
     compiling.check_compile_device(
         tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, run.args.device
@@ -81,7 +97,7 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
     if tcfg.torch_compile == "layers":
         compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
-    return Classifier(model, tokenizer, encoded, max_length, record)
+    return Classifier(model, tokenizer, encoded, max_length, record, fingerprint)
 
 
 # Config fields that set the shapes of saved weights: a pretrained model cannot take another value of them.
@@ -105,13 +121,7 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
     the tokenizer pads as the model takes its padding."""
     from transformers import AutoConfig, AutoTokenizer
 
-    tok_dir = mcfg.tokenizer or mcfg.pretrained
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
-    check_model_files(mcfg.pretrained, "model.pretrained")
     if config.model_type not in ("linformer", "performer"):  # a teacher to distil from, say; or a conversion forgotten
         logger.warning(
             "model.pretrained=%s is a %r model: it is fine-tuned as it is, with its own attention. For a Linformer, "
@@ -119,7 +129,8 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
             mcfg.pretrained,
             config.model_type,
         )
-    unknown = sorted(set(mcfg.config) - set(config.to_dict()))
+    check_label_fields(mcfg.config, task.num_labels)
+    unknown = sorted(set(mcfg.config) - set(config.to_dict()) - {"num_labels"})
     if unknown:
         raise ConfigError(f"Unknown {type(config).__name__} field(s) {unknown} in model.config.")
     reshaped = sorted(k for k, v in mcfg.config.items() if k in WEIGHT_SHAPE_FIELDS and getattr(config, k) != v)
@@ -137,11 +148,46 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
         # What transformers' classification heads set at their first call (integer labels): set here, a compiled
         # model does not recompile at the second update when the config changes under it.
         config.problem_type = "single_label_classification"
+    check_model_files(mcfg.pretrained, "model.pretrained", holds_weights=True)  # else an OSError after the tokenising
+    tok_dir = mcfg.tokenizer or mcfg.pretrained
+    if os.path.isdir(tok_dir) and not any(os.path.isfile(os.path.join(tok_dir, name)) for name in TOKENIZER_FILES):
+        # transformers 5 makes an empty tokenizer of a folder without one (5 tokens: every word <unk>) without a word
+        raise ConfigError(
+            f"{'model.tokenizer' if mcfg.tokenizer else 'model.pretrained'}={tok_dir} holds no tokenizer (none of "
+            f"{', '.join(TOKENIZER_FILES)}): set model.tokenizer to the folder of the tokenizer the model was "
+            "pretrained with."
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
     check_tokenizer_fits_model(
         tokenizer, config, tok_dir, mcfg.pretrained, "model.tokenizer", pairs=len(task.text_columns) == 2
     )
     pad_as_the_model_takes(tokenizer, config)  # the collator's batches, and the tokenizer saved with the model
     return tokenizer, config
+
+
+def check_label_fields(settings: dict, num_labels: int) -> None:
+    """``model.config`` may rename the task's classes (id2label, label2id), never change their number or the loss:
+    before, id2label with three names trained a three-class head on the two-class task without a word, and
+    problem_type regression failed at the first update with a shape error."""
+    for key in ("num_labels", "id2label", "label2id"):
+        if key in settings:
+            value = settings[key]
+            classes = value if key == "num_labels" else len(value) if isinstance(value, dict) else None
+            if classes != num_labels:
+                raise ConfigError(
+                    f"model.config {key}={value!r} gives {classes if classes is not None else 'no'} classes, but the "
+                    f"task has {num_labels} (labels 0..{num_labels - 1}): the classifier has the task's classes. Drop "
+                    f"{key} from model.config; id2label may rename them ({num_labels} names: {{0: NAME, 1: NAME}})."
+                )
+    problem_type = settings.get("problem_type", "single_label_classification")
+    if problem_type != "single_label_classification":
+        raise ConfigError(
+            f"model.config problem_type={problem_type!r}: fine-tuning trains single-label classification (the "
+            "cross-entropy of the class index in the label column). Drop problem_type from model.config."
+        )
 
 
 def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):

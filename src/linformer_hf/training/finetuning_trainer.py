@@ -8,13 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from . import compiling
-from .checkpointing import (
-    FINETUNING,
-    RECIPE_FILE,
-    check_resume_compatible,
-    completion_marker_callback,
-    recipe_fingerprint,
-)
+from .checkpointing import RECIPE_FILE, completion_marker_callback
 from .config import FinetuneRecipe
 from .errors import Preempted
 from .guards import StopSignal, divergence_callback, resume_hint, stop_after_steps_callback
@@ -41,12 +35,6 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
     from .data import padding_collator
 
     tcfg = recipe.training
-    # What each checkpoint records, and what the one resumed must agree with: the task, the files, the model, the
-    # seed and batch (before, a resume took a checkpoint of another recipe without a word).
-    fingerprint = recipe_fingerprint(recipe, classifier.model.config, classifier.tokenizer, run.processes.num_processes)
-    if run.checkpoint:
-        latest = tcfg.resume_from_checkpoint == "latest"
-        check_resume_compatible(run.checkpoint, fingerprint, tcfg.max_steps, latest, FINETUNING, unrecorded_ok=True)
     compiles = compiling.compile_target(tcfg.torch_compile) != "no"
     compile_record = compiling.compile_record_callback() if compiles else None
     guard = finetune_guard(tcfg)
@@ -72,7 +60,8 @@ def build_trainer(recipe: FinetuneRecipe, task: Task, run: RunSetup, classifier:
             stopping,
             divergence_callback(guard),
             optimizer_settings_callback(),
-            completion_marker_callback(run.processes, CHECKPOINTS_KEPT, {RECIPE_FILE: fingerprint}),
+            # Each checkpoint records its recipe (the resumed one was checked against it by load_classifier).
+            completion_marker_callback(run.processes, CHECKPOINTS_KEPT, {RECIPE_FILE: classifier.fingerprint}),
         ]
         + ([stop_after_steps_callback(tcfg.stop_after_steps)] if tcfg.stop_after_steps else [])
         + ([compile_record] if compile_record else []),

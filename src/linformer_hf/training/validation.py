@@ -202,11 +202,14 @@ def check_tokenizer_fits_model(
         )
 
 
-def check_model_files(model_dir: str, what: str) -> None:
-    """A saved model's weight files are whole (`loading.check_weight_files`), as a recipe error."""
-    from ..loading import check_weight_files
+def check_model_files(model_dir: str, what: str, holds_weights: bool = False) -> None:
+    """A saved model's weight files are whole (`loading.check_weight_files`), and with ``holds_weights`` there are
+    some (`loading.check_holds_weights`), as a recipe error."""
+    from ..loading import check_holds_weights, check_weight_files
 
     try:
+        if holds_weights:
+            check_holds_weights(model_dir)
         check_weight_files(model_dir)
     except ValueError as err:
         raise ConfigError(f"{what}: {err}") from None
