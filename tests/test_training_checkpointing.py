@@ -1055,6 +1055,24 @@ def test_finetuning_never_takes_a_pretraining_runs_folder_even_to_overwrite(pret
         assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.name != LOCK_FILE) == before
 
 
+def test_pretraining_never_takes_a_finetuning_runs_folder_even_to_overwrite(tokenizer_dir, small_corpus, tmp_path):
+    """The other way round: pretraining with training.overwrite_output_dir true over a fine-tuning run's folder
+    deleted its best/ model, results and predictions."""
+    out = tmp_path / "finetune"
+    (out / "best").mkdir(parents=True)
+    (out / "best" / "model.safetensors").write_bytes(b"weights")
+    for name in ("results.json", "predictions_test.tsv"):
+        (out / name).write_text("{}\n")
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    for overwrite in (True, False):
+        with pytest.raises(ConfigError) as err:
+            run(tokenizer_dir, small_corpus, out, overwrite_output_dir=overwrite)
+        message = str(err.value)
+        assert f"training.output_dir={out} holds a fine-tuning run" in message, message
+        assert "best, predictions_test.tsv, results.json" in message and "Give another training.output_dir" in message
+        assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.name != LOCK_FILE) == before
+
+
 def test_claiming_a_run_folder_removes_its_own_debris_and_no_other_commands_staging(tmp_path):
     """A resumed run removes what a kill left of its own writes (`.tmp-final`, a pruned checkpoint's `.trash-...`),
     and it removed every `.tmp-*` there: another command's staging folder inside the run folder (push_to_hub

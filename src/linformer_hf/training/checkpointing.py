@@ -170,7 +170,10 @@ class RunOptions:
         )
 
 
-PRETRAINING = RunOptions()
+PRETRAINING = RunOptions(
+    foreign_patterns=(r"best", r"results\.json", r"predictions_(validation|test)\.tsv"),
+    foreign_what="a fine-tuning run, not a pretraining one",
+)
 FINETUNING = dataclasses.replace(
     PRETRAINING,
     # A finished fine-tuning run keeps no checkpoint (results.json says it finished): resuming it is no way out.
