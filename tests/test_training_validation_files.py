@@ -84,6 +84,27 @@ def test_a_model_folder_without_its_tokenizer_is_refused_before_training(small_m
         run_finetuning(sst2_recipe(small_model_dir, small_model_dir, tmp_path / "fine"), show_progress=False)
 
 
+def test_a_tokenizer_config_without_a_vocabulary_is_refused(small_model_dir, tmp_path):
+    """A folder holding a tokenizer_config.json and no vocabulary passed the files check, and transformers 5 made a
+    tokenizer of only its 5 special tokens of it (every word <unk>): refused by fine-tuning and pretraining's loader."""
+    import json
+    import shutil
+
+    from linformer_hf.training.finetuning import run_finetuning
+    from linformer_hf.training.tokenizer import load_tokenizer
+
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
+    with pytest.raises(ConfigError, match=rf"The tokenizer in {partial} holds no vocabulary, only its 5 special"):
+        load_tokenizer(str(partial))
+    with_config = tmp_path / "model"  # a model folder with that file beside its weights
+    shutil.copytree(small_model_dir, with_config)
+    shutil.copy(partial / "tokenizer_config.json", with_config)
+    with pytest.raises(ConfigError, match=rf"The tokenizer in {with_config} holds no vocabulary"):
+        run_finetuning(sst2_recipe(with_config, with_config, tmp_path / "fine"), show_progress=False)
+
+
 def test_token_id_conflict_finds_an_id_that_means_another_token_and_allows_new_tokens():
     from linformer_hf.loading import token_id_conflict
 

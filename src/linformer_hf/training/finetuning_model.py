@@ -17,6 +17,7 @@ from .checkpointing import FINETUNING, check_resume_compatible, recipe_fingerpri
 from .config import ConfigError, FinetuneRecipe
 from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
 from .tasks import Task
+from .tokenizer import check_has_vocabulary
 from .validation import check_model_files, check_tokenizer_fits_model
 
 if TYPE_CHECKING:
@@ -161,6 +162,7 @@ def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     except (OSError, ValueError) as err:
         raise ConfigError(f"No tokenizer in {tok_dir}; set model.tokenizer to a tokenizer dir. ({err})") from err
+    check_has_vocabulary(tokenizer, tok_dir)
     check_tokenizer_fits_model(
         tokenizer, config, tok_dir, mcfg.pretrained, "model.tokenizer", pairs=len(task.text_columns) == 2
     )

@@ -115,6 +115,16 @@ def train_bpe_tokenizer(
     return tokenizer
 
 
+def check_has_vocabulary(tokenizer, where: str) -> None:
+    """A tokenizer with tokens beside its special ones. transformers 5 makes one of only its special tokens from a
+    folder that holds a tokenizer_config.json and no vocabulary: every word then reads as <unk>, without a word."""
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+        raise ConfigError(
+            f"The tokenizer in {where} holds no vocabulary, only its {len(tokenizer)} special tokens (a "
+            "tokenizer_config.json without tokenizer.json or vocab files?): give the folder of the whole tokenizer."
+        )
+
+
 def load_tokenizer(name_or_path: str, of_model: bool = False):
     """The tokenizer in a folder or of a Hub name; ``of_model``: the name is model.pretrained's (the recipe gives no
     tokenizer of its own), so an unreachable name is reported as the model's."""
@@ -131,9 +141,11 @@ def load_tokenizer(name_or_path: str, of_model: bool = False):
                 f"--output_dir {name_or_path}`."
             )
         try:
-            return AutoTokenizer.from_pretrained(name_or_path)
+            tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         except (OSError, ValueError) as err:
             raise ConfigError(f"Could not load the tokenizer in {name_or_path}: {err}") from err
+        check_has_vocabulary(tokenizer, name_or_path)
+        return tokenizer
     if name_or_path.startswith((".", "/")) or name_or_path.startswith("outputs"):
         raise ConfigError(
             f"Tokenizer directory not found: {name_or_path}. Train one first with "
