@@ -972,6 +972,11 @@ def test_empty_text_cells_are_counted_and_named_by_line(model_dir, tmp_path, cap
         assert len(said) == 1 and re.search(f"{name}: {expected[name]}; they are read as empty text", said[0]), said
         assert len(splits["train"]) == len(text.strip().splitlines()) - (name != "c.jsonl")  # no row dropped
     assert not [r for r in caplog.records if good in r.getMessage()]
+    # a column empty in every row: refused (it was the same warning, and the run trained on no text)
+    blank = tmp_path / "blank.tsv"
+    blank.write_text("sentence\tlabel\n\t1\n  \t0\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"blank.tsv: 'sentence' is empty or missing in all 2 rows: there is no text"):
+        load_task_data(finetune(model_dir, **{"data.train_file": str(blank), "data.validation_file": good}))
 
 
 def test_files_that_would_be_ignored_or_too_few_rows_to_hold_out_are_refused(model_dir, tmp_path):

@@ -67,10 +67,17 @@ def _row_name(header_rows: int | None):
 
 def warn_empty_texts(ds, text_columns, source: str, header_rows: int | None = None) -> int:
     """Say how many rows have an empty or missing text cell (read as empty text: the model sees only its special
-    tokens), naming the first; returns that count. A warning, not an error: real data sets hold a few (GLUE's QQP)."""
-    empty = sorted(
-        {row for column in text_columns for row, text in enumerate(ds[column]) if text is None or not str(text).strip()}
-    )
+    tokens), naming the first; returns that count. A warning, not an error: real data sets hold a few (GLUE's QQP).
+    A column empty in every row is an error: the model would learn the labels from no text (another column named?)."""
+    blank = {column: {row for row, text in enumerate(ds[column]) if text is None or not str(text).strip()}
+             for column in text_columns}  # fmt: skip
+    for column, rows in blank.items():
+        if len(ds) and len(rows) == len(ds):
+            raise ConfigError(
+                f"{source}: {column!r} is empty or missing in all {len(ds)} rows: there is no text to learn from. Give "
+                f"a file whose {column!r} column holds the task's text."
+            )
+    empty = sorted(set().union(*blank.values()))
     if empty:
         where = _row_name(header_rows)
         shown = ", ".join(where(row) for row in empty[:MAX_LISTED])
