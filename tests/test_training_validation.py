@@ -237,6 +237,20 @@ def test_labels_in_csv_and_jsonl_are_checked_too(model_dir, tmp_path):
         load_task_data(finetune(model_dir, **{"data.validation_file": str(jsonl)}))
 
 
+def test_a_split_labelled_minus_one_throughout_is_named_as_unlabelled(model_dir, tmp_path):
+    """GLUE's test files label every row -1: the refusal asked to fix or remove every row, where the fix is to drop
+    the label column (a test file without one is predicted without a score)."""
+    from linformer_hf.training.finetuning import load_task_data
+
+    good = write_sst2(tmp_path / "good.tsv", ["0", "1"] * 10)
+    unlabelled = write_sst2(tmp_path / "test.tsv", ["-1"] * 6)
+    with pytest.raises(ConfigError) as err:
+        load_task_data(finetune(model_dir, **{"data.train_file": good, "data.test_file": unlabelled}))
+    message = str(err.value)
+    assert f"{unlabelled}: every one of its 6 rows has the label -1" in message, message
+    assert "Remove the 'label' column" in message and "Fix or remove these rows" not in message
+
+
 def test_good_labels_load_unchanged(model_dir):
     from linformer_hf.training.finetuning import load_task_data
 

@@ -51,6 +51,12 @@ def check_labels(ds, label_column: str, num_labels: int, source: str, header_row
             bad.append((row, value))
     if not bad:
         return
+    if len(bad) == len(ds) and len({value for _, value in bad}) == 1:  # one placeholder throughout: GLUE's test files
+        raise ConfigError(
+            f"{source}: every one of its {len(ds)} rows has the label {bad[0][1]!r}, not a class index in "
+            f"[0, {num_labels}): an unlabelled split, as GLUE's test files are? Remove the {label_column!r} column "
+            f"from a test file to have it predicted without a score, or give the labelled file."
+        )
     where = _row_name(header_rows)
     shown = "; ".join(f"{where(row)}: {'missing' if value is None else repr(value)}" for row, value in bad[:MAX_LISTED])
     more = f" (and {len(bad) - MAX_LISTED} more)" if len(bad) > MAX_LISTED else ""
