@@ -809,10 +809,16 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
     context = _context()
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_worker_entry, args=(task, sender))
-    process.start()
-    ends = time.monotonic() + timeout_s  # counted from the process start, not through the forkserver's own start
-    sender.close()
     try:
+        # A stop (Ctrl-C, SIGTERM) that lands inside start() leaves the process object without its pid, and the worker
+        # running on unseen: held until the worker has started, then taken here, where the finally below kills it.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        ends = time.monotonic() + timeout_s  # counted from the process start, not through the forkserver's own start
+        sender.close()
         while True:
             if not receiver.poll(max(0.0, ends - time.monotonic())):
                 process.kill()
