@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -506,3 +507,89 @@ def test_the_padding_collator_rounds_to_8_up_to_n_only_under_mixed_precision(tmp
         assert padded([59], 64, precision) == 64
     for precision in (None, "no"):
         assert [padded([10, 17], 60, precision), padded([59], 60, precision)] == [17, 59]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The same command run again after the run finished (a requeued job), and a refused command's earlier outputs
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def finetune_command(overrides: dict) -> int:
+    """`linformer-hf finetune` in this process, as a job script runs it: its exit status."""
+    from training_utils import as_argv
+
+    from linformer_hf.training.finetune import main
+
+    return main(
+        ["--config", os.path.join(REPO, "configs", "finetune", "sst2.yaml"), "--no_progress", *as_argv(overrides)]
+    )
+
+
+def folder_state(folder) -> dict:
+    """Every file under ``folder`` (the lock file too): its bytes and when it was last written."""
+    return {
+        str(path.relative_to(folder)): (path.read_bytes(), path.stat().st_mtime_ns)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_finetuning(pretrained_dir, tmp_path_factory):
+    """A fine-tuning run finished by `finetune_command` (stopped at update 2, then resumed to its end at 4), with a copy
+    of its checkpoint-2 kept aside; returns the folder, that copy and a function giving the run's overrides for
+    another output folder. Copy the folder (`shutil.copytree` keeps the files' times) before changing anything."""
+    root = tmp_path_factory.mktemp("finished")
+    train = sst2_head(root / "train.tsv", 32)
+    settings = {"training.max_steps": 4, "training.eval_steps": 2, "training.per_device_train_batch_size": 8}
+    settings.update({"data.test_file": train, "data.max_eval_samples": 32, "training.learning_rate": 1e-3})
+
+    def overrides(out, **changes):
+        return {**tiny_finetune_overrides(pretrained_dir, train, out, settings), **changes}
+
+    out = root / "run"
+    assert finetune_command(overrides(out, **{"training.stop_after_steps": 2})) == 0
+    checkpoint = root / "checkpoint-2"
+    shutil.copytree(out / "checkpoint-2", checkpoint)
+    assert finetune_command(overrides(out, **{"training.resume_from_checkpoint": "latest"})) == 0
+    assert not [name for name in os.listdir(out) if name.startswith("checkpoint-")]
+    return out, checkpoint, overrides
+
+
+@pytest.mark.parametrize("broken", ["no weights", "no tokenizer", "inputs longer than n", "a source without weights"])
+def test_an_overwrite_refused_for_its_model_leaves_the_earlier_runs_outputs(
+    finished_finetuning, pretrained_dir, tmp_path, capsys, broken
+):
+    """With training.overwrite_output_dir the output folder was claimed, and the earlier run's results, predictions and
+    best/ deleted, before the model was checked: a model folder without its weights or tokenizer (or a data length
+    past its n, or a RoBERTa source to convert without weights) then refused the run with the earlier results gone.
+    Now every check of the model and its tokenizer comes first: the folder is left as it was, its lock file too."""
+    from linformer_hf.loading import TOKENIZER_FILES
+
+    finished, _, overrides = finished_finetuning
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    before = folder_state(out)
+    model = tmp_path / "model"
+    changes = {"model.pretrained": str(model), "training.overwrite_output_dir": True}
+    if broken == "a source without weights":
+        tiny_roberta_dir(model)
+        changes["model.convert_from_roberta"] = {"projected_length": 16}
+    else:
+        shutil.copytree(pretrained_dir, model)
+    if broken in ("no weights", "a source without weights"):
+        os.remove(model / "model.safetensors")
+        message = f"model.pretrained: {model} holds no weights"
+    elif broken == "no tokenizer":
+        for name in TOKENIZER_FILES:
+            if (model / name).exists():
+                os.remove(model / name)
+        message = f"model.pretrained={model} holds no tokenizer"
+    else:
+        changes["data.max_seq_length"] = 512
+        message = "data.max_seq_length=512 is larger than the model's longest input n=256"
+    capsys.readouterr()
+    assert finetune_command(overrides(out, **changes)) == 2
+    error = capsys.readouterr().err
+    assert message in error, error
+    assert folder_state(out) == before

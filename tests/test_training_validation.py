@@ -674,6 +674,7 @@ def test_push_to_hub_dry_run_on_a_non_linformer_folder(tmp_path, capsys):
 
 
 def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
+    from linformer_hf.training.checkpointing import FINETUNING, claim_output_dir
     from linformer_hf.training.finetuning import run_finetuning
 
     out = tmp_path / "ft"
@@ -690,12 +691,18 @@ def test_finetuning_refuses_a_used_output_dir(model_dir, tmp_path):
     ):
         run_finetuning(finetune(model_dir, **{"training.output_dir": str(out)}), show_progress=False)
     assert (out / "best").is_dir() and (out / "results.json").exists() and (out / "checkpoint-3").is_dir()
-    # Overwriting deletes the earlier run's outputs only (the model dir here has no weights: the run stops there).
+    # The model dir here has no weights: the overwrite is refused before it deletes anything (it deleted the earlier
+    # run's outputs, then refused the model).
+    earlier = sorted(os.listdir(out))
     with pytest.raises(ConfigError, match=r"model.pretrained: .* holds no weights"):
         run_finetuning(
             finetune(model_dir, **{"training.output_dir": str(out), "training.overwrite_output_dir": True}),
             show_progress=False,
         )
+    assert sorted(os.listdir(out)) == earlier
+    # Overwriting deletes the earlier run's outputs only.
+    lock = claim_output_dir(str(out), resuming=False, overwrite=True, options=FINETUNING)
+    lock.release()
     assert sorted(os.listdir(out)) == [".run.lock", "notes.txt"]
 
 

@@ -10,8 +10,9 @@ Linformer or Performer, and the outputs the replication reads: ``<output_dir>/be
 on the data set's test split for a task that names one: `Task.test_split`), and ``results.json`` (every evaluation,
 the best, the test metrics with the inference time per example, the training loss per logged update, and
 ``warnings`` when the model kept predicts one class for every example: metrics.collapsed_classifier). The output
-directory is claimed before any work as pretraining's is (training/checkpointing.py: refused when it holds an
-earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end). Every evaluation writes a
+directory is claimed once the inputs and the model are checked, before any work, as pretraining's is
+(training/checkpointing.py: refused when it holds an earlier run's outputs unless ``training.overwrite_output_dir``,
+locked until the end). Every evaluation writes a
 whole checkpoint (weights, optimizer, schedule, RNG states; the Trainer's ``checkpoint-N`` with checkpointing.py's
 completion marker) that ``training.resume_from_checkpoint`` (``latest``: the newest complete one, or a
 ``checkpoint-N`` dir) continues from exactly; ``training.stop_after_steps`` stops a run there on purpose, and
@@ -27,12 +28,15 @@ The run reads top-down in `run_finetuning`, one step per module, each returning 
 
 1. `finetuning_data.load_task`: the task's splits read and checked (files or the Hub, columns, labels; a data set
    built for its task, by its manifest and tokenizer), its classes and their names; with a teacher,
-   `distillation.check_teacher`. Nothing is written before these checks.
-2. `finetuning_setup.start_run`: `TrainingArguments` from the recipe, the output directory claimed and locked, the
-   checkpoint to resume from.
-3. `finetuning_model.load_classifier`: the model (converted from RoBERTa first where the recipe says), its tokenizer
-   and config checked against each other, a resumed checkpoint's recipe against this one, the teacher checked
-   against the length and recorded, the splits tokenised, the classification head initialised.
+   `distillation.check_teacher`. Nothing is written before these checks and the next two.
+2. `finetuning_setup.start_run`: `TrainingArguments` from the recipe, the checkpoint to resume from, the output
+   directory checked (not a live run's; empty unless resumed or overwritten).
+3. `finetuning_model.check_model`: the model, its tokenizer and config checked against each other and the recipe
+   (a conversion's source and settings against the config it will give), the teacher against the length, a resumed
+   checkpoint's recipe against this one. Then `finetuning_setup.claim_run`: the output directory claimed and locked
+   (an overwrite deletes the earlier run's outputs), so a run refused for its model leaves them as they were.
+   `finetuning_model.load_classifier`: the conversion (where the recipe asks for one), the teacher recorded, the
+   splits tokenised, the model's weights read and its classification head initialised.
 4. `finetuning_trainer.build_trainer` and `finetuning_trainer.train`: the Trainer with its callbacks, and its run.
 5. `finetuning_results.write_results`: best/, the predictions and results.json.
 6. `finetuning_setup.end_run`: the process group torn down and the directory's lock released, also when the run
@@ -47,9 +51,9 @@ from __future__ import annotations
 from .config import FinetuneRecipe
 from .errors import Preempted, TrainingDiverged
 from .finetuning_data import label_names, load_task, load_task_data
-from .finetuning_model import load_classifier, tokenize_task
+from .finetuning_model import check_model, load_classifier, tokenize_task
 from .finetuning_results import write_results
-from .finetuning_setup import end_run, start_run, training_arguments
+from .finetuning_setup import claim_run, end_run, start_run, training_arguments
 from .finetuning_trainer import build_trainer, train
 from .guards import StopSignal, stop_signal_callback
 from .tasks import TASKS
@@ -65,14 +69,17 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
     """
     stop = StopSignal().install()  # from the start: a signal during setup stops the run after its first update
     try:
-        # Checks on inputs first (files, columns, the teacher), before any output, model or training.
+        # Checks on inputs first (files, columns, the teacher, the model and its tokenizer), before any output, model
+        # or training: the output directory is claimed (an overwrite deletes the earlier run's outputs) only then.
         data = load_task(recipe)
         if recipe.distillation.teacher is not None:
             from . import distillation
 
             distillation.check_teacher(recipe.distillation, recipe.model, data.task.num_labels, data.class_names)
         run = start_run(recipe, show_progress)
-        classifier = load_classifier(recipe, data, run)
+        checked = check_model(recipe, data, run)
+        claim_run(recipe, run)
+        classifier = load_classifier(recipe, data, run, checked)
         stopping = stop_signal_callback(stop)
         trainer, guard, compile_record = build_trainer(recipe, data.task, run, classifier, stopping)
         try:

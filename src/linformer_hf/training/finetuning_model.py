@@ -28,6 +28,19 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
+class CheckedModel:
+    """The model as `check_model` found it, before the output directory is claimed."""
+
+    model: Any  # the recipe's model section; for a conversion done already, its output folder (`converted_model`)
+    tokenizer: Any
+    config: Any  # the classifier's config (the task's classes and their names, model.config)
+    max_length: int
+    teacher_record: dict | None  # which teacher the run learns from (distillation.teacher_record), None without one
+    fingerprint: dict | None  # the recipe (checkpointing.recipe_fingerprint); None until a conversion to come is done
+    converts: bool  # the conversion of model.pretrained is still to be done (tokenizer and config: the planned ones)
+
+
+@dataclass
 class Classifier:
     model: Any  # an AutoModelForSequenceClassification
     tokenizer: Any
@@ -37,52 +50,92 @@ class Classifier:
     fingerprint: dict  # the recipe each checkpoint records (checkpointing.recipe_fingerprint)
 
 
-def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Classifier:
-    """The model, its tokenizer and config, the teacher's record and the tokenised splits; every check on them
-    (files, tokenizer, ``model.config`` fields, lengths, the device for ``training.torch_compile``) before the model's
-    weights are read."""
-    from transformers import AutoModelForSequenceClassification, set_seed
+def check_model(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> CheckedModel:
+    """Every check on the model, its tokenizer and config (files, tokenizer, ``model.config`` fields, lengths), the
+    teacher against the length, the device for ``training.torch_compile``, and a resumed checkpoint's recipe against
+    this one: all before the output directory is claimed (an overwrite deletes the earlier run's outputs there), so a
+    refused run leaves it as it was. Reads no weights and writes nothing.
 
-    from ..models import max_input_length
+    With ``model.convert_from_roberta`` the conversion (written into ``<output_dir>/converted``) comes after the
+    claim: its source and settings are checked here, and its tokenizer and lengths against the config it will have;
+    a resumed run takes the conversion its first part wrote."""
     from . import distillation
 
-    tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
+    tcfg, mcfg = recipe.training, recipe.model
+    planned, converts = None, False
     if mcfg.convert_from_roberta is not None:
-        mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir, reuse=run.resuming)
-    tokenizer, config = load_tokenizer_and_config(mcfg, data.task, data.class_names)
+        if run.resuming and os.path.isfile(os.path.join(tcfg.output_dir, "converted", "config.json")):
+            mcfg = converted_model(mcfg, tcfg.output_dir)
+        else:
+            planned, converts = planned_conversion_config(mcfg, data.task), True
+    tokenizer, config = load_tokenizer_and_config(mcfg, data.task, data.class_names, planned)
+    max_length = input_length(recipe, tokenizer, config, data.task)
+    record = None
+    if recipe.distillation.teacher is not None:
+        distillation.check_teacher_length(recipe.distillation.teacher, max_length)
+        record = distillation.teacher_record(recipe.distillation)
+    if run.resuming:
+        distillation.check_resumed_teacher(tcfg.output_dir, record)
+    compiling.check_compile_device(
+        tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, run.args.device
+    )
+    checked = CheckedModel(mcfg, tokenizer, config, max_length, record, None, converts)
+    if not converts:
+        checked.fingerprint = checked_fingerprint(recipe, config, tokenizer, run)
+    return checked
+
+
+def checked_fingerprint(recipe: FinetuneRecipe, config, tokenizer, run: RunSetup) -> dict:
+    """What each checkpoint records (the task, the files, the model, the seed and batch), and the checkpoint resumed
+    compared with it (the teacher: `check_model`): before the tokenising and the model's weights."""
+    fingerprint = recipe_fingerprint(recipe, config, tokenizer, run.processes.num_processes)
+    if run.checkpoint:
+        tcfg = recipe.training
+        latest = tcfg.resume_from_checkpoint == "latest"
+        check_resume_compatible(run.checkpoint, fingerprint, tcfg.max_steps, latest, FINETUNING, unrecorded_ok=True)
+    return fingerprint
+
+
+def input_length(recipe: FinetuneRecipe, tokenizer, config, task: Task) -> int:
+    """The longest input the run reads (``data.max_seq_length``, or the model's n), checked against the model and the
+    tokenizer's special tokens."""
+    from ..models import max_input_length
+
     n = max_input_length(config)
-    max_length = dcfg.max_seq_length or n
+    max_length = recipe.data.max_seq_length or n
     if max_length > n:
         raise ConfigError(
             f"data.max_seq_length={max_length} is larger than the model's longest input n={n}: set "
             f"--data.max_seq_length {n} or less (null: the model's n), or fine-tune a model with a larger n."
         )
-    pairs = len(data.task.text_columns) == 2
-    least = tokenizer.num_special_tokens_to_add(pair=pairs) + len(data.task.text_columns)  # a token of each text
+    pairs = len(task.text_columns) == 2
+    least = tokenizer.num_special_tokens_to_add(pair=pairs) + len(task.text_columns)  # a token of each text
     if max_length < least:  # else the tokenizer does not truncate at all (a logged warning): inputs past the length
         raise ConfigError(
             f"data.max_seq_length={max_length} leaves no token for the text: the tokenizer adds "
-            f"{least - len(data.task.text_columns)} special tokens to each {'pair' if pairs else 'input'}. Set "
+            f"{least - len(task.text_columns)} special tokens to each {'pair' if pairs else 'input'}. Set "
             f"--data.max_seq_length {least} or more (null: the model's n={n})."
         )
-    distilling, record = recipe.distillation.teacher is not None, None
-    if distilling:
-        distillation.check_teacher_length(recipe.distillation.teacher, max_length)
-        record = distillation.teacher_record(recipe.distillation)
-    if run.resuming:
-        distillation.check_resumed_teacher(tcfg.output_dir, record)
-    elif distilling and run.processes.is_main_process:  # which teacher this run learns from
-        write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), record)
-    # What each checkpoint records, and what the one resumed must agree with (the task, the files, the model, the seed
-    # and batch; the teacher just above): checked before the tokenising and the model's weights, not after them.
-    fingerprint = recipe_fingerprint(recipe, config, tokenizer, run.processes.num_processes)
-    if run.checkpoint:
-        latest = tcfg.resume_from_checkpoint == "latest"
-        check_resume_compatible(run.checkpoint, fingerprint, tcfg.max_steps, latest, FINETUNING, unrecorded_ok=True)
+    return max_length
 
-    compiling.check_compile_device(
-        tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, run.args.device
-    )
+
+def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup, checked: CheckedModel) -> Classifier:
+    """Once the output directory is claimed: the conversion (where `check_model` left one to do, then its model
+    checked as any other), the teacher recorded, the splits tokenised and the model's weights read."""
+    from transformers import AutoModelForSequenceClassification, set_seed
+
+    tcfg, dcfg = recipe.training, recipe.data
+    mcfg, tokenizer, config, max_length = checked.model, checked.tokenizer, checked.config, checked.max_length
+    fingerprint = checked.fingerprint
+    if checked.converts:
+        mcfg = convert_roberta_for_finetuning(mcfg, tcfg.output_dir)
+        tokenizer, config = load_tokenizer_and_config(mcfg, data.task, data.class_names)
+        max_length = input_length(recipe, tokenizer, config, data.task)
+        fingerprint = checked_fingerprint(recipe, config, tokenizer, run)
+    if recipe.distillation.teacher is not None and not run.resuming and run.processes.is_main_process:
+        from . import distillation
+
+        write_json_atomic(os.path.join(tcfg.output_dir, distillation.RECORD_FILE), checked.teacher_record)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     with run.args.main_process_first():
         encoded = tokenize_task(
@@ -98,7 +151,7 @@ def load_classifier(recipe: FinetuneRecipe, data: TaskData, run: RunSetup) -> Cl
     model = AutoModelForSequenceClassification.from_pretrained(mcfg.pretrained, config=config)
     if tcfg.torch_compile == "layers":
         compiling.compile_layers(model, tcfg.torch_compile_mode, tcfg.torch_compile_backend)
-    return Classifier(model, tokenizer, encoded, max_length, record, fingerprint)
+    return Classifier(model, tokenizer, encoded, max_length, checked.teacher_record, fingerprint)
 
 
 # Config fields that set the shapes of saved weights: a pretrained model cannot take another value of them.
@@ -117,12 +170,14 @@ WEIGHT_SHAPE_FIELDS = {
 }
 
 
-def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str]):
+def load_tokenizer_and_config(mcfg, task: Task, class_names: list[str], config=None):
     """The tokenizer and the model's config for the task, checked against each other and against ``model.config``;
-    the tokenizer pads as the model takes its padding."""
+    the tokenizer pads as the model takes its padding. ``config``: the one a conversion of ``mcfg.pretrained`` will
+    give (`planned_conversion_config`), in place of the folder's own."""
     from transformers import AutoConfig, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
+    if config is None:
+        config = AutoConfig.from_pretrained(mcfg.pretrained, num_labels=task.num_labels)
     if config.model_type not in ("linformer", "performer"):  # a teacher to distil from, say; or a conversion forgotten
         logger.warning(
             "model.pretrained=%s is a %r model: it is fine-tuned as it is, with its own attention. For a Linformer, "
@@ -192,12 +247,38 @@ def check_label_fields(settings: dict, num_labels: int) -> None:
         )
 
 
-def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
-    """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to the ``target`` family of ``mcfg.convert_from_roberta``
-    (Linformer by default, or Performer) in ``<output_dir>/converted`` (once; ``reuse``: a resumed run takes the
-    conversion its first part wrote)."""
-    import dataclasses
+def planned_conversion_config(mcfg, task: Task):
+    """The config the conversion of ``mcfg.pretrained`` (``mcfg.convert_from_roberta``) will give, for the task, with
+    the source and the settings checked as the conversion checks them first: before the output directory is claimed,
+    reading no weights."""
+    from transformers import AutoConfig
 
+    from ..conversion import SOURCE_CONFIGS, check_conversion
+    from .validation import check_model_source
+
+    check_model_source(mcfg.pretrained, "model.pretrained")
+    try:
+        source = AutoConfig.from_pretrained(mcfg.pretrained)
+        if source.model_type not in SOURCE_CONFIGS:
+            raise ValueError(
+                f"{mcfg.pretrained} is a {source.model_type!r} checkpoint; only {sorted(SOURCE_CONFIGS)} checkpoints "
+                "convert."
+            )
+        config = check_conversion(source, **mcfg.convert_from_roberta)
+    except (OSError, ValueError) as err:
+        if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+            raise hub_unreachable_error("model.pretrained", mcfg.pretrained, err, LOCAL_MODEL) from None
+        raise ConfigError(
+            f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {' '.join(str(err).split())}"
+        ) from err
+    config.num_labels = task.num_labels
+    return config
+
+
+def convert_roberta_for_finetuning(mcfg, output_dir: str):
+    """Convert the RoBERTa checkpoint in ``mcfg.pretrained`` to the ``target`` family of ``mcfg.convert_from_roberta``
+    (Linformer by default, or Performer) in ``<output_dir>/converted``; returns the model section that reads it
+    (`converted_model`)."""
     from accelerate import PartialState
     from huggingface_hub.errors import StrictDataclassError
 
@@ -206,10 +287,10 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
     target = os.path.join(output_dir, "converted")
     state = PartialState()
     with state.main_process_first():
-        if state.is_main_process and not (reuse and os.path.isfile(os.path.join(target, "config.json"))):
+        if state.is_main_process:
             from .validation import check_model_source
 
-            check_model_source(mcfg.pretrained, "model.pretrained")  # a resumed recipe's was not checked
+            check_model_source(mcfg.pretrained, "model.pretrained")
             try:
                 convert_checkpoint(mcfg.pretrained, target, **mcfg.convert_from_roberta)
             except (OSError, ValueError, StrictDataclassError) as err:
@@ -218,6 +299,16 @@ def convert_roberta_for_finetuning(mcfg, output_dir: str, reuse: bool = False):
                 raise ConfigError(
                     f"Could not convert RoBERTa checkpoint {mcfg.pretrained}: {' '.join(str(err).split())}"
                 ) from err
+    return converted_model(mcfg, output_dir)
+
+
+def converted_model(mcfg, output_dir: str):
+    """The model section of a run whose conversion is in ``<output_dir>/converted`` (written by this run, or by the
+    first part of a resumed one): the converted folder as ``model.pretrained``, its own tokenizer (the source's where
+    it has none, unless ``model.tokenizer`` names one)."""
+    import dataclasses
+
+    target = os.path.join(output_dir, "converted")
     tokenizer = mcfg.tokenizer
     if tokenizer is None and not any(os.path.exists(os.path.join(target, f)) for f in ("tokenizer.json", "vocab.json")):
         tokenizer = mcfg.pretrained

@@ -1,14 +1,22 @@
 """The fine-tuning run's settings and directory: the recipe's ``training`` section as transformers'
-`TrainingArguments`, the output directory claimed as pretraining's is (training/checkpointing.py: refused when it
-holds an earlier run's outputs unless ``training.overwrite_output_dir``, locked until the end), the checkpoint a
-resumed run continues from, and the run's end."""
+`TrainingArguments`, the checkpoint a resumed run continues from, the output directory claimed as pretraining's is
+(training/checkpointing.py: refused when it holds an earlier run's outputs unless ``training.overwrite_output_dir``,
+locked until the end) once every check has passed, and the run's end."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .checkpointing import FINETUNING, RunLock, claim_output_dir, resolve_checkpoint, set_aside_later_work
+from .checkpointing import (
+    FINETUNING,
+    RunLock,
+    check_not_running,
+    check_output_dir_unused,
+    claim_output_dir,
+    resolve_checkpoint,
+    set_aside_later_work,
+)
 from .config import FinetuneRecipe
 from .loop import finish_trainer
 from .tasks import TASKS
@@ -19,28 +27,39 @@ from .validation import runs_on_cpu
 class RunSetup:
     args: Any  # transformers' TrainingArguments
     processes: Any  # accelerate's PartialState: which process is the main one
-    lock: RunLock | None  # the output directory's (the main process holds it)
+    lock: RunLock | None  # the output directory's (the main process holds it, once `claim_run` took it)
     checkpoint: str | None  # the checkpoint-N dir to resume from
     resuming: bool
 
 
 def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
-    """The Trainer's settings, and the output directory: writable, this run's (or overwritten), locked until the end.
-    The Trainer's own checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover them
-    too."""
+    """The Trainer's settings and the checkpoint to resume from, the output directory checked (not held by a live
+    run; empty, or resumed or overwritten): nothing is written, and the directory is claimed only by `claim_run`,
+    once the model has been checked too."""
     from accelerate import PartialState
 
-    tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
+    tcfg = recipe.training
     # Making the settings sets up accelerate's process state as the Trainer uses it (its backend and timeout), which
     # says which process is the main one.
     args = training_arguments(recipe, show_progress)
     processes = PartialState()
     resuming = tcfg.resume_from_checkpoint is not None
-    lock = claim_output_dir(
+    check_not_running(tcfg.output_dir, FINETUNING)  # a live run's folder: said as such, not as an earlier run's
+    checkpoint = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
+    check_output_dir_unused(tcfg.output_dir, resuming, tcfg.overwrite_output_dir, FINETUNING)
+    return RunSetup(args, processes, None, checkpoint, resuming)
+
+
+def claim_run(recipe: FinetuneRecipe, run: RunSetup) -> None:
+    """The output directory: writable, this run's (or overwritten: the earlier run's outputs deleted), locked until
+    the end. The Trainer's own checkpoint-N dirs and TensorBoard runs/ go inside it, so the policy and the lock cover
+    them too. Called once every check of the inputs and the model has passed: a refused run leaves it as it was."""
+    tcfg, dcfg, mcfg = recipe.training, recipe.data, recipe.model
+    run.lock = claim_output_dir(
         tcfg.output_dir,
-        resuming=resuming,
+        resuming=run.resuming,
         overwrite=tcfg.overwrite_output_dir,
-        is_main_process=processes.is_main_process,
+        is_main_process=run.processes.is_main_process,
         options=FINETUNING,
         inputs={
             "model.pretrained": mcfg.pretrained,
@@ -51,16 +70,16 @@ def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
             "distillation.teacher": recipe.distillation.teacher,
         },
     )
-    checkpoint = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
-    if checkpoint:
+    if run.checkpoint:
         # An earlier checkpoint of this folder branches off the later ones: set aside (as pretraining does), once
         # every process has found its checkpoint, so that `latest` follows the new path.
-        processes.wait_for_everyone()
-        if processes.is_main_process:
-            aside = set_aside_later_work(tcfg.output_dir, checkpoint, lambda step: [])
+        run.processes.wait_for_everyone()
+        if run.processes.is_main_process:
+            aside = set_aside_later_work(tcfg.output_dir, run.checkpoint, lambda step: [])
             if aside:
-                print(f"Resuming {checkpoint}: the later checkpoints of this folder are moved to {aside}.", flush=True)
-    return RunSetup(args, processes, lock, checkpoint, resuming)
+                print(
+                    f"Resuming {run.checkpoint}: the later checkpoints of this folder are moved to {aside}.", flush=True
+                )
 
 
 def training_arguments(recipe: FinetuneRecipe, show_progress: bool = True):
