@@ -556,6 +556,49 @@ def finished_finetuning(pretrained_dir, tmp_path_factory):
     return out, checkpoint, overrides
 
 
+def test_a_finished_finetuning_run_resumed_with_latest_is_complete_and_left_as_it_is(
+    finished_finetuning, tmp_path, capsys
+):
+    """A requeued job runs the finished command again with `--training.resume_from_checkpoint latest`: it exited 2
+    with "no checkpoint" (a finished run keeps only best/ and its results), where pretraining and transfer say the run
+    is complete and exit 0. Now fine-tuning does too, writing nothing; the finished run records its recipe, so that
+    another recipe (or schedule) is refused, naming the field, and a run finished before the record is named as
+    such."""
+    from linformer_hf.training.checkpointing import RECIPE_FILE
+
+    finished, _, overrides = finished_finetuning
+    out = tmp_path / "run"
+    shutil.copytree(finished, out)
+    before = folder_state(out)
+    assert {"results.json", "predictions_validation.tsv", "predictions_test.tsv", "best/model.safetensors"} <= set(
+        before
+    )
+    assert RECIPE_FILE in before
+    latest = {"training.resume_from_checkpoint": "latest"}
+    capsys.readouterr()
+    assert finetune_command(overrides(out, **latest)) == 0
+    printed = capsys.readouterr()
+    assert f"The run in {out} is complete ({out / 'results.json'}: 4 updates" in printed.out, printed
+    assert folder_state(out) == before  # results, predictions, best/: the same bytes, none written again
+
+    for change, field in (
+        ({"training.seed": 7}, "training.seed: 42 in the finished run, 7 now"),
+        ({"training.max_steps": 6}, "training.max_steps: 4 in the finished run, 6 now"),
+    ):
+        assert finetune_command(overrides(out, **latest, **change)) == 2
+        error = capsys.readouterr().err
+        assert field in error and "start over with training.overwrite_output_dir" in error, error
+        assert folder_state(out) == before
+
+    os.remove(out / RECIPE_FILE)  # a run finished before fine-tuning recorded its recipe with its results
+    before = folder_state(out)
+    assert finetune_command(overrides(out, **latest)) == 2
+    error = capsys.readouterr().err
+    assert f"error: The run in {out} finished ({out / 'results.json'})" in error, error
+    assert f"records no recipe ({RECIPE_FILE}" in error and "start over with training.overwrite_output_dir" in error
+    assert "Traceback" not in error and folder_state(out) == before
+
+
 @pytest.mark.parametrize("broken", ["no weights", "no tokenizer", "inputs longer than n", "a source without weights"])
 def test_an_overwrite_refused_for_its_model_leaves_the_earlier_runs_outputs(
     finished_finetuning, pretrained_dir, tmp_path, capsys, broken

@@ -56,7 +56,8 @@ from .errors import ConfigError, OutputDirInUse
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.json"  # the Trainer's state in its checkpoint-N (transformers' TRAINER_STATE_NAME)
-RECIPE_FILE = "recipe_fingerprint.json"  # what the checkpoint was made with, compared on resume
+RECIPE_FILE = "recipe_fingerprint.json"  # what the checkpoint (or a finished fine-tuning run) was made with
+RESULTS_FILE = "results.json"  # a fine-tuning run's results: written last, its presence says the run finished
 COMPLETE_MARKER = "checkpoint_complete.json"  # written last: size and sha256 of every other file
 LOCK_FILE = ".run.lock"
 UPDATE_LOG = "train_log.jsonl"
@@ -70,7 +71,8 @@ RUN_OUTPUTS = (
     UPDATE_LOG,  # pretraining
     "best",
     "converted",
-    "results.json",
+    RESULTS_FILE,
+    RECIPE_FILE,  # beside a finished fine-tuning run's results (in a checkpoint-N otherwise)
     "predictions_validation.tsv",
     "predictions_test.tsv",  # fine-tuning
     "runs",
@@ -176,11 +178,12 @@ PRETRAINING = RunOptions(
 )
 FINETUNING = dataclasses.replace(
     PRETRAINING,
-    # A finished fine-tuning run keeps no checkpoint (results.json says it finished): resuming it is no way out.
+    # A finished fine-tuning run keeps no checkpoint (results.json says it finished): `latest` finds it complete
+    # (finetuning_setup.finished_run), and running it again means starting over.
     refusal_advice=(
-        "If that run was stopped, resume it with --resume_from_checkpoint latest; a finished one (results.json) keeps "
-        "no checkpoint: start over there with --training.overwrite_output_dir true (deletes its checkpoints, best "
-        "model and results), or use another training.output_dir."
+        "If that run was stopped, resume it with --resume_from_checkpoint latest (which finds a finished one, with "
+        "results.json, complete); to run it again, start over there with --training.overwrite_output_dir true "
+        "(deletes its checkpoints, best model and results), or use another training.output_dir."
     ),
     no_checkpoint_advice=(
         "Checkpoints are written at each evaluation and removed when the run finishes; start the run without "
@@ -433,8 +436,9 @@ def recipe_fingerprint(recipe, model_config, tokenizer, num_processes: int) -> d
     return json.loads(json.dumps({"must_match": must_match, "schedule": schedule}))  # tuples -> lists, as saved
 
 
-def _differences(saved: dict, now: dict) -> list[str]:
-    """The fields that differ; a data field added after the checkpoint was made agrees with it at its default."""
+def _differences(saved: dict, now: dict, where: str = "the checkpoint") -> list[str]:
+    """The fields that differ (``where``: what ``saved`` is the record of, as the lines name it); a data field added
+    after the checkpoint was made agrees with it at its default."""
     from .config import FinetuneDataSection, PretrainDataSection
 
     defaults = {
@@ -449,7 +453,7 @@ def _differences(saved: dict, now: dict) -> list[str]:
     not_recorded = {k for k in (CONVERSION_KEY,) if k not in saved}
     keys = sorted((set(saved) | set(now)) - not_compared - not_recorded)
     return [
-        f"{k}: {saved.get(k, '(absent)')!r} in the checkpoint, {now.get(k, '(absent)')!r} now"
+        f"{k}: {saved.get(k, '(absent)')!r} in {where}, {now.get(k, '(absent)')!r} now"
         for k in keys
         if saved.get(k) != now.get(k) and not (k not in saved and k in defaults and now.get(k) == defaults[k])
     ]
@@ -541,6 +545,39 @@ def check_resume_compatible(
             "reproduce an uninterrupted one.",
             checkpoint,
             "; ".join(changed),
+        )
+
+
+def check_finished_recipe(output_dir: str, fingerprint: dict, options: RunOptions = PRETRAINING) -> None:
+    """Refuse to take the run that finished in ``output_dir`` (its results and, beside them, the `RECIPE_FILE` it
+    recorded: fine-tuning's, whose checkpoints are removed at its end) for this one when it was made with another
+    recipe, or another schedule: with no checkpoint left to go on from, only the same recipe finds it complete. A
+    run finished before the record cannot be told from another, and is refused as such."""
+    results, path = os.path.join(output_dir, RESULTS_FILE), os.path.join(output_dir, RECIPE_FILE)
+    whose = f"The run in {output_dir} finished ({results})"
+    start_over = f"{options.start_over[0].upper()}{options.start_over[1:]}"
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"{whose}, but it records no recipe ({RECIPE_FILE}: it finished before fine-tuning recorded one with its "
+            f"results), so {options.resume} latest cannot tell whether it is this recipe's run, and it kept no "
+            f"checkpoint to resume. Its results stand as they are; to run this recipe, {options.start_over}."
+        )
+    try:
+        with open(path, encoding="utf-8") as fh:
+            saved = json.load(fh)
+        recorded, schedule = saved["must_match"], saved["schedule"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(
+            f"{whose}, but its recipe record {path} is unreadable ({err}), so {options.resume} latest cannot tell "
+            f"whether it is this recipe's run. {start_over}."
+        ) from None
+    differs = _differences(recorded, fingerprint["must_match"], "the finished run")
+    differs += _differences(schedule, fingerprint["schedule"], "the finished run")
+    if differs:
+        raise ConfigError(
+            f"{whose} with another recipe: it differs in {len(differs)} field(s): " + "; ".join(differs) + ". A "
+            f"finished run keeps no checkpoint, so it cannot go on under another recipe or schedule: run it again with "
+            f"the recipe it was made with (it is then complete), or {options.start_over}." + moved_files_hint(differs)
         )
 
 

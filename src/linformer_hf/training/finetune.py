@@ -8,7 +8,8 @@
 Any recipe key can be overridden as --section.key value. Reports accuracy (and F1 for QQP), keeps the best model in
 <output_dir>/best, writes predictions_validation.tsv (and predictions_test.tsv for data.test_file) and results.json.
 --resume_from_checkpoint takes a checkpoint-N dir of the run or `latest` (the newest; one is written at every
-evaluation). SIGTERM / SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
+evaluation); `latest` onto a run that finished with the same recipe says it is complete and exits 0. SIGTERM /
+SIGINT: the run finishes its update, writes a checkpoint and exits with the resumable status
 (`errors.RESUMABLE_EXIT_CODE`; resume with `latest`).
 """
 

@@ -30,7 +30,9 @@ The run reads top-down in `run_finetuning`, one step per module, each returning 
    built for its task, by its manifest and tokenizer), its classes and their names; with a teacher,
    `distillation.check_teacher`. Nothing is written before these checks and the next two.
 2. `finetuning_setup.start_run`: `TrainingArguments` from the recipe, the checkpoint to resume from, the output
-   directory checked (not a live run's; empty unless resumed or overwritten).
+   directory checked (not a live run's; empty unless resumed or overwritten). ``latest`` onto a run that finished
+   there (a requeued job) finds its results instead: `finetuning_setup.finished_run` says it is complete, and does
+   nothing else, once step 3 has found the recipe the one it recorded (another is refused).
 3. `finetuning_model.check_model`: the model, its tokenizer and config checked against each other and the recipe
    (a conversion's source and settings against the config it will give), the teacher against the length, a resumed
    checkpoint's recipe against this one. Then `finetuning_setup.claim_run`: the output directory claimed and locked
@@ -53,7 +55,7 @@ from .errors import Preempted, TrainingDiverged
 from .finetuning_data import label_names, load_task, load_task_data
 from .finetuning_model import check_model, load_classifier, tokenize_task
 from .finetuning_results import write_results
-from .finetuning_setup import claim_run, end_run, start_run, training_arguments
+from .finetuning_setup import claim_run, end_run, finished_run, start_run, training_arguments
 from .finetuning_trainer import build_trainer, train
 from .guards import StopSignal, stop_signal_callback
 from .tasks import TASKS
@@ -78,6 +80,8 @@ def run_finetuning(recipe: FinetuneRecipe, show_progress: bool = True) -> dict:
             distillation.check_teacher(recipe.distillation, recipe.model, data.task.num_labels, data.class_names)
         run = start_run(recipe, show_progress)
         checked = check_model(recipe, data, run)
+        if run.finished:  # `latest` onto a finished run: complete if of this recipe (nothing claimed or written)
+            return finished_run(recipe, run, checked.fingerprint)
         claim_run(recipe, run)
         classifier = load_classifier(recipe, data, run, checked)
         stopping = stop_signal_callback(stop)

@@ -2,7 +2,9 @@
 ``training.save_best``) in ``<output_dir>/best``, its predictions (``predictions_validation.tsv``,
 ``predictions_test.tsv``) and ``results.json`` (every evaluation, the best, the test metrics with the inference time
 per example, the training loss per logged update, ``warnings`` when the model predicts one class for every example:
-metrics.collapsed_classifier). A run that ended diverging publishes nothing."""
+metrics.collapsed_classifier), written last, after the recipe it was made with (``recipe_fingerprint.json``, as a
+checkpoint records it: a requeued ``latest`` finds the run complete only for that recipe). A run that ended diverging
+publishes nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 from ..outputs import write_json_atomic
+from .checkpointing import RECIPE_FILE, RESULTS_FILE
 from .config import FinetuneRecipe
 from .guards import DivergenceGuard, check_weights_finite
 from .metrics import classification_metrics, collapsed_classifier
@@ -34,7 +37,7 @@ def write_results(
     best_dir = os.path.join(tcfg.output_dir, "best")
     guard.check_finished(
         trainer.state.global_step,
-        f"{best_dir} or results.json" if tcfg.save_best else "results.json",
+        f"{best_dir} or {RESULTS_FILE}" if tcfg.save_best else RESULTS_FILE,
         {"validation loss": validation.metrics["test_loss"]},
     )
     # The Trainer's log: one entry per logged update ("loss") and one per evaluation ("eval_<metric>"). The
@@ -91,7 +94,10 @@ def write_results(
         for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
             if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):
                 shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
-        write_json_atomic(os.path.join(tcfg.output_dir, "results.json"), result)
+        # The recipe beside the results, then the results last: a requeued job's `latest` finds the run complete
+        # (finetuning_setup.finished_run) only for this recipe.
+        write_json_atomic(os.path.join(tcfg.output_dir, RECIPE_FILE), classifier.fingerprint)
+        write_json_atomic(os.path.join(tcfg.output_dir, RESULTS_FILE), result)
         print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
     return result
 

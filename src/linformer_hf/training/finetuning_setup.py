@@ -5,19 +5,25 @@ locked until the end) once every check has passed, and the run's end."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpointing import (
     FINETUNING,
+    RESULTS_FILE,
     RunLock,
+    check_finished_recipe,
     check_not_running,
     check_output_dir_unused,
+    checkpoint_problem,
     claim_output_dir,
+    list_checkpoints,
     resolve_checkpoint,
     set_aside_later_work,
 )
-from .config import FinetuneRecipe
+from .config import ConfigError, FinetuneRecipe
 from .loop import finish_trainer
 from .tasks import TASKS
 from .validation import runs_on_cpu
@@ -30,6 +36,8 @@ class RunSetup:
     lock: RunLock | None  # the output directory's (the main process holds it, once `claim_run` took it)
     checkpoint: str | None  # the checkpoint-N dir to resume from
     resuming: bool
+    finished: str | None = None  # `latest` onto a finished run: its results file (`finished_run` judges the recipe)
+    leftovers: list[str] = field(default_factory=list)  # checkpoints beside those results, not resumed
 
 
 def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
@@ -45,9 +53,67 @@ def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
     processes = PartialState()
     resuming = tcfg.resume_from_checkpoint is not None
     check_not_running(tcfg.output_dir, FINETUNING)  # a live run's folder: said as such, not as an earlier run's
-    checkpoint = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
+    finished, leftovers = None, []
+    if tcfg.resume_from_checkpoint == "latest":
+        finished, leftovers = finished_results(tcfg.output_dir)
+    checkpoint = None if finished else resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir, FINETUNING)
     check_output_dir_unused(tcfg.output_dir, resuming, tcfg.overwrite_output_dir, FINETUNING)
-    return RunSetup(args, processes, None, checkpoint, resuming)
+    return RunSetup(args, processes, None, checkpoint, resuming, finished, leftovers)
+
+
+def finished_results(output_dir: str) -> tuple[str | None, list[str]]:
+    """For ``resume_from_checkpoint latest``: the results file of the run that finished in ``output_dir`` (a requeued
+    job runs the finished command again), and the checkpoints beside it (left from before it finished, or torn: not
+    resumed), or (None, []) where there is none, or where a complete checkpoint was written after it (a later run in
+    the folder, which `latest` resumes)."""
+    results = os.path.join(output_dir, RESULTS_FILE)
+    checkpoints = list_checkpoints(output_dir, FINETUNING)  # complete or not
+    if not os.path.isfile(results):
+        return None, []
+    written = os.path.getmtime(results)
+    if any(os.path.getmtime(path) > written and checkpoint_problem(path) is None for path in checkpoints):
+        return None, []
+    return results, checkpoints
+
+
+def finished_run(recipe: FinetuneRecipe, run: RunSetup, fingerprint: dict | None) -> dict:
+    """The results of the run that finished in the output directory (`finished_results`), when it was made with this
+    recipe (``fingerprint``: checkpointing.recipe_fingerprint), said to be complete; nothing is claimed or written.
+    Another recipe or schedule is refused (`check_finished_recipe`)."""
+    tcfg, results = recipe.training, run.finished
+    if fingerprint is None:  # a conversion to do again: the one the finished run made is no longer in converted/
+        raise ConfigError(
+            f"The run in {tcfg.output_dir} finished ({results}), but the model it converted is no longer in "
+            f"{os.path.join(tcfg.output_dir, 'converted')}, so its recipe cannot be compared with this one. Start "
+            f"over there with --{FINETUNING.overwrite} true, or use another training.output_dir."
+        )
+    check_finished_recipe(tcfg.output_dir, fingerprint, FINETUNING)
+    try:
+        with open(results, encoding="utf-8") as fh:
+            result = json.load(fh)
+        metric = TASKS[recipe.data.task].main_metric
+        best = f", best {metric} {result['best'][metric]:.4f} at step {result['best']['step']}"
+        steps = result["steps"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(
+            f"The run in {tcfg.output_dir} finished, but its {results} is unreadable ({err}): start over there with "
+            f"--{FINETUNING.overwrite} true, or use another training.output_dir."
+        ) from None
+    if run.processes.is_main_process:
+        left = ""
+        if run.leftovers:
+            names = ", ".join(os.path.basename(path) for path in run.leftovers)
+            left = (
+                f" Left as it is beside it, not resumed: {names} (from before it finished, or torn); to train on from "
+                f"one, give its path to {FINETUNING.resume}."
+            )
+        print(
+            f"The run in {tcfg.output_dir} is complete ({results}: {steps} updates{best}): nothing to do. To run it "
+            f"again, start over there with --{FINETUNING.overwrite} true in place of the resume (deletes its best "
+            f"model, predictions and results), or give another training.output_dir.{left}",
+            flush=True,
+        )
+    return result
 
 
 def claim_run(recipe: FinetuneRecipe, run: RunSetup) -> None:
