@@ -599,6 +599,52 @@ def test_a_finished_finetuning_run_resumed_with_latest_is_complete_and_left_as_i
     assert "Traceback" not in error and folder_state(out) == before
 
 
+def test_latest_onto_a_finished_run_beside_a_stray_checkpoint_or_without_its_results(
+    finished_finetuning, tmp_path, capsys
+):
+    """`latest` onto folders a finished run left otherwise: a checkpoint beside its results that is older than them
+    (left from before it finished) is named and left, the run complete; one written after them (a later run in the
+    folder) is resumed to its end, as transfer resumes a checkpoint newer than its report. Without results.json (the
+    run killed while writing its results, or they were deleted), or with it unreadable, the command is refused
+    naming what is missing, not with "no checkpoint" or a traceback, and the folder is left as it was."""
+    finished, checkpoint, overrides = finished_finetuning
+    latest = {"training.resume_from_checkpoint": "latest"}
+    out = tmp_path / "stray"
+    shutil.copytree(finished, out)
+    shutil.copytree(checkpoint, out / "checkpoint-2")  # its times kept: older than results.json
+    assert os.path.getmtime(out / "checkpoint-2") < os.path.getmtime(out / "results.json")
+    before = folder_state(out)
+    capsys.readouterr()
+    assert finetune_command(overrides(out, **latest)) == 0
+    printed = capsys.readouterr().out
+    assert f"The run in {out} is complete" in printed and "not resumed: checkpoint-2 (from before it" in printed
+    assert folder_state(out) == before
+
+    os.utime(out / "checkpoint-2")  # written after the results: a later run's, resumed
+    assert finetune_command(overrides(out, **latest)) == 0
+    assert "is complete" not in capsys.readouterr().out
+    resumed, first = (json.loads((folder / "results.json").read_text()) for folder in (out, finished))
+    assert resumed["steps"] == 4 and resumed["history"] == first["history"] and resumed["best"] == first["best"]
+    assert not [name for name in os.listdir(out) if name.startswith("checkpoint-")]
+
+    out = tmp_path / "no-results"
+    shutil.copytree(finished, out)
+    os.remove(out / "results.json")
+    before = folder_state(out)
+    assert finetune_command(overrides(out, **latest)) == 2
+    error = capsys.readouterr().err
+    assert f"{out} holds a finished fine-tuning run's outputs (best, predictions_validation.tsv" in error, error
+    assert "but not its results.json" in error and "neither complete nor resumable" in error
+    assert "Traceback" not in error and folder_state(out) == before
+
+    (out / "results.json").write_text('{"task": "sst2", "be')  # cut short
+    before = folder_state(out)
+    assert finetune_command(overrides(out, **latest)) == 2
+    error = capsys.readouterr().err
+    assert f"error: The run in {out} finished, but its {out / 'results.json'} is unreadable" in error, error
+    assert folder_state(out) == before
+
+
 @pytest.mark.parametrize("broken", ["no weights", "no tokenizer", "inputs longer than n", "a source without weights"])
 def test_an_overwrite_refused_for_its_model_leaves_the_earlier_runs_outputs(
     finished_finetuning, pretrained_dir, tmp_path, capsys, broken

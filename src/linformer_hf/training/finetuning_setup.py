@@ -12,6 +12,7 @@ from typing import Any
 
 from .checkpointing import (
     FINETUNING,
+    RECIPE_FILE,
     RESULTS_FILE,
     RunLock,
     check_finished_recipe,
@@ -65,10 +66,21 @@ def finished_results(output_dir: str) -> tuple[str | None, list[str]]:
     """For ``resume_from_checkpoint latest``: the results file of the run that finished in ``output_dir`` (a requeued
     job runs the finished command again), and the checkpoints beside it (left from before it finished, or torn: not
     resumed), or (None, []) where there is none, or where a complete checkpoint was written after it (a later run in
-    the folder, which `latest` resumes)."""
+    the folder, which `latest` resumes). A folder with a finished run's other outputs, but neither its results nor a
+    checkpoint, is refused: there is nothing to resume, and nothing to call complete."""
     results = os.path.join(output_dir, RESULTS_FILE)
     checkpoints = list_checkpoints(output_dir, FINETUNING)  # complete or not
     if not os.path.isfile(results):
+        outputs = ("best", "predictions_validation.tsv", "predictions_test.tsv", RECIPE_FILE)
+        found = [name for name in outputs if os.path.exists(os.path.join(output_dir, name))]
+        if found and not checkpoints:
+            raise ConfigError(
+                f"{FINETUNING.resume} latest: {output_dir} holds a finished fine-tuning run's outputs "
+                f"({', '.join(found)}) but not its {RESULTS_FILE}, written last (the run was killed while writing its "
+                f"results, or they were deleted), and no checkpoint (a finished run keeps none): it is neither "
+                f"complete nor resumable. Start over there with --{FINETUNING.overwrite} true (deletes those outputs), "
+                f"or use another training.output_dir."
+            )
         return None, []
     written = os.path.getmtime(results)
     if any(os.path.getmtime(path) > written and checkpoint_problem(path) is None for path in checkpoints):
