@@ -529,11 +529,19 @@ def test_values_that_cannot_work_are_refused_when_parsed(pair, tmp_path, capsys,
         (["--eval_fraction", "0.5"], "--eval_fraction does"),
         (["--torch_compile", "layers"], "--torch_compile does"),
         (["--train_attention_weights"], "--train_attention_weights does"),
+        # given at their defaults (200 steps, a checkpoint every 100, no compiling): refused all the same
+        (["--layer_steps", "200"], "--layer_steps does"),
+        (["--checkpoint_every=100", "--torch_compile", "no"], "--checkpoint_every, --torch_compile do"),
+        (
+            ["--train_attention_weights=false", "--end_to_end_steps=0"],
+            "--end_to_end_steps, --train_attention_weights do",
+        ),
     ],
 )
 def test_evaluate_only_refuses_the_options_of_training_when_parsed(pair, tmp_path, capsys, flags, named):
     """--evaluate_only trains nothing: a stop, a resume, a schedule or a checkpoint option given with it was taken
-    without a word and did nothing; each is refused by name before any work."""
+    without a word and did nothing; each is refused by name before any work, whatever its value (one given at its
+    default was taken without a word)."""
     command = ["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"), "--output_dir"]
     command += [str(tmp_path / "out"), "--text_files", str(pair / "text.txt"), "--evaluate_only", *flags]
     with pytest.raises(SystemExit) as exit:

@@ -67,7 +67,7 @@ import shutil
 import time
 from typing import Any
 
-from transformers import AutoTokenizer, HfArgumentParser, PrinterCallback, TrainingArguments
+from transformers import AutoTokenizer, PrinterCallback, TrainingArguments
 
 from ..loading import load_model, pad_as_the_model_takes, vocabulary_sha256
 from ..models.lengths import max_input_length
@@ -76,7 +76,7 @@ from . import checkpointing
 from .checkpointing import RunLock, RunOptions
 from .errors import ConfigError, Preempted
 from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint, stop_signal_callback
-from .transfer_arguments import TransferArguments
+from .transfer_arguments import TransferArguments, parse_command_line
 from .transfer_data import held_out_batches, load_texts, num_special_tokens, tokenize_streams
 from .transfer_evaluation import evaluate_documents, evaluate_fidelity, fidelity_values
 from .transfer_models import (
@@ -602,7 +602,7 @@ def main(argv: list[str] | None = None) -> dict:
     from .errors import USER_ERRORS, report, report_preempted
 
     try:
-        (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
+        args = parse_command_line(argv)
         return run_transfer(args)
     except (*USER_ERRORS, OSError, ValueError) as err:  # bad input: one `error:` line, not a traceback
         raise SystemExit(report(err)) from None
