@@ -433,6 +433,32 @@ def test_a_checkpoint_records_its_recipe_and_a_resume_with_another_is_refused(pa
     assert [record["step"] for record in log] == [1, 2, 3, 4]
 
 
+def test_a_resume_with_a_teacher_of_other_weights_is_refused(pair, tmp_path):
+    """A checkpoint recorded the teacher's config, not its weights: a resume with another teacher of the same shape (a
+    folder whose weights were replaced) trained on towards it without a word. Now the SHA-256 of its config and weight
+    files is recorded and compared: the same teacher copied elsewhere, with a training_args.bin beside it, resumes;
+    other weights are refused; a checkpoint made before the hash was recorded resumes as before."""
+    from linformer_hf.training.checkpointing import RECIPE_FILE, write_completion_marker
+    from linformer_hf.training.errors import ConfigError
+
+    out, teacher = tmp_path / "run", tmp_path / "teacher"
+    shutil.copytree(pair / "teacher", teacher)
+    assert run_transfer(arguments(pair, out, layer_steps=5, stop_after_steps=2))["stopped_at"] == 2
+    (teacher / "training_args.bin").write_bytes(b"the settings of its training, not its weights")
+    copied = arguments(pair, out, layer_steps=5, teacher=str(teacher), resume="latest", stop_after_steps=3)
+    assert run_transfer(copied)["stopped_at"] == 3
+    model = transformers.BertForMaskedLM.from_pretrained(teacher)
+    randomize_all(model, seed=4)
+    model.save_pretrained(teacher)
+    with pytest.raises(ConfigError, match=r"differs in 1 field\(s\): teacher\.model_files_sha256: '[0-9a-f]{64}' in"):
+        run_transfer(arguments(pair, out, layer_steps=5, teacher=str(teacher), resume="latest"))
+    recipe = json.loads((out / "checkpoint-3" / RECIPE_FILE).read_text())
+    del recipe["must_match"]["teacher.model_files_sha256"]
+    (out / "checkpoint-3" / RECIPE_FILE).write_text(json.dumps(recipe))
+    write_completion_marker(str(out / "checkpoint-3"))
+    assert run_transfer(arguments(pair, out, layer_steps=5, resume="latest", stop_after_steps=4))["stopped_at"] == 4
+
+
 def test_a_checkpoint_of_the_old_loop_is_refused_naming_the_fix(pair, tmp_path, capsys):
     """The loop transfer ran on before the Trainer wrote checkpoints/step_000000N (accelerate's save_state), which the
     Trainer cannot read: a resume of one says so and how to go on, before any work."""

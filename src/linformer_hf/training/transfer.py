@@ -69,11 +69,11 @@ from typing import Any
 
 from transformers import AutoTokenizer, PrinterCallback, TrainingArguments
 
-from ..loading import load_model, pad_as_the_model_takes, vocabulary_sha256
+from ..loading import load_model, model_files_sha256, pad_as_the_model_takes, vocabulary_sha256
 from ..models.lengths import max_input_length
 from ..outputs import write_json_atomic, write_text_atomic
 from . import checkpointing
-from .checkpointing import RunLock, RunOptions
+from .checkpointing import TEACHER_FILES_KEY, RunLock, RunOptions
 from .errors import ConfigError, Preempted
 from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint, stop_signal_callback
 from .transfer_arguments import TransferArguments, parse_command_line
@@ -313,8 +313,9 @@ def transfer_guard(args: TransferArguments, resume_from: str | None) -> Divergen
 
 
 def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
-    """What a checkpoint must agree with to be resumed (checkpointing.check_resume_compatible): the pair, the text and
-    the batches ("must_match"), and the schedule (a change only warns)."""
+    """What a checkpoint must agree with to be resumed (checkpointing.check_resume_compatible): the pair (the
+    student's config, the teacher's config and weights), the text and the batches ("must_match"), and the schedule (a
+    change only warns)."""
     args = run.args
 
     def config(model) -> dict:
@@ -327,6 +328,9 @@ def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
     must_match = {
         **{f"student.{k}": v for k, v in config(run.student).items()},
         **{f"teacher.{k}": v for k, v in config(run.teacher).items()},
+        # its weights too, where it is a folder (a Hub name's files are the cache's): another teacher of the same shape
+        # is another target
+        **({TEACHER_FILES_KEY: model_files_sha256(args.teacher)} if os.path.isdir(args.teacher) else {}),
         "tokenizer.vocabulary_sha256": vocabulary_sha256(run.tokenizer.get_vocab()),
         **{f"--{name}": getattr(args, name) for name in text},
         **{f"size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},
