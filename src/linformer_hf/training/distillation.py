@@ -176,7 +176,7 @@ def check_teacher_by_earlier_hash(output_dir: str, earlier: dict, record: dict) 
         f"The run in {output_dir} recorded its teacher by an earlier SHA-256 ({path}), which took in config.json "
         f"and every .safetensors / .bin file of its folder, training_args.bin among them, and {record['teacher']} "
         "hashes otherwise by it: its weights or config changed, or only such a file did. Resume with the run's "
-        "teacher; if this one has its config and weights, set teacher_sha256 in that file to "
+        "teacher; if this one has the config and weights the run started with, set teacher_sha256 in that file to "
         f"{record['teacher_sha256']} (this teacher's, now of its config and weights: "
         f"{', '.join(record['teacher_sha256_files'])}) and resume."
     )
