@@ -177,6 +177,44 @@ def test_resume_refuses_another_teacher_and_follows_a_moved_one(teacher, tmp_pat
     assert run(student_overrides(teacher, tmp_path, **resume, **{"distillation.teacher": moved.name}))["steps"] == 4
 
 
+def test_the_teacher_is_known_by_its_config_and_weights_not_its_training_settings(teacher, tmp_path):
+    """The teacher's SHA-256 took in every .bin file of its folder, the Trainer's training_args.bin (saved beside a
+    fine-tuned classifier, nothing of its outputs) among them: a teacher whose training_args.bin changed was refused
+    on resume as another teacher. Now its config and weight files only (named in the record). A run recorded with the
+    earlier hash resumes where that hash still matches, and where it does not is refused saying why and how to go
+    on."""
+    from linformer_hf.loading import model_sha256
+
+    copy = tmp_path / "teacher"
+    shutil.copytree(teacher["dir"], copy)
+    assert (copy / "training_args.bin").is_file()
+    common = {"training.max_steps": 6, "training.eval_steps": 2, "distillation.teacher": str(copy)}
+    out = tmp_path / "run"
+    assert run(student_overrides(teacher, out, **common, **{"training.stop_after_steps": 2}))["stopped_at"] == 2
+    record = json.loads((out / "distillation.json").read_text())
+    assert record["teacher_sha256_files"] == ["config.json", "model.safetensors"]
+    (copy / "training_args.bin").write_bytes(b"the settings of another fine-tuning")
+    resume = {**common, "training.resume_from_checkpoint": "latest"}
+    assert run(student_overrides(teacher, out, **resume, **{"training.stop_after_steps": 3}))["stopped_at"] == 3
+    # A record of the earlier hash (config.json and every .safetensors / .bin file): resumed where it matches.
+    earlier = {key: value for key, value in record.items() if key != "teacher_sha256_files"}
+    (out / "distillation.json").write_text(json.dumps({**earlier, "teacher_sha256": model_sha256(str(copy))}))
+    assert run(student_overrides(teacher, out, **resume, **{"training.stop_after_steps": 4}))["stopped_at"] == 4
+    # ... and where it does not (training_args.bin changed since, or the teacher), refused, naming the way on.
+    (out / "distillation.json").write_text(json.dumps({**earlier, "teacher_sha256": "0" * 64}))
+    with pytest.raises(ConfigError, match="recorded its teacher by an earlier SHA-256.*training_args.bin") as error:
+        run(student_overrides(teacher, out, **resume))
+    assert record["teacher_sha256"] in str(error.value)
+    (out / "distillation.json").write_text(json.dumps({**earlier, "teacher_sha256": record["teacher_sha256"]}))
+    assert run(student_overrides(teacher, out, **resume, **{"training.stop_after_steps": 5}))["stopped_at"] == 5
+    # The weights changed: another teacher, refused as before.
+    (out / "distillation.json").write_text(json.dumps(record))
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))
+    with pytest.raises(ConfigError, match="distilled with teacher_sha256="):
+        run(student_overrides(teacher, out, **resume))
+
+
 @pytest.mark.parametrize(
     "change,message",
     [

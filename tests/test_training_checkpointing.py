@@ -588,7 +588,8 @@ def test_transfer_refuses_a_used_output_dir_and_never_resumes_a_torn_checkpoint(
     assert resumed["after"] == straight["after"]
     assert not any(name.startswith((".tmp-", ".trash-")) for name in os.listdir(out))
     checkpoints = list_checkpoints(str(out), TRANSFER)
-    assert [os.path.basename(path) for path in checkpoints] == ["checkpoint-2", "checkpoint-4"]
+    # the newest two (--checkpoints_to_keep), the last step's among them: a run with more steps goes on from it
+    assert [os.path.basename(path) for path in checkpoints] == ["checkpoint-4", "checkpoint-6"]
     assert all(os.path.isfile(os.path.join(path, COMPLETE_MARKER)) for path in checkpoints)
 
     # Starting over is explicit, and cannot be combined with a resume.

@@ -2,6 +2,7 @@
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -135,10 +136,10 @@ def test_resume_is_exact_across_both_stages(pair, tmp_path):
 
 
 def test_the_same_transfer_run_again_after_it_finished_says_so_and_redoes_nothing(pair, tmp_path, capsys):
-    """The last step keeps no checkpoint (the model is the result): the command that finished a run (--resume latest,
-    as a requeued job has it) resumed the newest earlier checkpoint, trained the last steps again and replaced the
-    model, report and log; without --resume it was refused, advising that resume. Now either says the run is complete
-    and returns its report; other options, or --overwrite_output_dir, are not the finished run."""
+    """The command that finished a run, run again (--resume latest, as a requeued job has it), resumed the newest
+    earlier checkpoint (the last step kept none then), trained the last steps again and replaced the model, report and
+    log; without --resume it was refused, advising that resume. Now either says the run is complete and returns its
+    report; other options, or --overwrite_output_dir, are not the finished run."""
     from linformer_hf.training.errors import OutputDirInUse
 
     out = tmp_path / "out"
@@ -160,6 +161,44 @@ def test_the_same_transfer_run_again_after_it_finished_says_so_and_redoes_nothin
     with pytest.raises(OutputDirInUse, match="is not empty"):
         run_transfer(arguments(pair, out, layer_steps=5, checkpoint_every=2))
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == written
+
+
+def test_a_finished_transfer_extended_with_more_steps_goes_on_from_its_last_step(pair, tmp_path, capsys, caplog):
+    """A finished run keeps a checkpoint of its last step (the optimizer's state and the step, beside the model), so
+    the same command with more steps and --resume latest goes on from there: not from the newest periodic checkpoint,
+    training the steps after it again (and saying it resumed there). It ends as a run of that many steps from the
+    start does."""
+    common = dict(layer_steps=4, train_attention_weights=True, checkpoint_every=4)
+    out = tmp_path / "extended"
+    straight = run_transfer(arguments(pair, tmp_path / "straight", end_to_end_steps=4, **common))
+    run_transfer(arguments(pair, out, end_to_end_steps=2, **common))
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-6"]
+    capsys.readouterr()
+    extended = run_transfer(arguments(pair, out, end_to_end_steps=4, resume="latest", **common))
+    assert f"Resumed from {out / 'checkpoint-6'} at step 6" in capsys.readouterr().out
+    assert "another optimisation schedule" not in caplog.text  # the steps done are those of the longer run
+    assert extended["after"] == straight["after"]
+    a, b = (load_file(str(folder / "model.safetensors")) for folder in (tmp_path / "straight", out))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
+    logs = [
+        [json.loads(line) for line in (folder / "transfer_log.jsonl").read_text().splitlines()]
+        for folder in (tmp_path / "straight", out)
+    ]
+    assert [(r["step"], r["stage"], r["loss"]) for r in logs[0]] == [
+        (r["step"], r["stage"], r["loss"]) for r in logs[1]
+    ]
+    assert json.loads((out / "transfer_report.json").read_text())["arguments"]["end_to_end_steps"] == 4
+    # A run finished by an earlier version kept no checkpoint of its last step: the steps after its newest one are
+    # trained again, and said so.
+    old = tmp_path / "old"
+    run_transfer(arguments(pair, old, end_to_end_steps=2, **common))
+    shutil.rmtree(old / "checkpoint-6")
+    capsys.readouterr()
+    run_transfer(arguments(pair, old, end_to_end_steps=4, resume="latest", **common))
+    assert (
+        f"Resumed from {old / 'checkpoint-4'} at step 4: the run finished here at step 6 (transfer_report.json), so "
+        "steps 5 to 6 are trained again (it kept no checkpoint of its last step" in capsys.readouterr().out
+    )
 
 
 def test_a_teacher_that_does_not_match_is_refused(pair, tmp_path):
@@ -394,6 +433,32 @@ def test_a_checkpoint_records_its_recipe_and_a_resume_with_another_is_refused(pa
     assert [record["step"] for record in log] == [1, 2, 3, 4]
 
 
+def test_a_resume_with_a_teacher_of_other_weights_is_refused(pair, tmp_path):
+    """A checkpoint recorded the teacher's config, not its weights: a resume with another teacher of the same shape (a
+    folder whose weights were replaced) trained on towards it without a word. Now the SHA-256 of its config and weight
+    files is recorded and compared: the same teacher copied elsewhere, with a training_args.bin beside it, resumes;
+    other weights are refused; a checkpoint made before the hash was recorded resumes as before."""
+    from linformer_hf.training.checkpointing import RECIPE_FILE, write_completion_marker
+    from linformer_hf.training.errors import ConfigError
+
+    out, teacher = tmp_path / "run", tmp_path / "teacher"
+    shutil.copytree(pair / "teacher", teacher)
+    assert run_transfer(arguments(pair, out, layer_steps=5, stop_after_steps=2))["stopped_at"] == 2
+    (teacher / "training_args.bin").write_bytes(b"the settings of its training, not its weights")
+    copied = arguments(pair, out, layer_steps=5, teacher=str(teacher), resume="latest", stop_after_steps=3)
+    assert run_transfer(copied)["stopped_at"] == 3
+    model = transformers.BertForMaskedLM.from_pretrained(teacher)
+    randomize_all(model, seed=4)
+    model.save_pretrained(teacher)
+    with pytest.raises(ConfigError, match=r"differs in 1 field\(s\): teacher\.model_files_sha256: '[0-9a-f]{64}' in"):
+        run_transfer(arguments(pair, out, layer_steps=5, teacher=str(teacher), resume="latest"))
+    recipe = json.loads((out / "checkpoint-3" / RECIPE_FILE).read_text())
+    del recipe["must_match"]["teacher.model_files_sha256"]
+    (out / "checkpoint-3" / RECIPE_FILE).write_text(json.dumps(recipe))
+    write_completion_marker(str(out / "checkpoint-3"))
+    assert run_transfer(arguments(pair, out, layer_steps=5, resume="latest", stop_after_steps=4))["stopped_at"] == 4
+
+
 def test_a_checkpoint_of_the_old_loop_is_refused_naming_the_fix(pair, tmp_path, capsys):
     """The loop transfer ran on before the Trainer wrote checkpoints/step_000000N (accelerate's save_state), which the
     Trainer cannot read: a resume of one says so and how to go on, before any work."""
@@ -529,11 +594,19 @@ def test_values_that_cannot_work_are_refused_when_parsed(pair, tmp_path, capsys,
         (["--eval_fraction", "0.5"], "--eval_fraction does"),
         (["--torch_compile", "layers"], "--torch_compile does"),
         (["--train_attention_weights"], "--train_attention_weights does"),
+        # given at their defaults (200 steps, a checkpoint every 100, no compiling): refused all the same
+        (["--layer_steps", "200"], "--layer_steps does"),
+        (["--checkpoint_every=100", "--torch_compile", "no"], "--checkpoint_every, --torch_compile do"),
+        (
+            ["--train_attention_weights=false", "--end_to_end_steps=0"],
+            "--end_to_end_steps, --train_attention_weights do",
+        ),
     ],
 )
 def test_evaluate_only_refuses_the_options_of_training_when_parsed(pair, tmp_path, capsys, flags, named):
     """--evaluate_only trains nothing: a stop, a resume, a schedule or a checkpoint option given with it was taken
-    without a word and did nothing; each is refused by name before any work."""
+    without a word and did nothing; each is refused by name before any work, whatever its value (one given at its
+    default was taken without a word)."""
     command = ["--teacher", str(pair / "teacher"), "--student", str(pair / "student_k4"), "--output_dir"]
     command += [str(tmp_path / "out"), "--text_files", str(pair / "text.txt"), "--evaluate_only", *flags]
     with pytest.raises(SystemExit) as exit:

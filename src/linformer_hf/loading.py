@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 import os
+import re
 
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers.dynamic_module_utils import get_relative_import_files
@@ -18,6 +19,11 @@ from .registration import FAMILIES, TOKENIZER_FILES
 logger = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")  # the files of a model folder that hold its weights
+# What from_pretrained builds a model from in a local folder: its config and its weights, one file or the shards and
+# their index (transformers' model.safetensors, pytorch_model.bin and their sharded names). Not what is saved beside
+# them and never read into the model: a Trainer's training_args.bin, a checkpoint's optimizer and RNG states, a
+# tokenizer's files (which make its inputs, not its outputs).
+MODEL_FILES = re.compile(r"config\.json|(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?")
 
 # Each family's heads table (Auto class name -> class), by model_type; derived from registration's table of families.
 HEADS_BY_MODEL_TYPE: dict[str, dict[str, type[PreTrainedModel]]] = {
@@ -167,10 +173,27 @@ def pad_as_the_model_takes(tokenizer, config: PretrainedConfig) -> None:
 
 
 def model_sha256(folder: str) -> str:
-    """The SHA-256 of a model folder's config and weights (names and bytes): the model, wherever the folder is."""
+    """The SHA-256 of a model folder's config.json and every .safetensors / .bin file (names and bytes), a Trainer's
+    training_args.bin among them; `model_files_sha256` hashes only what the model is built from."""
+    names = [name for name in os.listdir(folder) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES)]
+    return files_sha256(folder, names)
+
+
+def model_files(folder: str) -> list[str]:
+    """The files of a model folder that its model is built from (`MODEL_FILES`), sorted."""
+    return sorted(name for name in os.listdir(folder) if MODEL_FILES.fullmatch(name))
+
+
+def model_files_sha256(folder: str) -> str:
+    """The SHA-256 of the files a model folder's model is built from (`model_files`: config and weights, names and
+    bytes): the model, wherever the folder is and whatever else it holds."""
+    return files_sha256(folder, model_files(folder))
+
+
+def files_sha256(folder: str, names: list[str]) -> str:
+    """The SHA-256 of the files ``names`` of ``folder``, in sorted order: each name, then its bytes."""
     digest = hashlib.sha256()
-    names = sorted(name for name in os.listdir(folder) if name == "config.json" or name.endswith(WEIGHT_SUFFIXES))
-    for name in names:
+    for name in sorted(names):
         digest.update(name.encode())
         with open(os.path.join(folder, name), "rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):

@@ -377,6 +377,9 @@ _MODEL_FIELDS_NOT_COMPARED = ("transformers_version", "_name_or_path", "auto_map
 # The uptraining's conversion settings (model.convert_from_roberta, with its target). A checkpoint that records them
 # is resumed from its own converted model, without reading model.pretrained again; an older one lacks the key.
 CONVERSION_KEY = "model.convert_from_roberta"
+# Attention transfer's teacher, by the SHA-256 of its config and weight files (`loading.model_files_sha256`): recorded
+# where the teacher is a folder, and since the checkpoints of that version. Compared where both sides record it.
+TEACHER_FILES_KEY = "teacher.model_files_sha256"
 _SCHEDULE_FIELDS = (
     "learning_rate",
     "lr_scheduler_type",
@@ -451,6 +454,7 @@ def _differences(saved: dict, now: dict, where: str = "the checkpoint") -> list[
     not_compared = {f"model.{k}" for k in _MODEL_FIELDS_NOT_COMPARED} | {"distillation.teacher"}
     # A checkpoint from before the conversion was recorded: its converted model's config is compared instead.
     not_recorded = {k for k in (CONVERSION_KEY,) if k not in saved}
+    not_recorded |= {k for k in (TEACHER_FILES_KEY,) if k not in saved or k not in now}
     keys = sorted((set(saved) | set(now)) - not_compared - not_recorded)
     return [
         f"{k}: {saved.get(k, '(absent)')!r} in {where}, {now.get(k, '(absent)')!r} now"

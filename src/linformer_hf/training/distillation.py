@@ -10,7 +10,7 @@ The recipe (issue 26): convert a fine-tuned BERT / RoBERTa / MiniLM classifier t
 
 where H_l is the output of layer l (0: the embeddings' output) and T the temperature; T^2 keeps the KL term's
 gradients on the scale of the cross-entropy's as T grows. The teacher is frozen, in eval mode, and never saved in
-the student's checkpoints: `teacher_record` (its path and a SHA-256 of its config and weights) is written to
+the student's checkpoints: `teacher_record` (its path and a SHA-256 of its config and weight files) is written to
 ``<output_dir>/distillation.json`` when the run starts, and a resumed run refuses another teacher. Evaluation scores
 the student alone (its own cross-entropy and accuracy), as it will be used.
 """
@@ -24,7 +24,7 @@ from collections import defaultdict
 import torch
 from transformers import AutoConfig, Trainer
 
-from ..loading import model_sha256, tokenizer_vocabulary
+from ..loading import model_files, model_files_sha256, model_sha256, tokenizer_vocabulary
 from .errors import ConfigError
 
 RECORD_FILE = "distillation.json"
@@ -117,10 +117,13 @@ def check_teacher_length(teacher_path: str, max_length: int) -> None:
 
 
 def teacher_record(section) -> dict:
-    """Which teacher a run learns from, and with which settings: its path and a SHA-256 of its config and weights."""
+    """Which teacher a run learns from, and with which settings: its path, a SHA-256 of its config and weights
+    (`loading.model_files_sha256`: not of the Trainer's training_args.bin beside them, nothing of its outputs) and the
+    names of the files hashed."""
     return {
         "teacher": os.path.abspath(section.teacher),
-        "teacher_sha256": model_sha256(section.teacher),
+        "teacher_sha256": model_files_sha256(section.teacher),
+        "teacher_sha256_files": model_files(section.teacher),
         "kd_weight": section.kd_weight,
         "temperature": section.temperature,
         "hidden_weight": section.hidden_weight,
@@ -147,6 +150,10 @@ def check_resumed_teacher(output_dir: str, record: dict | None) -> None:
         )
     # The teacher is the one whose config and weights hash alike, wherever it is now (a relative path given from
     # another directory, a folder copied); its path is recorded to be named.
+    if "teacher_sha256_files" not in earlier:  # recorded with the earlier hash (or set to this one by hand, as told)
+        if earlier.get("teacher_sha256") != record["teacher_sha256"]:
+            check_teacher_by_earlier_hash(output_dir, earlier, record)
+        record = {key: value for key, value in record.items() if key not in ("teacher_sha256", "teacher_sha256_files")}
     changed = [key for key in record if key != "teacher" and earlier.get(key) != record[key]]
     if changed:
         key = changed[0]
@@ -154,6 +161,25 @@ def check_resumed_teacher(output_dir: str, record: dict | None) -> None:
             f"The run in {output_dir} was distilled with {key}={earlier.get(key)!r}, this command gives "
             f"{record[key]!r}: resume with the run's teacher and distillation settings (see {path})."
         )
+
+
+def check_teacher_by_earlier_hash(output_dir: str, earlier: dict, record: dict) -> None:
+    """A run recorded before the teacher was hashed by its config and weights alone (`teacher_record`): its hash,
+    `loading.model_sha256`, took in every .safetensors / .bin file of the folder. The teacher is the run's where that
+    hash still matches; where it does not, the weights or config changed or only such another file did (the Trainer's
+    training_args.bin), which that hash cannot tell apart: refused, saying how to go on with a teacher known the
+    same."""
+    if model_sha256(record["teacher"]) == earlier.get("teacher_sha256"):
+        return
+    path = os.path.join(output_dir, RECORD_FILE)
+    raise ConfigError(
+        f"The run in {output_dir} recorded its teacher by an earlier SHA-256 ({path}), which took in config.json "
+        f"and every .safetensors / .bin file of its folder, training_args.bin among them, and {record['teacher']} "
+        "hashes otherwise by it: its weights or config changed, or only such a file did. Resume with the run's "
+        "teacher; if this one has the config and weights the run started with, set teacher_sha256 in that file to "
+        f"{record['teacher_sha256']} (this teacher's, now of its config and weights: "
+        f"{', '.join(record['teacher_sha256_files'])}) and resume."
+    )
 
 
 def load_teacher(path: str):

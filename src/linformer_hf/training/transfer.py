@@ -67,16 +67,16 @@ import shutil
 import time
 from typing import Any
 
-from transformers import AutoTokenizer, HfArgumentParser, PrinterCallback, TrainingArguments
+from transformers import AutoTokenizer, PrinterCallback, TrainingArguments
 
-from ..loading import load_model, pad_as_the_model_takes, vocabulary_sha256
+from ..loading import load_model, model_files_sha256, pad_as_the_model_takes, vocabulary_sha256
 from ..models.lengths import max_input_length
 from ..outputs import write_json_atomic, write_text_atomic
 from . import checkpointing
-from .checkpointing import RunLock, RunOptions
+from .checkpointing import TEACHER_FILES_KEY, RunLock, RunOptions
 from .errors import ConfigError, Preempted
 from .guards import DivergenceGuard, StopSignal, check_weights_finite, resume_hint, stop_signal_callback
-from .transfer_arguments import TransferArguments
+from .transfer_arguments import TransferArguments, parse_command_line
 from .transfer_data import held_out_batches, load_texts, num_special_tokens, tokenize_streams
 from .transfer_evaluation import evaluate_documents, evaluate_fidelity, fidelity_values
 from .transfer_models import (
@@ -87,7 +87,7 @@ from .transfer_models import (
     compared_length,
     load_teacher,
 )
-from .transfer_schedule import default_projection_learning_rate, parameter_groups
+from .transfer_schedule import default_projection_learning_rate, learning_rates, parameter_groups
 from .transfer_trainer import PROGRESS_FILE, TRANSFER, AttentionTransferTrainer, training_arguments
 from .validation import check_model_source
 
@@ -120,12 +120,12 @@ def checkpoint_dir(output_dir: str, step: int) -> str:
 
 def finished_transfer(args: TransferArguments) -> dict | None:
     """The report of the transfer that finished in --output_dir with these options (`REPORT_FILE`, its arguments
-    those of this run, `RUN_CONTROL` apart), or None. The last step keeps no checkpoint (the model is the result), so
-    the same command run again (--resume latest, as a requeued job has it) resumed the newest earlier checkpoint,
-    trained its last steps again and replaced the model, report and log; without --resume it was refused as an
-    earlier run's folder, the advice being that resume. None with --overwrite_output_dir (start over) or
-    --evaluate_only (fidelity.json beside a transferred model), and when a checkpoint was written after the report
-    (a later run in the folder, e.g. one resumed with more steps)."""
+    those of this run, `RUN_CONTROL` apart), or None. The same command run again (--resume latest, as a requeued job
+    has it) resumed the newest earlier checkpoint (the last step kept none then), trained its last steps again and
+    replaced the model, report and log; without --resume it was refused as an earlier run's folder, the advice being
+    that resume. (The last step's checkpoint is kept now: a run with more steps goes on from it.) None with
+    --overwrite_output_dir (start over) or --evaluate_only (fidelity.json beside a transferred model), and when a
+    checkpoint was written after the report (a later run in the folder, e.g. one resumed with more steps)."""
     path = os.path.join(args.output_dir, REPORT_FILE)
     if args.evaluate_only or args.overwrite_output_dir or not os.path.isfile(path):
         return None
@@ -313,8 +313,9 @@ def transfer_guard(args: TransferArguments, resume_from: str | None) -> Divergen
 
 
 def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
-    """What a checkpoint must agree with to be resumed (checkpointing.check_resume_compatible): the pair, the text and
-    the batches ("must_match"), and the schedule (a change only warns)."""
+    """What a checkpoint must agree with to be resumed (checkpointing.check_resume_compatible): the pair (the
+    student's config, the teacher's config and weights), the text and the batches ("must_match"), and the schedule (a
+    change only warns)."""
     args = run.args
 
     def config(model) -> dict:
@@ -327,6 +328,9 @@ def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
     must_match = {
         **{f"student.{k}": v for k, v in config(run.student).items()},
         **{f"teacher.{k}": v for k, v in config(run.teacher).items()},
+        # its weights too, where it is a folder (a Hub name's files are the cache's): another teacher of the same shape
+        # is another target
+        **({TEACHER_FILES_KEY: model_files_sha256(args.teacher)} if os.path.isdir(args.teacher) else {}),
         "tokenizer.vocabulary_sha256": vocabulary_sha256(run.tokenizer.get_vocab()),
         **{f"--{name}": getattr(args, name) for name in text},
         **{f"size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},
@@ -477,8 +481,34 @@ def check_training(run: TransferRun) -> None:
     run.fingerprint = transfer_fingerprint(run, PartialState().num_processes)
     if run.resume_from:
         latest = args.resume == "latest"
-        checkpointing.check_resume_compatible(run.resume_from, run.fingerprint, args.total_steps, latest, TRANSFER)
+        compared = fingerprint_to_resume(run.resume_from, args, run.fingerprint)
+        checkpointing.check_resume_compatible(run.resume_from, compared, args.total_steps, latest, TRANSFER)
     parameter_groups(run.student, args)  # nothing to train in stage 1: refused
+
+
+def fingerprint_to_resume(checkpoint: str, args: TransferArguments, fingerprint: dict) -> dict:
+    """What ``checkpoint`` is compared with when resumed: this run's fingerprint, with the checkpoint's own schedule
+    where the steps it made are those this run makes (the same stage, learning rates and MLM weight at each). More
+    steps (a finished run extended) or other settings of steps not made yet still give an uninterrupted run of this
+    command, which the warning of another schedule would deny."""
+    path = os.path.join(checkpoint, checkpointing.RECIPE_FILE)
+    if not os.path.isfile(path):
+        return fingerprint  # check_resume_compatible refuses it
+    try:
+        with open(path, encoding="utf-8") as handle:
+            saved = json.load(handle)["schedule"]
+        earlier = dataclasses.replace(args, **{name.removeprefix("--"): value for name, value in saved.items()})
+        made = checkpointing.read_checkpoint_state(checkpoint)["global_step"]
+    except (OSError, ValueError, KeyError, TypeError):  # a schedule of other options: compared as it is
+        return fingerprint
+
+    def step(options: TransferArguments, index: int) -> tuple:
+        stage = options.stage_of(index)
+        return stage, learning_rates(options, index), options.mlm_weight if stage == "end_to_end" else None
+
+    if all(step(earlier, index) == step(args, index) for index in range(made)):
+        return {**fingerprint, "schedule": saved}
+    return fingerprint
 
 
 def build_trainer(run: TransferRun, stop: StopSignal) -> None:
@@ -524,7 +554,7 @@ def start_or_resume(run: TransferRun) -> None:
                 with open(before, encoding="utf-8") as handle:
                     run.report["before"] = json.load(handle)
                 break
-        trainer.accelerator.print(f"Resumed from {run.resume_from} at step {step}")
+        trainer.accelerator.print(f"Resumed from {run.resume_from} at step {step}{steps_made_again(run, step)}")
     else:
         run.report["before"] = evaluate(
             run.teacher, run.student, run.tokenizer, run.eval_batches, run.documents, args.batch_size
@@ -532,6 +562,28 @@ def start_or_resume(run: TransferRun) -> None:
         if trainer.is_world_process_zero():
             _truncate_log(run.log_path, -1)
             write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), run.report["before"])
+
+
+def steps_made_again(run: TransferRun, step: int) -> str:
+    """Where the run resumed (at ``step``) in its own folder before the step a finished run there ended at, the steps
+    trained again, said: a checkpoint given by name, or ``latest`` in the folder of a run finished before the last
+    step kept its checkpoint. "" otherwise."""
+    if os.path.realpath(os.path.dirname(run.resume_from)) != os.path.realpath(run.args.output_dir):
+        return ""
+    path = os.path.join(run.args.output_dir, REPORT_FILE)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            arguments = json.load(handle)["arguments"]
+        finished = int(arguments["layer_steps"]) + int(arguments["end_to_end_steps"])
+    except (OSError, ValueError, KeyError, TypeError):  # no finished run here
+        return ""
+    if finished <= step:
+        return ""
+    kept = os.path.isdir(checkpoint_dir(run.args.output_dir, finished))
+    return (
+        f": the run finished here at step {finished} ({REPORT_FILE}), so steps {step + 1} to {finished} are trained "
+        "again" + ("" if kept else " (it kept no checkpoint of its last step: an earlier version made it)")
+    )
 
 
 def train(run: TransferRun, stop: StopSignal) -> None:
@@ -602,7 +654,7 @@ def main(argv: list[str] | None = None) -> dict:
     from .errors import USER_ERRORS, report, report_preempted
 
     try:
-        (args,) = HfArgumentParser(TransferArguments).parse_args_into_dataclasses(args=argv)
+        args = parse_command_line(argv)
         return run_transfer(args)
     except (*USER_ERRORS, OSError, ValueError) as err:  # bad input: one `error:` line, not a traceback
         raise SystemExit(report(err)) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from typing import Literal
@@ -134,14 +135,17 @@ class TransferArguments:
     )
     seed: int = 0
     show_progress: bool = True
+    # The options given on the command line (`parse_command_line`), which --evaluate_only refuses whatever their
+    # value; None (the Python API, which cannot tell): those set away from their defaults. Not an option itself.
+    given: dataclasses.InitVar[tuple[str, ...] | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, given: tuple[str, ...] | None = None):
         if (self.text_files is None) == (self.dataset is None):
             raise ValueError(
                 "Give the text either as --text_files or as --dataset (with --data_files for a local "
                 "csv/json/text builder), not both and not neither."
             )
-        self.check_evaluate_only()
+        self.check_evaluate_only(given)
         if (
             self.layer_steps < 0
             or self.end_to_end_steps < 0
@@ -183,13 +187,17 @@ class TransferArguments:
                 "--overwrite_output_dir deletes the checkpoints that --resume would continue from: give one of them."
             )
 
-    def check_evaluate_only(self) -> None:
-        """--evaluate_only trains nothing: a training-only option set with it (away from its default) is refused,
-        naming each, rather than ignored (a --resume or --stop_after_steps was taken without a word)."""
+    def check_evaluate_only(self, given: tuple[str, ...] | None = None) -> None:
+        """--evaluate_only trains nothing: a training-only option given with it is refused, naming each, rather than
+        ignored (a --resume or --stop_after_steps was taken without a word). ``given``: the options typed on the
+        command line, refused whatever their value (`--layer_steps 200` at its default too); None: those set away
+        from their defaults."""
         if not self.evaluate_only:
             return
-        defaults = {field.name: field.default for field in dataclasses.fields(self)}
-        given = [name for name in TRAINING_ONLY if getattr(self, name) != defaults[name]]
+        if given is None:
+            defaults = {field.name: field.default for field in dataclasses.fields(self)}
+            given = [name for name in TRAINING_ONLY if getattr(self, name) != defaults[name]]
+        given = [name for name in TRAINING_ONLY if name in given]
         if given:
             raise ValueError(
                 f"--evaluate_only trains nothing, so {', '.join(f'--{name}' for name in given)} "
@@ -204,3 +212,20 @@ class TransferArguments:
     def stage_of(self, step: int) -> str:
         """'layer' for the first `layer_steps` steps (0-based), then 'end_to_end'."""
         return "layer" if step < self.layer_steps else "end_to_end"
+
+
+def parse_command_line(argv: list[str] | None = None) -> TransferArguments:
+    """The options of the command line (``argv``; None: ``sys.argv``'s), with the names of those given passed on (for
+    `TransferArguments.check_evaluate_only`). Each starts as a marker in the namespace parsed into, which argparse then
+    leaves where the option is left out (it sets a default only where there is none): an option given at its default
+    is told from one left out, which takes the dataclass's default."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(TransferArguments)
+    left_out = object()
+    namespace = argparse.Namespace(**{action.dest: left_out for action in parser._actions if action.dest != "help"})
+    namespace, unknown = parser.parse_known_args(argv, namespace)
+    if unknown:  # as HfArgumentParser.parse_args_into_dataclasses says it
+        raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {unknown}")
+    given = {name: value for name, value in vars(namespace).items() if value is not left_out}
+    return TransferArguments(**given, given=tuple(given))

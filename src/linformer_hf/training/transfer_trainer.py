@@ -214,8 +214,9 @@ class AttentionTransferTrainer(Trainer):
 
     def record_update(self, control) -> None:
         """After update ``state.global_step``: its time, its line in the transfer log, the compile record, and no
-        checkpoint while it is non-finite (nor after the last update: the transferred model follows). Its loss goes to
-        the divergence guard next (`divergence_callback`)."""
+        checkpoint while it is non-finite. The last update keeps the Trainer's checkpoint (its optimizer state beside
+        the transferred model that follows), which a run with more steps goes on from. Its loss goes to the divergence
+        guard next (`divergence_callback`)."""
         args, report, step = self.run.args, self.run.report, self.state.global_step
         seconds = time.perf_counter() - self._update_started
         self.train_seconds += seconds
@@ -237,7 +238,7 @@ class AttentionTransferTrainer(Trainer):
             }
             with open(self.run.log_path, "a") as handle:  # NaN / inf as null plus a "nonfinite" list: valid JSON
                 handle.write(json.dumps(finite_or_null(record), allow_nan=False) + "\n")
-        if skipped or not math.isfinite(self.update_loss) or step >= args.total_steps:
+        if skipped or not math.isfinite(self.update_loss):
             control.should_save = False  # while updates are non-finite, the last good checkpoint stays the newest
 
     def record_checkpoint(self) -> str:
