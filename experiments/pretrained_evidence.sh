@@ -76,7 +76,9 @@ continue_finetune() {  # the flags for a fine-tune into folder $1 that a kill st
 }
 
 continue_transfer() {  # the flags for a transfer into folder $1 that a kill stopped: resume it, or start it over
-  if [ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ]; then echo --resume latest
+  # checkpoint-N: the Trainer's; checkpoints/: the loop transfer ran on before it (still resumable)
+  if compgen -G "$1/checkpoint-*" >/dev/null || [ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ]; then
+    echo --resume latest
   elif [ -n "$(ls -A "$1" 2>/dev/null)" ]; then echo --overwrite_output_dir; fi
 }
 

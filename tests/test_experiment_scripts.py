@@ -98,3 +98,42 @@ def test_the_variants_phase_accepts_every_projection_init_the_converter_knows(tm
         # past the PROJECTION_INIT check, stopped by the next one
         assert "PROJECTION_INIT" not in result.stderr, (init, result.stderr)
         assert "VARIANT_TASK must be" in result.stderr, (init, result.stderr)
+
+
+def _shell_function(script: str, name: str) -> str:
+    with open(os.path.join(REPO, "experiments", script), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{name}()"))
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}")
+    return "\n".join(lines[start : end + 1])
+
+
+@pytest.mark.parametrize(
+    "function, holds, flags",
+    [
+        ("continue_transfer", [], ""),
+        ("continue_transfer", ["distillation.json"], "--overwrite_output_dir"),
+        ("continue_transfer", ["distillation.json", "checkpoint-50/"], "--resume latest"),
+        ("continue_transfer", ["checkpoints/step_0000050/"], "--resume latest"),
+        ("continue_finetune", [], ""),
+        ("continue_finetune", ["results.json"], "--training.overwrite_output_dir true"),
+        ("continue_finetune", ["checkpoint-8/"], "--training.resume_from_checkpoint latest"),
+    ],
+)
+def test_a_killed_run_is_resumed_from_the_checkpoints_its_command_writes(function, holds, flags, tmp_path):
+    """pretrained_evidence.sh decides per folder whether to resume or start over: a transfer killed after its
+    checkpoint-N (the Trainer's layout) must be resumed, not overwritten."""
+    folder = tmp_path / "run"
+    for entry in holds:
+        path = folder / entry
+        if entry.endswith("/"):
+            path.mkdir(parents=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+    source = _shell_function("pretrained_evidence.sh", function)
+    result = subprocess.run(
+        ["bash", "-c", f'{source}\n{function} "$1"', "bash", str(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == flags
