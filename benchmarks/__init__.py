@@ -14,7 +14,8 @@ What is measured, per sequence length n (and projected length k for the Linforme
 
 The parts: `models` (what is compared, by name), `costs` (FLOPs and memory estimates, pure functions of a model
 config), `workers` (the measurements, each in a fresh process), `run` (the run, producing `BenchmarkRow`s),
-`results` (the row and its CSV), `report` (tables, plots), `cli` (the command line, derived from `BenchmarkConfig`).
+`results` (the row and its CSV), `report` (tables, plots), `resume` (a run's checkpoint, read back by `--resume`),
+`cli` (the command line, derived from `BenchmarkConfig`).
 """
 
 from .config import PRESETS, BenchmarkConfig

@@ -16,10 +16,11 @@ from linformer_hf.training.errors import report
 from .config import PRESETS, BenchmarkConfig
 from .report import FIGURES, cpu_details, load_average, machine_description, plot, report_markdown
 from .results import BenchmarkRow, Status, write_csv
+from .resume import COMPLETE, PARTIAL_CSV, PARTIAL_JSON, Checkpoint, read_checkpoint
 from .run import RunInfo, run_benchmark
 
 # What a run writes in output_dir; --overwrite deletes these of the earlier run, and nothing else there.
-RUN_FILES = ("results.csv", "results_partial.csv", "results.md", "run_info.json", *(f[-1] for f in FIGURES))
+RUN_FILES = ("results.csv", PARTIAL_CSV, PARTIAL_JSON, "results.md", "run_info.json", *(f[-1] for f in FIGURES))
 
 
 @dataclass
@@ -32,6 +33,13 @@ class CommandLine:
     )
     overwrite: bool = field(
         default=False, metadata={"help": "replace an earlier run's results in a non-empty output_dir"}
+    )
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "continue the stopped run in output_dir (the same settings): measure only the points it had not "
+            "saved, then write its results as a whole run does; a finished run is left as it is"
+        },
     )
 
 
@@ -52,6 +60,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[CommandLine, BenchmarkCon
     command_line, cfg, unknown = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
     if unknown:
         parser.error(f"unknown arguments {unknown}; see --help (flags are spelled with underscores)")
+    if command_line.resume and command_line.overwrite:
+        parser.error("--resume continues the run in output_dir and --overwrite starts it again: give one of them")
     try:
         cfg.validate()
     except ValueError as err:  # one line before any work, as for a bad flag
@@ -115,6 +125,17 @@ def nothing_measured(rows: list[BenchmarkRow], info: RunInfo) -> str | None:
     return f"nothing was measured ({failed} point(s) failed, {skipped} skipped)"
 
 
+def check_not_stopped(out_dir: str) -> None:
+    """The folder of a run that did not finish (stopped, or still running), given without --resume or --overwrite:
+    refused naming both."""
+    if os.path.isfile(os.path.join(out_dir, PARTIAL_JSON)):
+        raise FileExistsError(
+            f"{out_dir} holds a run that did not finish ({PARTIAL_CSV}: the points it measured): if it was stopped, "
+            "the same command with --resume measures the rest; with --overwrite, all again; or give another "
+            "--output_dir."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line, cfg = parse_args(argv)
@@ -122,19 +143,35 @@ def main(argv: list[str] | None = None) -> int:
     made = not os.path.exists(out_dir)  # check_output_dir makes it
     try:  # before any work: an earlier run's results are never overwritten silently
         check_device(cfg)
-        check_output_dir(out_dir, command_line.overwrite)
+        if not command_line.resume and not command_line.overwrite:
+            check_not_stopped(out_dir)
+        # --resume: a folder of the run's own files (checked once locked), or a new one
+        check_output_dir(out_dir, command_line.overwrite or command_line.resume)
         lock = lock_output_dir(out_dir)
     except (OSError, RuntimeError) as err:
         return report(err)
     try:
+        found = None
+        if command_line.resume:
+            try:
+                found = read_checkpoint(out_dir, cfg, cpu_details())
+            except (OSError, RuntimeError) as err:
+                remove_if_unused(out_dir, made)
+                return report(err)
+            if found == COMPLETE:
+                print(f"{out_dir} holds the whole run (results.csv, run_info.json): complete, nothing to measure.")
+                return 0
+            if found is None:
+                print(f"nothing to resume in {out_dir}: the run starts.", flush=True)
         with sigterm_unwinds():  # SIGTERM (kill, timeout, a job scheduler) stops the run as Ctrl-C does
-            return _measure(command_line, cfg, argv, made)
+            return _measure(command_line, cfg, argv, made, found)
     finally:
         os.close(lock)  # the run is over (main called again in this process finds the folder free)
 
 
-def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], made: bool) -> int:
-    """The run into its checked and locked output folder (`made`: by this run): the exit status."""
+def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], made: bool, found=None) -> int:
+    """The run into its checked and locked output folder (`made`: by this run; `found`: what `read_checkpoint` found
+    of the stopped run it resumes): the exit status."""
     out_dir = command_line.output_dir
     if command_line.overwrite:
         remove_earlier_run(out_dir)
@@ -144,32 +181,44 @@ def _measure(command_line: CommandLine, cfg: BenchmarkConfig, argv: list[str], m
     print(f"machine: {machine_before}", flush=True)
     for where in cfg.unmeasured_ks():  # a Linformer's k is at most n
         print(f"not measured: {where}", flush=True)
-    partial = os.path.join(out_dir, "results_partial.csv")  # the rows so far, should the run be stopped
+    # The rows so far and the run's record, saved after each length, should the run be stopped (--resume reads them)
+    checkpoint = Checkpoint(out_dir, cfg, command, machine_before, cpu, found)
     try:
         rows, info = run_benchmark(
-            cfg, log=lambda message: print(message, flush=True), on_measured=lambda rows: write_csv(rows, partial)
+            cfg,
+            log=lambda message: print(message, flush=True),
+            on_measured=checkpoint.save_rows,
+            peak_info=checkpoint.reusable_peak(),
+            earlier=checkpoint.earlier,
+            on_peer=checkpoint.save_peer,
+            on_peak=checkpoint.peak,
         )
     except KeyboardInterrupt:  # one line, not the traceback of wherever the run was
-        kept = f"the points measured so far are in {partial}" if os.path.exists(partial) else "no point was measured"
+        kept = checkpoint.saved()
         remove_if_unused(out_dir, made)
-        again = "the same command with --overwrite" if os.path.isdir(out_dir) else "the same command"
-        print(f"stopped (Ctrl-C or SIGTERM): {kept}; {again} runs it again.", file=sys.stderr)
+        if kept is None:
+            print(
+                "stopped (Ctrl-C or SIGTERM): no point was measured; the same command runs it again.", file=sys.stderr
+            )
+        else:
+            again = "the same command" if command_line.resume else "the same command with --resume"
+            again += " in place of --overwrite" if command_line.overwrite else ""
+            print(f"stopped (Ctrl-C or SIGTERM): {kept}; {again} measures the rest.", file=sys.stderr)
         return 130
     except RuntimeError as err:  # the run itself failed (measuring the matmul peak, WorkerFailed): one line
         remove_if_unused(out_dir, made)
         return report(err)
-    machine = f"{machine_before}; after the run: {load_average()}"
+    command, machine, sittings = checkpoint.finish(rows, info, load_average())
     write_csv(rows, os.path.join(out_dir, "results.csv"))
-    if os.path.exists(partial):  # the whole run is in results.csv: the rows-so-far file was for a stopped run
-        os.remove(partial)
     write_text_atomic(os.path.join(out_dir, "results.md"), report_markdown(rows, info, cfg, command, machine))
     write_json_atomic(
         os.path.join(out_dir, "run_info.json"),
         {"command": command, "machine": machine, "cpu": cpu, "config": asdict(cfg),
-         "not_measured": cfg.unmeasured_ks(), **asdict(info)},
+         "not_measured": cfg.unmeasured_ks(), **asdict(info), "sittings": sittings},
     )  # fmt: skip
     for path in plot(rows, cfg, out_dir):
         print(f"wrote {path}")
+    checkpoint.remove()  # last: the whole run is in results.csv, results.md and run_info.json
     print(f"wrote {out_dir}/results.csv, results.md, run_info.json")
     problem = nothing_measured(rows, info)
     if problem is not None:

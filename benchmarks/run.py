@@ -12,6 +12,7 @@ from .costs import estimate_activation_bytes, step_flops
 from .models import MODELS, model_config
 from .results import BenchmarkRow, Mode, Status
 from .workers import (
+    INTERRUPTED,
     MatmulPeakTask,
     MemoryTask,
     PeerTask,
@@ -40,6 +41,74 @@ class RunInfo:
     peer: list[PeerResult] = field(default_factory=list)
     runtime_s: float = 0.0
     peak_info: dict = field(default_factory=dict)  # MatmulPeakTask's result (GFLOP/s; CUDA: device name, memory)
+
+
+@dataclass
+class Measured:
+    """What earlier sittings of a run measured (`--resume`): the rows of its first lengths and its first peer
+    comparisons (`kept_groups`, `kept_peers`), kept as they are and not measured again."""
+
+    rows: list[BenchmarkRow] = field(default_factory=list)
+    peer: list[PeerResult] = field(default_factory=list)
+
+
+Point = tuple[Mode, str, int, "int | None"]
+
+
+def planned_groups(cfg: BenchmarkConfig) -> list[list[Point]]:
+    """Every (mode, model, n, k) of the run in the order it measures them, by the groups it saves at once
+    (`on_measured`): each n of ns (inference), then of train_ns (training), then the linear-cost check (every n of
+    scaling_ns, one process)."""
+    groups = [
+        [(mode, model, n, k) for model, k in cfg.points(n)]
+        for mode, ns in ((Mode.INFERENCE, cfg.ns), (Mode.TRAIN, cfg.train_ns))
+        for n in ns
+    ]
+    scaling = [(Mode.SCALING, m, n, k) for n in cfg.scaling_ns for m, k in cfg.points(n) if MODELS[m].linear]
+    return groups + ([scaling] if scaling else [])
+
+
+def _interrupted(text: str | None) -> bool:
+    """Whether a failure's text is a worker stopped by Ctrl-C: not a measurement of the point."""
+    return text is not None and INTERRUPTED in text
+
+
+def kept_groups(cfg: BenchmarkConfig, rows: list[BenchmarkRow]) -> list[list[BenchmarkRow]]:
+    """`rows` (an earlier sitting's, `--resume`) as the whole groups of `planned_groups` they hold from its start, up
+    to the first that a Ctrl-C stopped (it and the rest are measured again). ValueError where they are not this run's
+    points in its order, or end part-way through a group (never so written)."""
+    kept, position = [], 0
+    for group in planned_groups(cfg):
+        if position == len(rows) and group:
+            break
+        chunk = rows[position : position + len(group)]
+        for offset, (row, point) in enumerate(zip(chunk, group, strict=False)):
+            if (row.mode, row.model, row.n, row.k) != point:
+                mode, model, n, k = point
+                raise ValueError(
+                    f"row {position + offset + 1} ({row.mode.value} {row.label} n={row.n}) is not the point this run "
+                    f"measures there ({mode.value} {model}{'' if k is None else f' k={k}'} n={n})"
+                )
+        if len(chunk) < len(group):
+            raise ValueError(f"rows end part-way through a length (at row {len(rows)})")
+        if any(_interrupted(row.reason) or _interrupted(row.memory_error) for row in chunk):
+            return kept
+        kept.append(chunk)
+        position += len(group)
+    if position < len(rows):
+        raise ValueError(f"row {position + 1} is past the last point of this run")
+    return kept
+
+
+def kept_peers(cfg: BenchmarkConfig, peer: list[PeerResult]) -> list[PeerResult]:
+    """The earlier sitting's peer comparisons (`--resume`) that are this run's first ones (`peer_ns` in order,
+    `peer_k`), up to the first that a Ctrl-C stopped."""
+    kept = []
+    for n, result in zip(cfg.peer_ns if cfg.peer else [], peer, strict=False):
+        if (result.n, result.k) != (n, cfg.peer_k) or _interrupted(result.error):
+            break
+        kept.append(result)
+    return kept
 
 
 def memory_budget_bytes(cfg: BenchmarkConfig, device_total: int | None) -> int:
@@ -176,16 +245,29 @@ def _measure_memory(cfg: BenchmarkConfig, row: BenchmarkRow, deadline: float | N
 
 
 def run_benchmark(
-    cfg: BenchmarkConfig, log=print, on_measured=None, peak_info: dict | None = None, deadline: float | None = None
+    cfg: BenchmarkConfig,
+    log=print,
+    on_measured=None,
+    peak_info: dict | None = None,
+    deadline: float | None = None,
+    earlier: Measured | None = None,
+    on_peer=None,
+    on_peak=None,
 ) -> tuple[list[BenchmarkRow], RunInfo]:
     """Measure every point of `cfg`. Returns one row per point and the run's information (matmul peak, peer).
 
-    `on_measured(rows)`, if given, is called with the rows so far after each length is measured (so that a long run
-    can save what it has). `peak_info`: the `MatmulPeakTask` result of an earlier run on the same device and dtype
+    `on_measured(rows)`, if given, is called with the rows so far after each length (and the linear-cost check) is
+    measured or skipped (so that a long run can save what it has); `on_peer(results)` with the peer comparisons so
+    far after each; `on_peak(peak_info)` once the matmul peak is measured, before any point (it may raise to stop the
+    run). `peak_info`: the `MatmulPeakTask` result of an earlier run on the same device and dtype
     (`RunInfo.peak_info`), so that a grid run one n at a time measures it once. `deadline`: a Unix time that no
-    worker process outlives (its timeout is cut to what is left; a point still running then is `failed`)."""
+    worker process outlives (its timeout is cut to what is left; a point still running then is `failed`).
+    `earlier`: what earlier sittings of this run measured (`--resume`): its whole lengths from the start
+    (`kept_groups`) and peer comparisons (`kept_peers`) are kept as they are, the rest measured."""
     cfg.validate()
     started = time.time()
+    kept = iter(kept_groups(cfg, earlier.rows) if earlier is not None else [])
+    kept_peer = kept_peers(cfg, earlier.peer) if earlier is not None else []
 
     def stamp(message):
         log(f"[{time.time() - started:6.0f} s] {message}")
@@ -199,6 +281,8 @@ def run_benchmark(
             if isinstance(error, WorkerTimedOut) and timeout_s == cfg.timeout_s:  # not cut by `deadline`
                 fix = f"; raise --timeout_s ({cfg.timeout_s:g} s now), the time limit of each worker process"
             raise RuntimeError(f"measuring the matmul peak failed: {error}{fix}") from error
+    if on_peak is not None:
+        on_peak(peak_info)
     peak = peak_info["gflops"]
     budget = memory_budget_bytes(cfg, peak_info.get("total_memory_bytes"))
     log(f"dense matmul peak: {peak:.1f} GFLOP/s; memory budget {budget / 2**30:.1f} GiB")
@@ -207,7 +291,14 @@ def run_benchmark(
     rows: list[BenchmarkRow] = []
     for mode, ns in ((Mode.INFERENCE, cfg.ns), (Mode.TRAIN, cfg.train_ns)):
         for n in ns:
+            group = next(kept, None)  # the same order as planned_groups
+            if group is not None:
+                rows.extend(group)
+                if group:
+                    stamp(f"{mode.value} n={n}: measured in an earlier sitting, kept")
+                continue
             measured: dict[str, BenchmarkRow] = {}
+            before = len(rows)
             for model, k in cfg.points(n):
                 row = _new_row(cfg, mode, model, n, k, peak)
                 rows.append(row)
@@ -221,6 +312,8 @@ def run_benchmark(
                 else:
                     measured[row.label] = row
             if not measured:
+                if on_measured is not None and len(rows) > before:  # every point skipped: saved too
+                    on_measured(rows)
                 continue
             stamp(f"{mode.value} n={n}: timing {', '.join(measured)}")
             _time_points(cfg, mode, measured, log, deadline)
@@ -233,18 +326,28 @@ def run_benchmark(
 
     # Linear cost: each linear-cost model at several n in one process, side by side, so load drift cannot fake a trend.
     scaling = {}
-    for n in cfg.scaling_ns:
-        for model, k in cfg.points(n):
-            if MODELS[model].linear:
-                row = _new_row(cfg, Mode.SCALING, model, n, k, peak)
-                rows.append(row)
-                scaling[f"{row.label} n={n}"] = row
+    group = next(kept, None)  # the linear-cost check, where the plan has one and an earlier sitting measured it
+    if group:
+        rows.extend(group)
+        stamp("linear-cost check: measured in an earlier sitting, kept")
+    else:
+        for n in cfg.scaling_ns:
+            for model, k in cfg.points(n):
+                if MODELS[model].linear:
+                    row = _new_row(cfg, Mode.SCALING, model, n, k, peak)
+                    rows.append(row)
+                    scaling[f"{row.label} n={n}"] = row
     if scaling:
         stamp(f"linear-cost check: {', '.join(scaling)}")
         _time_points(cfg, Mode.INFERENCE, scaling, log, deadline)
+        if on_measured is not None:
+            on_measured(rows)
 
+    info.peer.extend(kept_peer)
+    if kept_peer:
+        stamp(f"peer comparison n={', '.join(str(result.n) for result in kept_peer)}: measured earlier, kept")
     if cfg.peer:
-        for n in cfg.peer_ns:
+        for n in cfg.peer_ns[len(kept_peer) :]:
             stamp(f"peer comparison n={n} k={cfg.peer_k}")
             result = PeerResult(n=n, k=cfg.peer_k)
             try:
@@ -253,6 +356,8 @@ def run_benchmark(
             except WorkerFailed as error:
                 result.error = str(error)
             info.peer.append(result)
+            if on_peer is not None:
+                on_peer(info.peer)
     stamp("done")
     info.runtime_s = time.time() - started
     return rows, info

@@ -789,6 +789,7 @@ def _worker_entry(task, connection) -> None:
 
 
 INTERRUPTED_EXIT_CODE = 130  # a worker stopped by Ctrl-C (128 + SIGINT, as a shell reports it)
+INTERRUPTED = "interrupted: SIGINT, Ctrl-C"  # how a point's reason names it: not a measurement (--resume retakes it)
 
 _CONTEXT = None
 
@@ -841,7 +842,7 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
         code = process.exitcode
         reason = " (killed: out of memory?)" if code in (-9, 137) else ""
         if code == INTERRUPTED_EXIT_CODE:
-            reason = " (interrupted: SIGINT, Ctrl-C)"
+            reason = f" ({INTERRUPTED})"
         raise WorkerFailed(f"process exited with code {code}{reason}")
     if "error" in message:
         raise WorkerFailed(message["error"])

@@ -144,6 +144,9 @@ PAIR_COLUMNS = [
     "by_book_p",
 ]
 POOL_FILES = ("results.md", "pooled.csv", "pairs.csv")
+# What pool's --overwrite replaces, whole: a folder of pool's files only (an earlier version killed part-way may have
+# left some of them).
+POOLED = FolderKind(what="an earlier pool's folder", required=(), holds=lambda folder, name: name in POOL_FILES)
 
 
 # What `build_dataset` writes in its folder: all that --overwrite may delete.
@@ -1018,10 +1021,11 @@ def pool(
     the same recipe) into <output_dir>/results.md, pooled.csv and pairs.csv: each run's accuracy per folder and mean,
     and the pairs of `reference_pairs` over all folders (`pooled_difference`). Runs not finished in every folder are
     named, not pooled; runs of one name that read other numbers of tokens (compare.json's reading_length: another
-    model's n) are refused. An earlier pool's `output_dir` is written again with `overwrite` only. `without_passages_in`
-    (a books folder): the test passages its training books also hold are left out
-    (`test_passages_in_training_books`). `without_test_of` (a data set folder): the test passages of that data set's
-    test split are left out, so that folders `rescore`d on more passages are pooled on the new ones alone."""
+    model's n) are refused. An earlier pool's `output_dir` is replaced, whole, with `overwrite` only; the three files
+    appear together (written beside it first). `without_passages_in` (a books folder): the test passages its training
+    books also hold are left out (`test_passages_in_training_books`). `without_test_of` (a data set folder): the test
+    passages of that data set's test split are left out, so that folders `rescore`d on more passages are pooled on the
+    new ones alone."""
     import numpy as np
 
     if len(folders) < 2:
@@ -1147,9 +1151,6 @@ def pool(
         }
         for a, b in reference_pairs(names)
     ]
-    os.makedirs(output_dir, exist_ok=True)
-    write_csv_atomic(os.path.join(output_dir, "pooled.csv"), POOLED_COLUMNS, rows)
-    write_csv_atomic(os.path.join(output_dir, "pairs.csv"), PAIR_COLUMNS, pairs)
     passages = next(iter(lengths.values()))
     lines = [
         f"# Author attribution over {len(folders)} comparisons of the same {passages} test passages",
@@ -1207,7 +1208,20 @@ def pool(
             + ".",
         ]
     text = "\n".join(lines) + "\n"
-    write_text_atomic(os.path.join(output_dir, "results.md"), text)
+    # Written in a staging folder of this pool's own beside --output_dir and moved into place whole: a stop part-way
+    # leaves the earlier pool as it was, never its report beside new tables.
+    target = os.path.realpath(output_dir)  # a link's folder: the rename replaces the folder, not the link
+    staging = unique_staging_folder(target)
+    try:
+        write_csv_atomic(os.path.join(staging, "pooled.csv"), POOLED_COLUMNS, rows)
+        write_csv_atomic(os.path.join(staging, "pairs.csv"), PAIR_COLUMNS, pairs)
+        write_text_atomic(os.path.join(staging, "results.md"), text)
+        if overwrite and os.path.isdir(target) and os.listdir(target):
+            replace_folder(staging, target, POOLED)  # an earlier pool's folder (checked above)
+        else:  # refused where another pool filled it meanwhile: neither replaces the other without --overwrite
+            publish_new_folder(staging, target)
+    finally:
+        discard_staging(staging)  # left only by a failure or a stop
     return text
 
 
@@ -1552,10 +1566,11 @@ def main(argv=None):
                 print(f"  {book['author']}, held-out book {book['book']}: {book['found']} of {book['passages']}")
             return
         if args.command == "pool":
-            print(
-                pool(args.folders, args.output_dir, args.overwrite, args.without_passages_in, args.without_test_of),
-                end="",
-            )
+            with sigterm_unwinds():  # a kill removes the staging folder beside --output_dir
+                text = pool(
+                    args.folders, args.output_dir, args.overwrite, args.without_passages_in, args.without_test_of
+                )
+            print(text, end="")
             return
         if args.command == "rescore":
             with sigterm_unwinds():  # a kill removes the staging folder beside --output_dir

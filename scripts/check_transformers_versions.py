@@ -1,9 +1,10 @@
 """Save with the package, load without it under other transformers releases: the remote-code load matrix.
 
-For each family (Linformer, Performer) and every head, a tiny model is saved here (the package and the transformers
-it runs on) with its reference outputs; then, for each release, a fresh process in an environment with that
-transformers and without `linformer_hf` loads every folder with `trust_remote_code=True` (Linformer under "sdpa" and
-"eager", Performer under "eager", its only attention) and compares its outputs with the references (fp32).
+For each family (Linformer, Performer) and every Auto class it registers (its heads, and AutoModelForPreTraining
+giving the masked LM), a tiny model is saved here (the package and the transformers it runs on) with its reference
+outputs; then, for each release, a fresh process in an environment with that transformers and without `linformer_hf`
+loads every folder with `trust_remote_code=True` (Linformer under "sdpa" and "eager", Performer under "eager", its
+only attention) and compares its outputs with the references (fp32).
 
 Each release gets a venv under --envs_dir that reuses this interpreter's installed packages through a .pth line
 (torch, numpy ...; the editable install of linformer_hf is not carried over, as a path line does not process that
@@ -81,8 +82,8 @@ def save_reference_folders(root: str) -> int:
     attn_implementation): (inputs, expected output)}. Returns the number of jobs."""
     import torch
 
-    import linformer_hf
     from linformer_hf import LinformerConfig, PerformerConfig
+    from linformer_hf.registration import AUTO_CLASSES
 
     sizes = dict(
         vocab_size=99,
@@ -98,9 +99,9 @@ def save_reference_folders(root: str) -> int:
         "AutoModelForSequenceClassification": dict(sharing="layerwise", projection="conv"),
         "AutoModelForTokenClassification": dict(sharing="none"),
     }
-    families = [
-        ("linformer", linformer_hf.LINFORMER_HEADS, ("sdpa", "eager")),
-        ("performer", linformer_hf.PERFORMER_HEADS, ("eager",)),
+    families = [  # every Auto class each family registers: its heads, and AutoModelForPreTraining (the masked LM)
+        ("linformer", AUTO_CLASSES[LinformerConfig], ("sdpa", "eager")),
+        ("performer", AUTO_CLASSES[PerformerConfig], ("eager",)),
     ]
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(3, 99, (2, 12), generator=generator)

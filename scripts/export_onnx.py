@@ -16,8 +16,8 @@ Examples:
 
 import sys
 
-from linformer_hf import LINFORMER_HEADS, PERFORMER_HEADS
 from linformer_hf.cli import ArgumentParser
+from linformer_hf.loading import HEAD_CHOICES
 from linformer_hf.onnx_export import export_folder
 from linformer_hf.outputs import sigterm_unwinds
 from linformer_hf.training.errors import USER_ERRORS, report
@@ -32,8 +32,9 @@ def main(argv=None):
     )
     parser.add_argument(
         "--head",
-        choices=sorted({*LINFORMER_HEADS, *PERFORMER_HEADS}),
-        help="head to export (default: the one the folder was saved as, config.architectures)",
+        choices=HEAD_CHOICES,
+        help="head to export, as the Auto class that loads it (AutoModelForPreTraining: the masked LM; default: the "
+        "one the folder was saved as, config.architectures)",
     )
     parser.add_argument("--no_int8", action="store_true", help="skip the int8 dynamic quantisation")
     parser.add_argument(

@@ -493,6 +493,60 @@ def test_pool_averages_seeds_passage_by_passage_and_refuses_what_is_not_the_same
         author_attribution.pool([one, str(tmp_path / "seed2" / "runs")], out)
 
 
+def test_a_pool_stopped_while_writing_leaves_the_earlier_pool_whole(data, tmp_path, monkeypatch, send_sigterm):
+    """pool wrote pooled.csv, pairs.csv and results.md one by one into --output_dir: a stop between them left the new
+    tables beside the earlier report. Now the new pool is written in a staging folder beside it and replaces the
+    folder whole: stopped (SIGTERM while writing its report), the earlier pool is as it was and no staging is left;
+    a pool that ends replaces every file."""
+    one = _fake_compare(tmp_path / "seed1", data[0], {"training.seed": 1}, {"linformer": [1] * 9, "teacher": [0] * 9})
+    two = _fake_compare(tmp_path / "seed2", data[0], {"training.seed": 2}, {"linformer": [1] * 9, "teacher": [1] * 9})
+    three = _fake_compare(tmp_path / "seed3", data[0], {"training.seed": 3}, {"linformer": [0] * 9, "teacher": [1] * 9})
+    out = tmp_path / "pooled"
+    author_attribution.pool([one, two], str(out))
+    earlier = {name: (out / name).read_text() for name in sorted(os.listdir(out))}
+    assert sorted(earlier) == sorted(author_attribution.POOL_FILES)
+
+    writes = []
+    write_text = author_attribution.write_text_atomic
+
+    def stopped_at_the_report(path, text):
+        writes.append(os.path.basename(path))
+        if os.path.basename(path) == "results.md":
+            send_sigterm()
+        write_text(path, text)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(author_attribution, "write_text_atomic", stopped_at_the_report)
+        with pytest.raises(KeyboardInterrupt):
+            author_attribution.main(["pool", one, two, three, "--output_dir", str(out), "--overwrite"])
+    assert writes == ["pooled.csv", "pairs.csv", "results.md"]  # stopped after the tables were written
+    assert {name: (out / name).read_text() for name in sorted(os.listdir(out))} == earlier
+    assert sorted(os.listdir(tmp_path)) == ["pooled", "seed1", "seed2", "seed3"]  # no staging folder, no record
+
+    text = author_attribution.pool([one, two, three], str(out), overwrite=True)
+    assert (out / "results.md").read_text() == text and "over 3 comparisons" in text
+    assert all((out / name).read_text() != earlier[name] for name in earlier)
+    assert sorted(os.listdir(tmp_path)) == ["pooled", "seed1", "seed2", "seed3"]
+
+    # Two pools into one new folder at once: the later one to end is refused, not put in place of the other's.
+    fresh = tmp_path / "fresh"
+
+    def another_pool_ends_first(path, text):
+        if os.path.basename(path) == "results.md" and not started:
+            started.append(True)
+            author_attribution.pool([one, two], str(fresh))
+        write_text(path, text)
+
+    started = []
+
+    with monkeypatch.context() as patch:
+        patch.setattr(author_attribution, "write_text_atomic", another_pool_ends_first)
+        with pytest.raises(FileExistsError, match="was filled by another run while this one worked"):
+            author_attribution.pool([one, two, three], str(fresh))
+    assert "over 2 comparisons" in (fresh / "results.md").read_text()
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+
+
 def test_pool_refuses_runs_of_one_name_that_read_other_lengths(data, tmp_path, capsys):
     """A run name may stand for other models in other folders (another pretraining seed's): a linformer of another n
     reads other tokens of each passage, which pooled would pass for seed noise. Refused in one line naming the run,

@@ -750,7 +750,7 @@ def test_a_run_whose_every_point_failed_exits_non_zero(tmp_path, monkeypatch, ca
     assert "every point failed" in capsys.readouterr().err and (tmp_path / "out" / "results.md").exists()
     measured = dataclasses.replace(failed, status=Status.OK, reason=None, time_s=0.5)
 
-    def one_measured(cfg, log, on_measured):
+    def one_measured(cfg, log, on_measured, **kwargs):
         on_measured([failed, measured])  # the rows-so-far file, kept should the run be stopped
         return [failed, measured], RunInfo(1.0, 1.0)
 
@@ -762,7 +762,7 @@ def test_a_run_whose_every_point_failed_exits_non_zero(tmp_path, monkeypatch, ca
 def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch, capsys):
     from benchmarks import cli
 
-    def interrupted(cfg, log, on_measured):
+    def interrupted(cfg, log, on_measured, **kwargs):
         on_measured([BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, time_s=0.5)])
         raise KeyboardInterrupt
 
@@ -771,10 +771,13 @@ def test_ctrl_c_on_a_run_is_one_line_naming_what_was_kept(tmp_path, monkeypatch,
     argv = ["--preset", "quick", "--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--output_dir", str(out)]
     assert cli.main(argv) == 130
     err = capsys.readouterr().err
-    assert f"the points measured so far are in {out}/results_partial.csv; the same command with --overwrite" in err
+    assert (
+        f"the points measured so far are in {out}/results_partial.csv; the same command with --resume measures the rest"
+        in err
+    )
     assert (out / "results_partial.csv").exists()
 
-    def interrupted_at_once(cfg, log, on_measured):
+    def interrupted_at_once(cfg, log, on_measured, **kwargs):
         raise KeyboardInterrupt
 
     # stopped before a point: the folder it made is removed, and the same command runs again as it is (it said to add
@@ -796,7 +799,7 @@ def test_sigterm_stops_a_run_as_ctrl_c_does_and_leaves_no_worker_measuring(tmp_p
 
     pid_file = tmp_path / "worker.pid"
 
-    def stopped_while_measuring(cfg, log, on_measured):
+    def stopped_while_measuring(cfg, log, on_measured, **kwargs):
         on_measured([BenchmarkRow(Mode.INFERENCE, "linformer", 16, 8, time_s=0.5)])
         return run_in_fresh_process(StopsTheBenchmark(os.getpid(), str(pid_file)), timeout_s=120)
 

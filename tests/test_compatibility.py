@@ -54,6 +54,11 @@ def check_loads(python, saved_folders):
     assert len(report["results"]) == jobs
     # every head of both families; Linformer under sdpa and eager, Performer under its one (eager) attention
     assert {tuple(result["job"][2:]) for result in report["results"]} == {("sdpa",), ("eager",)}
+    # every Auto class each family registers, AutoModelForPreTraining (the masked LM again) included
+    from linformer_hf.registration import AUTO_CLASSES
+
+    expected = {(config.model_type, auto) for config, classes in AUTO_CLASSES.items() for auto in classes}
+    assert {(result["job"][0].split("-")[0], result["job"][1]) for result in report["results"]} == expected
     assert matrix.failures(report) == []
     return report
 

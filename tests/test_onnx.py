@@ -23,6 +23,7 @@ from linformer_hf import (
     LinformerModel,
     PerformerConfig,
     PerformerForCausalLM,
+    PerformerForMaskedLM,
     PerformerForSequenceClassification,
 )
 from linformer_hf.conversion import convert_checkpoint
@@ -277,6 +278,27 @@ def test_multiple_choice_exports_with_a_dynamic_choice_axis(tmp_path):
         expected = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (2, 3)
     got = run_onnx(onnx_session(path), input_ids, attention_mask)["logits"]
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["linformer", "performer"])
+def test_the_pretraining_head_exports_as_the_masked_lm(family, tmp_path):
+    """AutoModelForPreTraining (registered for both families: the masked LM, as transformers maps RoBERTa's) was no
+    --head choice of scripts/export_onnx.py. Exported with it, a saved masked LM gives eager's logits on a padded
+    batch, and the export's config names the masked LM."""
+    model = tiny_model(LinformerForMaskedLM) if family == "linformer" else tiny_performer(PerformerForMaskedLM)
+    model_dir, output_dir = tmp_path / "mlm", tmp_path / "onnx"
+    model.save_pretrained(model_dir)
+    args = [str(model_dir), str(output_dir), "--head", "AutoModelForPreTraining", "--no_int8"]
+    assert load_script().main(args) == 0
+    assert transformers.AutoConfig.from_pretrained(output_dir).architectures == [type(model).__name__]
+    reference = type(model).from_pretrained(model_dir).eval()
+    session = onnx_session(str(output_dir / ONNX_FILE))
+    for batch_size, seq_len, real_lengths in SHAPES:
+        input_ids, attention_mask = right_padded(batch_size, seq_len, real_lengths)
+        with torch.no_grad():
+            expected = reference(input_ids=input_ids, attention_mask=attention_mask).logits
+        got = run_onnx(session, input_ids, attention_mask)["logits"]
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
 def test_an_input_longer_than_n_is_refused_as_the_model_refuses_it(encoder_export):

@@ -1,6 +1,7 @@
 """linformer_hf.outputs: what a run killed mid-write leaves beside its output is cleared by the next run on that output,
 and only where its writer is known to be dead; an overwrite replaces only a folder of the command's own kind."""
 
+import glob
 import json
 import logging
 import os
@@ -156,3 +157,55 @@ def test_replace_folder_replaces_only_its_own_kind_and_restores_the_earlier_on_f
     (earlier / "model.safetensors").write_text("")
     with pytest.raises(FileExistsError, match="it has no config.json, which every such folder holds"):
         check_replaceable(str(earlier), model)
+
+
+# A process killed by SIGKILL inside write_text_atomic, after its temporary file was written and before the rename.
+ATOMIC_WRITER = r"""
+import importlib.util, os, sys, time
+spec = importlib.util.spec_from_file_location("outputs", sys.argv[1])
+outputs = sys.modules["outputs"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(outputs)
+
+def held(fd):  # the temporary file is whole on disk: stopped before its rename
+    print("written", flush=True)
+    time.sleep(300)
+
+outputs.os.fsync = held
+outputs.write_text_atomic(sys.argv[2], "a killed writer's")
+"""
+
+
+def start_atomic_writer(path):
+    process = subprocess.Popen(
+        [sys.executable, "-c", ATOMIC_WRITER, outputs.__file__, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "written", "the writer failed before its temporary file was written"
+    return process
+
+
+def test_the_next_write_removes_a_killed_writers_temporary_file_and_keeps_a_live_ones(tmp_path):
+    """A SIGKILL inside write_text_atomic left `<file>.tmp-<pid>` beside the file for good. The next write to the same
+    path removes such a file once its writer is dead on this host; a live writer's (another process writing the same
+    file now) and another host's are kept, as are other files' and a user's own."""
+    path = tmp_path / "results.csv"
+    path.write_text("earlier")
+    killed, live = start_atomic_writer(path), start_atomic_writer(path)
+    try:
+        kill(killed)
+        (debris,) = glob.glob(f"{path}.tmp-{killed.pid}*")
+        (writing,) = glob.glob(f"{path}.tmp-{live.pid}*")
+        older = tmp_path / f"results.csv.tmp-{killed.pid}"  # as versions before the host was in the name wrote it
+        elsewhere = tmp_path / f"results.csv.tmp-{killed.pid}@elsewhere"  # another host sharing the folder
+        other_file = tmp_path / f"results.md.tmp-{killed.pid}"  # another file's: its own next write clears it
+        mine = tmp_path / "results.csv.tmp-notes"  # not a writer's name
+        for kept in (older, elsewhere, other_file, mine):
+            kept.write_text("")
+        outputs.write_text_atomic(str(path), "new")
+        assert path.read_text() == "new"
+        assert not os.path.exists(debris) and not older.exists()
+        assert os.path.exists(writing) and elsewhere.exists() and other_file.exists() and mine.exists()
+    finally:
+        kill(live)
+    outputs.write_text_atomic(str(path), "again")  # its writer is dead now
+    assert not os.path.exists(writing)
+    assert sorted(os.listdir(tmp_path)) == sorted(["results.csv", elsewhere.name, other_file.name, mine.name])

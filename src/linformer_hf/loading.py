@@ -14,7 +14,7 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.dynamic_module_utils import get_relative_import_files
 
 from .models.configuration_linformer import LinformerConfig
-from .registration import FAMILIES, TOKENIZER_FILES
+from .registration import AUTO_CLASSES, FAMILIES, TOKENIZER_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,12 @@ MODEL_FILES = re.compile(r"config\.json|(model|pytorch_model)(-\d+-of-\d+)?\.(sa
 HEADS_BY_MODEL_TYPE: dict[str, dict[str, type[PreTrainedModel]]] = {
     config_class.model_type: heads for config_class, heads in FAMILIES.items()
 }
+# Each family's every Auto class (its heads, and AutoModelForPreTraining giving the masked LM), by model_type.
+AUTO_CLASSES_BY_MODEL_TYPE: dict[str, dict[str, type[PreTrainedModel]]] = {
+    config_class.model_type: classes for config_class, classes in AUTO_CLASSES.items()
+}
+# Every Auto class name a tool's --head takes (a folder's own family decides which class it gives).
+HEAD_CHOICES = sorted({name for classes in AUTO_CLASSES_BY_MODEL_TYPE.values() for name in classes})
 
 
 def remote_code_files(model_type: str) -> list[str]:
@@ -51,11 +57,10 @@ def family_name(model_type: str) -> str:
 
 
 def heads_by_name(model_type: str = LinformerConfig.model_type) -> dict[str, type[PreTrainedModel]]:
-    """Both spellings of a family's head: the Auto class name ("AutoModelForSequenceClassification") and the class
-    name ("LinformerForSequenceClassification")."""
-    heads = HEADS_BY_MODEL_TYPE[model_type]
-    names = dict(heads)
-    names.update({cls.__name__: cls for cls in heads.values()})
+    """Both spellings of a family's head: the Auto class name ("AutoModelForSequenceClassification", and
+    "AutoModelForPreTraining" for the masked LM) and the class name ("LinformerForSequenceClassification")."""
+    names = dict(AUTO_CLASSES_BY_MODEL_TYPE[model_type])
+    names.update({cls.__name__: cls for cls in HEADS_BY_MODEL_TYPE[model_type].values()})
     return names
 
 
@@ -95,9 +100,10 @@ def load_model(
     if head is None:
         head = (config_dict.get("architectures") or [bare])[0]
     if head not in heads:
+        choices = ", ".join(AUTO_CLASSES_BY_MODEL_TYPE[model_type])
         raise ValueError(
-            f"Unknown head {head!r} for {model_dir}; choose one of {', '.join(HEADS_BY_MODEL_TYPE[model_type])} (or "
-            f"the {family_name(model_type)} class names)."
+            f"Unknown head {head!r} for {model_dir}; choose one of {choices} (or the {family_name(model_type)} class "
+            "names)."
         )
     check_holds_weights(model_dir)
     check_weight_files(model_dir)

@@ -98,10 +98,45 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
+# `write_text_atomic`'s temporary file beside `<file>`: `<file>.tmp-<pid>@<host>` (before the host was in the name:
+# `<file>.tmp-<pid>`, read as this host's).
+TMP_FILE_SUFFIX = re.compile(r"\.tmp-(?P<pid>[1-9][0-9]{0,8})(?:@(?P<host>[A-Za-z0-9._-]+))?")
+
+
+def _host_tag() -> str:
+    """This host as a temporary file's name carries it (only the characters a host name may hold, cut short)."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:40]
+
+
+def clear_tmp_file_debris(path: str) -> list[str]:
+    """Remove the temporary files that `write_text_atomic`s of `path` killed mid-write (SIGKILL, a power cut) left
+    beside it, where their writer is known dead on this host (`writer_state`): a live writer's (a concurrent write of
+    the same file) and another host's are kept. Returns the paths removed."""
+    folder, base = os.path.split(os.path.abspath(path))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        match = TMP_FILE_SUFFIX.fullmatch(name[len(base) :]) if name.startswith(base) else None
+        if match is None or (match["host"] or _host_tag()) != _host_tag():
+            continue
+        debris = os.path.join(folder, name)
+        if os.path.isdir(debris) or writer_state({"pid": int(match["pid"]), "host": socket.gethostname()})[0] != "dead":
+            continue
+        with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove: the write goes on
+            os.remove(debris)
+            removed.append(debris)
+    return removed
+
+
 def write_text_atomic(path: str, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: a reader sees the old file or the whole new one,
-    never a torn one, also after a power cut (the file and then its folder are flushed)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    never a torn one, also after a power cut (the file and then its folder are flushed). What writers of `path` killed
+    mid-write left beside it is removed first (`clear_tmp_file_debris`)."""
+    tmp = f"{path}.tmp-{os.getpid()}@{_host_tag()}"
+    clear_tmp_file_debris(path)
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
