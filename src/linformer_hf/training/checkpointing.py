@@ -313,6 +313,13 @@ def prune_checkpoints(
             _remove_dir(path)
 
 
+def remove_checkpoints(paths: list[str]) -> None:
+    """Delete these checkpoints (a finished fine-tuning run's), each renamed aside first: a kill mid-way leaves no
+    torn checkpoint under its name, only ``.trash-`` debris that the next claim of the folder clears."""
+    for path in paths:
+        _remove_dir(path)
+
+
 def write_completion_marker(path: str) -> None:
     """``checkpoint_complete.json``: the size and sha256 of every other file in ``path``; written last."""
     files = {
