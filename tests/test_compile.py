@@ -1,6 +1,7 @@
 """Compiled and accelerator execution of both families: torch.compile(fullgraph=True) of a padded training step gives
 eager's outputs, gradients and redraw schedule; on CUDA a training step makes no host-device sync."""
 
+import contextlib
 import copy
 import json
 import re
@@ -392,6 +393,10 @@ def test_cuda_graphs_off_cuda_and_inductor_without_a_cpp_compiler_are_refused(mo
         check_compile_device("model", "reduce-overhead", None, "cpu")
     check_compile_device("model", "max-autotune-no-cudagraphs", None, "cpu")  # a C++ compiler is here
     check_compile_device("no", "reduce-overhead", None, "cpu")  # nothing compiled, nothing checked
+    for target in ("model", "layers"):  # the cudagraphs backend: on a CPU, torch skips it and runs the graph uncompiled
+        with pytest.raises(ConfigError, match=re.escape(f"backend='cudagraphs' {CUDA_GRAPHS_OFF_CUDA}")):
+            check_compile_device(target, None, "cudagraphs", "cpu")
+        check_compile_device(target, None, "cudagraphs", "cuda:0")
 
     from torch._inductor import cpp_builder, exc
 
@@ -402,6 +407,64 @@ def test_cuda_graphs_off_cuda_and_inductor_without_a_cpp_compiler_are_refused(mo
     with pytest.raises(ConfigError, match="CPU backend needs a C\\+\\+ compiler.*Or set training.torch_compile no"):
         check_compile_device("layers", None, None, "cpu")
     check_compile_device("layers", None, "aot_eager", "cpu")  # generates no C++
+
+
+CUDA_GRAPHS_OFF_CUDA = (
+    "captures CUDA graphs, which need a CUDA device (this run is on cpu, where it would run the model uncompiled): use "
+    "inductor or aot_eager there."
+)
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "transfer", "benchmark"])
+def test_the_cudagraphs_backend_on_the_cpu_is_refused_before_any_work(command, pretrained_dir, tmp_path, capsys):
+    """The cudagraphs backend on a CPU: torch logs one line ("skipping cudagraphs due to cpu device") and runs the
+    traced graph uncompiled, so each command ran, uncompiled, without a word. Now each command that takes the option
+    refuses it, naming the option and what works, with exit status 2 and before any work: no output folder made
+    (pretraining and transfer checked it only after claiming the folder, and, for transfer, loading the models)."""
+    import yaml
+    from training_utils import REPO, as_argv, tiny_finetune_overrides, tiny_pretrain_overrides
+
+    out = tmp_path / "out"
+    if command == "pretrain":
+        from linformer_hf.training.config import apply_overrides
+        from linformer_hf.training.pretrain import main
+
+        overrides = tiny_pretrain_overrides(pretrained_dir, out, torch_compile="model", max_steps=4)
+        recipe = tmp_path / "recipe.yaml"
+        recipe.write_text(yaml.safe_dump(apply_overrides({}, overrides)))
+        argv, flag = (
+            ["--config", str(recipe), "--training.torch_compile_backend", "cudagraphs"],
+            "training.torch_compile",
+        )
+    elif command == "finetune":
+        from linformer_hf.training.finetune import main
+
+        overrides = tiny_finetune_overrides(pretrained_dir, tmp_path / "train.tsv", out)
+        overrides.update({"training.torch_compile": "layers", "training.torch_compile_backend": "cudagraphs"})
+        overrides["training.max_steps"] = 2
+        (tmp_path / "train.tsv").write_text("sentence\tlabel\nfine\t1\nbad\t0\n")
+        argv = ["--config", f"{REPO}/configs/finetune/sst2.yaml", *as_argv(overrides)]
+        flag = "training.torch_compile"
+    elif command == "transfer":
+        from linformer_hf.training.transfer import main
+
+        (tmp_path / "text.txt").write_text("Some text to transfer on.\n")
+        argv = ["--teacher", pretrained_dir, "--student", pretrained_dir, "--text_files", str(tmp_path / "text.txt")]
+        argv += ["--output_dir", str(out), "--torch_compile", "layers", "--torch_compile_backend", "cudagraphs"]
+        flag = "--torch_compile"
+    else:
+        from benchmarks.cli import main
+
+        argv = ["--preset", "quick", "--device", "cpu", "--compile", "model", "--compile_backend", "cudagraphs"]
+        argv += ["--ns", "16", "--ks", "8", "--train_ns", "--scaling_ns", "--reps", "1", "--output_dir", str(out)]
+        flag = "compile"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) if command in ("transfer", "benchmark") else contextlib.nullcontext() as exited:
+        status = main([*argv, "--no_progress"] if command in ("pretrain", "finetune") else argv)
+    status = exited.value.code if exited is not None else status
+    error = capsys.readouterr().err
+    assert status == 2 and f"{flag}_backend='cudagraphs' {CUDA_GRAPHS_OFF_CUDA}" in error, error
+    assert "Traceback" not in error and not out.exists()
 
 
 def test_a_run_compiles_as_asked_in_a_process_that_set_up_accelerate_without_compiling(pretrained_dir, tmp_path):

@@ -4,10 +4,12 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 
 import numpy as np
 import pytest
+import torch
 from prefork import python_executable
 from training_utils import (
     DATA,
@@ -525,6 +527,14 @@ def finetune_command(overrides: dict) -> int:
     )
 
 
+def finetune_argv(overrides: dict) -> list[str]:
+    """`finetune_command`'s command line, for a process of its own."""
+    from training_utils import as_argv
+
+    config = os.path.join(REPO, "configs", "finetune", "sst2.yaml")
+    return ["-m", "linformer_hf.training.finetune", "--config", config, "--no_progress", *as_argv(overrides)]
+
+
 def folder_state(folder) -> dict:
     """Every file under ``folder`` (the lock file too): its bytes and when it was last written."""
     return {
@@ -603,23 +613,33 @@ def test_latest_onto_a_finished_run_beside_a_stray_checkpoint_or_without_its_res
     finished_finetuning, tmp_path, capsys
 ):
     """`latest` onto folders a finished run left otherwise: a checkpoint beside its results that is older than them
-    (left from before it finished) is named and left, the run complete; one written after them (a later run in the
-    folder) is resumed to its end, as transfer resumes a checkpoint newer than its report. Without results.json (the
-    run killed while writing its results, or they were deleted), or with it unreadable, the command is refused
-    naming what is missing, not with "no checkpoint" or a traceback, and the folder is left as it was."""
+    (the run killed after its results, while removing its checkpoints) is named and removed, with a checkpoint left
+    half deleted (`.trash-`), the run complete and its outputs untouched; one written after them (a later run in the
+    folder) is resumed to its end, as transfer resumes a checkpoint newer than its report. Without results.json
+    (deleted), or with it unreadable, the command is refused naming what is missing, not with "no checkpoint" or a
+    traceback, and the folder is left as it was."""
+    from linformer_hf.training.checkpointing import LOCK_FILE
+
     finished, checkpoint, overrides = finished_finetuning
     latest = {"training.resume_from_checkpoint": "latest"}
     out = tmp_path / "stray"
     shutil.copytree(finished, out)
     shutil.copytree(checkpoint, out / "checkpoint-2")  # its times kept: older than results.json
     assert os.path.getmtime(out / "checkpoint-2") < os.path.getmtime(out / "results.json")
+    shutil.copytree(checkpoint, out / ".trash-checkpoint-4-123")  # killed mid-removal: renamed aside, not deleted
     before = folder_state(out)
     capsys.readouterr()
     assert finetune_command(overrides(out, **latest)) == 0
     printed = capsys.readouterr().out
-    assert f"The run in {out} is complete" in printed and "not resumed: checkpoint-2 (from before it" in printed
-    assert folder_state(out) == before
+    assert f"The run in {out} is complete" in printed, printed
+    assert "Removed beside it: checkpoint-2, .trash-checkpoint-4-123, older than" in printed, printed
+    after = folder_state(out)
+    assert {k: v for k, v in after.items() if k != LOCK_FILE} == {
+        k: v for k, v in before.items() if not k.startswith(("checkpoint-2/", ".trash-")) and k != LOCK_FILE
+    }
+    assert not [name for name in os.listdir(out) if name.startswith(("checkpoint-", ".trash-"))]
 
+    shutil.copytree(checkpoint, out / "checkpoint-2")
     os.utime(out / "checkpoint-2")  # written after the results: a later run's, resumed
     assert finetune_command(overrides(out, **latest)) == 0
     assert "is complete" not in capsys.readouterr().out
@@ -643,6 +663,74 @@ def test_latest_onto_a_finished_run_beside_a_stray_checkpoint_or_without_its_res
     error = capsys.readouterr().err
     assert f"error: The run in {out} finished, but its {out / 'results.json'} is unreadable" in error, error
     assert folder_state(out) == before
+
+
+KILLED_FINISHING = """
+import os, signal, sys
+from linformer_hf.training import finetuning_results
+from linformer_hf.training.finetune import main
+
+moment, write_json = sys.argv[1], finetuning_results.write_json_atomic
+
+def killed(*args):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def killed_writing_results(path, data):  # results.json not yet written: best/, predictions and recipe are
+    if os.path.basename(path) == "results.json":
+        killed()
+    write_json(path, data)
+
+if moment == "before results.json":
+    finetuning_results.write_json_atomic = killed_writing_results
+else:  # results.json written, no checkpoint removed yet
+    finetuning_results.remove_checkpoints = killed
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("moment", ["before results.json", "before removing the checkpoints"])
+def test_a_run_killed_while_writing_its_results_is_resumable_or_complete(finished_finetuning, tmp_path, capsys, moment):
+    """A finished run removed its checkpoints before it wrote results.json: a kill in that gap left neither a
+    finished run nor a checkpoint, and `latest` refused the folder (the whole run lost). Now the checkpoints are
+    removed last: a run SIGKILLed just before writing results.json is resumed by `latest` from its last checkpoint
+    and ends with the uninterrupted run's results, predictions and best model; one killed after it, before removing
+    its checkpoints, is complete, and `latest` names those checkpoints and removes them, its outputs untouched."""
+    from linformer_hf.training.checkpointing import LOCK_FILE, RESULTS_FILE, checkpoint_problem
+
+    finished, _, overrides = finished_finetuning
+    out = tmp_path / "run"
+    killed = subprocess.run(
+        [python_executable(), "-c", KILLED_FINISHING, moment, *finetune_argv(overrides(out))[2:]],
+        cwd=REPO,
+        env=script_env(OMP_NUM_THREADS=str(torch.get_num_threads())),  # the same sums as this process's run
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    checkpoints = sorted(name for name in os.listdir(out) if name.startswith("checkpoint-"))
+    assert checkpoints and all(checkpoint_problem(out / name) is None for name in checkpoints)
+    assert (out / RESULTS_FILE).is_file() == (moment != "before results.json")
+    assert (out / "best" / "model.safetensors").is_file() and (out / "predictions_test.tsv").is_file()
+    before = folder_state(out)
+
+    capsys.readouterr()
+    assert finetune_command(overrides(out, **{"training.resume_from_checkpoint": "latest"})) == 0
+    printed = capsys.readouterr()
+    assert not [name for name in os.listdir(out) if name.startswith(("checkpoint-", ".tmp-", ".trash-"))]
+    resumed, first = (json.loads((folder / RESULTS_FILE).read_text()) for folder in (out, finished))
+    for key in ("steps", "history", "best", "train_losses"):
+        assert resumed[key] == first[key], key
+    for name in ("predictions_validation.tsv", "predictions_test.tsv", "best/model.safetensors"):
+        assert (out / name).read_bytes() == (finished / name).read_bytes(), name
+    if moment == "before results.json":
+        assert "is complete" not in printed.out, printed.out
+    else:
+        assert f"The run in {out} is complete" in printed.out, printed.out
+        assert f"Removed beside it: {', '.join(checkpoints)}, older than its results" in printed.out
+        after = folder_state(out)
+        kept = {k: v for k, v in before.items() if not k.startswith("checkpoint-") and k != LOCK_FILE}
+        assert {k: v for k, v in after.items() if k != LOCK_FILE} == kept  # results, best/, predictions: as written
 
 
 @pytest.mark.parametrize("broken", ["no weights", "no tokenizer", "inputs longer than n", "a source without weights"])

@@ -17,9 +17,11 @@ and how many are kept.
 - **Pruning.** `prune_checkpoints` keeps the newest complete checkpoints up to a limit (and the best one, for
   fine-tuning), called only once the newest is complete: not the Trainer's rotation (``save_total_limit``), which
   deletes the older ones before the new one is marked.
-- **Recipe on resume** (pretraining, attention transfer). Each checkpoint records the recipe it was made with (model
-  config, tokenizer, data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is refused, naming
-  what differs; a changed optimisation schedule only warns.
+- **Recipe on resume** (pretraining, fine-tuning, attention transfer). Each checkpoint records the recipe it was made
+  with (model config, tokenizer, data, seed, batch). Resuming with another model, tokenizer, data, seed or batch is
+  refused, naming what differs; a changed optimisation schedule only warns. A finished fine-tuning run, which keeps no
+  checkpoint, records its recipe beside ``results.json``: ``latest`` finds it complete only for that recipe and
+  schedule (`check_finished_recipe`).
 - **Update log.** ``train_log.jsonl`` gets one line per update (step, loss, learning rate), flushed at once, so the
   losses of a killed segment survive it.
 
@@ -311,6 +313,13 @@ def prune_checkpoints(
     for path in found[: found.index(newest[0])]:
         if path != best:
             _remove_dir(path)
+
+
+def remove_checkpoints(paths: list[str]) -> None:
+    """Delete these checkpoints (a finished fine-tuning run's), each renamed aside first: a kill mid-way leaves no
+    torn checkpoint under its name, only ``.trash-`` debris that the next claim of the folder clears."""
+    for path in paths:
+        _remove_dir(path)
 
 
 def write_completion_marker(path: str) -> None:

@@ -27,6 +27,9 @@ COMPILE_TARGETS = ("model", "layers")
 # inductor's modes; reduce-overhead and max-autotune capture CUDA graphs, which need a CUDA device
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+# backends that capture CUDA graphs: off CUDA, torch skips the capture with one log line and runs the traced graph
+# uncompiled (measured with torch 2.13: the cudagraphs backend on a CPU tensor), so a run would be eager without a word
+CUDA_GRAPH_BACKENDS = ("cudagraphs",)
 
 
 def compile_target(value) -> str:
@@ -75,12 +78,18 @@ def cpp_compiler_missing() -> str | None:
 
 
 def check_compile_device(target, mode, backend, device, flag: str = "training.torch_compile") -> None:
-    """Refuse what cannot work on ``device``: inductor on a CPU without a C++ compiler, CUDA graphs off CUDA."""
+    """Refuse what cannot work on ``device``: inductor on a CPU without a C++ compiler, CUDA graphs off CUDA (inductor's
+    modes that capture them, and the cudagraphs backend)."""
     import torch
 
     if compile_target(target) == "no":
         return
     device_type = torch.device(device).type
+    if backend in CUDA_GRAPH_BACKENDS and device_type != "cuda":
+        raise ConfigError(
+            f"{flag}_backend={backend!r} captures CUDA graphs, which need a CUDA device (this run is on {device_type}, "
+            f"where it would run the model uncompiled): use inductor or aot_eager there."
+        )
     if mode in CUDA_GRAPH_MODES and device_type != "cuda":
         raise ConfigError(
             f"{flag}_mode={mode!r} captures CUDA graphs, which need a CUDA device (this run is on {device_type}): "

@@ -40,7 +40,8 @@ The run reads top-down in `run_finetuning`, one step per module, each returning 
    `finetuning_model.load_classifier`: the conversion (where the recipe asks for one), the teacher recorded, the
    splits tokenised, the model's weights read and its classification head initialised.
 4. `finetuning_trainer.build_trainer` and `finetuning_trainer.train`: the Trainer with its callbacks, and its run.
-5. `finetuning_results.write_results`: best/, the predictions and results.json.
+5. `finetuning_results.write_results`: best/, the predictions and results.json, each whole or absent, then the
+   checkpoints removed (a kill before results.json leaves the run resumable).
 6. `finetuning_setup.end_run`: the process group torn down and the directory's lock released, also when the run
    stops early (a signal, divergence).
 

@@ -3,17 +3,26 @@
 ``predictions_test.tsv``) and ``results.json`` (every evaluation, the best, the test metrics with the inference time
 per example, the training loss per logged update, ``warnings`` when the model predicts one class for every example:
 metrics.collapsed_classifier), written last, after the recipe it was made with (``recipe_fingerprint.json``, as a
-checkpoint records it: a requeued ``latest`` finds the run complete only for that recipe). A run that ended diverging
-publishes nothing."""
+checkpoint records it: a requeued ``latest`` finds the run complete only for that recipe). Each is whole or absent
+(written aside, flushed, renamed), and the Trainer's checkpoints are removed only once all are: a kill before
+results.json leaves the run resumable from its last checkpoint, one after it a complete run (whose leftover
+checkpoints ``latest`` removes: finetuning_setup.finished_run). A run that ended diverging publishes nothing."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from typing import TYPE_CHECKING
 
-from ..outputs import write_json_atomic
-from .checkpointing import RECIPE_FILE, RESULTS_FILE
+from ..outputs import write_json_atomic, write_text_atomic
+from .checkpointing import (
+    FINETUNING,
+    RECIPE_FILE,
+    RESULTS_FILE,
+    list_checkpoints,
+    publish_dir,
+    remove_checkpoints,
+    temporary_name,
+)
 from .config import FinetuneRecipe
 from .guards import DivergenceGuard, check_weights_finite
 from .metrics import classification_metrics, collapsed_classifier
@@ -26,9 +35,8 @@ if TYPE_CHECKING:
 def write_results(
     recipe: FinetuneRecipe, task: Task, trainer, guard: DivergenceGuard, classifier: Classifier, compile_record
 ) -> dict:
-    """Evaluate the model kept, save it and its predictions, write results.json; returns the results."""
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
+    """Evaluate the model kept, save it and its predictions, write results.json, then remove the checkpoints; returns
+    the results."""
     tcfg, dcfg, encoded = recipe.training, recipe.data, classifier.encoded
     # The validation predictions of the model kept (the best one, or the last without save_best), before anything is
     # written: a run that ended diverging (inside a streak of skipped updates, or with a non-finite validation loss)
@@ -49,7 +57,10 @@ def write_results(
     best = kept_evaluation(trained_evaluations(trainer.state.log_history, task), trainer.state, tcfg.save_best, task)
     if tcfg.save_best:  # the Trainer has loaded the best checkpoint back (load_best_model_at_end)
         check_weights_finite(trainer.model, best_dir)
-        trainer.save_model(best_dir)
+        staging = temporary_name(best_dir)  # .tmp-best: debris the next claim of the folder clears
+        trainer.save_model(staging)
+        if trainer.is_world_process_zero():
+            publish_dir(staging, best_dir)  # flushed, then renamed: a kill leaves the whole best/ or none
     if trainer.is_world_process_zero():
         _write_predictions(
             os.path.join(tcfg.output_dir, "predictions_validation.tsv"),
@@ -91,13 +102,13 @@ def write_results(
             if collapsed:
                 result.setdefault("warnings", []).append(collapsed)
     if trainer.is_world_process_zero():
-        for name in os.listdir(tcfg.output_dir):  # the Trainer's checkpoints: the best one is in best_dir
-            if name.startswith(PREFIX_CHECKPOINT_DIR + "-"):
-                shutil.rmtree(os.path.join(tcfg.output_dir, name), ignore_errors=True)
-        # The recipe beside the results, then the results last: a requeued job's `latest` finds the run complete
-        # (finetuning_setup.finished_run) only for this recipe.
+        # The recipe beside the results, then the results: a requeued job's `latest` finds the run complete
+        # (finetuning_setup.finished_run) only for this recipe. Until results.json is on disk the checkpoints stay:
+        # a kill before it costs only the run's end, which `latest` does again from the last one.
         write_json_atomic(os.path.join(tcfg.output_dir, RECIPE_FILE), classifier.fingerprint)
         write_json_atomic(os.path.join(tcfg.output_dir, RESULTS_FILE), result)
+        # The Trainer's checkpoints last (the best one is in best_dir), each renamed aside before it is deleted.
+        remove_checkpoints(list_checkpoints(tcfg.output_dir, FINETUNING))
         print(f"{dcfg.task}: best {task.main_metric} {best[task.main_metric]:.4f} at step {best['step']}")
     return result
 
@@ -131,8 +142,9 @@ def kept_evaluation(trained: list[dict], state, save_best: bool, task: Task) -> 
 
 
 def _write_predictions(path: str, preds, labels):
+    """One line per example (whole or absent: `write_text_atomic`)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("index\tprediction" + ("\tlabel" if labels is not None else "") + "\n")
-        for i, p in enumerate(preds):
-            fh.write(f"{i}\t{int(p)}" + (f"\t{int(labels[i])}" if labels is not None else "") + "\n")
+    lines = ["index\tprediction" + ("\tlabel" if labels is not None else "")]
+    for i, p in enumerate(preds):
+        lines.append(f"{i}\t{int(p)}" + (f"\t{int(labels[i])}" if labels is not None else ""))
+    write_text_atomic(path, "\n".join(lines) + "\n")

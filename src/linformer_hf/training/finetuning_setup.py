@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,9 @@ from .checkpointing import (
     check_output_dir_unused,
     checkpoint_problem,
     claim_output_dir,
+    is_run_debris,
     list_checkpoints,
+    remove_checkpoints,
     resolve_checkpoint,
     set_aside_later_work,
 )
@@ -38,7 +41,7 @@ class RunSetup:
     checkpoint: str | None  # the checkpoint-N dir to resume from
     resuming: bool
     finished: str | None = None  # `latest` onto a finished run: its results file (`finished_run` judges the recipe)
-    leftovers: list[str] = field(default_factory=list)  # checkpoints beside those results, not resumed
+    leftovers: list[str] = field(default_factory=list)  # checkpoints beside those results: `finished_run` removes them
 
 
 def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
@@ -64,10 +67,11 @@ def start_run(recipe: FinetuneRecipe, show_progress: bool = True) -> RunSetup:
 
 def finished_results(output_dir: str) -> tuple[str | None, list[str]]:
     """For ``resume_from_checkpoint latest``: the results file of the run that finished in ``output_dir`` (a requeued
-    job runs the finished command again), and the checkpoints beside it (left from before it finished, or torn: not
-    resumed), or (None, []) where there is none, or where a complete checkpoint was written after it (a later run in
-    the folder, which `latest` resumes). A folder with a finished run's other outputs, but neither its results nor a
-    checkpoint, is refused: there is nothing to resume, and nothing to call complete."""
+    job runs the finished command again), and the checkpoints beside it (the run was killed after its results, while
+    removing them, or they are torn: not resumed), or (None, []) where there is none, or where a complete checkpoint
+    was written after it (a later run in the folder, which `latest` resumes). A folder with a finished run's other
+    outputs, but neither its results nor a checkpoint, is refused: there is nothing to resume, and nothing to call
+    complete."""
     results = os.path.join(output_dir, RESULTS_FILE)
     checkpoints = list_checkpoints(output_dir, FINETUNING)  # complete or not
     if not os.path.isfile(results):
@@ -76,8 +80,8 @@ def finished_results(output_dir: str) -> tuple[str | None, list[str]]:
         if found and not checkpoints:
             raise ConfigError(
                 f"{FINETUNING.resume} latest: {output_dir} holds a finished fine-tuning run's outputs "
-                f"({', '.join(found)}) but not its {RESULTS_FILE}, written last (the run was killed while writing its "
-                f"results, or they were deleted), and no checkpoint (a finished run keeps none): it is neither "
+                f"({', '.join(found)}) but not its {RESULTS_FILE} (deleted, or an older version, which removed the "
+                f"checkpoints first, was killed while writing them), and no checkpoint: it is neither "
                 f"complete nor resumable. Start over there with --{FINETUNING.overwrite} true (deletes those outputs), "
                 f"or use another training.output_dir."
             )
@@ -90,8 +94,9 @@ def finished_results(output_dir: str) -> tuple[str | None, list[str]]:
 
 def finished_run(recipe: FinetuneRecipe, run: RunSetup, fingerprint: dict | None) -> dict:
     """The results of the run that finished in the output directory (`finished_results`), when it was made with this
-    recipe (``fingerprint``: checkpointing.recipe_fingerprint), said to be complete; nothing is claimed or written.
-    Another recipe or schedule is refused (`check_finished_recipe`)."""
+    recipe (``fingerprint``: checkpointing.recipe_fingerprint), said to be complete; nothing is written, except that
+    checkpoints left beside the results are named and removed (`remove_leftovers`). Another recipe or schedule is
+    refused (`check_finished_recipe`), and the folder left as it is."""
     tcfg, results = recipe.training, run.finished
     if fingerprint is None:  # a conversion to do again: the one the finished run made is no longer in converted/
         raise ConfigError(
@@ -113,11 +118,13 @@ def finished_run(recipe: FinetuneRecipe, run: RunSetup, fingerprint: dict | None
         ) from None
     if run.processes.is_main_process:
         left = ""
-        if run.leftovers:
-            names = ", ".join(os.path.basename(path) for path in run.leftovers)
+        debris = [name for name in os.listdir(tcfg.output_dir) if is_run_debris(name, FINETUNING)]
+        if run.leftovers or debris:  # the run was stopped after its results, while removing its checkpoints
+            names = ", ".join([os.path.basename(path) for path in run.leftovers] + debris)
+            remove_leftovers(tcfg.output_dir, run.leftovers, debris)
             left = (
-                f" Left as it is beside it, not resumed: {names} (from before it finished, or torn); to train on from "
-                f"one, give its path to {FINETUNING.resume}."
+                f" Removed beside it: {names}, older than its results (the run was stopped after writing them, "
+                f"while removing its checkpoints, or they are torn): a finished run keeps none."
             )
         print(
             f"The run in {tcfg.output_dir} is complete ({results}: {steps} updates{best}): nothing to do. To run it "
@@ -126,6 +133,23 @@ def finished_run(recipe: FinetuneRecipe, run: RunSetup, fingerprint: dict | None
             flush=True,
         )
     return result
+
+
+def remove_leftovers(output_dir: str, checkpoints: list[str], debris: list[str]) -> None:
+    """Remove the checkpoints a finished run left beside its results (`finished_results`), and what a kill left half
+    deleted there (``debris``: ``.trash-checkpoint-N-<pid>``), under the folder's lock: what the run's end would have
+    removed."""
+    lock = RunLock.acquire(output_dir, FINETUNING)
+    try:
+        remove_checkpoints(checkpoints)
+        for name in debris:
+            path = os.path.join(output_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+    finally:
+        lock.release()
 
 
 def claim_run(recipe: FinetuneRecipe, run: RunSetup) -> None:

@@ -635,6 +635,11 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
     resume_dir = resolve_checkpoint(tcfg.resume_from_checkpoint, tcfg.output_dir)
     # An earlier run's folder, before a source is downloaded or converted (claim_output_dir checks it again, locked)
     check_output_dir_unused(tcfg.output_dir, resume_dir is not None, tcfg.overwrite_output_dir)
+    # Making the settings sets up accelerate's process state as the Trainer uses it: how many processes there are,
+    # which is the main one, and the device, on which the compile options are checked before any work.
+    args = training_arguments(recipe, resuming=resume_dir is not None, show_progress=show_progress)
+    processes = PartialState()
+    compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     uptraining = recipe.model.convert_from_roberta is not None
     # Uptraining: the source converted once, when the run starts. A resumed run reads the converted model (and the
     # source's tokenizer, when the recipe names no other) from its checkpoint instead, so the source may be out of
@@ -668,11 +673,7 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
         recipe.model.pretrained or "built",
         "tokenizer.name_or_path",
     )
-    # Making the settings sets up accelerate's process state as the Trainer uses it: how many processes there are,
-    # and which is the main one. Then the recipe a resumed checkpoint was made with, then the output directory
-    # (writable, this run's, locked).
-    args = training_arguments(recipe, resuming=resume_dir is not None, show_progress=show_progress)
-    processes = PartialState()
+    # The recipe a resumed checkpoint was made with, then the output directory (writable, this run's, locked).
     fingerprint = recipe_fingerprint(recipe, model_config, tokenizer, processes.num_processes)
     if resume_dir:
         check_resume_compatible(resume_dir, fingerprint, tcfg.max_steps, latest=tcfg.resume_from_checkpoint == "latest")
@@ -705,7 +706,6 @@ def build_trainer(recipe: PretrainRecipe, stop: StopSignal | None = None, show_p
         print(conversion.summary(), flush=True)
     if resumed_uptraining and processes.is_main_process:
         print(resumed_uptraining_line(recipe, resume_dir, tcfg.output_dir), flush=True)
-    compiling.check_compile_device(tcfg.torch_compile, tcfg.torch_compile_mode, tcfg.torch_compile_backend, args.device)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.WARNING)
 
     set_seed(tcfg.seed)

@@ -252,6 +252,7 @@ def run_transfer(args: TransferArguments) -> dict:
     # Made first, the Trainer's settings set up accelerate's process state as the Trainer uses it: how many processes
     # there are and which is the main one (a PartialState made before them sees one process on CPU).
     training = training_arguments(args)
+    check_compile_device(training.device, args)  # before any work: the folder, the models, the text
     finished = finished_transfer(args)
     if finished is not None:  # the same transfer, run to its end: said, nothing redone or replaced
         if PartialState().is_main_process:
@@ -282,11 +283,9 @@ def run_transfer(args: TransferArguments) -> dict:
             lock.release()
 
 
-def compile_student_layers(student, args: TransferArguments, device) -> None:
-    """``--torch_compile layers``: each student layer and its self-attention module compiled in place. Stage 1 calls
-    the self-attention modules (or the layers) one by one, stage 2 the whole student, which runs the layers; a graph
-    made for one layer serves the others."""
-    from .compiling import ConfigError, check_compile_device, compile_kwargs, encoder_layers
+def check_compile_device(device, args: TransferArguments) -> None:
+    """The --torch_compile options against the device the run uses (compiling.check_compile_device)."""
+    from .compiling import ConfigError, check_compile_device
 
     try:
         check_compile_device(
@@ -294,6 +293,15 @@ def compile_student_layers(student, args: TransferArguments, device) -> None:
         )
     except ConfigError as error:
         raise ValueError(str(error)) from None
+
+
+def compile_student_layers(student, args: TransferArguments) -> None:
+    """``--torch_compile layers``: each student layer and its self-attention module compiled in place (the options
+    checked against the device when the run starts: `check_compile_device`). Stage 1 calls the self-attention modules
+    (or the layers) one by one, stage 2 the whole student, which runs the layers; a graph made for one layer serves
+    the others."""
+    from .compiling import compile_kwargs, encoder_layers
+
     for layer in encoder_layers(student):
         layer.attention.self.compile(**compile_kwargs(args.torch_compile_mode, args.torch_compile_backend))
         layer.compile(**compile_kwargs(args.torch_compile_mode, args.torch_compile_backend))
@@ -518,7 +526,7 @@ def build_trainer(run: TransferRun, stop: StopSignal) -> None:
     run.teacher.to(training.device)
     run.student.to(training.device).eval()  # dropout off: match the teacher's deterministic output
     if args.torch_compile == "layers":
-        compile_student_layers(run.student, args, training.device)
+        compile_student_layers(run.student, args)
     run.guard = transfer_guard(args, run.resume_from)
     run.trainer = AttentionTransferTrainer(
         model=run.student,
