@@ -453,6 +453,27 @@ def replace_folder(staging: str, output_dir: str, kind: FolderKind, flag: str | 
     shutil.rmtree(earlier)
 
 
+@contextlib.contextmanager
+def staged_output(output_dir: str, kind: FolderKind, overwrite: bool, flag: str | None = "--overwrite"):
+    """Write a command's output folder whole, or not at all: yields a staging folder of this run's own beside
+    `output_dir` (`unique_staging_folder`; beside a link's folder, not the link) to write in, and once the block ends
+    moves it into place. With `overwrite`, an earlier output of `kind` there is replaced whole (`replace_folder`);
+    without, it goes only where `output_dir` is absent or empty (`publish_new_folder`): a run that another run into
+    the same new folder ended before (both found it empty) is refused, never put in place of the other's. Whether to
+    replace is `overwrite`'s alone, never what `output_dir` happens to hold when the run ends. A failure or a stop in
+    the block leaves `output_dir` as it was, and the staging folder is removed either way."""
+    target = os.path.realpath(output_dir)  # a link's folder: a rename onto the link would replace the link
+    staging = unique_staging_folder(target)
+    try:
+        yield staging
+        if overwrite and os.path.isdir(target) and os.listdir(target):
+            replace_folder(staging, target, kind, flag)
+        else:
+            publish_new_folder(staging, target, flag)
+    finally:
+        discard_staging(staging)  # left only by a failure or a stop
+
+
 def publish_folder(staging: str, output_dir: str) -> None:
     """Move the whole folder `staging` to `output_dir`: one rename when `output_dir` does not exist; otherwise (an
     overwrite) each entry replaces the one of the same name, and other files there are kept."""
