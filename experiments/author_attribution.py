@@ -91,11 +91,8 @@ from linformer_hf.outputs import (
     FolderKind,
     check_output_dir,
     check_replaceable,
-    discard_staging,
-    publish_new_folder,
-    replace_folder,
     sigterm_unwinds,
-    unique_staging_folder,
+    staged_output,
     write_json_atomic,
     write_text_atomic,
 )
@@ -384,8 +381,7 @@ def build_dataset(
     )
     # A staging folder of this build's own: two builds into one --output_dir never write into, or delete, each other's,
     # and the data set appears whole at once, or not at all when another build published there meanwhile.
-    staging = unique_staging_folder(output_dir)
-    try:
+    with staged_output(output_dir, DATA_SET, overwrite) as staging:  # --overwrite: an earlier data set (checked above)
         for split, split_rows in rows.items():
             Dataset.from_list(split_rows, features=features).to_parquet(
                 os.path.join(staging, f"{split}-00000-of-00001.parquet")
@@ -426,12 +422,6 @@ def build_dataset(
             + f". {MANIFEST} has the settings and the counts per author.\n"
         )
         write_text_atomic(os.path.join(staging, "README.md"), readme)
-        if overwrite and os.path.isdir(output_dir) and os.listdir(output_dir):
-            replace_folder(staging, output_dir, DATA_SET)  # an earlier data set (checked above)
-        else:
-            publish_new_folder(staging, output_dir)
-    finally:
-        discard_staging(staging)  # what a failed or stopped build wrote
     return manifest
 
 
@@ -1210,18 +1200,10 @@ def pool(
     text = "\n".join(lines) + "\n"
     # Written in a staging folder of this pool's own beside --output_dir and moved into place whole: a stop part-way
     # leaves the earlier pool as it was, never its report beside new tables.
-    target = os.path.realpath(output_dir)  # a link's folder: the rename replaces the folder, not the link
-    staging = unique_staging_folder(target)
-    try:
+    with staged_output(output_dir, POOLED, overwrite) as staging:  # --overwrite: an earlier pool (checked above)
         write_csv_atomic(os.path.join(staging, "pooled.csv"), POOLED_COLUMNS, rows)
         write_csv_atomic(os.path.join(staging, "pairs.csv"), PAIR_COLUMNS, pairs)
         write_text_atomic(os.path.join(staging, "results.md"), text)
-        if overwrite and os.path.isdir(target) and os.listdir(target):
-            replace_folder(staging, target, POOLED)  # an earlier pool's folder (checked above)
-        else:  # refused where another pool filled it meanwhile: neither replaces the other without --overwrite
-            publish_new_folder(staging, target)
-    finally:
-        discard_staging(staging)  # left only by a failure or a stop
     return text
 
 
@@ -1350,8 +1332,7 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
                 "question than the one it was fine-tuned on."
             )
 
-    staging = unique_staging_folder(output_dir)
-    try:
+    with staged_output(output_dir, RESCORED, overwrite) as staging:  # --overwrite: an earlier rescore (checked)
         runs = []
         for name, best in kept.items():
             n = int(name[len("full-n") :]) if name.startswith("full-n") else None
@@ -1411,12 +1392,6 @@ def rescore(folder: str, data: str, output_dir: str, overwrite: bool = False) ->
                 "that started them, then rescore again).\n"
             )
             write_text_atomic(os.path.join(staging, "results.md"), text)
-        if os.path.isdir(output_dir) and os.listdir(output_dir):
-            replace_folder(staging, output_dir, RESCORED)  # an earlier rescore's folder (checked above)
-        else:
-            publish_new_folder(staging, output_dir)
-    finally:
-        discard_staging(staging)
     return text
 
 

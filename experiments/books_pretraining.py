@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import os
 import statistics
@@ -363,11 +364,11 @@ def collate(plan: BooksPlan) -> tuple[list[dict], list[dict]]:
 def write_report(plan: BooksPlan) -> str:
     curves, summaries = collate(plan)
     os.makedirs(plan.output_dir, exist_ok=True)
-    with open(os.path.join(plan.output_dir, "curves.csv.tmp"), "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CURVE_COLUMNS)
-        writer.writeheader()
-        writer.writerows(curves)
-    os.replace(os.path.join(plan.output_dir, "curves.csv.tmp"), os.path.join(plan.output_dir, "curves.csv"))
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=CURVE_COLUMNS)
+    writer.writeheader()
+    writer.writerows(curves)
+    write_text_atomic(os.path.join(plan.output_dir, "curves.csv"), text.getvalue())
     at_step = {(row["run"], row["step"]): row for row in curves}  # each evaluation, to compare at the same update
     lines = [
         f"# {os.path.basename(plan.output_dir)}: validation perplexity on the held-out books",

@@ -24,6 +24,7 @@ import argparse
 import csv
 import glob
 import hashlib
+import io
 import json
 import os
 import shlex
@@ -596,7 +597,8 @@ def report(work: str, curves: list[dict], summaries: list[dict], problems: list[
 
 def gather(out: str, work: str) -> int:
     """curves.csv, results.json and report.md into ``out`` from what the runs under ``work`` logged so far (each file
-    written whole, then moved into place: a kill mid-way leaves the last whole one)."""
+    written whole, then moved into place: a kill mid-way leaves the last whole one, and its temporary file is removed
+    by the next gather, `write_text_atomic`)."""
     from experiments.books_pretraining import CURVE_COLUMNS
     from linformer_hf.outputs import write_json_atomic, write_text_atomic
 
@@ -604,13 +606,12 @@ def gather(out: str, work: str) -> int:
     plans = read_plans(work)
     curves, summaries, problems = collate_all(plans)
     if curves:
-        tmp = os.path.join(out, f".curves.csv.tmp-{os.getpid()}")
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
-            # the plan's curve columns, with the plan named first and each evaluation's speed and time after them
-            writer = csv.DictWriter(fh, fieldnames=["plan", *CURVE_COLUMNS, "train_tokens_per_s", "elapsed_s"])
-            writer.writeheader()
-            writer.writerows(curves)
-        os.replace(tmp, os.path.join(out, "curves.csv"))
+        text = io.StringIO(newline="")
+        # the plan's curve columns, with the plan named first and each evaluation's speed and time after them
+        writer = csv.DictWriter(text, fieldnames=["plan", *CURVE_COLUMNS, "train_tokens_per_s", "elapsed_s"])
+        writer.writeheader()
+        writer.writerows(curves)
+        write_text_atomic(os.path.join(out, "curves.csv"), text.getvalue())
     if summaries:
         write_json_atomic(os.path.join(out, "results.json"), {"runs": summaries})
     write_text_atomic(os.path.join(out, "report.md"), report(work, curves, summaries, problems))

@@ -39,7 +39,14 @@ import torch
 
 from linformer_hf.cli import ArgumentParser
 from linformer_hf.models.lengths import max_input_length
-from linformer_hf.outputs import check_output_dir, check_output_file, publish_folder, staging_folder, write_json_atomic
+from linformer_hf.outputs import (
+    check_output_dir,
+    check_output_file,
+    publish_folder,
+    staging_folder,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 from .embedding_probe import embed, fit_probe
 
@@ -213,8 +220,7 @@ def write_length_split(data: str, tokenizer_name: str, output_dir: str, threshol
     short, long, lengths = split_by_length([str(t) for t in frame["text"]], tokenizer, threshold)
     os.makedirs(output_dir, exist_ok=True)
     for name, rows in (("short", short), ("long", long)):  # each whole or absent: a kill leaves no short file
-        frame.iloc[rows].to_csv(paths[name] + ".tmp", index=False)
-        os.replace(paths[name] + ".tmp", paths[name])
+        write_text_atomic(paths[name], frame.iloc[rows].to_csv(index=False))
     return {"threshold": threshold, "short": len(short), "long": len(long), "longest": max(lengths)}
 
 

@@ -1062,6 +1062,51 @@ def test_rescore_scores_the_kept_models_on_more_passages_and_reproduces_the_reco
     assert os.listdir(tmp_path / "mine") == ["notes.txt"]
 
 
+def test_two_rescores_into_one_new_folder_never_replace_each_other(data, linformer, tmp_path, monkeypatch):
+    """rescore chose between replacing and publishing by whether --output_dir was empty when it ended, not by
+    --overwrite: a rescore that another rescore into the same new folder ended before (both found it empty) put its
+    folder in place of the other's, silently. Now, as pool, the later one to end is refused without --overwrite and
+    the other's folder is kept; with --overwrite it replaces it."""
+    folder = _fake_compare(tmp_path / "compare", data[0], {}, {"linformer": [1] * data[1]["passages"]["test"]})
+    shutil.copytree(linformer, os.path.join(folder, "runs", "linformer", "best"))
+    results = {"task": "authors", "best": {"step": 1, "accuracy": 0.5}, "steps": 1}
+    (tmp_path / "compare" / "runs" / "linformer" / "results.json").write_text(json.dumps(results))
+    answer = [0]
+
+    def fixed_answers(model_dir, texts, max_length, batch_size):
+        return [answer[0]] * len(texts), 1.0
+
+    started = []
+
+    def another_rescore_ends_first(model_dir, texts, max_length, batch_size):
+        if not started:
+            started.append(True)
+            answer[0] = 1
+            author_attribution.rescore(folder, data[0], str(fresh))
+            answer[0] = 0
+        return fixed_answers(model_dir, texts, max_length, batch_size)
+
+    def rescored_answers():
+        with open(fresh / "runs" / "linformer" / "predictions_test.tsv", encoding="utf-8") as fh:
+            return {row["prediction"] for row in csv.DictReader(fh, delimiter="\t")}
+
+    fresh = tmp_path / "rescored"
+    monkeypatch.setattr(author_attribution, "predict_passages", another_rescore_ends_first)
+    with pytest.raises(FileExistsError, match="was filled by another run while this one worked"):
+        author_attribution.rescore(folder, data[0], str(fresh))
+    assert rescored_answers() == {"1"}  # the other rescore's folder, kept
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+    monkeypatch.setattr(author_attribution, "predict_passages", fixed_answers)
+    author_attribution.rescore(folder, data[0], str(fresh), overwrite=True)
+    assert rescored_answers() == {"0"}
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".tmp-")]
+    # --output_dir a link to an empty folder (a rename onto the link itself failed): written into the linked folder
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    author_attribution.rescore(folder, data[0], str(tmp_path / "link"))
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "elsewhere" / "results.md").is_file()
+
+
 def test_compare_names_a_shared_that_is_not_yaml_in_one_line(data, linformer, tmp_path, capsys):
     """--shared with a brace left out ended in the YAML parser's traceback (exit 1)."""
     with pytest.raises(SystemExit) as stop:

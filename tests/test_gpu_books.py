@@ -14,6 +14,7 @@ import pytest
 from prefork import python_executable
 from training_utils import DATA, REPO, write_hub_dataset
 
+import linformer_hf.outputs as outputs
 from experiments import gpu_books
 
 SCRIPT = os.path.join(REPO, "experiments", "gpu_books.sh")
@@ -127,7 +128,8 @@ def test_only_the_wheels_the_image_lacks_or_holds_unfit_are_installed(tmp_path):
 
 def test_gathering_a_run_stopped_part_way_keeps_its_curve(carried, tmp_path):
     """A run killed at its stage's end (no summary, no final evaluation) still gives its evaluations, each with the
-    training tokens/s of the updates before it (no compile or evaluation counted) and the seconds since its start."""
+    training tokens/s of the updates before it (no compile or evaluation counted) and the seconds since its start.
+    What an earlier gather killed while writing curves.csv left beside it is removed."""
     dest, _ = carried
     sets = {
         "data.datasets": [{"path": os.path.join(dest, "gutenberg"), "split": "train"}],
@@ -162,6 +164,13 @@ def test_gathering_a_run_stopped_part_way_keeps_its_curve(carried, tmp_path):
         with open(work / "stages.tsv", "w") as fh:
             fh.write("roberta_n512\t124\t40\t128\t\n")
         out = tmp_path / "out"
+        # what an earlier gather killed while writing curves.csv left (gather wrote it through a temporary file of
+        # its own naming, `.curves.csv.tmp-<pid>`, that no later gather removed): removed now, as its writer is dead
+        out.mkdir()
+        dead = subprocess.Popen([python_executable(), "-c", "pass"])
+        dead.wait()
+        debris = out / f"curves.csv.tmp-{dead.pid}-0123abcd@{outputs._host_tag()}"
+        debris.write_text("plan,run\n")
         assert gpu_books.main(["gather", str(out), str(work)]) == 0
     finally:
         os.chdir(old)

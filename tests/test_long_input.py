@@ -2,7 +2,10 @@
 
 import csv
 import json
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,6 +14,7 @@ from transformers import AutoModel, AutoTokenizer, BertModel
 
 import linformer_hf  # noqa: F401  (registers the Linformer Auto classes)
 from experiments.long_input import extend_positions, long_document_probe, main, paired_difference
+from linformer_hf import outputs
 from linformer_hf.conversion import convert_checkpoint
 
 SHORT_POSITIONS = 16
@@ -131,7 +135,14 @@ def test_length_split_for_fine_tuning(teacher_dir, tmp_path):
     data = tmp_path / "docs.csv"
     write_documents(data)
     out = tmp_path / "split"
+    # what a split killed while writing short.csv left beside it (it wrote through `short.csv.tmp`, one name for every
+    # writer, that the next split did not remove): removed now, its writer being dead
+    out.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / f"short.csv.tmp-{dead.pid}-0123abcd@{outputs._host_tag()}").write_text("text,la")
     assert main(["split", "--data", str(data), "--tokenizer", teacher_dir, str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["long.csv", "short.csv"]
     short, long = pd.read_csv(out / "short.csv"), pd.read_csv(out / "long.csv")
     assert len(short) == len(long) == 80  # every document lands in exactly one part
     tokenizer = AutoTokenizer.from_pretrained(teacher_dir)
@@ -263,16 +274,17 @@ def test_a_killed_split_or_extension_leaves_nothing_that_reads_as_finished(teach
     write_documents(data)
     to_csv, written = pd.DataFrame.to_csv, []
 
-    def killed_writing_the_second(self, path, *args, **kwargs):
-        to_csv(self, path, *args, **kwargs)
-        written.append(path)
+    def killed_writing_the_second(self, *args, **kwargs):
+        text = to_csv(self, *args, **kwargs)
+        written.append(text)
         if len(written) == 2:
             raise KeyboardInterrupt
+        return text
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", killed_writing_the_second)
     with pytest.raises(KeyboardInterrupt):
         write_length_split(str(data), teacher_dir, str(tmp_path / "split"), None)
-    assert (tmp_path / "split" / "short.csv").is_file() and not (tmp_path / "split" / "long.csv").exists()
+    assert os.listdir(tmp_path / "split") == ["short.csv"]  # no long.csv, nor a temporary file of it
 
     def killed(self, *args, **kwargs):
         raise KeyboardInterrupt

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -195,6 +196,8 @@ def test_the_next_write_removes_a_killed_writers_temporary_file_and_keeps_a_live
         (debris,) = glob.glob(f"{path}.tmp-{killed.pid}*")
         (writing,) = glob.glob(f"{path}.tmp-{live.pid}*")
         older = tmp_path / f"results.csv.tmp-{killed.pid}"  # as versions before the host was in the name wrote it
+        previous = tmp_path / f"results.csv.tmp-{killed.pid}@{outputs._host_tag()}"  # before each write had its own
+        previous.write_text("")
         elsewhere = tmp_path / f"results.csv.tmp-{killed.pid}@elsewhere"  # another host sharing the folder
         other_file = tmp_path / f"results.md.tmp-{killed.pid}"  # another file's: its own next write clears it
         mine = tmp_path / "results.csv.tmp-notes"  # not a writer's name
@@ -202,10 +205,45 @@ def test_the_next_write_removes_a_killed_writers_temporary_file_and_keeps_a_live
             kept.write_text("")
         outputs.write_text_atomic(str(path), "new")
         assert path.read_text() == "new"
-        assert not os.path.exists(debris) and not older.exists()
+        assert not os.path.exists(debris) and not older.exists() and not previous.exists()
         assert os.path.exists(writing) and elsewhere.exists() and other_file.exists() and mine.exists()
     finally:
         kill(live)
     outputs.write_text_atomic(str(path), "again")  # its writer is dead now
     assert not os.path.exists(writing)
     assert sorted(os.listdir(tmp_path)) == sorted(["results.csv", elsewhere.name, other_file.name, mine.name])
+
+
+def test_two_threads_writing_one_file_at_once_leave_one_whole_text(tmp_path, monkeypatch):
+    """write_text_atomic's temporary name was `<file>.tmp-<pid>@<host>`: two threads of one process writing the same
+    file at once wrote into one temporary file (a mix of both texts), and the second rename found it gone
+    (FileNotFoundError). Each write has a temporary file of its own now: held until both have written theirs, both
+    writes succeed, the file is one of the two texts whole, and no temporary file is left."""
+    path = tmp_path / "results.csv"
+    texts = ["a" * 100_000 + "\n", "b" * 50_000 + "\n"]
+    both_written = threading.Barrier(2, timeout=20)
+    waited, fsync = set(), os.fsync
+
+    def held_until_both_have_written(fd):  # each thread's first flush: its temporary file, before the rename
+        if threading.get_ident() not in waited:
+            waited.add(threading.get_ident())
+            both_written.wait()
+        fsync(fd)
+
+    monkeypatch.setattr(outputs.os, "fsync", held_until_both_have_written)
+    errors = []
+
+    def write(text):
+        try:
+            outputs.write_text_atomic(str(path), text)
+        except BaseException as err:  # noqa: BLE001  (reported below, in the test's thread)
+            errors.append(err)
+
+    threads = [threading.Thread(target=write, args=(text,)) for text in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert path.read_text() in texts
+    assert os.listdir(tmp_path) == ["results.csv"]

@@ -1105,6 +1105,39 @@ def test_each_run_is_compared_with_the_baseline_of_its_own_seed(tmp_path, monkey
     assert "| k128_seed3 | yes | 8 | 32,768 | 450.0 | 900.0 | 0.900 | - | - / - |" in report
 
 
+def test_the_curves_are_written_through_a_temporary_file_of_each_writers_own(tmp_path, monkeypatch):
+    """write_report wrote curves.csv through `curves.csv.tmp`, one name for every writer: two drivers of one plan
+    ending at once wrote into one file (a mix of both, or a FileNotFoundError at the second rename), and a report
+    killed mid-write left it for the next one. It goes through write_text_atomic now: a dead writer's temporary file
+    beside curves.csv is removed by the next report, and the file holds the curve."""
+    import subprocess
+    import sys
+
+    from experiments import books_pretraining
+    from experiments.books_pretraining import BooksPlan, Run
+    from linformer_hf import outputs
+
+    plan = BooksPlan(output_dir=str(tmp_path / "out"), runs=[Run("k128", {"data.input_length": 512})])
+    curves = [{"run": "k128", "step": 4, "perplexity": 420.0}]
+    summaries = [
+        {"run": "k128", "finished": True, "steps": 4, "tokens": 4 * 4096, "perplexity": 420.0,
+         "mask_input_perplexity": None, "mask_input_over_unigram": None, "reads_context_from": None,
+         "tokens_per_s": None, "baseline": None}
+    ]  # fmt: skip
+    monkeypatch.setattr(books_pretraining, "collate", lambda plan: (curves, summaries))
+    monkeypatch.setattr(books_pretraining, "CURVE_COLUMNS", ["run", "step", "perplexity"])
+    os.makedirs(plan.output_dir)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    debris = os.path.join(plan.output_dir, f"curves.csv.tmp-{dead.pid}-0123abcd@{outputs._host_tag()}")
+    with open(debris, "w") as fh:
+        fh.write("run,st")
+    books_pretraining.write_report(plan)
+    assert sorted(os.listdir(plan.output_dir)) == ["curves.csv", "results.json", "results.md"]
+    with open(os.path.join(plan.output_dir, "curves.csv"), newline="") as fh:
+        assert fh.read() == "run,step,perplexity\r\nk128,4,420.0\r\n"
+
+
 def test_an_uptraining_runs_curve_rows_give_the_shape_its_conversion_builds(roberta_source, books, tmp_path):
     """The curves' k, sharing and E, F start of a converted run are the conversion's (its defaults where the plan
     gives none: k = n / 4, E, F as neighbour averages), not a fresh LinformerConfig's; a fresh run keeps its own."""

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -98,9 +99,10 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-# `write_text_atomic`'s temporary file beside `<file>`: `<file>.tmp-<pid>@<host>` (before the host was in the name:
-# `<file>.tmp-<pid>`, read as this host's).
-TMP_FILE_SUFFIX = re.compile(r"\.tmp-(?P<pid>[1-9][0-9]{0,8})(?:@(?P<host>[A-Za-z0-9._-]+))?")
+# `write_text_atomic`'s temporary file beside `<file>`: `<file>.tmp-<pid>-<8 hex digits>@<host>`, one per write (two
+# threads of one process writing the same file at once each have their own). Read too, as earlier versions wrote them:
+# `<file>.tmp-<pid>@<host>`, and `<file>.tmp-<pid>` (read as this host's).
+TMP_FILE_SUFFIX = re.compile(r"\.tmp-(?P<pid>[1-9][0-9]{0,8})(?:-[0-9a-f]{8})?(?:@(?P<host>[A-Za-z0-9._-]+))?")
 
 
 def _host_tag() -> str:
@@ -134,18 +136,24 @@ def clear_tmp_file_debris(path: str) -> list[str]:
 def write_text_atomic(path: str, text: str) -> None:
     """Write `text` to `path` through a temporary file and a rename: a reader sees the old file or the whole new one,
     never a torn one, also after a power cut (the file and then its folder are flushed). What writers of `path` killed
-    mid-write left beside it is removed first (`clear_tmp_file_debris`)."""
-    tmp = f"{path}.tmp-{os.getpid()}@{_host_tag()}"
+    mid-write left beside it is removed first (`clear_tmp_file_debris`). Concurrent writes of `path` (other processes,
+    or threads of this one) each write a temporary file of their own: the file ends as one of their texts, whole."""
     clear_tmp_file_debris(path)
+    tmp = None
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as handle:
+        while tmp is None:  # a name of this write's own, made exclusively: another write's is never opened
+            candidate = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}@{_host_tag()}"
+            with contextlib.suppress(FileExistsError):
+                handle = open(candidate, "x", encoding="utf-8", newline="")
+                tmp = candidate
+        with handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         fsync_path(os.path.dirname(os.path.abspath(path)))
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
 
 
@@ -451,6 +459,27 @@ def replace_folder(staging: str, output_dir: str, kind: FolderKind, flag: str | 
         os.replace(earlier, output_dir)
         raise
     shutil.rmtree(earlier)
+
+
+@contextlib.contextmanager
+def staged_output(output_dir: str, kind: FolderKind, overwrite: bool, flag: str | None = "--overwrite"):
+    """Write a command's output folder whole, or not at all: yields a staging folder of this run's own beside
+    `output_dir` (`unique_staging_folder`; beside a link's folder, not the link) to write in, and once the block ends
+    moves it into place. With `overwrite`, an earlier output of `kind` there is replaced whole (`replace_folder`);
+    without, it goes only where `output_dir` is absent or empty (`publish_new_folder`): a run that another run into
+    the same new folder ended before (both found it empty) is refused, never put in place of the other's. Whether to
+    replace is `overwrite`'s alone, never what `output_dir` happens to hold when the run ends. A failure or a stop in
+    the block leaves `output_dir` as it was, and the staging folder is removed either way."""
+    target = os.path.realpath(output_dir)  # a link's folder: a rename onto the link would replace the link
+    staging = unique_staging_folder(target)
+    try:
+        yield staging
+        if overwrite and os.path.isdir(target) and os.listdir(target):
+            replace_folder(staging, target, kind, flag)
+        else:
+            publish_new_folder(staging, target, flag)
+    finally:
+        discard_staging(staging)  # left only by a failure or a stop
 
 
 def publish_folder(staging: str, output_dir: str) -> None:
