@@ -298,6 +298,33 @@ def test_a_folder_stopped_part_way_leaves_nothing_ready_to_push_and_keeps_the_ea
     assert "someone/y" in (earlier / "README.md").read_text()
 
 
+def test_a_new_folder_another_push_filled_meanwhile_is_kept_and_this_one_refused(converted, tmp_path, monkeypatch):
+    """Two pushes into one new --output_dir at once (both found it absent): the later to end is refused, naming the
+    option that replaces, and the other's folder stays as it wrote it; no staging folder is left. (push_to_hub refused
+    it before it wrote through `staged_output` too.) With --overwrite it is replaced whole."""
+    import linformer_hf.hub as hub
+
+    root, folders = converted
+    folder, out = folders["RobertaForMaskedLM"], tmp_path / "pushed"
+    copy_modules = hub.copy_sentence_transformers_modules
+
+    def another_push_ends_first(model_dir, staging):
+        if not started:
+            started.append(True)
+            prepare_model_folder(folder, str(out), "someone/first")
+        copy_modules(model_dir, staging)
+
+    started = []
+    monkeypatch.setattr(hub, "copy_sentence_transformers_modules", another_push_ends_first)
+    with pytest.raises(FileExistsError, match=r"filled by another run while this one worked.*overwrite=True \(--o"):
+        prepare_model_folder(folder, str(out), "someone/second")
+    assert "someone/first" in (out / "README.md").read_text()
+    assert sorted(os.listdir(tmp_path)) == ["pushed"]
+    prepare_model_folder(folder, str(out), "someone/second", overwrite=True)
+    assert "someone/second" in (out / "README.md").read_text()
+    assert sorted(os.listdir(tmp_path)) == ["pushed"]
+
+
 def test_a_folder_stopped_by_sigterm_leaves_no_staging_folder(converted, tmp_path, monkeypatch, send_sigterm):
     """`kill` (SIGTERM) unwinds as Ctrl-C does: before, the process ended and its staging folder stayed."""
     import linformer_hf.hub as hub

@@ -82,10 +82,7 @@ from .outputs import (
     FolderKind,
     check_output_dir,
     check_replaceable,
-    discard_staging,
-    publish_new_folder,
-    replace_folder,
-    unique_staging_folder,
+    staged_output,
     write_json_atomic,
 )
 from .registration import TOKENIZER_FILES
@@ -908,17 +905,10 @@ def prepare_model_folder(
 
     # Written beside output_dir under a temporary name and moved into place when whole: a run stopped part-way leaves
     # no folder without its card or tokenizer that reads as ready to push, and an overwritten folder stays as it was.
-    target = os.path.realpath(output_dir)  # a link's folder: a rename onto the link would replace it
-    staging = unique_staging_folder(target)
-    try:
+    # An overwrite replaces the earlier folder whole (none of its files stays); without one, a new folder that another
+    # run filled meanwhile is refused, never replaced.
+    with staged_output(output_dir, PUSHED_MODEL, overwrite, flag="overwrite=True (--overwrite)") as staging:
         _write_model_folder(model, tokenizer, card, model_dir, staging)
-        if overwrite and os.path.isdir(target) and os.listdir(target):
-            # written fresh: none of the earlier folder's files stays
-            replace_folder(staging, target, PUSHED_MODEL, flag="overwrite=True (--overwrite)")
-        else:
-            publish_new_folder(staging, target, flag="overwrite=True (--overwrite)")
-    finally:
-        discard_staging(staging)  # left only by a failure
     return output_dir
 
 
