@@ -1,8 +1,8 @@
 """Gather what `experiments/gpu_session.sh` measured into the few files a device call returns, and the issue-37 table.
 
 `python -m experiments.gpu_session OUT RUN_DIR [RUN_DIR ...]` reads the `experiments.gpu_checks` run folders and
-writes, each through a temporary file and a rename (the shell calls it every half minute while the runs go, so a
-command killed at its limit keeps what was measured):
+writes, each through a temporary file of its own and a rename (the shell calls it every 20 s while the runs go, so a
+command killed at its limit keeps what was measured, and two gathers at once end with one whole file):
 
 - `OUT/results.csv`: every `grid_<run>/results.csv` row, the benchmark's own columns with the run's name first
   (`benchmarks.read_csv` reads it; `compile`, `dtype` and `padding_fraction` tell the runs apart too);
@@ -18,20 +18,61 @@ neither torch nor the benchmark: it runs in a second.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import glob
 import io
 import os
+import re
+import secrets
 import sys
 
 BASELINE = "roberta-sdpa"
 
 
+# `_write`'s temporary file beside `<file>`: `<file>.tmp-<pid>-<8 hex digits>`, one per write (only the characters
+# the device tool returns, should a killed gather leave one in OUT).
+TMP_SUFFIX = re.compile(r"\.tmp-(?P<pid>[1-9][0-9]{0,8})-[0-9a-f]{8}")
+
+
+def _clear_dead_tmp(path: str) -> None:
+    """Remove the temporary files beside `path` that gathers killed mid-write left, once their process is gone; a
+    running one's (a gather writing `path` now) is kept."""
+    folder, base = os.path.split(os.path.abspath(path))
+    for name in os.listdir(folder):
+        match = TMP_SUFFIX.fullmatch(name[len(base) :]) if name.startswith(base) else None
+        if match is None:
+            continue
+        try:
+            os.kill(int(match["pid"]), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # another user's process: running
+        with contextlib.suppress(OSError):  # removed meanwhile by another gather
+            os.remove(os.path.join(folder, name))
+
+
 def _write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write `text` to `path` through a temporary file of this write's own and a rename: a reader sees the earlier
+    file or the whole new one, and two gathers writing `path` at once (the shell's every-20-s loop, one it stopped
+    that still runs, its last gather) end with one of their texts, whole. What `linformer_hf.outputs.write_text_atomic`
+    does, without importing the package."""
+    _clear_dead_tmp(path)
+    tmp = None
+    try:
+        while tmp is None:  # a name of this write's own, made exclusively: another write's is never opened
+            candidate = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+            with contextlib.suppress(FileExistsError):
+                handle = open(candidate, "x", newline="")
+                tmp = candidate
+        with handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _grid_csvs(run_dirs: list[str]) -> list[tuple[str, str]]:

@@ -1,12 +1,14 @@
 """Issue 37's GPU session (`experiments/gpu_session.sh`): its compiled runs, its time limits, the files it gathers, and
 its CPU dry run end to end. No timing assertions."""
 
+import contextlib
 import csv
 import dataclasses
 import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -195,6 +197,57 @@ def test_gathering_merges_the_runs_and_sets_compiled_beside_eager(tmp_path):
     # a failed point: its reason, and the compile time it had (column 13 of 15)
     assert f"| fp16-compiled | train | 4096 | roberta-sdpa | failed: {killed} | | | | | | | | 61 | | |" in report
     assert "== linformer_compiled" in open(os.path.join(out, "profile.txt")).read()
+
+
+def test_two_gathers_writing_one_file_at_once_leave_one_whole_file(tmp_path, monkeypatch):
+    """The shell gathers every 20 s and once more at the end, and a gather it stopped may still be running: two
+    writes of one file at once shared `<file>.tmp` (the second rename failed with FileNotFoundError, or the file mixed
+    both texts). Each write has a temporary file of its own now, so the file ends as one text, whole. Both writers hold
+    their temporary file open before either writes (a barrier in `open`), so the writes always overlap."""
+    opened = threading.Barrier(2, timeout=10)
+
+    def open_then_wait(path, mode="r", *args, **kwargs):
+        handle = open(path, mode, *args, **kwargs)
+        if "r" not in mode:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                opened.wait()
+        return handle
+
+    monkeypatch.setattr(gpu_session, "open", open_then_wait, raising=False)
+    path, texts, errors = tmp_path / "report.md", ["a" * 100_000 + "\n", "b" * 50 + "\n"], []
+
+    def gather(text):
+        try:
+            gpu_session._write(str(path), text)
+        except Exception as err:  # noqa: BLE001 (reported below)
+            errors.append(err)
+
+    writers = [threading.Thread(target=gather, args=(text,)) for text in texts]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=30)
+    assert errors == []
+    assert path.read_text() in texts
+    assert os.listdir(tmp_path) == ["report.md"]  # no temporary file left
+
+
+def test_a_gather_killed_mid_write_leaves_a_temporary_file_the_next_one_removes(tmp_path):
+    """A gather killed mid-write (the device's limit, the shell's kill) leaves `<file>.tmp-<pid>-<8 hex>`: the next
+    write of the file removes it once that process is gone, and keeps one whose process still runs (a gather writing
+    it now)."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = tmp_path / "results.csv"
+    killed, running = (
+        tmp_path / f"results.csv.tmp-{dead.pid}-0123abcd",
+        tmp_path / f"results.csv.tmp-{os.getpid()}-89abcdef",
+    )
+    for debris in (killed, running):
+        debris.write_text("run,model\nbf16,")
+    gpu_session._write(str(path), "run,model\n")
+    assert sorted(os.listdir(tmp_path)) == sorted(["results.csv", running.name])
+    assert path.read_text() == "run,model\n"
 
 
 def test_cpu_dry_run_of_the_session_writes_every_file(tmp_path):
