@@ -5,11 +5,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
-import io
 import typing
 from dataclasses import dataclass
 
-from linformer_hf.outputs import write_text_atomic
+from linformer_hf.outputs import write_csv_atomic
 
 
 class Status(str, enum.Enum):
@@ -101,12 +100,7 @@ def _from_text(text: str, hint):
 
 def write_csv(rows: list[BenchmarkRow], path: str) -> None:
     """Write the rows through a temporary file: a run stopped while writing keeps the previous whole file."""
-    text = io.StringIO(newline="")
-    writer = csv.writer(text)
-    writer.writerow(CSV_COLUMNS)
-    for row in rows:
-        writer.writerow([_to_text(getattr(row, column)) for column in CSV_COLUMNS])
-    write_text_atomic(path, text.getvalue())
+    write_csv_atomic(path, CSV_COLUMNS, ([_to_text(getattr(row, column)) for column in CSV_COLUMNS] for row in rows))
 
 
 # Columns added after runs were published: absent from an older CSV, they read as not measured (None).

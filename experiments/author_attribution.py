@@ -75,7 +75,6 @@ from __future__ import annotations
 import csv
 import glob
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -93,6 +92,7 @@ from linformer_hf.outputs import (
     check_replaceable,
     sigterm_unwinds,
     staged_output,
+    write_csv_atomic,
     write_json_atomic,
     write_text_atomic,
 )
@@ -646,14 +646,6 @@ def bootstrap_interval(delta, rng) -> tuple[float, float]:
     draws = rng.integers(0, len(delta), size=(BOOTSTRAP_SAMPLES, len(delta)))
     low, high = np.percentile(delta[draws].mean(axis=1), [2.5, 97.5])
     return low, high
-
-
-def write_csv_atomic(path: str, columns: list[str], rows: list[dict]) -> None:
-    text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(path, text.getvalue())
 
 
 def paired_difference(correct: list[bool], reference: list[bool], seed: int = 0) -> dict:

@@ -24,6 +24,7 @@ from training_utils import (
 )
 
 from experiments import author_attribution
+from linformer_hf import outputs
 from linformer_hf.loading import model_sha256
 from linformer_hf.training.config import ConfigError, FinetuneRecipe, load_recipe
 from linformer_hf.training.finetuning import run_finetuning
@@ -516,7 +517,8 @@ def test_a_pool_stopped_while_writing_leaves_the_earlier_pool_whole(data, tmp_pa
         write_text(path, text)
 
     with monkeypatch.context() as patch:
-        patch.setattr(author_attribution, "write_text_atomic", stopped_at_the_report)
+        patch.setattr(author_attribution, "write_text_atomic", stopped_at_the_report)  # results.md
+        patch.setattr(outputs, "write_text_atomic", stopped_at_the_report)  # the tables (outputs.write_csv_atomic)
         with pytest.raises(KeyboardInterrupt):
             author_attribution.main(["pool", one, two, three, "--output_dir", str(out), "--overwrite"])
     assert writes == ["pooled.csv", "pairs.csv", "results.md"]  # stopped after the tables were written

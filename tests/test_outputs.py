@@ -247,3 +247,27 @@ def test_two_threads_writing_one_file_at_once_leave_one_whole_text(tmp_path, mon
     assert not errors
     assert path.read_text() in texts
     assert os.listdir(tmp_path) == ["results.csv"]
+
+
+def test_write_csv_atomic_takes_dicts_or_sequences_and_a_stop_while_making_rows_keeps_the_earlier_file(tmp_path):
+    """The one CSV helper of spectrum, author_attribution and the benchmark: rows as dicts (by column, a missing one
+    empty, one not in the columns an error) or as sequences; a generator stopped part-way leaves the earlier file."""
+    import csv
+
+    path = tmp_path / "results.csv"
+    outputs.write_csv_atomic(str(path), ["model", "n"], [{"model": "linformer", "n": 512}, {"model": "roberta"}])
+    earlier = path.read_text()
+    with open(path, newline="") as handle:
+        assert list(csv.DictReader(handle)) == [{"model": "linformer", "n": "512"}, {"model": "roberta", "n": ""}]
+    with pytest.raises(ValueError, match="k"):
+        outputs.write_csv_atomic(str(path), ["model", "n"], [{"model": "linformer", "n": 512, "k": 64}])
+
+    def stopped_after_one_row():
+        yield ["performer", 1024]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        outputs.write_csv_atomic(str(path), ["model", "n"], stopped_after_one_row())
+    assert path.read_text() == earlier and os.listdir(tmp_path) == ["results.csv"]
+    outputs.write_csv_atomic(str(path), ["model", "n"], (row for row in [["performer", 1024]]))
+    assert path.read_bytes() == b"model,n\r\nperformer,1024\r\n"  # as csv.writer writes to a file

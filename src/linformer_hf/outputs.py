@@ -13,8 +13,10 @@ writer is known to be dead (`clear_staging_debris`).
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import errno
+import io
 import json
 import logging
 import math
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +157,18 @@ def write_text_atomic(path: str, text: str) -> None:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+
+
+def write_csv_atomic(path: str, columns: Sequence[str], rows: Iterable[Mapping | Sequence]) -> None:
+    """A CSV of a header row `columns` and `rows` (dicts by column name, a missing one empty and one not in `columns`
+    an error; or sequences in column order) through `write_text_atomic`: the file is whole or absent, and a failure
+    or stop while the rows are made (a generator) leaves `path` as it was."""
+    text = io.StringIO(newline="")
+    writer, by_name = csv.writer(text), csv.DictWriter(text, fieldnames=list(columns))
+    writer.writerow(columns)
+    for row in rows:
+        (by_name if isinstance(row, Mapping) else writer).writerow(row)
+    write_text_atomic(path, text.getvalue())
 
 
 def finite_or_null(data, flag: bool = True):
