@@ -23,6 +23,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from linformer_hf.models import max_input_length
+from linformer_hf.outputs import write_csv_atomic, write_text_atomic
 
 
 @dataclass
@@ -283,39 +284,43 @@ def write_csv(
         "summary": os.path.join(output_dir, "spectrum_summary.json"),
     }
     layers, heads, rank = spectrum.curves.shape
-    with open(paths["curves"], "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["layer", "head", "index", "cumulative_normalised_singular_value"])
-        for layer in range(layers):
-            for head in range(heads):
-                for i in range(spectrum.layer_ranks[layer] if spectrum.layer_ranks else rank):
-                    writer.writerow([layer, head, i + 1, f"{spectrum.curves[layer, head, i].item():.6f}"])
+    # Each file whole or absent (`write_csv_atomic`): a run stopped or killed mid-write leaves no file cut short.
+    write_csv_atomic(
+        paths["curves"],
+        ["layer", "head", "index", "cumulative_normalised_singular_value"],
+        (
+            [layer, head, i + 1, f"{spectrum.curves[layer, head, i].item():.6f}"]
+            for layer in range(layers)
+            for head in range(heads)
+            for i in range(spectrum.layer_ranks[layer] if spectrum.layer_ranks else rank)
+        ),
+    )
     values = spectrum.at_index(index)
-    with open(paths["at_index"], "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["layer", "head", f"cumulative_at_{index}"])
-        for layer in range(layers):
-            for head in range(heads):
-                writer.writerow([layer, head, f"{values[layer, head].item():.6f}"])
+    write_csv_atomic(
+        paths["at_index"],
+        ["layer", "head", f"cumulative_at_{index}"],
+        ([layer, head, f"{values[layer, head].item():.6f}"] for layer in range(layers) for head in range(heads)),
+    )
     at_reports = {i: spectrum.at_index(i) for i in report_indices}
     width = spectrum.locality_width
     offsets = list(range(-width, width + 1))
-    with open(paths["heads"], "w", newline="") as handle:
-        writer = csv.writer(handle)
-        header = ["layer", "head"] + [f"cumulative_at_{i}" for i in report_indices] + ["first_singular_share"]
+    header = ["layer", "head"] + [f"cumulative_at_{i}" for i in report_indices] + ["first_singular_share"]
+    if spectrum.offset_mass is not None:
+        header += [f"local_mass_within_{width}"] + [f"mass_at_offset_{d:+d}" for d in offsets]
+        header += ["special_token_mass"]
+
+    def head_row(layer: int, head: int) -> list:
+        row = [layer, head] + [f"{at_reports[i][layer, head].item():.6f}" for i in report_indices]
+        row.append(f"{spectrum.curves[layer, head, 0].item():.6f}")
         if spectrum.offset_mass is not None:
-            header += [f"local_mass_within_{width}"] + [f"mass_at_offset_{d:+d}" for d in offsets]
-            header += ["special_token_mass"]
-        writer.writerow(header)
-        for layer in range(layers):
-            for head in range(heads):
-                row = [layer, head] + [f"{at_reports[i][layer, head].item():.6f}" for i in report_indices]
-                row.append(f"{spectrum.curves[layer, head, 0].item():.6f}")
-                if spectrum.offset_mass is not None:
-                    row.append(f"{spectrum.local_mass[layer, head].item():.6f}")
-                    row += [f"{v:.6f}" for v in spectrum.offset_mass[layer, head].tolist()]
-                    row.append(f"{spectrum.special_mass[layer, head].item():.6f}")
-                writer.writerow(row)
+            row.append(f"{spectrum.local_mass[layer, head].item():.6f}")
+            row += [f"{v:.6f}" for v in spectrum.offset_mass[layer, head].tolist()]
+            row.append(f"{spectrum.special_mass[layer, head].item():.6f}")
+        return row
+
+    write_csv_atomic(
+        paths["heads"], header, (head_row(layer, head) for layer in range(layers) for head in range(heads))
+    )
     structure = {}
     if spectrum.offset_mass is not None:
         structure = {
@@ -327,8 +332,9 @@ def write_csv(
                 torch.corrcoef(torch.stack([spectrum.local_mass.flatten(), values.flatten()]))[0, 1].item(), 4
             ),
         }
-    with open(paths["summary"], "w") as handle:
-        json.dump(
+    write_text_atomic(
+        paths["summary"],
+        json.dumps(
             {
                 "model": spectrum.model_name,
                 "windows": spectrum.windows,
@@ -348,9 +354,9 @@ def write_csv(
                 "min_at_report_indices": {str(i): round(at_reports[i].min().item(), 6) for i in report_indices},
                 **structure,
             },
-            handle,
             indent=2,
-        )
+        ),
+    )
     return paths
 
 

@@ -18,6 +18,7 @@ from experiments.spectrum import (
     document_windows,
     pack_inputs,
     read_texts,
+    write_csv,
 )
 from linformer_hf import LinformerConfig, LinformerModel
 
@@ -113,6 +114,36 @@ def test_script_writes_csv_plots_and_summary(tmp_path):
     assert summary["num_inputs"] == 4 and summary["seq_len"] == 16 and summary["index"] == 4
     for image in ("spectrum_curves.png", "spectrum_heatmap.png"):
         assert (out / image).read_bytes()[:4] == b"\x89PNG"
+
+
+class StoppedWhileWritingHeads(Spectrum):
+    """A spectrum whose second head's local mass stops the run (Ctrl-C) while spectrum_heads.csv is written."""
+
+    @property
+    def local_mass(self):
+        self.reads = getattr(self, "reads", 0) + 1
+        if self.reads == 2:
+            raise KeyboardInterrupt
+        return super().local_mass
+
+
+def test_a_run_stopped_while_writing_a_csv_leaves_the_earlier_file_whole(tmp_path):
+    """write_csv wrote each CSV straight to its final name: a run stopped (or killed) mid-write left a
+    spectrum_heads.csv cut short after its first head, which reads as a result. Each file is written whole or not at
+    all now (`write_csv_atomic`): the earlier run's file stays as it was, and no temporary file is left."""
+    layers, heads, rank = 2, 4, 16
+    curves = torch.linspace(0.1, 1.0, rank).expand(layers, heads, rank).contiguous()
+    fields = dict(num_inputs=4, seq_len=rank, model_name="x", offset_mass=torch.full((layers, heads, 5), 0.1))
+    fields["special_mass"] = torch.full((layers, heads), 0.2)
+    out = str(tmp_path / "out")
+    paths = write_csv(Spectrum(curves=curves, **fields), 4, out)
+    earlier = {name: (tmp_path / "out" / name).read_text() for name in os.listdir(out)}
+    with open(paths["heads"], newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == layers * heads
+    with pytest.raises(KeyboardInterrupt):
+        write_csv(StoppedWhileWritingHeads(curves=curves * 0.5, **fields), 4, out)
+    assert sorted(os.listdir(out)) == sorted(earlier)  # no temporary file beside them
+    assert (tmp_path / "out" / "spectrum_heads.csv").read_text() == earlier["spectrum_heads.csv"]
 
 
 def test_spectrum_index_default_is_a_quarter_of_r():
