@@ -3,7 +3,9 @@ the student's task loss and its KL to the teacher fall, a resumed run repeats th
 teacher the student cannot learn from is refused before any work."""
 
 import json
+import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -290,3 +292,49 @@ def test_a_teacher_the_student_cannot_learn_from_is_refused(teacher, tmp_path):
     with pytest.raises(ConfigError, match="differ in num_hidden_layers: teacher 3, student 2"):
         run({**base, "distillation.teacher": str(deep), "distillation.hidden_weight": 1})
     assert not (tmp_path / "out").exists()
+
+
+def test_a_teacher_given_as_a_hub_name_is_hashed_from_the_cache_or_refused_before_any_work(
+    teacher, tmp_path, monkeypatch
+):
+    """A Hub name as distillation.teacher failed where its files were hashed, with `[Errno 2] No such file or
+    directory: 'org/teacher'` (os.listdir on the name). Now its files are found as loading finds them (the Hub cache,
+    downloaded first where the Hub can be reached) and hashed as a folder of the same files is; the record names the
+    teacher as given, and a resume whose cached teacher changed is refused. Offline and not in the cache (or its
+    weights not), one error naming it and the way out, before any work."""
+    from huggingface_hub import constants
+    from training_utils import hub_cache_model
+
+    from linformer_hf.loading import model_files_sha256
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # the tests' Hub cache: nothing but what is put there
+    hub_cache_model(cache, "org/teacher", teacher["dir"])
+    monkeypatch.chdir(tmp_path)  # "org/teacher" is no folder here
+    common = {"distillation.teacher": "org/teacher", "training.max_steps": 4, "training.eval_steps": 2}
+    out = tmp_path / "run"
+    assert run(student_overrides(teacher, out, **common, **{"training.stop_after_steps": 2}))["stopped_at"] == 2
+    record = json.loads((out / "distillation.json").read_text())
+    assert record["teacher"] == "org/teacher"
+    assert record["teacher_sha256"] == model_files_sha256(teacher["dir"])  # training_args.bin aside, as a folder's
+    assert record["teacher_sha256_files"] == ["config.json", "model.safetensors"]
+    # the name's newer download (another commit: retrained, here its config changed) is another teacher
+    config = json.loads((Path(teacher["dir"]) / "config.json").read_text())
+    retrained = hub_cache_model(cache, "org/teacher", teacher["dir"], commit="1" * 40)
+    with open(os.path.join(retrained, "config.json"), "w") as handle:
+        json.dump({**config, "layer_norm_eps": 1e-5}, handle)
+    resume = {**common, "training.resume_from_checkpoint": "latest"}
+    with pytest.raises(ConfigError, match="distilled with teacher_sha256="):
+        run(student_overrides(teacher, out, **resume))
+    hub_cache_model(cache, "org/teacher", teacher["dir"], names=[])  # refs/main back to the run's commit
+    assert run(student_overrides(teacher, out, **resume))["steps"] == 4
+    # not in the cache, or only its config and tokenizer: one line, before any work
+    tokenizer_files = [name for name in os.listdir(teacher["dir"]) if "token" in name or name == "vocab.txt"]
+    hub_cache_model(cache, "org/config-only", teacher["dir"], names=["config.json", *tokenizer_files])
+    for name in ("org/absent", "org/config-only"):
+        with pytest.raises(ConfigError) as error:
+            run(student_overrides(teacher, tmp_path / "refused", **{**common, "distillation.teacher": name}))
+        message = str(error.value)
+        assert message.startswith(f"distillation.teacher {name!r} is not a local path"), message
+        assert "offline mode is on" in message and "folder of a saved model" in message
+        assert not (tmp_path / "refused").exists()

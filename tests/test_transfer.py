@@ -459,6 +459,36 @@ def test_a_resume_with_a_teacher_of_other_weights_is_refused(pair, tmp_path):
     assert run_transfer(arguments(pair, out, layer_steps=5, resume="latest", stop_after_steps=4))["stopped_at"] == 4
 
 
+def test_a_teacher_given_as_a_hub_name_is_known_by_its_files_too(pair, tmp_path, monkeypatch):
+    """A checkpoint recorded the teacher's SHA-256 only where --teacher was a folder: a Hub name's newer download
+    (retrained weights under the same name) was resumed without a word. Now its files are found as loading found them
+    (the Hub cache) and hashed as a folder's are: a resume with another download is refused."""
+    from huggingface_hub import constants
+    from training_utils import hub_cache_model
+
+    from linformer_hf.loading import model_files_sha256
+    from linformer_hf.training.checkpointing import RECIPE_FILE
+    from linformer_hf.training.errors import ConfigError
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # the tests' Hub cache: nothing but what is put there
+    hub_cache_model(cache, "org/teacher", pair / "teacher")
+    monkeypatch.chdir(tmp_path)  # "org/teacher" is no folder here
+    out = tmp_path / "run"
+    command = dict(teacher="org/teacher", layer_steps=4, checkpoint_every=2)
+    assert run_transfer(arguments(pair, out, **command, stop_after_steps=2))["stopped_at"] == 2
+    recipe = json.loads((out / "checkpoint-2" / RECIPE_FILE).read_text())
+    assert recipe["must_match"]["teacher.model_files_sha256"] == model_files_sha256(str(pair / "teacher"))
+    retrained = hub_cache_model(cache, "org/teacher", pair / "teacher", commit="1" * 40)
+    model = transformers.BertForMaskedLM.from_pretrained(retrained)
+    randomize_all(model, seed=4)
+    model.save_pretrained(retrained)
+    with pytest.raises(ConfigError, match=r"teacher\.model_files_sha256: '[0-9a-f]{64}' in"):
+        run_transfer(arguments(pair, out, **command, resume="latest"))
+    hub_cache_model(cache, "org/teacher", pair / "teacher", names=[])  # refs/main back to the run's download
+    assert run_transfer(arguments(pair, out, **command, resume="latest"))["after"]
+
+
 def test_a_checkpoint_of_the_old_loop_is_refused_naming_the_fix(pair, tmp_path, capsys):
     """The loop transfer ran on before the Trainer wrote checkpoints/step_000000N (accelerate's save_state), which the
     Trainer cannot read: a resume of one says so and how to go on, before any work."""

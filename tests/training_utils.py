@@ -141,6 +141,24 @@ def write_hub_dataset(folder, splits: dict, config_name: str | None = None, feat
     return str(folder)
 
 
+def hub_cache_model(cache, repo_id: str, folder, names=None, commit: str = "0" * 40) -> str:
+    """``folder``'s files (or ``names`` of them) laid out in the Hub cache ``cache`` as a download of ``repo_id`` leaves
+    them (``models--<org>--<name>/refs/main``, ``snapshots/<commit>/``: huggingface_hub's layout, plain files for the
+    blobs' links), so that offline (the tests' default) transformers and huggingface_hub find ``repo_id`` there once
+    ``huggingface_hub.constants.HF_HUB_CACHE`` is ``cache``. Returns the snapshot folder."""
+    import shutil
+
+    repo = os.path.join(str(cache), "models--" + repo_id.replace("/", "--"))
+    os.makedirs(os.path.join(repo, "refs"), exist_ok=True)
+    with open(os.path.join(repo, "refs", "main"), "w") as fh:
+        fh.write(commit)
+    snapshot = os.path.join(repo, "snapshots", commit)
+    os.makedirs(snapshot, exist_ok=True)
+    for name in names if names is not None else os.listdir(folder):
+        shutil.copy(os.path.join(str(folder), name), snapshot)
+    return snapshot
+
+
 def save_tiny_pretrained_linformer(out, n: int = 256, k: int = 32, layers: int = 2, **config) -> str:
     """A tiny LinformerForMaskedLM (width 32) and a byte-level BPE tokenizer of 1,000 tokens trained on WikiText-2,
     saved in ``out`` as pretraining saves them: a model folder to fine-tune. Returns the folder."""

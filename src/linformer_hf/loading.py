@@ -196,6 +196,58 @@ def model_files_sha256(folder: str) -> str:
     return files_sha256(folder, model_files(folder))
 
 
+# The weight files from_pretrained looks for in a Hub repository, in its order (transformers 5's
+# _get_resolved_checkpoint_files): the first that the repository has is the one it loads.
+HUB_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+class NoHubWeights(ValueError):
+    """A Hub repository holds none of `HUB_WEIGHT_FILES`."""
+
+
+def model_source_files(name_or_path: str) -> tuple[str, list[str]]:
+    """The folder and the names of the files a model is built from: a local folder's `model_files`; for a Hub name,
+    its config and the weights from_pretrained loads (`HUB_WEIGHT_FILES`, the shards an index names), in the Hub cache's
+    snapshot of it, downloaded first where the Hub can be reached. The same files hash alike wherever they are
+    (`files_sha256`). A Hub name that cannot be fetched and is not in the cache raises huggingface_hub's
+    LocalEntryNotFoundError (offline mode, no network; `training.errors.hub_unreachable` tells it), one without
+    those weights `NoHubWeights`."""
+    if os.path.isdir(name_or_path):
+        return name_or_path, model_files(name_or_path)
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    config = hf_hub_download(name_or_path, "config.json")
+    folder, names, unreachable = os.path.dirname(config), ["config.json"], None
+    commit = os.path.basename(folder)  # the weights of the same download (snapshots/<commit>/)
+    for weights in HUB_WEIGHT_FILES:
+        try:
+            path = hf_hub_download(name_or_path, weights, revision=commit)
+        except LocalEntryNotFoundError as err:  # not cached, and not fetched: maybe a later one is cached
+            unreachable = unreachable or err
+            continue
+        except EntryNotFoundError:  # the repository has no such file
+            continue
+        names.append(weights)
+        if weights.endswith(".index.json"):
+            with open(path, encoding="utf-8") as handle:
+                shards = sorted(set(json.load(handle)["weight_map"].values()))
+            for shard in shards:
+                hf_hub_download(name_or_path, shard, revision=commit)
+            names += shards
+        return folder, names
+    if unreachable is not None:
+        raise unreachable
+    raise NoHubWeights(
+        f"{name_or_path} on the Hub holds no weights ({', '.join(HUB_WEIGHT_FILES)}): give another model."
+    )
+
+
 def files_sha256(folder: str, names: list[str]) -> str:
     """The SHA-256 of the files ``names`` of ``folder``, in sorted order: each name, then its bytes."""
     digest = hashlib.sha256()

@@ -386,8 +386,9 @@ _MODEL_FIELDS_NOT_COMPARED = ("transformers_version", "_name_or_path", "auto_map
 # The uptraining's conversion settings (model.convert_from_roberta, with its target). A checkpoint that records them
 # is resumed from its own converted model, without reading model.pretrained again; an older one lacks the key.
 CONVERSION_KEY = "model.convert_from_roberta"
-# Attention transfer's teacher, by the SHA-256 of its config and weight files (`loading.model_files_sha256`): recorded
-# where the teacher is a folder, and since the checkpoints of that version. Compared where both sides record it.
+# Attention transfer's teacher, by the SHA-256 of its config and weight files (`loading.model_files_sha256`; a Hub
+# name's, of its download: `validation.model_source`): recorded since the checkpoints of that version (a Hub name's,
+# since a later one). Compared where both sides record it.
 TEACHER_FILES_KEY = "teacher.model_files_sha256"
 _SCHEDULE_FIELDS = (
     "learning_rate",

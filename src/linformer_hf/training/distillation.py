@@ -24,8 +24,9 @@ from collections import defaultdict
 import torch
 from transformers import AutoConfig, Trainer
 
-from ..loading import model_files, model_files_sha256, model_sha256, tokenizer_vocabulary
-from .errors import ConfigError
+from ..loading import files_sha256, model_sha256, tokenizer_vocabulary
+from .errors import LOCAL_MODEL, ConfigError, hub_unreachable, hub_unreachable_error
+from .validation import model_source
 
 RECORD_FILE = "distillation.json"
 
@@ -34,6 +35,8 @@ def _load_config(path: str, role: str):
     try:
         return AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as err:
+        if hub_unreachable(err):  # transformers' message names neither the model nor the way out
+            raise hub_unreachable_error(role, path, err, LOCAL_MODEL) from None
         raise ConfigError(f"{role}={path}: no model config could be read ({' '.join(str(err).split())}).") from None
 
 
@@ -59,6 +62,7 @@ def check_teacher(section, model, task_labels: int | None, class_names: list[str
         )
     check_teacher_classes(section.teacher, teacher, class_names)
     check_model_files(section.teacher, "distillation.teacher", holds_weights=True)  # before distillation.json
+    model_source(section.teacher, "distillation.teacher")  # a Hub name's weights too (`teacher_record` hashes them)
     student = _load_config(model.pretrained, "model.pretrained")
     if teacher.vocab_size != student.vocab_size:
         raise ConfigError(
@@ -117,13 +121,14 @@ def check_teacher_length(teacher_path: str, max_length: int) -> None:
 
 
 def teacher_record(section) -> dict:
-    """Which teacher a run learns from, and with which settings: its path, a SHA-256 of its config and weights
-    (`loading.model_files_sha256`: not of the Trainer's training_args.bin beside them, nothing of its outputs) and the
-    names of the files hashed."""
+    """Which teacher a run learns from, and with which settings: its path (or Hub name), a SHA-256 of its config and
+    weights (`loading.model_files_sha256`: not of the Trainer's training_args.bin beside them, nothing of its outputs;
+    a Hub name's, of the files its download holds: `validation.model_source`) and the names of the files hashed."""
+    folder, names = model_source(section.teacher, "distillation.teacher")
     return {
-        "teacher": os.path.abspath(section.teacher),
-        "teacher_sha256": model_files_sha256(section.teacher),
-        "teacher_sha256_files": model_files(section.teacher),
+        "teacher": os.path.abspath(section.teacher) if os.path.isdir(section.teacher) else section.teacher,
+        "teacher_sha256": files_sha256(folder, names),
+        "teacher_sha256_files": names,
         "kd_weight": section.kd_weight,
         "temperature": section.temperature,
         "hidden_weight": section.hidden_weight,
@@ -169,7 +174,7 @@ def check_teacher_by_earlier_hash(output_dir: str, earlier: dict, record: dict) 
     hash still matches; where it does not, the weights or config changed or only such another file did (the Trainer's
     training_args.bin), which that hash cannot tell apart: refused, saying how to go on with a teacher known the
     same."""
-    if model_sha256(record["teacher"]) == earlier.get("teacher_sha256"):
+    if model_sha256(model_source(record["teacher"], "distillation.teacher")[0]) == earlier.get("teacher_sha256"):
         return
     path = os.path.join(output_dir, RECORD_FILE)
     raise ConfigError(

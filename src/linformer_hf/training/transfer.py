@@ -69,7 +69,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, PrinterCallback, TrainingArguments
 
-from ..loading import load_model, model_files_sha256, pad_as_the_model_takes, vocabulary_sha256
+from ..loading import NoHubWeights, files_sha256, load_model, pad_as_the_model_takes, vocabulary_sha256
 from ..models.lengths import max_input_length
 from ..outputs import write_json_atomic, write_text_atomic
 from . import checkpointing
@@ -89,7 +89,7 @@ from .transfer_models import (
 )
 from .transfer_schedule import default_projection_learning_rate, learning_rates, parameter_groups
 from .transfer_trainer import PROGRESS_FILE, TRANSFER, AttentionTransferTrainer, training_arguments
-from .validation import check_model_source
+from .validation import check_model_source, model_source
 
 # Until transfer ran on the Trainer, its own loop wrote <output_dir>/checkpoints/step_000000N (accelerate's save_state).
 LOOP_CHECKPOINTS = RunOptions(checkpoint_folder="checkpoints", checkpoint_prefix="step_", checkpoint_digits=7)
@@ -320,6 +320,16 @@ def transfer_guard(args: TransferArguments, resume_from: str | None) -> Divergen
     )
 
 
+def teacher_identity(teacher: str) -> dict:
+    """{`TEACHER_FILES_KEY`: the SHA-256 of the config and weights the teacher is built from} (a folder's, or a Hub
+    name's download: `validation.model_source`), or {} where a Hub name's weights are not among the files
+    from_pretrained looks for (`loading.HUB_WEIGHT_FILES`)."""
+    try:
+        return {TEACHER_FILES_KEY: files_sha256(*model_source(teacher, "--teacher"))}
+    except NoHubWeights:
+        return {}
+
+
 def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
     """What a checkpoint must agree with to be resumed (checkpointing.check_resume_compatible): the pair (the
     student's config, the teacher's config and weights), the text and the batches ("must_match"), and the schedule (a
@@ -336,9 +346,8 @@ def transfer_fingerprint(run: TransferRun, num_processes: int) -> dict:
     must_match = {
         **{f"student.{k}": v for k, v in config(run.student).items()},
         **{f"teacher.{k}": v for k, v in config(run.teacher).items()},
-        # its weights too, where it is a folder (a Hub name's files are the cache's): another teacher of the same shape
-        # is another target
-        **({TEACHER_FILES_KEY: model_files_sha256(args.teacher)} if os.path.isdir(args.teacher) else {}),
+        # its weights too (a Hub name's, of its download): another teacher of the same shape is another target
+        **teacher_identity(args.teacher),
         "tokenizer.vocabulary_sha256": vocabulary_sha256(run.tokenizer.get_vocab()),
         **{f"--{name}": getattr(args, name) for name in text},
         **{f"size_of {path}": os.path.getsize(path) for path in files if os.path.isfile(path)},

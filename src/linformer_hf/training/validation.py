@@ -148,6 +148,21 @@ def check_model_source(name_or_path: str, what: str) -> None:
         ) from None
 
 
+def model_source(name_or_path: str, what: str) -> tuple[str, list[str]]:
+    """The folder and the names of the files a model is built from (`loading.model_source_files`: a folder's, or a
+    Hub name's download), which a run hashes to know the model again (`loading.files_sha256`). A Hub name that is not
+    in the cache and cannot be fetched is one error naming it and the way out (``what``: its option)."""
+    from ..loading import model_source_files
+    from .errors import LOCAL_MODEL, hub_unreachable, hub_unreachable_error
+
+    try:
+        return model_source_files(name_or_path)
+    except Exception as err:  # huggingface_hub's errors are not all OSErrors
+        if hub_unreachable(err):
+            raise hub_unreachable_error(what, name_or_path, err, LOCAL_MODEL) from None
+        raise
+
+
 def count_documents(path: str, up_to: int) -> int:
     """Non-blank lines of a text file (one document a line), counting no further than ``up_to``."""
     found = 0
