@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from tiny_bert import build_wordpiece_tokenizer, randomize_all, tiny_bert_config, wikitext_lines
 
 from linformer_hf.conversion import convert_checkpoint
+from linformer_hf.training import transfer
 from linformer_hf.training.transfer import TransferArguments, main, run_transfer
 
 
@@ -161,6 +162,50 @@ def test_the_same_transfer_run_again_after_it_finished_says_so_and_redoes_nothin
     with pytest.raises(OutputDirInUse, match="is not empty"):
         run_transfer(arguments(pair, out, layer_steps=5, checkpoint_every=2))
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == written
+
+
+def test_a_finished_transfer_run_again_with_a_retrained_teacher_is_refused_not_complete(
+    pair, tmp_path, capsys, monkeypatch
+):
+    """The same command run again after the teacher's weights changed at the same path (same config, retrained) was
+    told the run is complete (exit 0), for a teacher the run never saw. Now refused, naming the teacher's SHA-256 the
+    run recorded and the one it has now, and the way out; nothing in the folder changes. The same teacher copied with
+    a training_args.bin beside it is still the run's, and a report of an earlier version (no hash) is compared by the
+    checkpoint of its last step."""
+    from linformer_hf.loading import model_files_sha256
+
+    out, teacher = tmp_path / "out", tmp_path / "teacher"
+    shutil.copytree(pair / "teacher", teacher)
+    command = dict(layer_steps=2, checkpoint_every=2, teacher=str(teacher))
+    finished = run_transfer(arguments(pair, out, **command))
+    recorded = model_files_sha256(str(teacher))
+    (teacher / "training_args.bin").write_bytes(b"the settings of its training, not its weights")
+    assert run_transfer(arguments(pair, out, **command))["after"] == finished["after"]
+    assert "is complete" in capsys.readouterr().out
+    model = transformers.BertForMaskedLM.from_pretrained(teacher)
+    randomize_all(model, seed=4)
+    model.save_pretrained(teacher)
+    now = model_files_sha256(str(teacher))
+    written = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    for again in ({}, dict(resume="latest")):
+        given = arguments(pair, out, **command, **again)
+        monkeypatch.setattr(transfer, "parse_command_line", lambda argv, given=given: given)  # these options
+        with pytest.raises(SystemExit) as status:
+            main([])
+        assert status.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()[-1]  # (after the weights' progress bars)
+        assert error.startswith("error: --teacher ") and "is complete" not in error
+        assert f"{teacher} has other config and weights than the teacher the transfer in {out} was run with" in error
+        assert f"SHA-256 {recorded} when the run started, {now} now" in error
+        assert "--output_dir" in error and "--overwrite_output_dir" in error
+        assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == written
+    # a report of an earlier version records no hash: the checkpoint of its last step does
+    report = json.loads((out / "transfer_report.json").read_text())
+    assert report["teacher_model_files_sha256"] == finished["teacher_model_files_sha256"] == recorded
+    del report["teacher_model_files_sha256"]
+    (out / "transfer_report.json").write_text(json.dumps(report))
+    with pytest.raises(ValueError, match=f"SHA-256 {recorded} when the run started, {now} now"):
+        run_transfer(arguments(pair, out, **command))
 
 
 def test_a_finished_transfer_extended_with_more_steps_goes_on_from_its_last_step(pair, tmp_path, capsys, caplog):
@@ -459,10 +504,11 @@ def test_a_resume_with_a_teacher_of_other_weights_is_refused(pair, tmp_path):
     assert run_transfer(arguments(pair, out, layer_steps=5, resume="latest", stop_after_steps=4))["stopped_at"] == 4
 
 
-def test_a_teacher_given_as_a_hub_name_is_known_by_its_files_too(pair, tmp_path, monkeypatch):
+def test_a_teacher_given_as_a_hub_name_is_known_by_its_files_too(pair, tmp_path, monkeypatch, capsys):
     """A checkpoint recorded the teacher's SHA-256 only where --teacher was a folder: a Hub name's newer download
-    (retrained weights under the same name) was resumed without a word. Now its files are found as loading found them
-    (the Hub cache) and hashed as a folder's are: a resume with another download is refused."""
+    (retrained weights under the same name) was resumed and called complete without a word. Now its files are found
+    as loading found them (the Hub cache) and hashed as a folder's are: a resume, and the finished run run again, with
+    another download are refused."""
     from huggingface_hub import constants
     from training_utils import hub_cache_model
 
@@ -486,7 +532,11 @@ def test_a_teacher_given_as_a_hub_name_is_known_by_its_files_too(pair, tmp_path,
     with pytest.raises(ConfigError, match=r"teacher\.model_files_sha256: '[0-9a-f]{64}' in"):
         run_transfer(arguments(pair, out, **command, resume="latest"))
     hub_cache_model(cache, "org/teacher", pair / "teacher", names=[])  # refs/main back to the run's download
-    assert run_transfer(arguments(pair, out, **command, resume="latest"))["after"]
+    run_transfer(arguments(pair, out, **command, resume="latest"))
+    hub_cache_model(cache, "org/teacher", pair / "teacher", names=[], commit="1" * 40)
+    with pytest.raises(ValueError, match="org/teacher has other config and weights than the teacher the transfer"):
+        run_transfer(arguments(pair, out, **command))
+    assert "is complete" not in capsys.readouterr().out
 
 
 def test_a_checkpoint_of_the_old_loop_is_refused_naming_the_fix(pair, tmp_path, capsys):

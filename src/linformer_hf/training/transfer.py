@@ -97,6 +97,8 @@ LOOP_COMMIT = "bb52f8c"  # a commit of this repository that transfers on that lo
 
 
 REPORT_FILE = "transfer_report.json"  # written last: its presence says the transfer finished
+# In the report: the SHA-256 of the teacher's config and weights (`teacher_identity`), as the checkpoints record it
+REPORT_TEACHER_KEY = "teacher_model_files_sha256"
 # Options that change how a run goes (its stops, resumption, log, checkpoints, compiling, progress), not what it
 # makes: a finished transfer run again with others is still the same transfer (`finished_transfer`).
 RUN_CONTROL = (
@@ -125,7 +127,8 @@ def finished_transfer(args: TransferArguments) -> dict | None:
     replaced the model, report and log; without --resume it was refused as an earlier run's folder, the advice being
     that resume. (The last step's checkpoint is kept now: a run with more steps goes on from it.) None with
     --overwrite_output_dir (start over) or --evaluate_only (fidelity.json beside a transferred model), and when a
-    checkpoint was written after the report (a later run in the folder, e.g. one resumed with more steps)."""
+    checkpoint was written after the report (a later run in the folder, e.g. one resumed with more steps). A teacher
+    of other config and weights than the finished run's is refused (`check_finished_teacher`)."""
     path = os.path.join(args.output_dir, REPORT_FILE)
     if args.evaluate_only or args.overwrite_output_dir or not os.path.isfile(path):
         return None
@@ -145,7 +148,36 @@ def finished_transfer(args: TransferArguments) -> dict | None:
     written = os.path.getmtime(path)
     if any(os.path.getmtime(c) > written for c in checkpointing.list_checkpoints(args.output_dir, TRANSFER)):
         return None
+    check_finished_teacher(args, report)
     return report
+
+
+def check_finished_teacher(args: TransferArguments, report: dict) -> None:
+    """The finished run's teacher is --teacher as it is now: the SHA-256 of its config and weights, which the report
+    records (and, of an earlier version's report, the checkpoint of its last step), is that of --teacher's now. A
+    teacher retrained since (the same path or Hub name, the same config) is refused: the run is not complete for
+    it. Nothing recorded (a run of a version before the hash): not compared."""
+    recorded = report.get(REPORT_TEACHER_KEY)
+    for checkpoint in reversed(checkpointing.list_checkpoints(args.output_dir, TRANSFER)):
+        if recorded is not None:
+            break
+        try:
+            with open(os.path.join(checkpoint, checkpointing.RECIPE_FILE), encoding="utf-8") as handle:
+                recorded = json.load(handle)["must_match"].get(TEACHER_FILES_KEY)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # torn, or not of this command
+            continue
+    if recorded is None:
+        return
+    check_model_source(args.teacher, "--teacher")  # a folder gone, or a path from elsewhere: no teacher to compare
+    now = teacher_identity(args.teacher).get(TEACHER_FILES_KEY)
+    if now is not None and now != recorded:
+        raise ConfigError(
+            f"--teacher {args.teacher} has other config and weights than the teacher the transfer in "
+            f"{args.output_dir} was run with (their SHA-256 {recorded} when the run started, {now} now): the run is "
+            "not complete for this teacher, and its model is no transfer from it. To transfer from this teacher, give "
+            "another --output_dir, or add --overwrite_output_dir (deletes that run's checkpoints, log, reports and "
+            "model)."
+        )
 
 
 def claim_output_dir(args: TransferArguments, take: bool = True) -> RunLock | None:
@@ -557,6 +589,8 @@ def start_or_resume(run: TransferRun) -> None:
     run.report.update(
         teacher=args.teacher, student=args.student, lengths=run.lengths, arguments=dataclasses.asdict(args)
     )
+    if TEACHER_FILES_KEY in run.fingerprint["must_match"]:  # which teacher, to know it again (`finished_transfer`)
+        run.report[REPORT_TEACHER_KEY] = run.fingerprint["must_match"][TEACHER_FILES_KEY]
     if run.resume_from:
         step = checkpointing.read_checkpoint_state(run.resume_from)["global_step"]
         with open(os.path.join(run.resume_from, PROGRESS_FILE), encoding="utf-8") as handle:
