@@ -5,6 +5,7 @@ random points (and during a save) that resume to the losses of an uninterrupted 
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -146,6 +147,26 @@ def test_resuming_an_earlier_checkpoint_sets_the_later_path_aside_and_the_summar
     assert resumed["train_losses"][1] == first["train_losses"][1]  # the shared start
     assert resumed["train_losses"][4] != first["train_losses"][4]  # the new path's (its update 3 clipped otherwise)
     assert resumed["train_seconds"] > 0 and json.loads((out / "summary_step6.json").read_text())["train_losses"]
+
+
+def test_two_branches_off_one_checkpoint_within_a_second_are_set_aside_apart(tmp_path, monkeypatch):
+    """The folder is named by the step and the second: a second branch off the same checkpoint within that second
+    (a tiny run, a stop after one update) failed with FileExistsError and moved nothing. Now it gets <name>.2."""
+    from linformer_hf.training import checkpointing
+
+    def write_checkpoint(step):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+    monkeypatch.setattr(checkpointing.time, "strftime", lambda form: "20260101-120000")
+    for step in (2, 4):
+        write_checkpoint(step)
+    first = checkpointing.set_aside_later_work(str(tmp_path), str(tmp_path / "checkpoint-2"), lambda step: [])
+    write_checkpoint(3)  # the first branch's
+    second = checkpointing.set_aside_later_work(str(tmp_path), str(tmp_path / "checkpoint-2"), lambda step: [])
+    assert os.path.basename(first) == "superseded-after-step2-20260101-120000" and second == first + ".2"
+    assert os.listdir(first) == ["checkpoint-4"] and os.listdir(second) == ["checkpoint-3"]
+    assert all(re.fullmatch(checkpointing.SUPERSEDED_PATTERN, os.path.basename(f)) for f in (first, second))
 
 
 def test_a_run_resumed_from_another_folders_checkpoint_keeps_that_folders_history_through_later_resumes(

@@ -844,23 +844,37 @@ class UpdateLog:
             self.handle = None
 
 
-def set_aside_later_work(output_dir: str, checkpoint: str, later_names) -> str | None:
+# Where `set_aside_later_work` moves what an abandoned path wrote: superseded-after-step<N>-<YYYYmmdd-HHMMSS>, and
+# .2, .3 ... after it for the next branches off that step within the same second
+SUPERSEDED_PATTERN = r"superseded-after-step\d+-\d{8}-\d{6}(\.\d+)?"
+
+
+def set_aside_later_work(
+    output_dir: str, checkpoint: str, later_names, options: RunOptions = PRETRAINING
+) -> str | None:
     """Move what ``output_dir`` holds from after ``checkpoint`` (one of its own) into
     ``<output_dir>/superseded-after-step<N>-<time>/``, when a run resumes that earlier checkpoint: the checkpoints of
-    later updates, complete or not, and ``later_names(step)``, the names of the run's other later outputs (its
-    ``final/``, its summaries). Left in place, ``latest`` would go back to the abandoned path, and the new path's
-    checkpoints would be written over the old path's of the same update. Nothing is deleted. Returns the folder, or
-    None where nothing came later."""
+    later updates, complete or not (named as ``options`` names them), and ``later_names(step)``, the names of the
+    run's other later outputs (its ``final/``, its summaries). Left in place, ``latest`` would go back to the abandoned
+    path, and the new path's checkpoints would be written over the old path's of the same update. Nothing is deleted.
+    Returns the folder, or None where nothing came later."""
     step = read_checkpoint_state(checkpoint)["global_step"]
-    if os.path.realpath(os.path.dirname(checkpoint)) != os.path.realpath(output_dir):
+    if os.path.realpath(os.path.dirname(checkpoint)) != os.path.realpath(options.checkpoint_root(output_dir)):
         return None  # another run's checkpoint, resumed into a folder of its own
-    later = [path for path in list_checkpoints(output_dir) if int(path.rsplit("-", 1)[1]) > step]
+    prefix = len(options.checkpoint_prefix)
+    later = [path for path in list_checkpoints(output_dir, options) if int(os.path.basename(path)[prefix:]) > step]
     later += [os.path.join(output_dir, name) for name in later_names(step)]
     later = [path for path in later if os.path.exists(path)]
     if not later:
         return None
-    folder = os.path.join(output_dir, f"superseded-after-step{step}-{time.strftime('%Y%m%d-%H%M%S')}")
-    os.makedirs(folder)
+    base = os.path.join(output_dir, f"superseded-after-step{step}-{time.strftime('%Y%m%d-%H%M%S')}")
+    for folder in [base, *(f"{base}.{again}" for again in range(2, 100))]:  # later branches within the second
+        try:
+            os.makedirs(folder)
+            break
+        except FileExistsError:
+            if folder.endswith(".99"):
+                raise
     for path in later:
         os.replace(path, os.path.join(folder, os.path.basename(path)))
     fsync_path(output_dir)
