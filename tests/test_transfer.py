@@ -246,6 +246,50 @@ def test_a_finished_transfer_extended_with_more_steps_goes_on_from_its_last_step
     )
 
 
+def test_resuming_an_earlier_checkpoint_by_name_sets_the_later_path_aside(pair, tmp_path, capsys):
+    """--resume <output_dir>/checkpoint-2 in a run that went on to step 6 left checkpoint-4 and -6 (and the finished
+    run's model and report) in place: the new path's checkpoint-4 was written over the old one, a later --resume
+    latest went on from the abandoned path's checkpoint-6, and the folder's model was that path's. Now they are moved
+    into superseded-after-step2-<time>/ (the log of that path copied there), as pretraining does, and named."""
+    out = tmp_path / "out"
+    common = dict(layer_steps=6, checkpoint_every=2, checkpoints_to_keep=3)
+    run_transfer(arguments(pair, out, **common))
+    model = (out / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    # with the trailing slash of a shell's completion; another schedule from step 2 on (only warned)
+    branch = dict(common, warmup_steps=4)
+    stopped = run_transfer(arguments(pair, out, **branch, resume=str(out / "checkpoint-2") + "/", stop_after_steps=4))
+    assert stopped["stopped_at"] == 4
+    aside = [path for path in out.iterdir() if path.name.startswith("superseded-after-step2-")]
+    assert len(aside) == 1
+    moved = sorted(path.name for path in aside[0].iterdir())
+    assert {"checkpoint-4", "checkpoint-6", "model.safetensors", "config.json", "transfer_report.json"} <= set(moved)
+    assert {"transfer_log.jsonl", "fidelity_before.json"} & set(moved) == {"transfer_log.jsonl"}  # the log: a copy
+    assert (aside[0] / "model.safetensors").read_bytes() == model
+    assert [json.loads(line)["step"] for line in (aside[0] / "transfer_log.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
+    said = capsys.readouterr().out
+    assert f"Resuming {out / 'checkpoint-2'}: this folder's work from after step 2 is moved to {aside[0]}: " in said
+    assert ", ".join(moved) in said
+    assert sorted(path.name for path in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert not (out / "model.safetensors").exists() and not (out / "transfer_report.json").exists()
+    # --resume latest follows the new path (before: the abandoned path's checkpoint-6)
+    resumed = run_transfer(arguments(pair, out, **branch, resume="latest"))
+    assert f"Resumed from {out / 'checkpoint-4'} at step 4" in capsys.readouterr().out
+    assert resumed["arguments"]["warmup_steps"] == 4 and (out / "model.safetensors").read_bytes() != model
+    log = [json.loads(line) for line in (out / "transfer_log.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in log] == [1, 2, 3, 4, 5, 6]
+    # the set-aside folder is the transfer's: an overwrite deletes it with the rest (not refused as foreign)
+    run_transfer(arguments(pair, out, layer_steps=1, overwrite_output_dir=True))
+    assert not [path for path in out.iterdir() if path.name.startswith("superseded")]
+
+
 def test_a_teacher_that_does_not_match_is_refused(pair, tmp_path):
     other = transformers.BertModel(tiny_bert_config(num_hidden_layers=3))
     other.save_pretrained(tmp_path / "other")

@@ -593,6 +593,8 @@ def start_or_resume(run: TransferRun) -> None:
         run.report[REPORT_TEACHER_KEY] = run.fingerprint["must_match"][TEACHER_FILES_KEY]
     if run.resume_from:
         step = checkpointing.read_checkpoint_state(run.resume_from)["global_step"]
+        again = steps_made_again(run, step)  # read before a finished run's report is set aside
+        set_aside_abandoned_path(run, step)
         with open(os.path.join(run.resume_from, PROGRESS_FILE), encoding="utf-8") as handle:
             trainer.train_seconds = json.load(handle)["train_seconds"]
         if trainer.is_world_process_zero():
@@ -605,7 +607,7 @@ def start_or_resume(run: TransferRun) -> None:
                 with open(before, encoding="utf-8") as handle:
                     run.report["before"] = json.load(handle)
                 break
-        trainer.accelerator.print(f"Resumed from {run.resume_from} at step {step}{steps_made_again(run, step)}")
+        trainer.accelerator.print(f"Resumed from {run.resume_from} at step {step}{again}")
     else:
         run.report["before"] = evaluate(
             run.teacher, run.student, run.tokenizer, run.eval_batches, run.documents, args.batch_size
@@ -615,20 +617,67 @@ def start_or_resume(run: TransferRun) -> None:
             write_json_atomic(os.path.join(args.output_dir, "fidelity_before.json"), run.report["before"])
 
 
+def finished_step(output_dir: str) -> int | None:
+    """The step the transfer finished in ``output_dir`` ended at (its `REPORT_FILE`), or None."""
+    try:
+        with open(os.path.join(output_dir, REPORT_FILE), encoding="utf-8") as handle:
+            arguments = json.load(handle)["arguments"]
+        return int(arguments["layer_steps"]) + int(arguments["end_to_end_steps"])
+    except (OSError, ValueError, KeyError, TypeError):  # no finished run here
+        return None
+
+
+# What a resumed path shares with the one it branches from (the log is cut at the step resumed: `_truncate_log`)
+SHARED_OUTPUTS = ("transfer_log.jsonl", "fidelity_before.json", "checkpoints")
+
+
+def later_outputs(output_dir: str, step: int) -> list[str]:
+    """The names of the result of a transfer that finished in ``output_dir`` after ``step`` (its model, tokenizer and
+    reports, `_save_result`, and --evaluate_only's fidelity.json beside them); [] where none did. Not its checkpoints
+    (`checkpointing.set_aside_later_work` takes the later ones) nor what the resumed path shares with it."""
+    finished = finished_step(output_dir)
+    if finished is None or finished <= step:
+        return []
+    return sorted(
+        name
+        for name in os.listdir(output_dir)
+        if checkpointing.is_run_output(name, TRANSFER)
+        and name not in SHARED_OUTPUTS
+        and not re.fullmatch(rf"{re.escape(TRANSFER.checkpoint_prefix)}\d+|{checkpointing.SUPERSEDED_PATTERN}", name)
+    )
+
+
+def set_aside_abandoned_path(run: TransferRun, step: int) -> None:
+    """A resume of an earlier checkpoint of this folder (by name, or ``latest`` past a torn newer one) branches off
+    what the folder holds from after ``step``: its later checkpoints and a run's result that ended later
+    (`later_outputs`) are moved into ``superseded-after-step<N>-<time>/`` (`checkpointing.set_aside_later_work`, as
+    pretraining and fine-tuning do), with a copy of the log, and named. Left in place, ``--resume latest`` went on from
+    the abandoned path's newest checkpoint, the new path's were written over its own, and the folder's model was the
+    abandoned path's. Once every process has found its checkpoint."""
+    args, trainer = run.args, run.trainer
+    trainer.accelerator.wait_for_everyone()
+    if trainer.is_world_process_zero():
+        later = lambda after: later_outputs(args.output_dir, after)  # noqa: E731
+        aside = checkpointing.set_aside_later_work(args.output_dir, run.resume_from, later, TRANSFER)
+        if aside:
+            if os.path.isfile(run.log_path):  # the abandoned path's losses, which the log here no longer holds
+                shutil.copy2(run.log_path, aside)
+            print(
+                f"Resuming {run.resume_from}: this folder's work from after step {step} is moved to {aside}: "
+                f"{', '.join(sorted(os.listdir(aside)))} (the log a copy: the log here goes on from step {step}).",
+                flush=True,
+            )
+    trainer.accelerator.wait_for_everyone()
+
+
 def steps_made_again(run: TransferRun, step: int) -> str:
     """Where the run resumed (at ``step``) in its own folder before the step a finished run there ended at, the steps
     trained again, said: a checkpoint given by name, or ``latest`` in the folder of a run finished before the last
     step kept its checkpoint. "" otherwise."""
     if os.path.realpath(os.path.dirname(run.resume_from)) != os.path.realpath(run.args.output_dir):
         return ""
-    path = os.path.join(run.args.output_dir, REPORT_FILE)
-    try:
-        with open(path, encoding="utf-8") as handle:
-            arguments = json.load(handle)["arguments"]
-        finished = int(arguments["layer_steps"]) + int(arguments["end_to_end_steps"])
-    except (OSError, ValueError, KeyError, TypeError):  # no finished run here
-        return ""
-    if finished <= step:
+    finished = finished_step(run.args.output_dir)
+    if finished is None or finished <= step:
         return ""
     kept = os.path.isdir(checkpoint_dir(run.args.output_dir, finished))
     return (

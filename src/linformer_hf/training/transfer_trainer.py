@@ -17,7 +17,7 @@ from ..conversion import SENTENCE_TRANSFORMERS_FILES
 from ..outputs import finite_or_null
 from ..registration import TOKENIZER_SAVED_FILES
 from . import checkpointing
-from .checkpointing import RECIPE_FILE, RunOptions
+from .checkpointing import RECIPE_FILE, SUPERSEDED_PATTERN, RunOptions
 from .guards import divergence_callback, stop_after_steps_callback
 from .loop import optimizer_settings_callback
 from .transfer_arguments import TransferArguments
@@ -46,9 +46,10 @@ TRANSFER_OUTPUTS = (
     "conversion_report.json",
 )
 # the Trainer's checkpoints, weight shards, the families' modeling code, sentence-transformers' module folders
-# (1_Pooling, 2_Normalize)
+# (1_Pooling, 2_Normalize), and what a resume of an earlier checkpoint set aside (`transfer.set_aside_later_work`)
 TRANSFER_OUTPUT_PATTERNS = (
     r"checkpoint-\d+",
+    SUPERSEDED_PATTERN,
     r"model-\d+-of-\d+\.safetensors",
     r"(configuration|modeling)_[a-z]+\.py",
     r"\d+_[A-Za-z]+",
