@@ -889,15 +889,19 @@ def test_a_tokenizer_killed_while_saved_leaves_no_folder_that_reads_as_one(tmp_p
     assert sorted(os.listdir(tmp_path)) == ["tok"] and (tmp_path / "tok" / "tokenizer.json").is_file()
 
 
-def test_overwrite_never_deletes_the_model_the_run_reads(model_dir, tmp_path):
+def test_overwrite_never_deletes_the_model_the_run_reads(model_dir, tokenizer_dir, tmp_path):
     """Fine-tuning outputs/run/best into outputs/run with overwrite_output_dir used to delete best/ (the model to
     fine-tune) as an earlier run's output before reading it."""
     import shutil
 
+    from linformer_hf import LinformerConfig, LinformerForMaskedLM
     from linformer_hf.training.finetuning import run_finetuning
 
     out = tmp_path / "ft"
     shutil.copytree(model_dir, out / "best")
+    # a whole model (weights, tokenizer): one without them is refused for that first, before the output folder's rules
+    LinformerForMaskedLM(LinformerConfig.from_pretrained(model_dir, vocab_size=400)).save_pretrained(out / "best")
+    shutil.copytree(tokenizer_dir, out / "best", dirs_exist_ok=True)
     recipe = finetune(
         model_dir,
         **{
