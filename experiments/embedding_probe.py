@@ -28,9 +28,9 @@ concatenated and standardised (mean and scale fitted on the training split). A m
 (``output_hidden_states``), and each is derived from its pooled hidden states.
 
 **C (``--choose_c``).** ``cv`` (the default): `LogisticRegressionCV`, 3 folds of the training split, Cs `CV_GRID`.
-``validation``: a logistic regression on the training split for each C of `VALIDATION_GRID`, the one of the highest
-validation accuracy kept (the smallest C on a tie). The output names the grid and says when the C picked is at its
-edge (``C_at_edge``): a wider grid might have picked another.
+``validation``: a logistic regression on the training split for each C of `VALIDATION_GRID` (1e-4 to 1e6), the one
+of the highest validation accuracy kept (the smallest C on a tie). The output names the grid and says when the C
+picked is at its edge (``C_at_edge``): a wider grid might have picked another.
 
 **Resuming (``--cache_dir DIR``).** Each model's pooled hidden states are kept in DIR, keyed by the SHA-256 of the
 model's files, the length it reads and the SHA-256 of the texts embedded: a later probe (another pooling or choice
@@ -60,9 +60,10 @@ from linformer_hf.outputs import check_output_file, write_json_atomic, write_tex
 POOLINGS = ("last", "all")
 C_CHOICES = ("cv", "validation")
 CV_GRID = (0.1, 1.0, 10.0, 100.0)  # LogisticRegressionCV's Cs (`fit_probe`)
-# --choose_c validation: 1e-4 to 1e4 in steps of about half a decade. L2-normalised last states (norm 1) want a large C,
-# thousands of standardised features a small one: the grid holds both.
-VALIDATION_GRID = tuple(float(f"{m}e{e}") for e in range(-4, 4) for m in (1, 3)) + (1e4,)
+# --choose_c validation: 1e-4 to 1e6 in steps of about half a decade. L2-normalised last states (norm 1) want a large C
+# (the books models' 256 features on 38 authors: 1e3 and 1e4, validation accuracy falling past 1e4), thousands of
+# standardised features a small one (0.03 to 0.1 there): the grid holds both with room on either side.
+VALIDATION_GRID = tuple(float(f"{m}e{e}") for e in range(-4, 6) for m in (1, 3)) + (1e6,)
 MAX_ITER = 2000
 GENERIC_FOLDERS = ("final", "best")  # a model folder named so is labelled by the folder it is in
 # Each model's test answers, one row a test passage in the split's order (a fine-tuned run's file of that name).
