@@ -803,6 +803,28 @@ def _context():
     return _CONTEXT
 
 
+@contextlib.contextmanager
+def _stops_held():
+    """SIGINT / SIGTERM noted, not acted on, while the block runs, then taken as they came. Blocking them with a signal
+    mask is not enough: another thread (pytest-xdist's, a progress bar's) takes the signal and Python runs the handler
+    in the main thread all the same. Outside the main thread, or with a handler Python did not set, nothing is held."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {stop: signal.getsignal(stop) for stop in stops}
+    if threading.current_thread() is not threading.main_thread() or None in previous.values():
+        yield
+        return
+    pending = []
+    for stop in stops:
+        signal.signal(stop, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+        for stop in pending:
+            signal.raise_signal(stop)
+
+
 def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], None] | None = None) -> dict:
     """Run `task.run()` in a new process and return its result; raise `WorkerFailed` on an error, an
     out-of-memory kill or a timeout. `on_progress(event)`: called with each event a `TimingTask` reports, as it
@@ -813,11 +835,8 @@ def run_in_fresh_process(task, timeout_s: float, on_progress: Callable[[dict], N
     try:
         # A stop (Ctrl-C, SIGTERM) that lands inside start() leaves the process object without its pid, and the worker
         # running on unseen: held until the worker has started, then taken here, where the finally below kills it.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
+        with _stops_held():
             process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         ends = time.monotonic() + timeout_s  # counted from the process start, not through the forkserver's own start
         sender.close()
         while True:
